@@ -1,0 +1,135 @@
+"""TaskSpec: a task file (base fields, a grid over any fields, seeds) expanded into RunSpecs.
+
+A task file is a RunSpec's fields at the top level plus three task-level keys:
+
+    name: quickstart            # the MLflow experiment
+    seeds: [0, 1, 2]
+    grid:                       # dotted paths -> lists of values; the Cartesian product is run
+      algorithm: [fedavg, local]
+      scenario.alpha: [0.1, 1.0]
+
+`--set key=value` (value parsed as YAML) overrides a field in every expanded run; overriding a path that
+is a grid axis replaces that axis. `--set seeds=[0]`, `--set name=...` and `--set grid.X=[...]` change
+the task itself.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import yaml
+
+from fedbench.core.runspec import RunSpec
+from fedbench.core.errors import ConfigError
+
+TASK_KEYS = ("name", "description", "seeds", "grid")
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """A family of runs: shared base fields, grid axes, seeds and command-line overrides."""
+
+    name: str
+    base: dict[str, Any]
+    grid: tuple[tuple[str, tuple[Any, ...]], ...] = ()
+    seeds: tuple[int, ...] = (0,)
+    overrides: tuple[tuple[str, Any], ...] = ()
+    description: str = ""
+
+    def expand(self) -> list[RunSpec]:
+        """Every grid point times every seed, validated; duplicates (same run hash) kept once."""
+        paths = [path for path, _ in self.grid]
+        overridden = {path for path, _ in self.overrides}
+        specs: dict[str, RunSpec] = {}
+        for point in itertools.product(*(values for _, values in self.grid)):
+            for seed in self.seeds:
+                raw = copy.deepcopy(self.base)
+                for path, value in zip(paths, point):
+                    _set_path(raw, path, copy.deepcopy(value))
+                for path, value in self.overrides:
+                    _set_path(raw, path, copy.deepcopy(value))
+                raw["task"] = self.name
+                if "seed" not in overridden:  # an explicit --set seed=N wins over the seed list
+                    raw["seed"] = seed
+                spec = RunSpec.from_dict(raw)
+                specs.setdefault(spec.run_hash, spec)
+        return list(specs.values())
+
+
+def load_task(path: str | Path, overrides: Sequence[str] = ()) -> TaskSpec:
+    """Read a task YAML and apply `--set key=value` overrides; bad input raises ConfigError."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError("task", str(path), "a path to an existing task YAML file")
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise ConfigError("task", str(path), f"valid YAML ({exc})") from None
+    if not isinstance(raw, dict):
+        raise ConfigError("task", str(path), "a YAML mapping of fields")
+    return task_from_dict(raw, overrides, default_name=path.stem)
+
+
+def task_from_dict(raw: dict[str, Any], overrides: Sequence[str] = (), default_name: str = "task") -> TaskSpec:
+    raw = copy.deepcopy(raw)
+    run_overrides = []
+    for path, value in map(parse_override, overrides):
+        if path in TASK_KEYS or path.startswith("grid."):
+            _set_path(raw, path, value)
+        else:
+            run_overrides.append((path, value))
+    grid_raw = raw.pop("grid", None) or {}
+    if not isinstance(grid_raw, dict):
+        raise ConfigError("grid", grid_raw, "a mapping of dotted field paths to lists of values")
+    overridden = {p for p, _ in run_overrides}
+    grid = []
+    for axis, values in grid_raw.items():
+        if not isinstance(values, list) or not values:
+            raise ConfigError(f"grid.{axis}", values, "a non-empty list of values")
+        if axis not in overridden:
+            grid.append((axis, tuple(values)))
+    seeds = raw.pop("seeds", [0])
+    if isinstance(seeds, int) and not isinstance(seeds, bool):
+        seeds = [seeds]
+    if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) for s in seeds):
+        raise ConfigError("seeds", seeds, "an integer or a non-empty list of integers")
+    name = raw.pop("name", default_name)
+    if not isinstance(name, str) or not name:
+        raise ConfigError("name", name, "a non-empty string (the MLflow experiment name)")
+    description = raw.pop("description", "")
+    task = TaskSpec(name, raw, tuple(grid), tuple(seeds), tuple(run_overrides), str(description))
+    task.expand()  # validate now, so bad input fails before anything runs
+    return task
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """`key.path=value` -> (path, YAML-parsed value)."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise ConfigError("--set", text, "key=value, e.g. --set algorithm.client_fraction=0.5")
+    try:
+        parsed = yaml.safe_load(value) if value.strip() else None
+    except yaml.YAMLError:
+        parsed = value
+    return key.strip(), parsed
+
+
+def _set_path(tree: dict[str, Any], path: str, value: Any) -> None:
+    """Set a dotted path, turning a name shorthand (`algorithm: fedavg`) into a mapping on the way."""
+    keys = path.split(".")
+    node = tree
+    for i, key in enumerate(keys[:-1]):
+        child = node.get(key)
+        if isinstance(child, str):
+            child = {"name": child}
+        elif child is None:
+            child = {}
+        elif not isinstance(child, dict):
+            raise ConfigError(".".join(keys[: i + 1]), child, f"a mapping, to set {path}")
+        node[key] = child
+        node = child
+    node[keys[-1]] = value

@@ -1,0 +1,35 @@
+"""Callbacks: everything around the round loop (MLflow, progress bars, Tune reporting) hooks in here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from fedbench.core.runspec import RunSpec
+
+RoundRecord = dict[str, float]
+
+
+@dataclass
+class RunResult:
+    """How a run ended: its status, the reason if it failed, every round's record and the summary."""
+
+    spec: RunSpec
+    status: Literal["FINISHED", "FAILED"]
+    history: list[RoundRecord] = field(default_factory=list)
+    final: dict[str, float] = field(default_factory=dict)
+    reason: str = ""
+    traceback: str = ""
+
+
+class Callback:
+    """No-op base; override what you need. `on_round_end` returning True asks the runner to stop early."""
+
+    def on_run_start(self, spec: RunSpec) -> None:
+        pass
+
+    def on_round_end(self, spec: RunSpec, record: RoundRecord) -> bool | None:
+        return None
+
+    def on_run_end(self, result: RunResult) -> None:
+        pass

@@ -1,0 +1,38 @@
+"""The errors fedbench raises for bad input, each naming what was wrong and what is allowed."""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+
+class FedbenchError(Exception):
+    """Base of every error fedbench raises on purpose."""
+
+
+class ConfigError(FedbenchError, ValueError):
+    """A task, RunSpec field or CLI override has a value that is not allowed.
+
+    The message always carries the field's dotted path, the offending value and what is allowed, so a
+    user can fix the task file without reading fedbench's code.
+    """
+
+    def __init__(self, field: str, value: Any, allowed: str):
+        self.field, self.value, self.allowed = field, value, allowed
+        super().__init__(f"{field}: got {value!r}; allowed: {allowed}")
+
+
+class UnknownNameError(ConfigError):
+    """A dataset, model, algorithm or partition name that no registry knows."""
+
+    def __init__(self, kind: str, name: Any, known: Iterable[str], field: str | None = None):
+        self.kind = kind
+        known = sorted(known)
+        super().__init__(field or kind, name, f"known {kind}s are {', '.join(known)}")
+
+
+class DataMissingError(FedbenchError, FileNotFoundError):
+    """Dataset files are not where fedbench looked, and they could not be downloaded."""
+
+
+class ClientDivergedError(FedbenchError, FloatingPointError):
+    """A client's training loss became NaN or infinite: the run cannot go on and is marked failed."""

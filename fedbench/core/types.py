@@ -1,0 +1,71 @@
+"""The objects that cross layer boundaries: what travels, what stays, what comes back.
+
+A `Payload` is what crosses the simulated network: a flat dict of numpy arrays (the wire format; numpy
+moves through Ray's object store zero-copy). Only Payloads are counted as communication. A `ClientState`
+never travels in the simulated system: it lives in the runtime's state store between rounds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+Payload = dict[str, np.ndarray]
+ClientState = dict[str, Any]
+Metrics = dict[str, float]
+
+
+def payload_nbytes(payload: Payload) -> int:
+    """Bytes on the wire: the sum of numel * element size of every array in the payload."""
+    return int(sum(np.asarray(v).nbytes for v in payload.values()))
+
+
+def derive_seed(*parts: int | str) -> int:
+    """A 63-bit seed from (run seed, round, client id, purpose...), identical on every process and host.
+
+    Python's `hash` is salted per process, so a cryptographic hash of the parts is used instead.
+    """
+    digest = hashlib.blake2b("/".join(map(str, parts)).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") & ((1 << 63) - 1)
+
+
+@dataclass(frozen=True)
+class OptimizerSpec:
+    """The client optimizer. Defaults are FEROMA's (002 Sec. 5: SGD, lr 0.005, momentum 0.9)."""
+
+    name: str = "sgd"
+    lr: float = 0.005
+    momentum: float = 0.9
+    weight_decay: float = 0.0
+
+
+@dataclass(frozen=True)
+class RoundContext:
+    """Everything a client half needs to know about the job it is running, besides payload, state and data."""
+
+    round: int
+    client_id: int
+    seed: int
+    local_epochs: int
+    batch_size: int
+    optimizer: OptimizerSpec
+    num_classes: int
+    device: str = "cpu"
+    num_threads: int = 1
+
+    def rng_seed(self, purpose: str) -> int:
+        """A seed for one use of randomness in this job (shuffling, masks...), distinct per purpose."""
+        return derive_seed(self.seed, self.round, self.client_id, purpose)
+
+
+@dataclass
+class ClientResult:
+    """What a client job returns to the server: its uplink Payload plus metrics that are not communication."""
+
+    client_id: int
+    uplink: Payload
+    metrics: Metrics = field(default_factory=dict)
+    compute_s: float = 0.0

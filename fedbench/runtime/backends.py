@@ -1,0 +1,53 @@
+"""Where client jobs run: in this process (serial) or on a pool of Ray actors (ray).
+
+Both take a round's per-client payloads and the state store, run the jobs, put new client states back
+into the store and return results in client-id order (so aggregation sums in the same order everywhere).
+"""
+
+from __future__ import annotations
+
+from typing import Literal, Mapping
+
+from fedbench.core.runspec import RunSpec
+from fedbench.core.types import ClientResult, Payload
+from fedbench.data import BaseDataset
+from fedbench.runtime.state_store import StateStore
+from fedbench.runtime.worker import ClientWorker
+from fedbench.scenarios import Scenario
+
+JobKind = Literal["fit", "evaluate"]
+
+
+class SerialBackend:
+    """Runs every job in the driver process, in client-id order."""
+
+    name = "serial"
+
+    def __init__(self, dataset: BaseDataset, scenario: Scenario, spec: RunSpec):
+        self.worker = ClientWorker(dataset, scenario, spec)
+
+    def run(self, kind: JobKind, round: int, payloads: Mapping[int, Payload], store: StateStore) -> list[ClientResult]:
+        results = []
+        for cid in sorted(payloads):
+            if kind == "fit":
+                result, new_state = self.worker.fit(round, cid, payloads[cid], store.get(cid))
+                store.put(cid, new_state)
+            else:
+                result = self.worker.evaluate(round, cid, payloads[cid], store.get(cid))
+            results.append(result)
+        return results
+
+    def worker_pids(self) -> list[int]:
+        return [self.worker.pid()]
+
+    def close(self) -> None:
+        pass
+
+
+def make_backend(name: str, dataset: BaseDataset, scenario: Scenario, spec: RunSpec):
+    """The backend called `name` (`serial` or `ray`), started for this run."""
+    if name == "ray":
+        from fedbench.runtime.ray_pool import RayBackend  # Ray is imported only when asked for
+
+        return RayBackend(dataset, scenario, spec)
+    return SerialBackend(dataset, scenario, spec)

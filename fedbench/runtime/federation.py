@@ -1,0 +1,106 @@
+"""Federation: one RunSpec, run round by round. The round loop lives here and nowhere else.
+
+Each round: sample clients, `configure`, meter the downlink, run fit jobs, meter the uplink, `aggregate`,
+evaluate on every client's local test split when due, build the round record, call the callbacks.
+A run that raises (a diverging client, missing data) ends FAILED with its reason; it never raises to the
+caller, so the other runs of a task go on.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from typing import Sequence
+
+import numpy as np
+
+from fedbench.algorithms import make_algorithm
+from fedbench.core import metrics as M
+from fedbench.core.callbacks import Callback, RunResult
+from fedbench.core.runspec import RunSpec
+from fedbench.core.types import derive_seed
+from fedbench.data import load_dataset
+from fedbench.runtime.backends import make_backend
+from fedbench.runtime.byte_meter import ByteMeter
+from fedbench.runtime.records import evaluation_metrics, summarize, training_metrics
+from fedbench.runtime.state_store import StateStore
+from fedbench.scenarios import build_scenario
+
+
+class Federation:
+    """Runs one RunSpec on the serial or the ray backend and reports to callbacks."""
+
+    def __init__(self, spec: RunSpec, callbacks: Sequence[Callback] = (), backend: str | None = None):
+        self.spec = spec
+        self.callbacks = list(callbacks)
+        self.backend_name = backend or spec.resources.backend
+        self.worker_pids: list[int] = []
+
+    def run(self) -> RunResult:
+        for cb in self.callbacks:
+            cb.on_run_start(self.spec)
+        start = time.perf_counter()
+        history: list[dict[str, float]] = []
+        backend = None
+        try:
+            dataset = load_dataset(self.spec.dataset.name, self.spec.dataset.data_root, **self.spec.dataset.kwargs)
+            scenario = build_scenario(dataset, self.spec.scenario, self.spec.seed)
+            algorithm = make_algorithm(self.spec, dataset.input_shape, dataset.num_classes)
+            backend = make_backend(self.backend_name, dataset, scenario, self.spec)
+            self.worker_pids = backend.worker_pids()
+            self._loop(algorithm, backend, history)
+            result = RunResult(self.spec, "FINISHED", history, summarize(history, time.perf_counter() - start))
+        except Exception as exc:  # a failed run is recorded, never propagated to the other runs
+            reason = f"{type(exc).__name__}: {exc}".strip()
+            result = RunResult(self.spec, "FAILED", history, summarize(history, time.perf_counter() - start), reason)
+            result.final["failed_round"] = float(len(history) + 1)
+            result.traceback = traceback.format_exc()
+        finally:
+            if backend is not None:
+                backend.close()
+        for cb in self.callbacks:
+            cb.on_run_end(result)
+        return result
+
+    def _loop(self, algorithm, backend, history: list[dict[str, float]]) -> None:
+        spec = self.spec
+        clients = list(range(spec.scenario.num_clients))
+        store, meter = StateStore(), ByteMeter()
+        state = algorithm.init_state()
+        for round in range(1, spec.rounds + 1):
+            round_start = time.perf_counter()
+            sampled = self._sample(round, algorithm.config.client_fraction)
+            payloads = algorithm.configure(round, state, sampled)
+            meter.downlink(payloads)
+            results = backend.run("fit", round, payloads, store)
+            meter.uplink(results)
+            agg_start = time.perf_counter()
+            state = algorithm.aggregate(round, state, results)
+            record = {"round": float(round), M.TIME_AGGREGATE_S: time.perf_counter() - agg_start}
+            record.update(training_metrics(results))
+            if round % spec.eval_every == 0 or round == spec.rounds:
+                eval_payloads = algorithm.evaluation_payloads(state, clients)
+                meter.downlink(eval_payloads, channel=M.COMM_EVAL_DOWN_BYTES)
+                evals = backend.run("evaluate", round, eval_payloads, store)
+                record.update(evaluation_metrics(evals))
+                record[M.TIME_CLIENT_COMPUTE_S] += sum(r.compute_s for r in evals)
+            record.update(meter.take_round())
+            record[M.TIME_ROUND_S] = time.perf_counter() - round_start
+            history.append(record)
+            stop = [cb.on_round_end(spec, record) for cb in self.callbacks]
+            if any(stop):
+                break
+
+    def _sample(self, round: int, fraction: float) -> list[int]:
+        """Clients taking part in `round`: a seeded sample of max(1, round(C * K)) of the K clients."""
+        k = self.spec.scenario.num_clients
+        m = max(1, int(np.floor(fraction * k + 0.5)))
+        if m >= k:
+            return list(range(k))
+        rng = np.random.default_rng(derive_seed(self.spec.seed, round, "sample"))
+        return sorted(int(c) for c in rng.choice(k, size=m, replace=False))
+
+
+def run_spec(spec: RunSpec, callbacks: Sequence[Callback] = (), backend: str | None = None) -> RunResult:
+    """Run one RunSpec and return how it ended."""
+    return Federation(spec, callbacks, backend).run()

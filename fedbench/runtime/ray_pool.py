@@ -1,0 +1,90 @@
+"""The Ray backend: a pool of ClientWorker actors fed largest-client-first.
+
+The base dataset and the scenario are `ray.put` once per run and reach each actor by reference; each
+distinct payload of a round (usually one global model) is `ray.put` once, as numpy; updates come back as
+numpy. Client states stay in the object store: `fit` has two returns and the driver fetches only the
+result, keeping the new state's reference in the StateStore.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Mapping
+
+import ray
+
+from fedbench.core.runspec import RunSpec
+from fedbench.core.types import ClientResult, Payload
+from fedbench.data import BaseDataset
+from fedbench.runtime.state_store import StateStore
+from fedbench.runtime.worker import ClientWorker
+from fedbench.scenarios import Scenario
+
+RemoteClientWorker = ray.remote(ClientWorker)
+
+
+def ensure_ray(address: str | None = None, num_cpus: int | None = None) -> None:
+    """Connect to (or start) Ray once per process. Local runs disable token auth (RAY_NOTES.md)."""
+    if ray.is_initialized():
+        return
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    ray.init(address=address, num_cpus=num_cpus, include_dashboard=False, log_to_driver=True, configure_logging=False)
+
+
+def pool_size(spec: RunSpec, available: Mapping[str, float]) -> int:
+    """Workers to start: the explicit `resources.num_workers`, else as many as free resources allow."""
+    res = spec.resources
+    if res.num_workers is not None:
+        return max(1, min(res.num_workers, spec.scenario.num_clients))
+    fit = int(available.get("CPU", 1) // res.client_cpus)
+    if res.client_gpus > 0:
+        fit = min(fit, int(available.get("GPU", 0) // res.client_gpus))
+    return max(1, min(fit, spec.scenario.num_clients))
+
+
+class RayBackend:
+    """Client jobs on `ClientWorker` actors; one dispatch loop for fit and evaluate jobs."""
+
+    name = "ray"
+
+    def __init__(self, dataset: BaseDataset, scenario: Scenario, spec: RunSpec):
+        ensure_ray()
+        self.scenario = scenario
+        dataset_ref, scenario_ref = ray.put(dataset), ray.put(scenario)
+        n = pool_size(spec, ray.available_resources())
+        options = {"num_cpus": spec.resources.client_cpus, "num_gpus": spec.resources.client_gpus}
+        self.workers = [RemoteClientWorker.options(**options).remote(dataset_ref, scenario_ref, spec) for _ in range(n)]
+
+    def run(self, kind: str, round: int, payloads: Mapping[int, Payload], store: StateStore) -> list[ClientResult]:
+        shipped: dict[int, ray.ObjectRef] = {}  # id(payload) -> ref: each distinct payload is put once
+        for payload in payloads.values():
+            if id(payload) not in shipped:
+                shipped[id(payload)] = ray.put(payload)
+        sizes = self.scenario.train_sizes(round)
+        queue = sorted(payloads, key=lambda cid: (-sizes[cid], cid))  # largest clients first
+        idle = list(self.workers)
+        pending: dict[ray.ObjectRef, tuple[int, object]] = {}
+        results: dict[int, ClientResult] = {}
+        while queue or pending:
+            while idle and queue:
+                cid, worker = queue.pop(0), idle.pop()
+                args = (round, cid, shipped[id(payloads[cid])], store.get(cid))
+                if kind == "fit":
+                    result_ref, state_ref = worker.fit.options(num_returns=2).remote(*args)
+                    store.put(cid, state_ref)
+                else:
+                    result_ref = worker.evaluate.remote(*args)
+                pending[result_ref] = (cid, worker)
+            [done], _ = ray.wait(list(pending), num_returns=1)
+            cid, worker = pending.pop(done)
+            results[cid] = ray.get(done)
+            idle.append(worker)
+        return [results[cid] for cid in sorted(results)]
+
+    def worker_pids(self) -> list[int]:
+        return ray.get([w.pid.remote() for w in self.workers])
+
+    def close(self) -> None:
+        for worker in self.workers:
+            ray.kill(worker)
+        self.workers = []

@@ -1,0 +1,80 @@
+"""ClientWorker: runs one client job (fit or evaluate) against the base dataset and scenario it holds.
+
+The same class runs in-process (serial backend) and as a Ray actor (ray backend), so both compute the
+same numbers: every job seeds its own torch RNG from (run seed, round, client) and uses the same number
+of intra-op threads (results differ with the thread count, measured on these machines).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from typing import Iterator
+
+import torch
+
+from fedbench.algorithms import make_algorithm
+from fedbench.core.runspec import RunSpec
+from fedbench.core.types import ClientResult, ClientState, Payload, RoundContext, derive_seed
+from fedbench.data import BaseDataset
+from fedbench.scenarios import Scenario
+from fedbench.training import materialize
+
+
+@contextlib.contextmanager
+def torch_job_scope(seed: int, threads: int) -> Iterator[None]:
+    """Seeded torch RNG and a fixed thread count for one job, restoring both afterwards."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed % (2**31))
+            yield
+    finally:
+        torch.set_num_threads(previous)
+
+
+class ClientWorker:
+    """Stateless between jobs: client state comes in with the job and goes back with the result."""
+
+    def __init__(self, dataset: BaseDataset, scenario: Scenario, spec: RunSpec):
+        self.dataset = dataset
+        self.scenario = scenario
+        self.spec = spec
+        self.algorithm = make_algorithm(spec, dataset.input_shape, dataset.num_classes)
+        use_cuda = spec.resources.client_gpus > 0 and torch.cuda.is_available()
+        self.device = "cuda" if use_cuda else "cpu"
+        self.threads = max(1, int(spec.resources.client_cpus))
+
+    def _context(self, round: int, client_id: int) -> RoundContext:
+        return RoundContext(
+            round=round,
+            client_id=client_id,
+            seed=self.spec.seed,
+            local_epochs=self.spec.local_epochs,
+            batch_size=self.spec.batch_size,
+            optimizer=self.spec.optimizer,
+            num_classes=self.dataset.num_classes,
+            device=self.device,
+            num_threads=self.threads,
+        )
+
+    def fit(self, round: int, client_id: int, payload: Payload, state: ClientState) -> tuple[ClientResult, ClientState]:
+        start = time.perf_counter()
+        ctx = self._context(round, client_id)
+        data = materialize(self.dataset, self.scenario.view(round, client_id))
+        with torch_job_scope(derive_seed(self.spec.seed, round, client_id, "fit"), self.threads):
+            uplink, new_state, metrics = self.algorithm.client_update(payload, state, data, ctx)
+        return ClientResult(client_id, uplink, metrics, time.perf_counter() - start), new_state
+
+    def evaluate(self, round: int, client_id: int, payload: Payload, state: ClientState) -> ClientResult:
+        start = time.perf_counter()
+        ctx = self._context(round, client_id)
+        data = materialize(self.dataset, self.scenario.view(round, client_id))
+        with torch_job_scope(derive_seed(self.spec.seed, round, client_id, "evaluate"), self.threads):
+            metrics = self.algorithm.client_evaluate(payload, state, data, ctx)
+        return ClientResult(client_id, {}, metrics, time.perf_counter() - start)
+
+    def pid(self) -> int:
+        return os.getpid()

@@ -1,0 +1,1 @@
+"""Recording and reporting: the MLflow callback, the console progress bar, results tables."""

@@ -1,0 +1,101 @@
+"""Console output: a per-run progress bar (only on a terminal) and the results tables."""
+
+from __future__ import annotations
+
+import sys
+from collections import defaultdict
+from typing import Sequence
+
+import numpy as np
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from fedbench.core import metrics as M
+from fedbench.core.callbacks import Callback, RoundRecord, RunResult
+from fedbench.core.runspec import RunSpec
+
+
+class ProgressCallback(Callback):
+    """A progress bar over rounds with the latest accuracy; silent when stderr is not a terminal."""
+
+    def __init__(self, console: Console | None = None, position: str = ""):
+        self.console = console or Console(stderr=True)
+        self.position = position
+        self.enabled = sys.stderr.isatty()
+        self.progress: Progress | None = None
+
+    def on_run_start(self, spec: RunSpec) -> None:
+        if not self.enabled:
+            return
+        self.progress = Progress(
+            TextColumn(f"{self.position}[bold]{spec.label}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[status]}"),
+            TimeElapsedColumn(),
+            console=self.console,
+            transient=True,
+        )
+        self.progress.start()
+        self.task = self.progress.add_task("rounds", total=spec.rounds, status="")
+
+    def on_round_end(self, spec: RunSpec, record: RoundRecord) -> None:
+        if self.progress is not None:
+            acc = record.get(M.ACC_LOCAL_MEAN)
+            self.progress.update(self.task, advance=1, status=f"acc {acc:.3f}" if acc is not None else "")
+
+    def on_run_end(self, result: RunResult) -> None:
+        if self.progress is not None:
+            self.progress.stop()
+            self.progress = None
+
+
+def varying_fields(specs: Sequence[RunSpec]) -> list[str]:
+    """Flattened RunSpec fields (other than the seed) whose value differs between the given runs."""
+    flats = [s.flat() for s in specs]
+    keys = [k for k in flats[0] if k not in ("seed",) and not k.startswith("resources.")]
+    return [k for k in keys if len({str(f.get(k)) for f in flats}) > 1] or ["algorithm.name"]
+
+
+def results_table(results: Sequence[RunResult]) -> Table:
+    """One row per configuration: final local accuracy mean ± std over seeds, cost columns, n."""
+    finished = [r for r in results if r.status == "FINISHED"]
+    fields = varying_fields([r.spec for r in results])
+    groups: dict[tuple, list[RunResult]] = defaultdict(list)
+    for r in finished:
+        flat = r.spec.flat()
+        groups[tuple(str(flat.get(f)) for f in fields)].append(r)
+    table = Table(title="fedbench results (final round, mean ± std over seeds)")
+    for f in fields:
+        table.add_column(f)
+    for col in ("acc_local_mean", "acc_local_min", "compute s", "MB up", "MB down", "n"):
+        table.add_column(col, justify="right")
+
+    def stat(runs: list[RunResult], key: str, scale: float = 1.0, digits: int = 3) -> str:
+        values = np.array([r.final.get(key, np.nan) for r in runs]) * scale
+        return f"{values.mean():.{digits}f} ± {values.std():.{digits}f}" if len(values) > 1 else f"{values[0]:.{digits}f}"
+
+    for key, runs in sorted(groups.items(), key=lambda kv: -np.mean([r.final.get(M.FINAL_PREFIX + M.ACC_LOCAL_MEAN, 0) for r in kv[1]])):
+        table.add_row(
+            *key,
+            stat(runs, M.FINAL_PREFIX + M.ACC_LOCAL_MEAN),
+            stat(runs, M.FINAL_PREFIX + M.ACC_LOCAL_MIN),
+            stat(runs, M.TOTAL_PREFIX + M.TIME_CLIENT_COMPUTE_S, digits=1),
+            stat(runs, M.TOTAL_PREFIX + M.COMM_UP_BYTES, 1e-6, 2),
+            stat(runs, M.TOTAL_PREFIX + M.COMM_DOWN_BYTES, 1e-6, 2),
+            str(len(runs)),
+        )
+    return table
+
+
+def failures_table(results: Sequence[RunResult]) -> Table | None:
+    failed = [r for r in results if r.status == "FAILED"]
+    if not failed:
+        return None
+    table = Table(title="failed runs", style="red")
+    table.add_column("run")
+    table.add_column("reason")
+    for r in failed:
+        table.add_row(r.spec.label, r.reason)
+    return table

@@ -1,0 +1,68 @@
+"""MLflow callback: one MLflow run per RunSpec, written by one writer (the driver) via MlflowClient.
+
+Params are the flattened RunSpec, metrics are logged once per round with step=round (one `log_batch`
+call), final/total metrics at the end, and the RunSpec YAML as an artifact. A failed run is terminated
+FAILED with its reason in the `failure_reason` tag and its traceback as an artifact.
+"""
+
+from __future__ import annotations
+
+import time
+
+from mlflow.entities import Metric, Param, RunTag
+from mlflow.tracking import MlflowClient
+
+from fedbench.core.callbacks import Callback, RoundRecord, RunResult
+from fedbench.core.runspec import RunSpec
+from fedbench.tracking.paths import results_dir, tracking_uri
+
+MAX_PARAM_LENGTH = 6000
+
+
+def experiment_id_for(client: MlflowClient, name: str) -> str:
+    """The id of experiment `name`, created if needed (artifacts beside the sqlite store when local)."""
+    experiment = client.get_experiment_by_name(name)
+    if experiment is not None:
+        return experiment.experiment_id
+    artifact_location = None
+    if client.tracking_uri.startswith("sqlite:"):
+        artifact_location = (results_dir() / "mlartifacts" / name).as_uri()
+    return client.create_experiment(name, artifact_location=artifact_location)
+
+
+class MlflowCallback(Callback):
+    """Logs runs into the experiment named after the task (or `experiment`)."""
+
+    def __init__(self, uri: str | None = None, experiment: str | None = None, parent_run_id: str | None = None):
+        self.client = MlflowClient(tracking_uri=uri or tracking_uri())
+        self.experiment = experiment
+        self.parent_run_id = parent_run_id
+        self.run_id: str | None = None
+
+    def on_run_start(self, spec: RunSpec) -> None:
+        experiment_id = experiment_id_for(self.client, self.experiment or spec.task)
+        tags = {"fedbench.run_hash": spec.run_hash, "fedbench.algorithm": spec.algorithm.name}
+        if self.parent_run_id:
+            tags["mlflow.parentRunId"] = self.parent_run_id
+        run = self.client.create_run(experiment_id, run_name=spec.label, tags=tags)
+        self.run_id = run.info.run_id
+        params = [Param(k, str(v)[:MAX_PARAM_LENGTH]) for k, v in spec.flat().items()]
+        params.append(Param("run_hash", spec.run_hash))
+        self.client.log_batch(self.run_id, params=params)
+        self.client.log_text(self.run_id, spec.to_yaml(), "runspec.yaml")
+
+    def on_round_end(self, spec: RunSpec, record: RoundRecord) -> None:
+        step = int(record["round"])
+        now = int(time.time() * 1000)
+        metrics = [Metric(k, float(v), now, step) for k, v in record.items() if k != "round"]
+        self.client.log_batch(self.run_id, metrics=metrics)
+
+    def on_run_end(self, result: RunResult) -> None:
+        now = int(time.time() * 1000)
+        step = len(result.history)
+        self.client.log_batch(self.run_id, metrics=[Metric(k, float(v), now, step) for k, v in result.final.items()])
+        if result.status == "FAILED":
+            self.client.log_batch(self.run_id, tags=[RunTag("failure_reason", result.reason[:5000])])
+            if result.traceback:
+                self.client.log_text(self.run_id, result.traceback, "traceback.txt")
+        self.client.set_terminated(self.run_id, status=result.status)

@@ -1,0 +1,16 @@
+"""The one local-training loop, evaluation helpers, and moving weights between models and Payloads."""
+
+from fedbench.training.client_data import ClientData, materialize
+from fedbench.training.loop import TrainHooks, evaluate, train_local
+from fedbench.training.weights import average_weights, get_weights, set_weights
+
+__all__ = [
+    "ClientData",
+    "TrainHooks",
+    "average_weights",
+    "evaluate",
+    "get_weights",
+    "materialize",
+    "set_weights",
+    "train_local",
+]

@@ -1,0 +1,109 @@
+"""The one local-training loop. Algorithms change it through hooks, never by copying it.
+
+Hooks cover what the seed methods need: an extra loss term (FedProx's proximal term, MOON's contrastive
+loss, FedDRM's client-id loss), which parameters train (FedRep, FedBABU), and per-sample weights (MADE).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from fedbench.core.errors import ClientDivergedError
+from fedbench.core.types import OptimizerSpec, RoundContext
+from fedbench.data import to_float_batch
+from fedbench.training.client_data import ClientData
+
+ExtraLoss = Callable[[nn.Module, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+@dataclass(frozen=True)
+class TrainHooks:
+    """Ways an algorithm adjusts local training.
+
+    Attributes:
+        extra_loss: `(model, x, y, logits) -> scalar` added to the cross-entropy of every batch.
+        trainable: `parameter name -> bool`; parameters it rejects are frozen for this job.
+        sample_weight: `(x, y) -> per-sample weights` multiplying the per-sample cross-entropy.
+        forward: `(model, x) -> logits`, for models that need extra inputs (a conditioning vector).
+    """
+
+    extra_loss: ExtraLoss | None = None
+    trainable: Callable[[str], bool] | None = None
+    sample_weight: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None
+    forward: Callable[[nn.Module, torch.Tensor], torch.Tensor] | None = None
+
+
+def make_optimizer(params: list[nn.Parameter], spec: OptimizerSpec) -> torch.optim.Optimizer:
+    if spec.name == "adam":
+        return torch.optim.Adam(params, lr=spec.lr, weight_decay=spec.weight_decay)
+    return torch.optim.SGD(params, lr=spec.lr, momentum=spec.momentum, weight_decay=spec.weight_decay)
+
+
+def train_local(model: nn.Module, data: ClientData, ctx: RoundContext, hooks: TrainHooks = TrainHooks()) -> dict[str, float]:
+    """Train `model` in place for `ctx.local_epochs` epochs of shuffled mini-batches.
+
+    Shuffling uses a generator seeded from (run seed, round, client), so the same job gives the same
+    batches on any worker. Raises ClientDivergedError as soon as a batch loss is NaN or infinite.
+
+    Returns:
+        `train_loss` (mean batch loss over the job), `train_steps`, `train_samples`.
+    """
+    device = torch.device(ctx.device)
+    model.to(device).train()
+    for name, p in model.named_parameters():
+        p.requires_grad_(hooks.trainable is None or hooks.trainable(name))
+    optimizer = make_optimizer([p for p in model.parameters() if p.requires_grad], ctx.optimizer)
+    generator = torch.Generator().manual_seed(ctx.rng_seed("shuffle"))
+    forward = hooks.forward or (lambda m, x: m(x))
+    total_loss, steps = 0.0, 0
+    for _ in range(ctx.local_epochs):
+        order = torch.randperm(data.num_train, generator=generator)
+        for start in range(0, data.num_train, ctx.batch_size):
+            idx = order[start : start + ctx.batch_size]
+            x = to_float_batch(data.train_x[idx]).to(device)
+            y = data.train_y[idx].to(device)
+            logits = forward(model, x)
+            if hooks.sample_weight is None:
+                loss = F.cross_entropy(logits, y)
+            else:
+                loss = (F.cross_entropy(logits, y, reduction="none") * hooks.sample_weight(x, y)).mean()
+            if hooks.extra_loss is not None:
+                loss = loss + hooks.extra_loss(model, x, y, logits)
+            value = loss.item()
+            if not math.isfinite(value):
+                raise ClientDivergedError(f"client {ctx.client_id}: training loss became {value} in round {ctx.round}")
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            total_loss += value
+            steps += 1
+    return {"train_loss": total_loss / max(steps, 1), "train_steps": float(steps), "train_samples": float(data.num_train)}
+
+
+@torch.no_grad()
+def evaluate(
+    model: nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    batch_size: int = 256,
+    device: str = "cpu",
+    forward: Callable[[nn.Module, torch.Tensor], torch.Tensor] | None = None,
+) -> dict[str, float]:
+    """Accuracy and mean cross-entropy of `model` on (x, y); `test_samples` is the count."""
+    model.to(device).eval()
+    forward = forward or (lambda m, xb: m(xb))
+    correct, loss_sum = 0, 0.0
+    for start in range(0, len(y), batch_size):
+        xb = to_float_batch(x[start : start + batch_size]).to(device)
+        yb = y[start : start + batch_size].to(device)
+        logits = forward(model, xb)
+        loss_sum += F.cross_entropy(logits, yb, reduction="sum").item()
+        correct += (logits.argmax(dim=1) == yb).sum().item()
+    n = len(y)
+    return {"accuracy": correct / n if n else float("nan"), "loss": loss_sum / n if n else float("nan"), "test_samples": float(n)}

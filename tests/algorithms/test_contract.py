@@ -1,0 +1,16 @@
+"""Contract: every registered algorithm runs 2 rounds on a tiny scenario on the serial backend."""
+
+import pytest
+
+from fedbench.core import metrics as M
+from fedbench.core.registry import ALGORITHMS
+from fedbench.runtime import run_spec
+from tests.conftest import tiny_spec
+
+
+@pytest.mark.parametrize("name", ALGORITHMS.names())
+def test_every_algorithm_runs_two_rounds(name):
+    result = run_spec(tiny_spec(algorithm=name, rounds=2))
+    assert result.status == "FINISHED", result.reason
+    assert len(result.history) == 2
+    assert 0.0 <= result.final[M.FINAL_PREFIX + M.ACC_LOCAL_MEAN] <= 1.0

@@ -1,0 +1,115 @@
+import dataclasses
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from fedbench.config import load_task
+from fedbench.core.errors import ConfigError, UnknownNameError
+from fedbench.core.runspec import RunSpec
+from tests.conftest import TINY, tiny_spec
+
+
+def write_task(tmp_path, body: dict) -> str:
+    path = tmp_path / "task.yaml"
+    path.write_text(yaml.safe_dump(body))
+    return str(path)
+
+
+def test_grid_times_seeds_expands_to_distinct_runspecs(tmp_path):
+    body = {k: v for k, v in TINY.items() if k != "task"}
+    body.update(name="t", seeds=[0, 1], grid={"algorithm": ["fedavg", "local"], "scenario.alpha": [0.1, 1.0]})
+    specs = load_task(write_task(tmp_path, body)).expand()
+    assert len(specs) == 8
+    assert len({s.run_hash for s in specs}) == 8
+    assert {s.seed for s in specs} == {0, 1}
+    assert {s.scenario.partition.kwargs["alpha"] for s in specs} == {0.1, 1.0}
+    assert all(s.task == "t" for s in specs)
+
+
+def test_set_overrides_every_run_and_replaces_grid_axes(tmp_path):
+    body = {k: v for k, v in TINY.items() if k != "task"}
+    body.update(name="t", seeds=[0, 1, 2], grid={"algorithm": ["fedavg", "local"]})
+    path = write_task(tmp_path, body)
+    specs = load_task(path, ["rounds=7", "algorithm=local", "seeds=[5]", "optimizer.lr=0.1"]).expand()
+    assert len(specs) == 1
+    (spec,) = specs
+    assert (spec.rounds, spec.algorithm.name, spec.seed, spec.optimizer.lr) == (7, "local", 5, 0.1)
+
+
+def test_runspec_round_trips_and_is_frozen():
+    spec = tiny_spec(algorithm={"name": "fedavg", "client_fraction": 0.5})
+    again = RunSpec.from_dict(yaml.safe_load(spec.to_yaml()))
+    assert again == spec and again.run_hash == spec.run_hash
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        spec.rounds = 3  # type: ignore[misc]
+
+
+def test_hash_is_stable_across_processes_and_ignores_where_it_runs():
+    spec = tiny_spec()
+    code = "from tests.conftest import tiny_spec; print(tiny_spec().run_hash)"
+    other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert other == spec.run_hash and len(spec.run_hash) == 10
+    moved = tiny_spec(resources={"backend": "ray", "client_cpus": 2})
+    assert moved.run_hash == spec.run_hash
+    assert tiny_spec(seed=1).run_hash != spec.run_hash
+    assert tiny_spec(algorithm={"name": "fedavg", "client_fraction": 0.5}).run_hash != spec.run_hash
+
+
+def test_defaults_are_filled_into_the_runspec():
+    spec = tiny_spec()
+    assert spec.algorithm.kwargs == {"client_fraction": 1.0}
+    assert spec.scenario.test_fraction == 0.2  # FEROMA's 20% local evaluation split
+    assert spec.scenario.partition.kwargs["min_samples"] == 10
+
+
+@pytest.mark.parametrize(
+    "changes, field, hint",
+    [
+        ({"epochs": 3}, "epochs", "top-level fields are"),
+        ({"rounds": "ten"}, "rounds", "an integer"),
+        ({"rounds": 0}, "rounds", ">= 1"),
+        ({"algorithm": {"name": "fedavg", "client_fraction": 1.5}}, "algorithm.client_fraction", "(0, 1]"),
+        ({"algorithm": {"name": "fedavg", "mu": 0.1}}, "algorithm.mu", "client_fraction"),
+        ({"scenario": {"partition": "dirichlet", "alpha": "big"}}, "scenario.alpha", "a number"),
+        ({"scenario": {"partition": "iid", "test_fraction": 1.5}}, "scenario.test_fraction", "[0, 1)"),
+        ({"optimizer": {"name": "lbfgs"}}, "optimizer.name", "sgd, adam"),
+        ({"model": {"name": "mlp", "width": 3}}, "model.width", "hidden"),
+    ],
+)
+def test_bad_fields_name_the_path_the_value_and_what_is_allowed(changes, field, hint):
+    with pytest.raises(ConfigError) as info:
+        tiny_spec(**changes)
+    message = str(info.value)
+    assert message.startswith(field + ":"), message
+    assert hint in message
+
+
+@pytest.mark.parametrize("section, name", [("algorithm", "fedsgd"), ("model", "vgg"), ("dataset", "imagenet")])
+def test_unknown_names_list_the_known_ones(section, name):
+    with pytest.raises(UnknownNameError) as info:
+        tiny_spec(**{section: name})
+    assert f"{section}.name: got {name!r}" in str(info.value)
+    known = {"algorithm": "fedavg, local", "model": "lenet5", "dataset": "digits"}[section]
+    assert known in str(info.value)
+
+
+def test_bad_override_and_bad_yaml(tmp_path):
+    body = {k: v for k, v in TINY.items() if k != "task"}
+    with pytest.raises(ConfigError, match="--set"):
+        load_task(write_task(tmp_path, body), ["rounds"])
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("rounds: [1, 2\n")
+    with pytest.raises(ConfigError, match="valid YAML"):
+        load_task(broken)
+    with pytest.raises(ConfigError, match="existing task YAML"):
+        load_task(tmp_path / "missing.yaml")
+    with pytest.raises(ConfigError, match="grid.rounds"):
+        load_task(write_task(tmp_path, {**body, "grid": {"rounds": 3}}))
+
+
+def test_shipped_quickstart_task_expands():
+    specs = load_task("tasks/quickstart.yaml").expand()
+    assert len(specs) == 9
+    assert {s.algorithm.name for s in specs} == {"fedavg", "local"}

@@ -1,0 +1,74 @@
+import numpy as np
+
+from fedbench.core import metrics as M
+from fedbench.runtime import run_spec
+from fedbench.algorithms import make_algorithm
+from fedbench.data import load_dataset
+from tests.conftest import tiny_spec
+
+ROUND_KEYS = {
+    M.TRAIN_LOSS_MEAN, M.ACC_LOCAL_MEAN, M.ACC_LOCAL_STD, M.ACC_LOCAL_MIN, M.ACC_LOCAL_WEIGHTED,
+    M.TIME_ROUND_S, M.TIME_CLIENT_COMPUTE_S, M.TIME_AGGREGATE_S, M.COMM_UP_BYTES, M.COMM_DOWN_BYTES,
+}
+
+
+def model_bytes(spec):
+    digits = load_dataset("digits")
+    algorithm = make_algorithm(spec, digits.input_shape, digits.num_classes)
+    return sum(v.nbytes for v in algorithm.init_state()["global"].values())
+
+
+def test_fedavg_records_every_round_and_counts_the_bytes_that_travel():
+    spec = tiny_spec(rounds=3)
+    result = run_spec(spec)
+    assert result.status == "FINISHED", result.reason
+    assert [r["round"] for r in result.history] == [1, 2, 3]
+    for record in result.history:
+        assert ROUND_KEYS <= set(record)
+        assert record[M.ACC_LOCAL_MIN] <= record[M.ACC_LOCAL_MEAN] <= 1.0
+        # every one of the 4 clients downloads the model and uploads the model plus its sample count (int64)
+        assert record[M.COMM_DOWN_BYTES] == 4 * model_bytes(spec)
+        assert record[M.COMM_UP_BYTES] == 4 * (model_bytes(spec) + 8)
+        assert record[M.COMM_EVAL_DOWN_BYTES] == 4 * model_bytes(spec)
+        assert record[M.TIME_CLIENT_COMPUTE_S] > 0
+    assert result.final[M.TOTAL_PREFIX + M.COMM_DOWN_BYTES] == 3 * 4 * model_bytes(spec)
+    assert result.final[M.FINAL_PREFIX + M.ACC_LOCAL_MEAN] == result.history[-1][M.ACC_LOCAL_MEAN]
+
+
+def test_fedavg_learns_digits():
+    result = run_spec(tiny_spec(rounds=5, local_epochs=3, scenario={"partition": "iid", "num_clients": 4}))
+    accs = [r[M.ACC_LOCAL_MEAN] for r in result.history]
+    assert accs[-1] > 0.85 and accs[-1] > accs[0]
+
+
+def test_partial_participation_samples_a_seeded_fraction():
+    spec = tiny_spec(rounds=4, algorithm={"name": "fedavg", "client_fraction": 0.5})
+    a, b = run_spec(spec), run_spec(spec)
+    for record in a.history:
+        assert record[M.CLIENTS_SAMPLED] == 2
+        assert record[M.COMM_DOWN_BYTES] == 2 * model_bytes(spec)
+    assert [r[M.ACC_LOCAL_MEAN] for r in a.history] == [r[M.ACC_LOCAL_MEAN] for r in b.history]
+
+
+def test_local_training_communicates_nothing_and_keeps_personal_models():
+    result = run_spec(tiny_spec(algorithm="local", rounds=3))
+    assert result.status == "FINISHED", result.reason
+    assert result.final[M.TOTAL_PREFIX + M.COMM_UP_BYTES] == 0
+    assert result.final[M.TOTAL_PREFIX + M.COMM_DOWN_BYTES] == 0
+    accs = [r[M.ACC_LOCAL_MEAN] for r in result.history]
+    assert accs[-1] > accs[0]  # the personal models persist across rounds in the state store
+
+
+def test_a_diverging_client_fails_the_run_with_its_reason_without_raising():
+    result = run_spec(tiny_spec(optimizer={"lr": 1e30}))
+    assert result.status == "FAILED"
+    assert "ClientDivergedError" in result.reason and "round 1" in result.reason
+    assert result.final["failed_round"] == 1
+
+
+def test_same_seed_same_metrics_on_repeated_serial_runs():
+    a, b = run_spec(tiny_spec(seed=3)), run_spec(tiny_spec(seed=3))
+    c = run_spec(tiny_spec(seed=4))
+    strip = lambda h: [{k: v for k, v in r.items() if not k.startswith("time_")} for r in h]
+    assert strip(a.history) == strip(b.history)
+    assert strip(a.history) != strip(c.history)

@@ -1,0 +1,38 @@
+"""The Ray backend: real actors in separate processes, and the same numbers as the serial backend."""
+
+import os
+
+import pytest
+
+from fedbench.runtime import Federation
+from tests.conftest import tiny_spec
+
+pytestmark = pytest.mark.ray
+
+
+def deterministic(history):
+    return [{k: v for k, v in record.items() if not k.startswith("time_")} for record in history]
+
+
+@pytest.mark.parametrize("algorithm", ["fedavg", "local"])
+def test_ray_gives_the_same_metrics_as_serial(ray_session, algorithm):
+    spec = tiny_spec(algorithm=algorithm, rounds=3, seed=7)
+    serial = Federation(spec, backend="serial").run()
+    on_ray = Federation(spec, backend="ray").run()
+    assert serial.status == on_ray.status == "FINISHED", (serial.reason, on_ray.reason)
+    assert deterministic(on_ray.history) == deterministic(serial.history)
+
+
+def test_clients_run_in_at_least_two_actor_processes(ray_session):
+    federation = Federation(tiny_spec(resources={"backend": "ray", "num_workers": 2}))
+    result = federation.run()
+    assert result.status == "FINISHED", result.reason
+    assert len(set(federation.worker_pids)) == 2
+    assert os.getpid() not in federation.worker_pids
+
+
+def test_a_failure_on_a_ray_worker_fails_only_that_run(ray_session):
+    bad = Federation(tiny_spec(optimizer={"lr": 1e30}), backend="ray").run()
+    good = Federation(tiny_spec(), backend="ray").run()
+    assert bad.status == "FAILED" and "ClientDivergedError" in bad.reason
+    assert good.status == "FINISHED"

@@ -1,0 +1,44 @@
+"""The `fedbench` command end to end, in a subprocess as a user runs it."""
+
+import os
+import subprocess
+import sys
+
+import yaml
+from mlflow.tracking import MlflowClient
+
+from tests.conftest import TINY
+
+
+def fedbench(*args, env_results):
+    env = {**os.environ, "FEDBENCH_RESULTS": str(env_results)}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    return subprocess.run([sys.executable, "-m", "fedbench.cli", *args], capture_output=True, text=True, env=env, timeout=600)
+
+
+def test_run_continues_past_a_failing_run_and_prints_a_table(tmp_path, isolated_results, mlflow_store):
+    task = {k: v for k, v in TINY.items() if k != "task"}
+    task.update(name="cli_task", seeds=[0], grid={"optimizer.lr": [0.05, 1.0e30]})
+    path = tmp_path / "task.yaml"
+    path.write_text(yaml.safe_dump(task))
+    proc = fedbench("run", str(path), "--set", "rounds=2", env_results=isolated_results)
+    assert proc.returncode == 1, proc.stderr  # one run failed
+    assert "fedbench results" in proc.stdout and "failed runs" in proc.stdout
+    assert "ClientDivergedError" in proc.stdout
+    client = MlflowClient(f"sqlite:///{isolated_results / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("cli_task")
+    statuses = sorted(r.info.status for r in client.search_runs([experiment.experiment_id]))
+    assert statuses == ["FAILED", "FINISHED"]
+
+
+def test_bad_input_exits_2_with_the_field_named(tmp_path, isolated_results):
+    proc = fedbench("run", "tasks/quickstart.yaml", "--set", "algorithm.name=fedsgd", env_results=isolated_results)
+    assert proc.returncode == 2
+    assert "algorithm.name: got 'fedsgd'" in proc.stdout and "fedavg" in proc.stdout
+
+
+def test_list_shows_every_registry(isolated_results):
+    proc = fedbench("list", env_results=isolated_results)
+    assert proc.returncode == 0, proc.stderr
+    for name in ("digits", "synthetic", "mnist", "cifar100", "lenet5", "resnet18", "fedavg", "local", "dirichlet"):
+        assert name in proc.stdout

@@ -1,0 +1,115 @@
+"""MLflow logging against the real stores: an sqlite file and a real `mlflow server` on 127.0.0.1."""
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import mlflow
+import pytest
+import yaml
+from mlflow.tracking import MlflowClient
+
+from fedbench.core import metrics as M
+from fedbench.runtime import run_spec
+from fedbench.tracking.mlflow_callback import MlflowCallback
+from tests.conftest import tiny_spec
+
+
+def check_logged(uri: str, spec, result):
+    client = MlflowClient(uri)
+    experiment = client.get_experiment_by_name(spec.task)
+    (run,) = client.search_runs([experiment.experiment_id])
+    assert run.info.status == "FINISHED"
+    assert run.data.params["algorithm.name"] == spec.algorithm.name
+    assert run.data.params["run_hash"] == spec.run_hash
+    assert run.data.params["scenario.alpha"] == str(spec.scenario.partition.kwargs["alpha"])
+    history = client.get_metric_history(run.info.run_id, M.ACC_LOCAL_MEAN)
+    assert [m.step for m in history] == list(range(1, spec.rounds + 1))
+    assert [m.value for m in history] == [r[M.ACC_LOCAL_MEAN] for r in result.history]
+    assert run.data.metrics[M.TOTAL_PREFIX + M.COMM_UP_BYTES] == result.final[M.TOTAL_PREFIX + M.COMM_UP_BYTES] > 0
+    assert run.data.metrics[M.TOTAL_PREFIX + M.TIME_CLIENT_COMPUTE_S] > 0
+    path = client.download_artifacts(run.info.run_id, "runspec.yaml")
+    with open(path) as f:
+        assert yaml.safe_load(f) == spec.to_dict()
+
+
+
+def test_runs_land_in_the_embedded_sqlite_store_under_results(isolated_results, mlflow_store):
+    spec = tiny_spec(rounds=2)
+    result = run_spec(spec, [MlflowCallback()])
+    assert (isolated_results / "mlflow.db").is_file()
+    uri = f"sqlite:///{isolated_results / 'mlflow.db'}"
+    check_logged(uri, spec, result)
+    mlflow.set_tracking_uri(uri)
+    try:
+        frame = mlflow.search_runs(experiment_names=["tiny"])
+    finally:
+        mlflow.set_tracking_uri(None)
+    assert len(frame) == 1 and frame.loc[0, f"metrics.{M.TOTAL_PREFIX}{M.COMM_DOWN_BYTES}"] > 0
+
+
+def test_a_failed_run_is_marked_failed_with_its_reason_and_others_stay_intact(isolated_results, mlflow_store):
+    good = run_spec(tiny_spec(), [MlflowCallback()])
+    bad = run_spec(tiny_spec(seed=1, optimizer={"lr": 1e30}), [MlflowCallback()])
+    assert (good.status, bad.status) == ("FINISHED", "FAILED")
+    client = MlflowClient(f"sqlite:///{isolated_results / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("tiny")
+    runs = {r.data.params["seed"]: r for r in client.search_runs([experiment.experiment_id])}
+    assert runs["0"].info.status == "FINISHED"
+    assert len(client.get_metric_history(runs["0"].info.run_id, M.ACC_LOCAL_MEAN)) == 2
+    assert runs["1"].info.status == "FAILED"
+    assert "ClientDivergedError" in runs["1"].data.tags["failure_reason"]
+
+
+def test_mlflow_tracking_uri_environment_variable_wins(tmp_path, monkeypatch, migrated_store):
+    shutil.copy(migrated_store, tmp_path / "elsewhere.db")
+    uri = f"sqlite:///{tmp_path / 'elsewhere.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    spec = tiny_spec(rounds=1)
+    result = run_spec(spec, [MlflowCallback()])
+    check_logged(uri, spec, result)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def mlflow_server(tmp_path, migrated_store):
+    """A real `mlflow server` subprocess on 127.0.0.1; stopped by its PID."""
+    shutil.copy(migrated_store, tmp_path / "server.db")
+    port = free_port()
+    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+    cmd = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{tmp_path / 'server.db'}",
+           "--artifacts-destination", str(tmp_path / "artifacts"), "--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 240
+    while time.time() < deadline:
+        try:
+            if urllib.request.urlopen(f"{url}/health", timeout=2).status == 200:
+                break
+        except OSError:
+            time.sleep(0.5)
+        assert proc.poll() is None, proc.stderr.read().decode()
+    else:
+        os.killpg(proc.pid, signal.SIGTERM)
+        pytest.fail("mlflow server did not become healthy in 240 s")
+    yield url
+    os.killpg(proc.pid, signal.SIGTERM)  # the server's own process group: only what this fixture started
+    proc.wait(timeout=30)
+
+
+@pytest.mark.mlflow_server
+def test_runs_log_to_a_real_mlflow_server(mlflow_server, monkeypatch):
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_server)
+    spec = tiny_spec(rounds=2)
+    result = run_spec(spec, [MlflowCallback()])
+    check_logged(mlflow_server, spec, result)

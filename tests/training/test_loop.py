@@ -1,0 +1,87 @@
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from fedbench.core.errors import ClientDivergedError
+from fedbench.core.types import OptimizerSpec, RoundContext
+from fedbench.training import ClientData, TrainHooks, average_weights, evaluate, get_weights, set_weights, train_local
+
+
+def separable_data(n=256, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, 2, generator=g)
+    y = (x[:, 0] > 0).long()
+    return ClientData(x[: n // 2], y[: n // 2], x[n // 2 :], y[n // 2 :])
+
+
+def ctx(lr=0.1, epochs=3, seed=0):
+    return RoundContext(round=1, client_id=0, seed=seed, local_epochs=epochs, batch_size=16,
+                        optimizer=OptimizerSpec(lr=lr), num_classes=2)
+
+
+def model(seed=0):
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(2, 8), nn.ReLU(), nn.Linear(8, 2))
+
+
+def test_training_learns_a_separable_problem():
+    data, m = separable_data(), model()
+    before = evaluate(m, data.test_x, data.test_y)["accuracy"]
+    train_local(m, data, ctx())
+    after = evaluate(m, data.test_x, data.test_y)["accuracy"]
+    assert after > 0.9 and after > before
+
+
+def test_same_context_gives_identical_weights_and_another_seed_does_not():
+    data = separable_data()
+    runs = []
+    for seed in (0, 0, 1):
+        m = model()
+        train_local(m, data, ctx(seed=seed))
+        runs.append(get_weights(m))
+    assert all(np.array_equal(runs[0][k], runs[1][k]) for k in runs[0])
+    assert any(not np.array_equal(runs[0][k], runs[2][k]) for k in runs[0])
+
+
+def test_diverging_loss_raises_with_the_client_and_round():
+    with pytest.raises(ClientDivergedError, match="client 0.*round 1"):
+        train_local(model(), separable_data(), ctx(lr=1e30))
+
+
+def test_hooks_freeze_parameters_and_add_loss_terms():
+    data, m = separable_data(), model()
+    frozen_before = m[0].weight.detach().clone()
+    train_local(m, data, ctx(), TrainHooks(trainable=lambda name: not name.startswith("0.")))
+    assert torch.equal(m[0].weight, frozen_before)
+    plain, shrunk = model(), model()
+    train_local(plain, data, ctx())
+    penalty = TrainHooks(extra_loss=lambda mod, x, y, logits: 0.5 * sum((p**2).sum() for p in mod.parameters()))
+    train_local(shrunk, data, ctx(), penalty)
+    norm = lambda mod: sum(float((p.detach() ** 2).sum()) for p in mod.parameters())
+    assert norm(shrunk) < 0.5 * norm(plain)
+
+
+def test_sample_weights_of_zero_leave_the_model_unchanged():
+    data, m = separable_data(), model()
+    before = get_weights(m)
+    train_local(m, data, ctx(), TrainHooks(sample_weight=lambda x, y: torch.zeros(len(y))))
+    after = get_weights(m)
+    assert all(np.array_equal(before[k], after[k]) for k in before)
+
+
+def test_average_weights_is_sample_weighted_and_keeps_integer_buffers():
+    a = {"w": np.array([0.0, 2.0], dtype=np.float32), "n": np.array(3, dtype=np.int64)}
+    b = {"w": np.array([4.0, 6.0], dtype=np.float32), "n": np.array(9, dtype=np.int64)}
+    avg = average_weights([a, b], [1, 3])
+    np.testing.assert_allclose(avg["w"], [3.0, 5.0])
+    assert avg["w"].dtype == np.float32 and avg["n"] == 3
+
+
+def test_set_weights_round_trips_read_only_arrays():
+    m, other = model(0), model(1)
+    weights = get_weights(m)
+    for arr in weights.values():
+        arr.setflags(write=False)  # as numpy arrives from Ray's object store
+    set_weights(other, weights)
+    assert all(np.array_equal(weights[k], v) for k, v in get_weights(other).items())
