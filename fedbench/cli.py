@@ -7,6 +7,7 @@ import sys
 from typing import Sequence
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from fedbench.config import load_task
@@ -15,7 +16,7 @@ from fedbench.core.errors import FedbenchError
 from fedbench.core.registry import ALGORITHMS, DATASETS, MODELS, PARTITIONS
 from fedbench.core.runspec import RunSpec
 
-console = Console()
+console = Console(width=None if sys.stdout.isatty() else 140)
 
 
 def run_specs(specs: Sequence[RunSpec], backend: str | None = None) -> list[RunResult]:
@@ -70,7 +71,7 @@ def cmd_list(args: argparse.Namespace) -> int:
         table = Table(title=f"{registry.kind}s", show_header=False)
         for name in registry.names():
             doc = (registry.get(name).__doc__ or "").strip().splitlines()
-            table.add_row(name, doc[0] if doc else "")
+            table.add_row(name, escape(doc[0]) if doc else "")
         console.print(table)
     return 0
 

@@ -66,10 +66,10 @@ def results_table(results: Sequence[RunResult]) -> Table:
     for r in finished:
         flat = r.spec.flat()
         groups[tuple(str(flat.get(f)) for f in fields)].append(r)
-    table = Table(title="fedbench results (final round, mean ± std over seeds)")
+    table = Table(title="fedbench results: final round, mean ± std over seeds")
     for f in fields:
-        table.add_column(f)
-    for col in ("acc_local_mean", "acc_local_min", "compute s", "MB up", "MB down", "n"):
+        table.add_column(f.removesuffix(".name"))
+    for col in ("acc mean", "acc min", "compute s", "MB up", "MB down", "n"):
         table.add_column(col, justify="right")
 
     def stat(runs: list[RunResult], key: str, scale: float = 1.0, digits: int = 3) -> str:

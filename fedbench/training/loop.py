@@ -66,7 +66,7 @@ def train_local(model: nn.Module, data: ClientData, ctx: RoundContext, hooks: Tr
         order = torch.randperm(data.num_train, generator=generator)
         for start in range(0, data.num_train, ctx.batch_size):
             idx = order[start : start + ctx.batch_size]
-            x = to_float_batch(data.train_x[idx]).to(device)
+            x = to_float_batch(data.train_x[idx].to(device))  # uint8 crosses to the device: 4x fewer bytes
             y = data.train_y[idx].to(device)
             logits = forward(model, x)
             if hooks.sample_weight is None:
@@ -100,7 +100,7 @@ def evaluate(
     forward = forward or (lambda m, xb: m(xb))
     correct, loss_sum = 0, 0.0
     for start in range(0, len(y), batch_size):
-        xb = to_float_batch(x[start : start + batch_size]).to(device)
+        xb = to_float_batch(x[start : start + batch_size].to(device))
         yb = y[start : start + batch_size].to(device)
         logits = forward(model, xb)
         loss_sum += F.cross_entropy(logits, yb, reduction="sum").item()

@@ -111,5 +111,5 @@ def test_bad_override_and_bad_yaml(tmp_path):
 
 def test_shipped_quickstart_task_expands():
     specs = load_task("tasks/quickstart.yaml").expand()
-    assert len(specs) == 9
+    assert len(specs) == 18
     assert {s.algorithm.name for s in specs} == {"fedavg", "local"}

@@ -1,0 +1,200 @@
+"""The in-memory dataset every scenario indexes into, the one cached way to load it, and where files live.
+
+A dataset is loaded once per process and shared read-only: scenarios hold indices into it and workers form
+batches from it, so images stay uint8 (4x smaller in memory and in Ray's object store) until
+`to_float_batch` turns a batch into floats.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence, TypeVar
+
+import numpy as np
+import pandas as pd
+import torch
+
+from fedbench.core.errors import ConfigError, DataMissingError
+from fedbench.core.fields import coerce, signature_fields
+from fedbench.core.registry import DATASETS
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, eq=False)
+class BaseDataset:
+    """One dataset, official train and test splits concatenated (train rows first), arrays read-only.
+
+    Attributes:
+        name: the registry key it was loaded under.
+        x: uint8 [N, C, H, W] for images, float32 [N, D] for vector data.
+        y: int64 [N] labels in [0, num_classes).
+        meta: N rows with a RangeIndex; column 'split' ('train' or 'test', the official split) plus
+            dataset-specific columns (cifar100's 'coarse_label', synthetic's generating 'device').
+        num_classes: number of classes of `y`.
+        classes: class names, indexed by label.
+    """
+
+    name: str
+    x: np.ndarray
+    y: np.ndarray
+    meta: pd.DataFrame
+    num_classes: int
+    classes: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        if not len(self.x) == len(self.y) == len(self.meta):
+            raise ValueError(f"{self.name}: x, y and meta have {len(self.x)}, {len(self.y)}, {len(self.meta)} rows")
+        if self.x.dtype not in (np.uint8, np.float32) or self.y.dtype != np.int64:
+            raise ValueError(f"{self.name}: x must be uint8 or float32 and y int64, got {self.x.dtype}, {self.y.dtype}")
+        if len(self.classes) != self.num_classes:
+            raise ValueError(f"{self.name}: {len(self.classes)} class names for {self.num_classes} classes")
+
+    @classmethod
+    def from_splits(
+        cls, name: str, classes: Sequence[str], train: Mapping[str, np.ndarray], test: Mapping[str, np.ndarray]
+    ) -> BaseDataset:
+        """Concatenate an official split, train rows first, into a read-only dataset.
+
+        Args:
+            name: registry key of the dataset.
+            classes: class names indexed by label.
+            train: arrays of the training split: 'x', 'y', and any further key becomes a meta column.
+            test: the same keys for the test split.
+        """
+        columns = {key: np.concatenate([train[key], test[key]]) for key in train}
+        x, y = columns.pop("x"), columns.pop("y").astype(np.int64)
+        split = np.repeat(np.array(["train", "test"]), [len(train["y"]), len(test["y"])])
+        meta = pd.DataFrame({"split": split, **columns})
+        # Shared by every caller in the process (and read-only in Ray's object store anyway): fail loudly
+        # on in-place edits instead of silently corrupting other runs' data.
+        x.flags.writeable = False
+        y.flags.writeable = False
+        return cls(name, x, y, meta, len(classes), tuple(classes))
+
+    @property
+    def input_shape(self) -> tuple[int, ...]:
+        return tuple(self.x.shape[1:])
+
+    @property
+    def is_image(self) -> bool:
+        return self.x.dtype == np.uint8
+
+    def __len__(self) -> int:
+        return len(self.y)
+
+
+_LOADED: dict[tuple[str, str, tuple[tuple[str, Any], ...]], BaseDataset] = {}
+
+
+def load_dataset(name: str, data_root: str | os.PathLike | None = None, **options: Any) -> BaseDataset:
+    """The dataset registered as `name`, loaded once per process for each (name, root, options).
+
+    Args:
+        name: a key of `fedbench.core.registry.DATASETS` (mnist, fmnist, emnist, cifar10, cifar100, digits,
+            synthetic, ...).
+        data_root: folder in torchvision's layout; see `resolve_root` for the fallbacks.
+        **options: the loader's keyword parameters (e.g. `label="coarse"` for cifar100).
+
+    Raises:
+        UnknownNameError: `name` is not registered (the message lists the known names).
+        ConfigError: an option is unknown or has a bad value (the message lists what is allowed).
+        DataMissingError: the files are neither under the root nor downloadable.
+    """
+    loader = DATASETS.get(name, field="dataset.name")
+    fields = signature_fields(loader, skip=1)
+    for option, value in options.items():
+        if option not in fields:
+            raise ConfigError(f"dataset.{option}", value, f"options of {name} are: {', '.join(sorted(fields)) or 'none'}")
+    # Defaults filled in and values coerced, so that spelling an option out or leaving it at its default
+    # finds the same cached dataset.
+    resolved = {
+        opt: coerce(f"dataset.{opt}", options[opt], annotation) if opt in options else default
+        for opt, (annotation, default) in fields.items()
+    }
+    root = resolve_root(data_root)
+    key = (name, str(root), tuple(sorted(resolved.items())))
+    if key not in _LOADED:
+        _LOADED[key] = loader(root, **resolved)
+    return _LOADED[key]
+
+
+def to_float_batch(xb: torch.Tensor) -> torch.Tensor:
+    """The one place images become floats: uint8 [0, 255] -> float32 [0, 1]; float input -> float32.
+
+    Datasets keep images uint8 so that shared memory holds a quarter of the bytes; call this on each batch
+    (after moving it to the device, so that the transfer is also 4x smaller).
+    """
+    if xb.dtype == torch.uint8:
+        return xb.to(torch.float32) / 255.0
+    if xb.is_floating_point():
+        return xb.to(torch.float32)
+    raise TypeError(f"expected a uint8 or floating-point batch, got {xb.dtype}")
+
+
+def resolve_root(data_root: str | os.PathLike | None) -> Path:
+    """Where dataset files are read from: `data_root`, else env `FEDBENCH_DATA`, else ~/.cache/fedbench/data.
+
+    The default is the folder downloads go to when `FEDBENCH_CACHE` is unset, so a download is found again.
+    """
+    chosen = data_root or os.environ.get("FEDBENCH_DATA") or "~/.cache/fedbench/data"
+    return Path(chosen).expanduser().resolve()
+
+
+def cache_dir() -> Path:
+    """fedbench's writable folder (env `FEDBENCH_CACHE`, else ~/.cache/fedbench); never a user's data root."""
+    return Path(os.environ.get("FEDBENCH_CACHE") or "~/.cache/fedbench").expanduser()
+
+
+def read_or_download(
+    name: str,
+    root: Path,
+    folder: str,
+    expected: str,
+    read: Callable[[Path], T | None],
+    download: Callable[[Path], object],
+) -> T:
+    """Read a dataset's files from `root`, else from the download cache, else download them into the cache.
+
+    The root may be read-only or shared, so nothing is ever written there: downloads and extractions go to
+    `cache_dir() / "data"`, laid out like torchvision's roots.
+
+    Args:
+        name: dataset name, for the message.
+        root: the resolved data root.
+        folder: torchvision's folder of the files relative to a root (e.g. `MNIST/raw`).
+        expected: the files looked for, as the message should name them.
+        read: returns the data found under a root, or None when its files are not there.
+        download: torchvision's download into a root; any exception it raises counts as "no network".
+
+    Raises:
+        DataMissingError: naming the folder, the expected files and how to point fedbench at them.
+    """
+    store = (cache_dir() / "data").resolve()
+    for where in dict.fromkeys([root, store]):
+        found = read(where)
+        if found is not None:
+            return found
+    try:
+        download(store)
+    except Exception as exc:  # torchvision raises URLError, RuntimeError, BadZipFile... all mean "no copy"
+        reason = " ".join(str(exc).split())  # torchvision's messages span lines, one per mirror
+        problem, cause = f"downloading into {store / folder} failed ({type(exc).__name__}: {reason})", exc
+    else:
+        found = read(store)
+        if found is not None:
+            return found
+        problem, cause = f"a download into {store / folder} left no readable files", None
+    raise DataMissingError(
+        f"{name}: dataset files not found in {root / folder}; expected {expected}; {problem}. "
+        f"Set FEDBENCH_DATA (or the task's dataset.data_root) to a folder in torchvision's layout, "
+        f"i.e. one holding {folder}/ with these files."
+    ) from cause
+
+
+def require(ok: bool, option: str, value: Any, allowed: str) -> None:
+    """Reject a bad option value at the boundary with a ConfigError naming `dataset.<option>`."""
+    if not ok:
+        raise ConfigError(f"dataset.{option}", value, allowed)

@@ -1,0 +1,110 @@
+"""MNIST, Fashion-MNIST and EMNIST digits, from idx files in torchvision's root layout.
+
+torchvision with download=False reads only the extracted idx files, while machines without internet often
+keep just the original .gz files (they must not be extracted into a shared, possibly read-only root), so
+the .gz files are parsed here directly. Images become uint8 [N, 1, 28, 28].
+"""
+
+from __future__ import annotations
+
+import gzip
+import math
+from pathlib import Path
+
+import numpy as np
+
+from fedbench.core.registry import register_dataset
+from fedbench.data.base import BaseDataset, read_or_download
+
+DIGITS = tuple("0123456789")
+FASHION = ("T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot")
+
+_MNIST_FILES = {
+    "train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
+    "test": ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"),
+}
+_EMNIST_FILES = {
+    s: (f"emnist-digits-{s}-images-idx3-ubyte", f"emnist-digits-{s}-labels-idx1-ubyte") for s in ("train", "test")
+}
+IMAGES_MAGIC, LABELS_MAGIC = 2051, 2049
+
+
+@register_dataset("mnist")
+def mnist(root: Path) -> BaseDataset:
+    """MNIST handwritten digits (60000 train + 10000 test), from `<root>/MNIST/raw/`."""
+    return BaseDataset.from_splits("mnist", DIGITS, *_load_idx("mnist", root, "MNIST", _MNIST_FILES))
+
+
+@register_dataset("fmnist")
+def fmnist(root: Path) -> BaseDataset:
+    """Fashion-MNIST clothing images (60000 train + 10000 test), from `<root>/FashionMNIST/raw/`."""
+    return BaseDataset.from_splits("fmnist", FASHION, *_load_idx("fmnist", root, "FashionMNIST", _MNIST_FILES))
+
+
+@register_dataset("emnist")
+def emnist(root: Path) -> BaseDataset:
+    """EMNIST's 'digits' split (240000 train + 40000 test), from `<root>/EMNIST/raw/`.
+
+    The NIST files store each image transposed relative to MNIST, and torchvision leaves them so; they are
+    transposed back here so that a model sees upright digits, as with MNIST.
+    """
+    train, test = _load_idx("emnist", root, "EMNIST", _EMNIST_FILES, split="digits")
+    for part in (train, test):
+        part["x"] = part["x"].transpose(0, 1, 3, 2)
+    return BaseDataset.from_splits("emnist", DIGITS, train, test)
+
+
+def _load_idx(
+    name: str, root: Path, folder: str, files: dict[str, tuple[str, str]], **torchvision_kwargs: str
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """The train and test {'x', 'y'} of an idx dataset: extracted files, else .gz files, else a download.
+
+    Args:
+        name: dataset name, for messages.
+        root: the data root.
+        folder: torchvision's folder (and class name) of the dataset under a root.
+        files: (images, labels) file names of each split, without .gz.
+        **torchvision_kwargs: further arguments of torchvision's class (EMNIST's `split`).
+    """
+    names = [n for pair in files.values() for n in pair]
+
+    def open_torchvision(where: Path, train: bool, download: bool):
+        import torchvision.datasets  # here, not at the top: a seconds-long import digits/synthetic need not pay
+
+        cls = getattr(torchvision.datasets, folder)
+        return cls(where, train=train, download=download, **torchvision_kwargs)
+
+    def read(where: Path) -> dict[str, tuple[np.ndarray, np.ndarray]] | None:
+        raw = where / folder / "raw"
+        if all((raw / n).is_file() for n in names):
+            loaded = {s: open_torchvision(where, s == "train", False) for s in files}
+            return {s: (d.data.numpy(), d.targets.numpy()) for s, d in loaded.items()}
+        if all((raw / f"{n}.gz").is_file() for n in names):
+            return {
+                s: (read_idx_gz(raw / f"{img}.gz", IMAGES_MAGIC), read_idx_gz(raw / f"{lbl}.gz", LABELS_MAGIC))
+                for s, (img, lbl) in files.items()
+            }
+        return None
+
+    expected = ", ".join(f"{n}.gz" for n in names) + " (or the same files extracted, without .gz)"
+    found = read_or_download(name, root, f"{folder}/raw", expected, read, lambda where: open_torchvision(where, True, True))
+    train, test = ({"x": x[:, None], "y": y} for x, y in (found["train"], found["test"]))
+    return train, test
+
+
+def read_idx_gz(path: Path, magic: int) -> np.ndarray:
+    """The uint8 array in a gzipped idx file: big-endian int32 magic, one int32 per dimension, then the data.
+
+    The magic's low byte is the number of dimensions (2051: 3-d images, 2049: 1-d labels).
+    """
+    with gzip.open(path, "rb") as f:
+        blob = f.read()
+    found = int.from_bytes(blob[:4], "big")
+    if found != magic:
+        raise ValueError(f"{path}: idx magic number {found}, expected {magic}")
+    ndim = magic & 0xFF
+    shape = tuple(int(d) for d in np.frombuffer(blob, ">i4", count=ndim, offset=4))
+    data = np.frombuffer(blob, np.uint8, offset=4 + 4 * ndim)
+    if data.size != math.prod(shape):
+        raise ValueError(f"{path}: header says {shape} ({math.prod(shape)} bytes) but {data.size} bytes follow")
+    return data.reshape(shape)
