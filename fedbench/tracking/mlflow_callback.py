@@ -8,25 +8,28 @@ FAILED with its reason in the `failure_reason` tag and its traceback as an artif
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 from mlflow.entities import Metric, Param, RunTag
 from mlflow.tracking import MlflowClient
 
 from fedbench.core.callbacks import Callback, RoundRecord, RunResult
 from fedbench.core.runspec import RunSpec
-from fedbench.tracking.paths import results_dir, tracking_uri
+from fedbench.tracking.paths import tracking_uri
 
 MAX_PARAM_LENGTH = 6000
 
 
 def experiment_id_for(client: MlflowClient, name: str) -> str:
-    """The id of experiment `name`, created if needed (artifacts beside the sqlite store when local)."""
+    """The id of experiment `name`, created if needed (artifacts beside the database of an sqlite store;
+    a tracking server decides for itself)."""
     experiment = client.get_experiment_by_name(name)
     if experiment is not None:
         return experiment.experiment_id
     artifact_location = None
-    if client.tracking_uri.startswith("sqlite:"):
-        artifact_location = (results_dir() / "mlartifacts" / name).as_uri()
+    if client.tracking_uri.startswith("sqlite:///"):
+        database = Path(client.tracking_uri.removeprefix("sqlite:///")).resolve()
+        artifact_location = (database.parent / "mlartifacts" / name).as_uri()
     return client.create_experiment(name, artifact_location=artifact_location)
 
 
