@@ -19,32 +19,42 @@ from fedbench.core.runspec import RunSpec
 console = Console(width=None if sys.stdout.isatty() else 140)
 
 
-def run_specs(specs: Sequence[RunSpec], backend: str | None = None) -> list[RunResult]:
-    """Run RunSpecs in order, each logged to MLflow; a failed run is reported and the others go on."""
+def run_specs(specs: Sequence[RunSpec]) -> list[RunResult]:
+    """Run RunSpecs in order, each logged to MLflow; a failed run is reported and the others go on.
+
+    Runs on the ray backend share one pool of client actors (started once, not per run); the pool is
+    replaced after a failed run, so a crashed actor cannot take later runs down with it.
+    """
     from fedbench.runtime import Federation
     from fedbench.tracking.console import ProgressCallback
     from fedbench.tracking.mlflow_callback import MlflowCallback
 
-    use_ray = (backend or specs[0].resources.backend) == "ray" if specs else False
-    started_ray = False
-    if use_ray:
-        import ray
-
-        from fedbench.runtime.ray_pool import ensure_ray
-
-        started_ray = not ray.is_initialized()
-        ensure_ray()
+    ray_started_here, pool = False, None
     results = []
     try:
         for i, spec in enumerate(specs, 1):
+            if spec.resources.backend == "ray" and (pool is None or pool.resources != spec.resources):
+                import ray
+
+                from fedbench.runtime.ray_pool import RayWorkerPool
+
+                ray_started_here = ray_started_here or not ray.is_initialized()
+                if pool is not None:
+                    pool.close()
+                pool = RayWorkerPool(spec.resources, max(s.scenario.num_clients for s in specs))
             callbacks = [MlflowCallback(), ProgressCallback(position=f"[{i}/{len(specs)}] ")]
-            result = Federation(spec, callbacks, backend=backend).run()
+            result = Federation(spec, callbacks, pool=pool if spec.resources.backend == "ray" else None).run()
             acc = result.final.get("final/acc_local_mean", float("nan"))
-            status = "[green]ok" if result.status == "FINISHED" else f"[red]FAILED: {result.reason}"
+            status = "[green]ok" if result.status == "FINISHED" else f"[red]FAILED: {escape(result.reason)}"
             console.print(f"[{i}/{len(specs)}] {spec.label}: acc_local_mean={acc:.4f} {status}")
             results.append(result)
+            if result.status == "FAILED" and pool is not None:
+                pool.close()
+                pool = None
     finally:
-        if started_ray:
+        if pool is not None:
+            pool.close()
+        if ray_started_here:
             import ray
 
             ray.shutdown()
@@ -55,10 +65,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     from fedbench.tracking.console import failures_table, results_table
     from fedbench.tracking.paths import tracking_uri
 
-    task = load_task(args.task, args.set)
+    overrides = [*args.set, *([f"resources.backend={args.backend}"] if args.backend else [])]
+    task = load_task(args.task, overrides)
     specs = task.expand()
-    console.print(f"task [bold]{task.name}[/]: {len(specs)} runs, backend {args.backend or specs[0].resources.backend}, tracking {tracking_uri()}")
-    results = run_specs(specs, args.backend)
+    backends = ", ".join(sorted({s.resources.backend for s in specs}))
+    console.print(f"task [bold]{task.name}[/]: {len(specs)} runs, backend {backends}, tracking {tracking_uri()}")
+    results = run_specs(specs)
     console.print(results_table(results))
     failures = failures_table(results)
     if failures is not None:

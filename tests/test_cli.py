@@ -4,6 +4,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
@@ -16,19 +17,21 @@ def fedbench(*args, env_results):
     return subprocess.run([sys.executable, "-m", "fedbench.cli", *args], capture_output=True, text=True, env=env, timeout=600)
 
 
-def test_run_continues_past_a_failing_run_and_prints_a_table(tmp_path, isolated_results, mlflow_store):
+@pytest.mark.parametrize("backend", ["serial", pytest.param("ray", marks=pytest.mark.ray)])
+def test_run_continues_past_a_failing_run_and_prints_a_table(tmp_path, isolated_results, mlflow_store, backend):
     task = {k: v for k, v in TINY.items() if k != "task"}
-    task.update(name="cli_task", seeds=[0], grid={"optimizer.lr": [0.05, 1.0e30]})
+    task.update(name="cli_task", seeds=[0], grid={"optimizer.lr": [1.0e30, 0.05]})
     path = tmp_path / "task.yaml"
     path.write_text(yaml.safe_dump(task))
-    proc = fedbench("run", str(path), "--set", "rounds=2", env_results=isolated_results)
+    proc = fedbench("run", str(path), "--set", "rounds=2", "--backend", backend, env_results=isolated_results)
     assert proc.returncode == 1, proc.stderr  # one run failed
     assert "fedbench results" in proc.stdout and "failed runs" in proc.stdout
     assert "ClientDivergedError" in proc.stdout
     client = MlflowClient(f"sqlite:///{isolated_results / 'mlflow.db'}")
     experiment = client.get_experiment_by_name("cli_task")
-    statuses = sorted(r.info.status for r in client.search_runs([experiment.experiment_id]))
-    assert statuses == ["FAILED", "FINISHED"]
+    runs = client.search_runs([experiment.experiment_id])
+    assert sorted(r.info.status for r in runs) == ["FAILED", "FINISHED"]  # the failure came first
+    assert {r.data.params["resources.backend"] for r in runs} == {backend}
 
 
 def test_bad_input_exits_2_with_the_field_named(tmp_path, isolated_results):

@@ -24,7 +24,8 @@ class SerialBackend:
     name = "serial"
 
     def __init__(self, dataset: BaseDataset, scenario: Scenario, spec: RunSpec):
-        self.worker = ClientWorker(dataset, scenario, spec)
+        self.worker = ClientWorker()
+        self.worker.load(dataset, scenario, spec)
 
     def run(self, kind: JobKind, round: int, payloads: Mapping[int, Payload], store: StateStore) -> list[ClientResult]:
         results = []
@@ -44,10 +45,14 @@ class SerialBackend:
         pass
 
 
-def make_backend(name: str, dataset: BaseDataset, scenario: Scenario, spec: RunSpec):
-    """The backend called `name` (`serial` or `ray`), started for this run."""
+def make_backend(name: str, dataset: BaseDataset, scenario: Scenario, spec: RunSpec, pool=None):
+    """The backend called `name` (`serial` or `ray`), started for this run.
+
+    Args:
+        pool: a `RayWorkerPool` to run on (shared by several runs); None starts one for this run only.
+    """
     if name == "ray":
         from fedbench.runtime.ray_pool import RayBackend  # Ray is imported only when asked for
 
-        return RayBackend(dataset, scenario, spec)
+        return RayBackend(dataset, scenario, spec, pool)
     return SerialBackend(dataset, scenario, spec)

@@ -30,10 +30,17 @@ from fedbench.scenarios import build_scenario
 class Federation:
     """Runs one RunSpec on the serial or the ray backend and reports to callbacks."""
 
-    def __init__(self, spec: RunSpec, callbacks: Sequence[Callback] = (), backend: str | None = None):
+    def __init__(self, spec: RunSpec, callbacks: Sequence[Callback] = (), backend: str | None = None, pool=None):
+        """Args:
+            spec: the run.
+            callbacks: called at run start, after every round and at run end.
+            backend: `serial` or `ray`; None uses `spec.resources.backend`.
+            pool: a `RayWorkerPool` shared with other runs (ray backend); None starts one for this run.
+        """
         self.spec = spec
         self.callbacks = list(callbacks)
         self.backend_name = backend or spec.resources.backend
+        self.pool = pool
         self.worker_pids: list[int] = []
 
     def run(self) -> RunResult:
@@ -46,7 +53,7 @@ class Federation:
             dataset = load_dataset(self.spec.dataset.name, self.spec.dataset.data_root, **self.spec.dataset.kwargs)
             scenario = build_scenario(dataset, self.spec.scenario, self.spec.seed)
             algorithm = make_algorithm(self.spec, dataset.input_shape, dataset.num_classes)
-            backend = make_backend(self.backend_name, dataset, scenario, self.spec)
+            backend = make_backend(self.backend_name, dataset, scenario, self.spec, self.pool)
             self.worker_pids = backend.worker_pids()
             self._loop(algorithm, backend, history)
             result = RunResult(self.spec, "FINISHED", history, summarize(history, time.perf_counter() - start))

@@ -1,6 +1,7 @@
 """The Ray backend: a pool of ClientWorker actors fed largest-client-first.
 
-The base dataset and the scenario are `ray.put` once per run and reach each actor by reference; each
+The pool outlives a run: consecutive runs with the same resources reuse its actors. The base dataset is
+`ray.put` once (again only when a run uses another dataset), the scenario once per run; each
 distinct payload of a round (usually one global model) is `ray.put` once, as numpy; updates come back as
 numpy. Client states stay in the object store: `fit` has two returns and the driver fetches only the
 result, keeping the new state's reference in the StateStore.
@@ -13,7 +14,7 @@ from typing import Mapping
 
 import ray
 
-from fedbench.core.runspec import RunSpec
+from fedbench.core.runspec import ResourceSpec, RunSpec
 from fedbench.core.types import ClientResult, Payload
 from fedbench.data import BaseDataset
 from fedbench.runtime.state_store import StateStore
@@ -31,29 +32,51 @@ def ensure_ray(address: str | None = None, num_cpus: int | None = None) -> None:
     ray.init(address=address, num_cpus=num_cpus, include_dashboard=False, log_to_driver=True, configure_logging=False)
 
 
-def pool_size(spec: RunSpec, available: Mapping[str, float]) -> int:
+def pool_size(resources: ResourceSpec, available: Mapping[str, float], max_clients: int) -> int:
     """Workers to start: the explicit `resources.num_workers`, else as many as free resources allow."""
-    res = spec.resources
-    if res.num_workers is not None:
-        return max(1, min(res.num_workers, spec.scenario.num_clients))
-    fit = int(available.get("CPU", 1) // res.client_cpus)
-    if res.client_gpus > 0:
-        fit = min(fit, int(available.get("GPU", 0) // res.client_gpus))
-    return max(1, min(fit, spec.scenario.num_clients))
+    if resources.num_workers is not None:
+        return max(1, min(resources.num_workers, max_clients))
+    fit = int(available.get("CPU", 1) // resources.client_cpus)
+    if resources.client_gpus > 0:
+        fit = min(fit, int(available.get("GPU", 0) // resources.client_gpus))
+    return max(1, min(fit, max_clients))
+
+
+class RayWorkerPool:
+    """Long-lived ClientWorker actors with one resource shape, reused by consecutive runs."""
+
+    def __init__(self, resources: ResourceSpec, max_clients: int):
+        ensure_ray()
+        self.resources = resources
+        n = pool_size(resources, ray.available_resources(), max_clients)
+        options = {"num_cpus": resources.client_cpus, "num_gpus": resources.client_gpus}
+        self.workers = [RemoteClientWorker.options(**options).remote() for _ in range(n)]
+        self._dataset = None  # (dataset, ref) of the last dataset shipped: runs of a task usually share it
+
+    def load(self, dataset: BaseDataset, scenario: Scenario, spec: RunSpec) -> None:
+        """Point every worker at a run; the dataset is `ray.put` only when it changed since the last run."""
+        if self._dataset is None or self._dataset[0] is not dataset:
+            self._dataset = (dataset, ray.put(dataset))
+        scenario_ref = ray.put(scenario)
+        ray.get([w.load.remote(self._dataset[1], scenario_ref, spec) for w in self.workers])
+
+    def close(self) -> None:
+        for worker in self.workers:
+            ray.kill(worker)
+        self.workers = []
 
 
 class RayBackend:
-    """Client jobs on `ClientWorker` actors; one dispatch loop for fit and evaluate jobs."""
+    """Client jobs on a pool of `ClientWorker` actors; one dispatch loop for fit and evaluate jobs."""
 
     name = "ray"
 
-    def __init__(self, dataset: BaseDataset, scenario: Scenario, spec: RunSpec):
-        ensure_ray()
+    def __init__(self, dataset: BaseDataset, scenario: Scenario, spec: RunSpec, pool: RayWorkerPool | None = None):
+        self.owns_pool = pool is None
+        self.pool = pool or RayWorkerPool(spec.resources, spec.scenario.num_clients)
+        self.pool.load(dataset, scenario, spec)
+        self.workers = self.pool.workers
         self.scenario = scenario
-        dataset_ref, scenario_ref = ray.put(dataset), ray.put(scenario)
-        n = pool_size(spec, ray.available_resources())
-        options = {"num_cpus": spec.resources.client_cpus, "num_gpus": spec.resources.client_gpus}
-        self.workers = [RemoteClientWorker.options(**options).remote(dataset_ref, scenario_ref, spec) for _ in range(n)]
 
     def run(self, kind: str, round: int, payloads: Mapping[int, Payload], store: StateStore) -> list[ClientResult]:
         shipped: dict[int, ray.ObjectRef] = {}  # id(payload) -> ref: each distinct payload is put once
@@ -85,6 +108,5 @@ class RayBackend:
         return ray.get([w.pid.remote() for w in self.workers])
 
     def close(self) -> None:
-        for worker in self.workers:
-            ray.kill(worker)
-        self.workers = []
+        if self.owns_pool:
+            self.pool.close()

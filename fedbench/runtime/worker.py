@@ -36,9 +36,13 @@ def torch_job_scope(seed: int, threads: int) -> Iterator[None]:
 
 
 class ClientWorker:
-    """Stateless between jobs: client state comes in with the job and goes back with the result."""
+    """Stateless between jobs: client state comes in with the job and goes back with the result.
 
-    def __init__(self, dataset: BaseDataset, scenario: Scenario, spec: RunSpec):
+    `load` points the worker at a run (dataset, scenario, RunSpec); a pool of workers is reused by every run
+    of a task, so a Ray actor pays its start-up (Python, torch, first-kernel warm-up) once, not per run.
+    """
+
+    def load(self, dataset: BaseDataset, scenario: Scenario, spec: RunSpec) -> None:
         self.dataset = dataset
         self.scenario = scenario
         self.spec = spec

@@ -36,3 +36,20 @@ def test_a_failure_on_a_ray_worker_fails_only_that_run(ray_session):
     good = Federation(tiny_spec(), backend="ray").run()
     assert bad.status == "FAILED" and "ClientDivergedError" in bad.reason
     assert good.status == "FINISHED"
+
+
+def test_a_shared_pool_serves_consecutive_runs_with_the_same_numbers(ray_session):
+    from fedbench.runtime.ray_pool import RayWorkerPool
+
+    spec = tiny_spec(resources={"backend": "ray", "num_workers": 2})
+    pool = RayWorkerPool(spec.resources, spec.scenario.num_clients)
+    try:
+        first = Federation(spec, pool=pool)
+        shared = first.run()
+        second = Federation(tiny_spec(algorithm="local", resources={"backend": "ray", "num_workers": 2}), pool=pool)
+        assert second.run().status == "FINISHED"
+        assert first.worker_pids == second.worker_pids  # the same actors, not new processes
+    finally:
+        pool.close()
+    fresh = Federation(spec).run()
+    assert deterministic(shared.history) == deterministic(fresh.history)
