@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from typing import Iterator
+from typing import Callable, Iterator, TypeVar
 
 import torch
 
@@ -19,7 +19,9 @@ from fedbench.core.runspec import RunSpec
 from fedbench.core.types import ClientResult, ClientState, Payload, RoundContext, derive_seed
 from fedbench.data import BaseDataset
 from fedbench.scenarios import Scenario
-from fedbench.training import materialize
+from fedbench.training import ClientData, materialize
+
+T = TypeVar("T")
 
 
 @contextlib.contextmanager
@@ -65,20 +67,25 @@ class ClientWorker:
         )
 
     def fit(self, round: int, client_id: int, payload: Payload, state: ClientState) -> tuple[ClientResult, ClientState]:
-        start = time.perf_counter()
-        ctx = self._context(round, client_id)
-        data = materialize(self.dataset, self.scenario.view(round, client_id))
-        with torch_job_scope(derive_seed(self.spec.seed, round, client_id, "fit"), self.threads):
-            uplink, new_state, metrics = self.algorithm.client_update(payload, state, data, ctx)
-        return ClientResult(client_id, uplink, metrics, time.perf_counter() - start), new_state
+        (uplink, new_state, metrics), seconds = self._job(
+            "fit", round, client_id, lambda data, ctx: self.algorithm.client_update(payload, state, data, ctx)
+        )
+        return ClientResult(client_id, uplink, metrics, seconds), new_state
 
     def evaluate(self, round: int, client_id: int, payload: Payload, state: ClientState) -> ClientResult:
+        metrics, seconds = self._job(
+            "evaluate", round, client_id, lambda data, ctx: self.algorithm.client_evaluate(payload, state, data, ctx)
+        )
+        return ClientResult(client_id, {}, metrics, seconds)
+
+    def _job(self, purpose: str, round: int, client_id: int, call: Callable[[ClientData, RoundContext], T]) -> tuple[T, float]:
+        """Run `call` on the client's data for `round` in a seeded, fixed-thread scope; returns (its output, seconds)."""
         start = time.perf_counter()
         ctx = self._context(round, client_id)
         data = materialize(self.dataset, self.scenario.view(round, client_id))
-        with torch_job_scope(derive_seed(self.spec.seed, round, client_id, "evaluate"), self.threads):
-            metrics = self.algorithm.client_evaluate(payload, state, data, ctx)
-        return ClientResult(client_id, {}, metrics, time.perf_counter() - start)
+        with torch_job_scope(derive_seed(self.spec.seed, round, client_id, purpose), self.threads):
+            out = call(data, ctx)
+        return out, time.perf_counter() - start
 
     def pid(self) -> int:
         return os.getpid()
