@@ -3,6 +3,9 @@
 A dataset is loaded once per process and shared read-only: scenarios hold indices into it and workers form
 batches from it, so images stay uint8 (4x smaller in memory and in Ray's object store) until
 `to_float_batch` turns a batch into floats.
+
+Each loader also declares its `DatasetFacts` (`@with_facts`), so that a task's scenario can be checked
+against the dataset (enough classes? a 'writer' column?) when the task is loaded, before any file is read.
 """
 
 from __future__ import annotations
@@ -86,6 +89,72 @@ class BaseDataset:
         return len(self.y)
 
 
+@dataclass(frozen=True)
+class DatasetFacts:
+    """What a dataset is, known without loading it: what scenario checks at task-load time rely on.
+
+    Attributes:
+        num_classes: number of classes of `y`.
+        channels: image channels; None for vector (non-image) datasets.
+        image_size: (height, width) of the images; None for vector datasets.
+        meta_columns: the meta columns besides 'split' (natural splits use them: 'writer', 'domain', ...).
+        superclasses: class -> superclass id, where the dataset defines a grouping (CIFAR-10's vehicles
+            and animals, CIFAR-100's 20 coarse labels); None otherwise.
+    """
+
+    num_classes: int
+    channels: int | None
+    image_size: tuple[int, int] | None
+    meta_columns: tuple[str, ...] = ()
+    superclasses: tuple[int, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if self.superclasses is not None and len(self.superclasses) != self.num_classes:
+            raise ValueError(f"{len(self.superclasses)} superclass ids for {self.num_classes} classes")
+
+
+def with_facts(facts: DatasetFacts | Callable[..., DatasetFacts]) -> Callable[[T], T]:
+    """Attach a loader's facts, as `loader.facts(**params)`: fixed facts, or a function of the loader's params.
+
+    The function gets every loader parameter but the root, defaults filled in and values coerced, and
+    should reject bad values the way the loader would (a ConfigError naming `dataset.<option>`), so that
+    a task fails when it is loaded rather than when its data is.
+    """
+    describe = facts if callable(facts) else (lambda **params: facts)
+
+    def attach(loader: T) -> T:
+        loader.facts = describe  # type: ignore[attr-defined]
+        return loader
+
+    return attach
+
+
+def dataset_facts(name: str, **params: Any) -> DatasetFacts:
+    """The facts of dataset `name` with loader options `params`, without reading any data.
+
+    Raises:
+        UnknownNameError: `name` is not registered.
+        ConfigError: an option is unknown or has a bad value.
+    """
+    loader = DATASETS.get(name, field="dataset.name")
+    describe = getattr(loader, "facts", None)
+    if describe is None:
+        raise NotImplementedError(f"dataset {name!r} declares no facts: decorate its loader with @with_facts")
+    return describe(**resolve_options(name, loader, params))
+
+
+def resolve_options(name: str, loader: Callable[..., Any], options: Mapping[str, Any]) -> dict[str, Any]:
+    """The loader's keyword options with defaults filled in and values coerced; unknown options rejected."""
+    fields = signature_fields(loader, skip=1)
+    for option, value in options.items():
+        if option not in fields:
+            raise ConfigError(f"dataset.{option}", value, f"options of {name} are: {', '.join(sorted(fields)) or 'none'}")
+    return {
+        opt: coerce(f"dataset.{opt}", options[opt], annotation) if opt in options else default
+        for opt, (annotation, default) in fields.items()
+    }
+
+
 _LOADED: dict[tuple[str, str, tuple[tuple[str, Any], ...]], BaseDataset] = {}
 
 
@@ -104,16 +173,9 @@ def load_dataset(name: str, data_root: str | os.PathLike | None = None, **option
         DataMissingError: the files are neither under the root nor downloadable.
     """
     loader = DATASETS.get(name, field="dataset.name")
-    fields = signature_fields(loader, skip=1)
-    for option, value in options.items():
-        if option not in fields:
-            raise ConfigError(f"dataset.{option}", value, f"options of {name} are: {', '.join(sorted(fields)) or 'none'}")
     # Defaults filled in and values coerced, so that spelling an option out or leaving it at its default
     # finds the same cached dataset.
-    resolved = {
-        opt: coerce(f"dataset.{opt}", options[opt], annotation) if opt in options else default
-        for opt, (annotation, default) in fields.items()
-    }
+    resolved = resolve_options(name, loader, options)
     root = resolve_root(data_root)
     key = (name, str(root), tuple(sorted(resolved.items())))
     if key not in _LOADED:

@@ -13,20 +13,47 @@ from typing import Any, Literal
 import numpy as np
 
 from fedbench.core.registry import register_dataset
-from fedbench.data.base import BaseDataset, read_or_download
+from fedbench.data.base import BaseDataset, DatasetFacts, read_or_download, with_facts
 
 _CIFAR10 = ("cifar-10-batches-py", [f"data_batch_{i}" for i in range(1, 6)], ["test_batch"], "batches.meta")
 _CIFAR100 = ("cifar-100-python", ["train"], ["test"], "meta")
 
+# CIFAR-10's two natural groups (001 Sec. IV-A E1/E2a, K=2 "vehicles vs animals"): airplane, automobile,
+# ship and truck (labels 0, 1, 8, 9) are vehicles (0); bird, cat, deer, dog, frog and horse animals (1).
+CIFAR10_SUPERCLASSES = (0, 0, 1, 1, 1, 1, 1, 1, 0, 0)
+# CIFAR-100's official coarse label of each fine label, fine labels in the dataset's (alphabetical) order:
+# 0 apple -> 4 fruit_and_vegetables, 1 aquarium_fish -> 1 fish, 2 baby -> 14 people, ..., 99 worm -> 13
+# non-insect_invertebrates. The same table as the 'coarse_labels' stored beside 'fine_labels' in the pickles.
+CIFAR100_COARSE_OF_FINE = (
+    4, 1, 14, 8, 0, 6, 7, 7, 18, 3,
+    3, 14, 9, 18, 7, 11, 3, 9, 7, 11,
+    6, 11, 5, 10, 7, 6, 13, 15, 3, 15,
+    0, 11, 1, 10, 12, 14, 16, 9, 11, 5,
+    5, 19, 8, 8, 15, 13, 14, 17, 18, 10,
+    16, 4, 17, 4, 2, 0, 17, 4, 18, 17,
+    10, 3, 2, 12, 12, 16, 12, 1, 9, 19,
+    2, 10, 0, 1, 16, 12, 9, 13, 15, 13,
+    16, 19, 2, 4, 6, 19, 5, 5, 8, 19,
+    18, 1, 2, 15, 6, 0, 17, 8, 14, 13,
+)  # fmt: skip
+
 
 @register_dataset("cifar10")
+@with_facts(DatasetFacts(10, 3, (32, 32), superclasses=CIFAR10_SUPERCLASSES))
 def cifar10(root: Path) -> BaseDataset:
     """CIFAR-10: 50000 train + 10000 test colour images, 10 classes, from `<root>/cifar-10-batches-py/`."""
     train, test, meta = _load("cifar10", root, "CIFAR10", *_CIFAR10)
     return BaseDataset.from_splits("cifar10", meta["label_names"], _arrays(train, "labels"), _arrays(test, "labels"))
 
 
+def _cifar100_facts(label: str) -> DatasetFacts:
+    """100 fine classes grouped by the official table, or the 20 coarse ones; both labels always in meta."""
+    fine = label == "fine"
+    return DatasetFacts(100 if fine else 20, 3, (32, 32), ("fine_label", "coarse_label"), CIFAR100_COARSE_OF_FINE if fine else None)
+
+
 @register_dataset("cifar100")
+@with_facts(_cifar100_facts)
 def cifar100(root: Path, label: Literal["fine", "coarse"] = "fine") -> BaseDataset:
     """CIFAR-100 from `<root>/cifar-100-python/`: 100 fine classes grouped into 20 coarse superclasses.
 

@@ -9,11 +9,18 @@ from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
 
 from fedbench.core.registry import register_dataset
-from fedbench.data.base import BaseDataset, require
+from fedbench.data.base import BaseDataset, DatasetFacts, require, with_facts
 from fedbench.data.mnist_family import DIGITS
 
 
+def _facts(test_fraction: float) -> DatasetFacts:
+    """Digits' facts; also where its options are checked, so that a task fails when it is loaded."""
+    require(0.0 < test_fraction < 1.0, "test_fraction", test_fraction, "a number in (0, 1)")
+    return DatasetFacts(num_classes=10, channels=1, image_size=(8, 8))
+
+
 @register_dataset("digits")
+@with_facts(_facts)
 def digits(root: Path, test_fraction: float = 0.2) -> BaseDataset:
     """The 1797 UCI digits as uint8 [N, 1, 8, 8] images (values 0..16 rescaled to 0..255), 10 classes.
 
@@ -24,7 +31,7 @@ def digits(root: Path, test_fraction: float = 0.2) -> BaseDataset:
         root: unused; the data ships with scikit-learn.
         test_fraction: share of each class marked 'test' in meta['split'].
     """
-    require(0.0 < test_fraction < 1.0, "test_fraction", test_fraction, "a number in (0, 1)")
+    _facts(test_fraction)
     bunch = load_digits()
     x = np.round(bunch.images * 255 / 16).astype(np.uint8)[:, None]
     y = bunch.target

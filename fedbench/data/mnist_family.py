@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from fedbench.core.registry import register_dataset
-from fedbench.data.base import BaseDataset, read_or_download
+from fedbench.data.base import BaseDataset, DatasetFacts, read_or_download, with_facts
 
 DIGITS = tuple("0123456789")
 FASHION = ("T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot")
@@ -27,21 +27,25 @@ _EMNIST_FILES = {
     s: (f"emnist-digits-{s}-images-idx3-ubyte", f"emnist-digits-{s}-labels-idx1-ubyte") for s in ("train", "test")
 }
 IMAGES_MAGIC, LABELS_MAGIC = 2051, 2049
+GRAY_28 = DatasetFacts(num_classes=10, channels=1, image_size=(28, 28))
 
 
 @register_dataset("mnist")
+@with_facts(GRAY_28)
 def mnist(root: Path) -> BaseDataset:
     """MNIST handwritten digits (60000 train + 10000 test), from `<root>/MNIST/raw/`."""
     return BaseDataset.from_splits("mnist", DIGITS, *_load_idx("mnist", root, "MNIST", _MNIST_FILES))
 
 
 @register_dataset("fmnist")
+@with_facts(GRAY_28)
 def fmnist(root: Path) -> BaseDataset:
     """Fashion-MNIST clothing images (60000 train + 10000 test), from `<root>/FashionMNIST/raw/`."""
     return BaseDataset.from_splits("fmnist", FASHION, *_load_idx("fmnist", root, "FashionMNIST", _MNIST_FILES))
 
 
 @register_dataset("emnist")
+@with_facts(GRAY_28)
 def emnist(root: Path) -> BaseDataset:
     """EMNIST's 'digits' split (240000 train + 40000 test), from `<root>/EMNIST/raw/`.
 

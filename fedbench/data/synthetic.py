@@ -11,12 +11,26 @@ from pathlib import Path
 import numpy as np
 
 from fedbench.core.registry import register_dataset
-from fedbench.data.base import BaseDataset, require
+from fedbench.data.base import BaseDataset, DatasetFacts, require, with_facts
 
 DIM, NUM_CLASSES = 60, 10
 
 
+def _facts(
+    alpha: float, beta: float, num_devices: int, samples_per_device: int | None, seed: int, test_fraction: float
+) -> DatasetFacts:
+    """Synthetic's facts (10 classes, 60 features, 'device' column); also where its options are checked."""
+    require(alpha >= 0, "alpha", alpha, "a number >= 0")
+    require(beta >= 0, "beta", beta, "a number >= 0")
+    require(num_devices >= 1, "num_devices", num_devices, "an integer >= 1")
+    fixed_ok = samples_per_device is None or samples_per_device >= 2
+    require(fixed_ok, "samples_per_device", samples_per_device, "null or an integer >= 2")
+    require(0.0 < test_fraction < 1.0, "test_fraction", test_fraction, "a number in (0, 1)")
+    return DatasetFacts(num_classes=NUM_CLASSES, channels=None, image_size=None, meta_columns=("device",))
+
+
 @register_dataset("synthetic")
+@with_facts(_facts)
 def synthetic(
     root: Path,
     alpha: float = 1.0,
@@ -47,12 +61,7 @@ def synthetic(
         seed: seed of the one generator all draws come from; same seed, same data.
         test_fraction: share of each device's samples marked 'test' in meta['split'].
     """
-    require(alpha >= 0, "alpha", alpha, "a number >= 0")
-    require(beta >= 0, "beta", beta, "a number >= 0")
-    require(num_devices >= 1, "num_devices", num_devices, "an integer >= 1")
-    fixed_ok = samples_per_device is None or samples_per_device >= 2
-    require(fixed_ok, "samples_per_device", samples_per_device, "null or an integer >= 2")
-    require(0.0 < test_fraction < 1.0, "test_fraction", test_fraction, "a number in (0, 1)")
+    _facts(alpha, beta, num_devices, samples_per_device, seed, test_fraction)
     rng = np.random.default_rng(seed)
     if samples_per_device is None:
         counts = rng.lognormal(4, 2, num_devices).astype(int) + 50

@@ -12,10 +12,21 @@ from pathlib import Path
 import numpy as np
 
 from fedbench.core.registry import register_dataset
-from fedbench.data.base import BaseDataset, require
+from fedbench.data.base import BaseDataset, DatasetFacts, require, with_facts
+
+
+def _facts(
+    channels: int, size: int, num_classes: int, train_samples: int, test_samples: int, noise: float, seed: int
+) -> DatasetFacts:
+    """The facts its options describe; also where they are checked, so that a task fails when it is loaded."""
+    require(channels in (1, 3), "channels", channels, "1 or 3")
+    require(size >= 8, "size", size, "an integer >= 8")
+    require(num_classes >= 2, "num_classes", num_classes, "an integer >= 2")
+    return DatasetFacts(num_classes=num_classes, channels=channels, image_size=(size, size))
 
 
 @register_dataset("synthetic_images")
+@with_facts(_facts)
 def load_synthetic_images(
     root: Path,
     channels: int = 1,
@@ -38,9 +49,7 @@ def load_synthetic_images(
         noise: standard deviation of the pixel noise, in uint8 units.
         seed: seed of the prototypes, labels and noise.
     """
-    require(channels in (1, 3), "channels", channels, "1 or 3")
-    require(size >= 8, "size", size, "an integer >= 8")
-    require(num_classes >= 2, "num_classes", num_classes, "an integer >= 2")
+    _facts(channels, size, num_classes, train_samples, test_samples, noise, seed)
     rng = np.random.default_rng(seed)
     prototypes = rng.uniform(0, 255, size=(num_classes, channels, size, size)).astype(np.float32)
 
