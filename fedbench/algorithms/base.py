@@ -98,7 +98,7 @@ class Algorithm:
     def client_evaluate(self, payload: Payload, state: ClientState, data: ClientData, ctx: RoundContext) -> Metrics:
         """Accuracy of the payload's model (by default) on the client's local test split."""
         model = self.model_with(payload)
-        return evaluate(model, data.test_x, data.test_y, device=ctx.device)
+        return evaluate(model, data, device=ctx.device)
 
     # -- helpers for subclasses ----------------------------------------------------------------------
     def model_with(self, weights: Payload) -> nn.Module:

@@ -34,7 +34,7 @@ class Local(Algorithm):
 
     def client_evaluate(self, payload: Payload, state: ClientState, data: ClientData, ctx: RoundContext) -> Metrics:
         model = self.model_with(state["model"]) if "model" in state else self._fresh_model()
-        return evaluate(model, data.test_x, data.test_y, device=ctx.device)
+        return evaluate(model, data, device=ctx.device)
 
     def _fresh_model(self):
         return self.model_with(get_weights(self.builder.initial(self.seed)))

@@ -23,7 +23,7 @@ from typing import Any, Sequence
 
 import yaml
 
-from fedbench.core.runspec import RunSpec
+from fedbench.core.runspec import RunSpec, parse_dataset
 from fedbench.core.errors import ConfigError
 
 TASK_KEYS = ("name", "description", "seeds", "grid")
@@ -55,9 +55,23 @@ class TaskSpec:
                 raw["task"] = self.name
                 if "seed" not in overridden:  # an explicit --set seed=N wins over the seed list
                     raw["seed"] = seed
-                spec = RunSpec.from_dict(raw)
+                spec = resolve_run(raw)
                 specs.setdefault(spec.run_hash, spec)
         return list(specs.values())
+
+
+def resolve_run(raw: dict[str, Any]) -> RunSpec:
+    """One run's raw mapping -> RunSpec, with its scenario preset expanded and the scenario checked against
+    the dataset's facts, so an impossible federation fails here, before any data is read."""
+    from fedbench.scenarios import check_scenario, expand_preset, facts_for
+
+    dataset = parse_dataset(raw.get("dataset"))
+    facts = facts_for(dataset.name, dataset.kwargs)
+    if isinstance(raw.get("scenario"), dict):
+        raw = {**raw, "scenario": expand_preset(raw["scenario"], facts)}
+    spec = RunSpec.from_dict(raw)
+    check_scenario(spec.scenario, facts)
+    return spec
 
 
 def load_task(path: str | Path, overrides: Sequence[str] = ()) -> TaskSpec:

@@ -63,8 +63,10 @@ DATASETS = Registry("dataset", "fedbench.data")
 MODELS = Registry("model", "fedbench.models")
 ALGORITHMS = Registry("algorithm", "fedbench.algorithms")
 PARTITIONS = Registry("partition", "fedbench.scenarios")
+SHIFTS = Registry("shift", "fedbench.scenarios")
 
 register_dataset = DATASETS.register
 register_model = MODELS.register
 register_algorithm = ALGORITHMS.register
 register_partition = PARTITIONS.register
+register_shift = SHIFTS.register

@@ -12,7 +12,7 @@ import yaml
 
 from fedbench.core.fields import coerce, resolve_params, signature_fields
 from fedbench.core.errors import ConfigError
-from fedbench.core.registry import ALGORITHMS, DATASETS, MODELS, PARTITIONS
+from fedbench.core.registry import ALGORITHMS, DATASETS, MODELS, PARTITIONS, SHIFTS
 from fedbench.core.types import OptimizerSpec
 
 Params = tuple[tuple[str, Any], ...]
@@ -47,23 +47,61 @@ class DatasetSpec(Component):
 
 
 @dataclass(frozen=True)
+class TestClientSpec:
+    """The test-time clients: data a run is evaluated on after training, never trained on (002 Sec. 3.3, I.7)."""
+
+    __test__ = False  # not a pytest test class, whatever its name
+
+    mode: Literal["feroma", "own", "next", "none"] = "feroma"
+    """feroma: drawn from all clients' last-stage distributions, the client's own for P(Y|X) concept shift
+    (METHODS.md, ANDA); own: each client's last distribution; next: its next drifted one; none: no test clients."""
+    unseen_rate: float = 0.0
+    """Share of test clients given a distribution no client trained on (002 I.7: 0% to 100%)."""
+    labelled_per_class: int = 0
+    """Labelled samples per class a method may use to pick a model (002 App. E: 20); the rest are unlabelled."""
+    size: int | None = None
+    """Samples per test client; None: as many as the matching training client's local test split."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
 class ScenarioSpec:
-    """How the dataset is split into a federation. The full shift/drift generator extends this section."""
+    """How the dataset becomes a federation: a partition, shifts layered on it, drift, test-time clients."""
 
     partition: Component = Component("iid")
+    shifts: tuple[Component, ...] = ()
+    """Feature and concept shifts, applied in order (transforms compose, label maps compose)."""
     num_clients: int = 10
     test_fraction: float = 0.2
-    """Share of each client's data kept for its local test split (002 Sec. 5: 20%)."""
+    """Share of each client's data kept for its local test split (002 Sec. 5: 20%; 004: 30%)."""
     source: Literal["train", "all"] = "train"
     """Which official split is partitioned: the training set only, or train and test pooled (004 Sec. 5)."""
+    local_test: Literal["split", "official"] = "split"
+    """split: each client's own random split of its data; official: drawn from the official test split with
+    the client's class mix, as 001 Sec. IV-B splits test data identically to training data."""
+    drift_every: int | None = None
+    """Rounds between drifts: every client's distribution changes every k rounds (002 I.2: 4, 2, 1)."""
+    copies: int = 1
+    """How often the pool is duplicated for large federations (002 I.3: 2 for 50 clients, 3 for 100)."""
+    test_clients: TestClientSpec = TestClientSpec()
+    preset: str | None = None
+    """The named preset the section was expanded from, if any (for provenance; its values are filled in)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
+            **({"preset": self.preset} if self.preset else {}),
             "partition": self.partition.name,
             **_plain(self.partition.kwargs),
+            "shifts": [s.to_dict() for s in self.shifts],
             "num_clients": self.num_clients,
             "test_fraction": self.test_fraction,
             "source": self.source,
+            "local_test": self.local_test,
+            "drift_every": self.drift_every,
+            "copies": self.copies,
+            "test_clients": self.test_clients.to_dict(),
         }
 
 
@@ -152,7 +190,7 @@ class RunSpec:
             if required not in raw:
                 raise ConfigError(required, None, "a value is required")
         out: dict[str, Any] = {"task": coerce("task", raw["task"], str)}
-        out["dataset"] = _parse_dataset(raw["dataset"])
+        out["dataset"] = parse_dataset(raw["dataset"])
         out["model"] = _parse_component("model", raw["model"], MODELS, skip=2)
         if "algorithm" in raw:
             out["algorithm"] = _parse_component("algorithm", raw["algorithm"], ALGORITHMS)
@@ -197,24 +235,45 @@ def _parse_component(path: str, raw: Any, registry, skip: int = 0) -> Component:
     return Component(name, params)
 
 
-def _parse_dataset(raw: Any) -> DatasetSpec:
+def parse_dataset(raw: Any) -> DatasetSpec:
+    """The `dataset:` section: a name or a mapping of the loader's parameters (and `data_root`)."""
     section = _section("dataset", raw)
     data_root = section.pop("data_root", None)
     component = _parse_component("dataset", section, DATASETS, skip=1)
     return DatasetSpec(component.name, component.params, data_root=data_root)
 
 
+SCENARIO_FIELDS = ("num_clients", "test_fraction", "source", "local_test", "drift_every", "copies", "preset")
+
+
 def _parse_scenario(raw: Any) -> ScenarioSpec:
+    """The `scenario:` section; keys that are not scenario fields are the partition's parameters."""
     if not isinstance(raw, dict):
         raise ConfigError("scenario", raw, "a mapping")
     section = dict(raw)
-    own = {k: section.pop(k) for k in ("num_clients", "test_fraction", "source") if k in section}
-    partition = _parse_component("scenario", {"name": section.pop("partition", "iid"), **section}, PARTITIONS, skip=3)
-    spec = _parse_dataclass("scenario", {"partition": partition, **own}, ScenarioSpec)
-    if spec.num_clients < 1:
-        raise ConfigError("scenario.num_clients", spec.num_clients, "an integer >= 1")
-    if not 0.0 <= spec.test_fraction < 1.0:
-        raise ConfigError("scenario.test_fraction", spec.test_fraction, "a number in [0, 1)")
+    own: dict[str, Any] = {k: section.pop(k) for k in SCENARIO_FIELDS if k in section}
+    shifts = section.pop("shifts", [])
+    test_clients = section.pop("test_clients", {})
+    partition = {**_section("scenario.partition", section.pop("partition", "iid")), **section}
+    own["partition"] = _parse_component("scenario", partition, PARTITIONS)
+    if not isinstance(shifts, list):
+        raise ConfigError("scenario.shifts", shifts, "a list of shift names or mappings with a 'name' key")
+    own["shifts"] = tuple(_parse_component(f"scenario.shifts[{i}]", s, SHIFTS) for i, s in enumerate(shifts))
+    own["test_clients"] = _parse_dataclass("scenario.test_clients", test_clients, TestClientSpec)
+    spec = _parse_dataclass("scenario", own, ScenarioSpec)
+    checks = [
+        ("num_clients", spec.num_clients >= 1, "an integer >= 1"),
+        ("test_fraction", 0.0 <= spec.test_fraction < 1.0, "a number in [0, 1)"),
+        ("drift_every", spec.drift_every is None or spec.drift_every >= 1, "an integer >= 1 or null (no drift)"),
+        ("copies", spec.copies >= 1, "an integer >= 1"),
+        ("test_clients.unseen_rate", 0.0 <= spec.test_clients.unseen_rate <= 1.0, "a number in [0, 1]"),
+        ("test_clients.labelled_per_class", spec.test_clients.labelled_per_class >= 0, "an integer >= 0"),
+        ("test_clients.size", spec.test_clients.size is None or spec.test_clients.size >= 1, "an integer >= 1 or null"),
+    ]
+    for name, ok, allowed in checks:
+        if not ok:
+            value = getattr(spec.test_clients, name.split(".")[1]) if name.startswith("test_clients") else getattr(spec, name)
+            raise ConfigError(f"scenario.{name}", value, allowed)
     return spec
 
 
@@ -226,8 +285,15 @@ def _parse_dataclass(path: str, raw: Any, cls: type) -> Any:
     for key, value in raw.items():
         if key not in fields:
             raise ConfigError(f"{path}.{key}", value, f"fields of {path} are: " + ", ".join(fields))
-        values[key] = value if isinstance(value, Component) else coerce(f"{path}.{key}", value, fields[key][0])
+        values[key] = value if _parsed(value) else coerce(f"{path}.{key}", value, fields[key][0])
     return cls(**values)
+
+
+def _parsed(value: Any) -> bool:
+    """Already validated by its own parser (a component, a list of them, a nested spec)."""
+    if isinstance(value, tuple) and value and all(isinstance(v, Component) for v in value):
+        return True
+    return isinstance(value, Component) or dataclasses.is_dataclass(value)
 
 
 def _plain(value: Any) -> Any:

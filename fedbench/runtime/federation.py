@@ -51,8 +51,8 @@ class Federation:
         backend = None
         try:
             dataset = load_dataset(self.spec.dataset.name, self.spec.dataset.data_root, **self.spec.dataset.kwargs)
-            scenario = build_scenario(dataset, self.spec.scenario, self.spec.seed)
-            algorithm = make_algorithm(self.spec, dataset.input_shape, dataset.num_classes)
+            scenario = build_scenario(dataset, self.spec.scenario, self.spec.seed, self.spec.rounds)
+            algorithm = make_algorithm(self.spec, scenario.input_shape, dataset.num_classes)
             backend = make_backend(self.backend_name, dataset, scenario, self.spec, self.pool)
             self.worker_pids = backend.worker_pids()
             self._loop(algorithm, backend, history)

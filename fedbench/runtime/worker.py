@@ -48,7 +48,7 @@ class ClientWorker:
         self.dataset = dataset
         self.scenario = scenario
         self.spec = spec
-        self.algorithm = make_algorithm(spec, dataset.input_shape, dataset.num_classes)
+        self.algorithm = make_algorithm(spec, scenario.input_shape, dataset.num_classes)
         use_cuda = spec.resources.client_gpus > 0 and torch.cuda.is_available()
         self.device = "cuda" if use_cuda else "cpu"
         self.threads = max(1, int(spec.resources.client_cpus))
@@ -82,7 +82,7 @@ class ClientWorker:
         """Run `call` on the client's data for `round` in a seeded, fixed-thread scope; returns (its output, seconds)."""
         start = time.perf_counter()
         ctx = self._context(round, client_id)
-        data = materialize(self.dataset, self.scenario.view(round, client_id))
+        data = materialize(self.dataset, self.scenario.view(round, client_id), self.scenario.input_shape)
         with torch_job_scope(derive_seed(self.spec.seed, round, client_id, purpose), self.threads):
             out = call(data, ctx)
         return out, time.perf_counter() - start

@@ -1,6 +1,17 @@
-"""Federations from datasets: partitions, (later) shifts and drift, test-time clients -> a Scenario artifact."""
+"""Federations from datasets: partitions, shifts, drift and test-time clients -> a Scenario artifact."""
 
-from fedbench.scenarios.artifact import ClientView, Scenario
-from fedbench.scenarios.generator import build_scenario
+from fedbench.scenarios.artifact import ClientView, Scenario, TestClient
+from fedbench.scenarios.generator import build_scenario, check_scenario, facts_for, facts_of
+from fedbench.scenarios.presets import PRESETS, expand_preset
 
-__all__ = ["ClientView", "Scenario", "build_scenario"]
+__all__ = [
+    "PRESETS",
+    "ClientView",
+    "Scenario",
+    "TestClient",
+    "build_scenario",
+    "check_scenario",
+    "expand_preset",
+    "facts_for",
+    "facts_of",
+]

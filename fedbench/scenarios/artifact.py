@@ -7,6 +7,9 @@ from typing import Any
 
 import numpy as np
 
+Op = dict[str, Any]
+"""One transform step, e.g. {"op": "rotate", "angle": 90.0} (see `fedbench.scenarios.transforms`)."""
+
 
 @dataclass(frozen=True, eq=False)
 class ClientView:
@@ -16,15 +19,37 @@ class ClientView:
         train: indices into the base dataset used for local training.
         test: indices of the client's local test split (same distribution as `train`).
         distribution_id: ground-truth id of the distribution (methods never see it; evaluation and Oracle do).
-        transform: descriptor of the feature transform applied on the worker when a batch is formed.
+        transform: feature-transform steps applied on the worker when a batch is formed (empty: none).
         label_map: array mapping original label -> label seen by the client (concept shift), or None.
+        description: short human-readable summary of the distribution (for `fedbench scenario show`).
     """
 
     train: np.ndarray
     test: np.ndarray
     distribution_id: int = 0
-    transform: dict[str, Any] | None = None
+    transform: tuple[Op, ...] = ()
     label_map: np.ndarray | None = None
+    description: str = ""
+
+
+@dataclass(frozen=True, eq=False)
+class TestClient:
+    """A test-time client: data it is evaluated on, never trained on.
+
+    Attributes:
+        view: its samples (`view.test`; `view.train` is empty), transform, label map and distribution id.
+        labelled: the few indices of `view.test` whose labels a method may use to pick a model (002 App. E);
+            empty when test clients are fully unlabelled.
+        origin: the training client whose distribution it takes, or -1 for an unseen distribution.
+        seen: whether its distribution occurred in some training round.
+    """
+
+    __test__ = False  # not a pytest test class, whatever its name
+
+    view: ClientView
+    labelled: np.ndarray
+    origin: int
+    seen: bool
 
 
 @dataclass(frozen=True, eq=False)
@@ -33,18 +58,34 @@ class Scenario:
 
     A static federation has one stage; drifting scenarios add stages and a `round_stage` table
     (round r, 1-based, uses stage `round_stage[r - 1]`).
+
+    Attributes:
+        input_shape: shape of one sample as models see it, after transforms (colour makes grayscale RGB).
+        duplicated: True when the scenario deliberately lets one sample be held by several clients in a
+            stage (dataset duplication for 50-100 clients, 002 I.3); otherwise training indices of a stage
+            are disjoint across clients.
+        distributions: distribution id -> its description (ids index this tuple).
     """
 
     key: str
     num_clients: int
     num_classes: int
+    input_shape: tuple[int, ...]
     stages: tuple[tuple[ClientView, ...], ...]
     round_stage: tuple[int, ...] = ()
-    test_clients: tuple[ClientView, ...] = field(default=())
+    test_clients: tuple[TestClient, ...] = field(default=())
+    duplicated: bool = False
+    distributions: tuple[str, ...] = ()
+
+    def stage_of(self, round: int) -> int:
+        return self.round_stage[round - 1] if self.round_stage else 0
 
     def view(self, round: int, client_id: int) -> ClientView:
-        stage = self.round_stage[round - 1] if self.round_stage else 0
-        return self.stages[stage][client_id]
+        return self.stages[self.stage_of(round)][client_id]
 
     def train_sizes(self, round: int) -> list[int]:
         return [len(self.view(round, c).train) for c in range(self.num_clients)]
+
+    def distribution_ids(self, rounds: int) -> np.ndarray:
+        """Ground truth [rounds, clients]: the distribution id of every client in every round (1-based rows)."""
+        return np.array([[self.view(r, c).distribution_id for c in range(self.num_clients)] for r in range(1, rounds + 1)])

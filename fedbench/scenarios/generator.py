@@ -1,49 +1,211 @@
 """Build the Scenario artifact for a dataset, a scenario spec and a seed (a pure, cached function).
 
-This is the hook the full heterogeneity generator extends (shifts, drift stages, test-time clients).
-For now it produces a static federation: one partition, one stage, each client's local train/test split.
+Per drift stage: the partition gives each client its samples (bank-based partitions draw fresh ones every
+stage), every shift gives each client a mode from its bank (random banks redraw every stage), and the
+combination (partition group, shift modes) is the client's ground-truth distribution id. Then the local
+test splits, then the test-time clients.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
+from dataclasses import dataclass
 
 import numpy as np
 
+from fedbench.core.errors import ConfigError
+from fedbench.core.registry import DATASETS, PARTITIONS, SHIFTS
 from fedbench.core.runspec import ScenarioSpec
-from fedbench.core.registry import PARTITIONS
 from fedbench.core.types import derive_seed
 from fedbench.data import BaseDataset
 from fedbench.scenarios.artifact import ClientView, Scenario
+from fedbench.scenarios.partition import Partition
+from fedbench.scenarios.pool import Facts, PoolContext, Split, allocate, class_queues, histogram, weights_demand
+from fedbench.scenarios.shifts import Bank, Shift
+from fedbench.scenarios.test_clients import DistributionRecord, make_test_clients
 
 _CACHE: dict[str, Scenario] = {}
 
 
-def scenario_key(dataset: BaseDataset, spec: ScenarioSpec, seed: int) -> str:
-    blob = json.dumps({"dataset": dataset.name, "n": len(dataset), "spec": spec.to_dict(), "seed": seed}, sort_keys=True)
+def scenario_key(dataset: BaseDataset, spec: ScenarioSpec, seed: int, stages: int) -> str:
+    blob = json.dumps({"dataset": dataset.name, "n": len(dataset), "spec": spec.to_dict(), "seed": seed, "stages": stages}, sort_keys=True)
     return hashlib.sha1(blob.encode()).hexdigest()[:12]
 
 
-def build_scenario(dataset: BaseDataset, spec: ScenarioSpec, seed: int) -> Scenario:
-    """The federation for (dataset, spec, seed); identical inputs give identical indices, on any process."""
-    key = scenario_key(dataset, spec, seed)
+def num_stages(spec: ScenarioSpec, rounds: int) -> int:
+    """Stage s covers rounds s*k+1 .. (s+1)*k: 002 I.2's 'drifts every k rounds' (5, 10, 20 stages in 20 rounds)."""
+    return 1 if spec.drift_every is None else math.ceil(rounds / spec.drift_every)
+
+
+def build_scenario(dataset: BaseDataset, spec: ScenarioSpec, seed: int, rounds: int = 1) -> Scenario:
+    """The federation for (dataset, spec, seed, rounds); identical inputs give identical indices on any process."""
+    stages = num_stages(spec, rounds)
+    key = scenario_key(dataset, spec, seed, stages)
     if key not in _CACHE:
-        _CACHE[key] = _generate(dataset, spec, seed, key)
+        _CACHE[key] = _generate(dataset, spec, seed, key, stages)
     return _CACHE[key]
 
 
-def _generate(dataset: BaseDataset, spec: ScenarioSpec, seed: int, key: str) -> Scenario:
-    rng = np.random.default_rng(derive_seed(seed, "scenario", key))
-    pool = np.arange(len(dataset)) if spec.source == "all" else np.flatnonzero(dataset.meta["split"].to_numpy() == "train")
-    partition = PARTITIONS.get(spec.partition.name)
-    parts = partition(dataset.y[pool], spec.num_clients, rng, **spec.partition.kwargs)
-    views = tuple(_local_split(pool[part], spec.test_fraction, rng) for part in parts)
-    return Scenario(key=key, num_clients=spec.num_clients, num_classes=dataset.num_classes, stages=(views,))
+def facts_of(dataset: BaseDataset) -> Facts:
+    """The facts of a loaded dataset (its registered facts give superclasses, when they describe these classes)."""
+    from fedbench.data import dataset_facts
+
+    superclasses = None
+    if dataset.name in DATASETS:
+        declared = dataset_facts(dataset.name)
+        if declared.num_classes == dataset.num_classes:
+            superclasses = declared.superclasses
+    image = dataset.x.ndim == 4
+    return Facts(
+        num_classes=dataset.num_classes,
+        channels=int(dataset.x.shape[1]) if image else None,
+        image_size=tuple(dataset.x.shape[2:]) if image else None,
+        meta_columns=tuple(c for c in dataset.meta.columns if c != "split"),
+        superclasses=superclasses,
+        dataset=dataset.name,
+    )
 
 
-def _local_split(indices: np.ndarray, test_fraction: float, rng: np.random.Generator) -> ClientView:
+def facts_for(name: str, params: dict) -> Facts:
+    """The facts of a dataset named in a task, without loading it (task-load checks)."""
+    from fedbench.data import dataset_facts
+
+    declared = dataset_facts(name, **params)
+    return Facts(declared.num_classes, declared.channels, declared.image_size, declared.meta_columns, declared.superclasses, name)
+
+
+@dataclass(frozen=True)
+class Parts:
+    """The scenario's partition and shifts, instantiated from the spec."""
+
+    partition: Partition
+    shifts: tuple[Shift, ...]
+
+    @classmethod
+    def of(cls, spec: ScenarioSpec) -> Parts:
+        partition = PARTITIONS.get(spec.partition.name)(**spec.partition.kwargs)
+        return cls(partition, tuple(SHIFTS.get(s.name)(**s.kwargs) for s in spec.shifts))
+
+
+def check_scenario(spec: ScenarioSpec, facts: Facts) -> None:
+    """Reject an impossible scenario for this dataset before any data is read, saying what would work."""
+    parts = Parts.of(spec)
+    parts.partition.check(facts, spec.num_clients)
+    for shift in parts.shifts:
+        shift.check(facts, spec.num_clients)
+    if spec.local_test == "official" and spec.source == "all":
+        raise ConfigError("scenario.local_test", "official", "split when source is all (no official test data is left over)")
+
+
+def _generate(dataset: BaseDataset, spec: ScenarioSpec, seed: int, key: str, stages: int) -> Scenario:
+    facts = facts_of(dataset)
+    check_scenario(spec, facts)
+    parts = Parts.of(spec)
+    split_col = dataset.meta["split"].to_numpy()
+    pool = np.arange(len(dataset)) if spec.source == "all" else np.flatnonzero(split_col == "train")
+    ctx = PoolContext(pool, dataset.y[pool], dataset.meta.iloc[pool].reset_index(drop=True), facts, spec.copies,
+                      bank_seed=derive_seed(seed, "banks", key))
+    banks = [shift.bank(ctx, spec.num_clients) for shift in parts.shifts]
+    official_test = np.flatnonzero(split_col == "test") if spec.source == "train" else np.zeros(0, dtype=np.int64)
+
+    registry = _DistributionIds()
+    stage_views, records, split = [], [], None
+    for stage in range(stages + 1):  # one stage past the end: the clients' "next" distributions
+        rng = np.random.default_rng(derive_seed(seed, "stage", stage, key))
+        fresh = split is None or (split.redraws and stage > 0)
+        if fresh:
+            split = parts.partition.split(ctx, spec.num_clients, rng)
+        modes = [bank.draw(spec.num_clients, rng) if stage == 0 or bank.drifts else previous
+                 for bank, previous in zip(banks, records[-1][1] if records else [None] * len(banks))]
+        views = _stage_views(dataset, ctx, spec, split, banks, modes, registry, official_test, rng,
+                             None if fresh else stage_views[-1])
+        records.append(([DistributionRecord.of(v, dataset.y, dataset.num_classes) for v in views], modes))
+        stage_views.append(tuple(views))
+
+    rng = np.random.default_rng(derive_seed(seed, "test_clients", key))
+    test_pool = official_test if len(official_test) else np.concatenate([v.test for s in stage_views[:stages] for v in s])
+    trained_ids = {v.distribution_id for views in stage_views[:stages] for v in views}
+    test_clients = make_test_clients(
+        spec.test_clients, records[stages - 1][0], records[stages][0], split, banks, registry, dataset.y,
+        dataset.num_classes, test_pool, _has_label_shift(split, banks), trained_ids, rng,
+    )
+    channels = 3 if any(m.rgb for b in banks for m in b.modes + b.unseen) else facts.channels
+    input_shape = (channels, *dataset.x.shape[2:]) if facts.channels is not None else tuple(dataset.x.shape[1:])
+    return Scenario(
+        key=key,
+        num_clients=spec.num_clients,
+        num_classes=dataset.num_classes,
+        input_shape=tuple(int(d) for d in input_shape),
+        stages=tuple(stage_views[:stages]),
+        round_stage=() if spec.drift_every is None else tuple(s for s in range(stages) for _ in range(spec.drift_every)),
+        test_clients=test_clients,
+        duplicated=spec.copies > 1,
+        distributions=tuple(registry.descriptions),
+    )
+
+
+class _DistributionIds:
+    """Ground-truth ids: one per distinct (partition group, shift modes), numbered in order of appearance."""
+
+    def __init__(self):
+        self.ids: dict[tuple, int] = {}
+        self.descriptions: list[str] = []
+
+    def id_of(self, key: tuple, description: str) -> int:
+        if key not in self.ids:
+            self.ids[key] = len(self.descriptions)
+            self.descriptions.append(description)
+        return self.ids[key]
+
+
+def _stage_views(dataset, ctx, spec, split: Split, banks: list[Bank], modes, registry, official_test, rng,
+                 kept: tuple[ClientView, ...] | None) -> list[ClientView]:
+    """Every client's view in one stage; `kept`: the previous stage's views when the data stays (only shifts drift)."""
+    views = []
+    official = spec.local_test == "official"
+    test_parts = _official_test_parts(dataset, ctx, split, official_test, rng) if official and kept is None else None
+    for c in range(spec.num_clients):
+        chosen = [bank.modes[m[c]] for bank, m in zip(banks, modes)]
+        label_map = split.label_maps[c] if split.label_maps else None
+        for mode in chosen:
+            if mode.label_map is not None:
+                label_map = mode.label_map if label_map is None else mode.label_map[label_map]
+        ops = tuple(op for mode in chosen for op in mode.ops)
+        description = " | ".join([split.descriptions[c]] + [m.description for m in chosen if m.description])
+        dist_id = registry.id_of((split.groups[c], *(m[c] for m in modes)), description)
+        indices = ctx.indices[split.parts[c]]
+        if kept is not None:
+            train, test = kept[c].train, kept[c].test
+        elif official:
+            train, test = indices, test_parts[c]
+        else:
+            train, test = _local_split(indices, spec.test_fraction, rng)
+        views.append(ClientView(train, test, dist_id, ops, label_map, description))
+    return views
+
+
+def _local_split(indices: np.ndarray, test_fraction: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     """A client's own random train/test split (002 Sec. 5: 20% of local data kept for evaluation)."""
     shuffled = rng.permutation(indices)
     n_test = int(round(test_fraction * len(shuffled)))
-    return ClientView(train=np.sort(shuffled[n_test:]), test=np.sort(shuffled[:n_test]))
+    return np.sort(shuffled[n_test:]), np.sort(shuffled[:n_test])
+
+
+def _official_test_parts(dataset, ctx: PoolContext, split: Split, official_test: np.ndarray, rng) -> list[np.ndarray]:
+    """Each client's test samples from the official test split, with its class mix, disjoint across clients:
+    001 Sec. IV-B splits test data identically to training data."""
+    ratio = len(official_test) / max(len(ctx.labels), 1)
+    test_labels = dataset.y[official_test]
+    demand = np.stack([
+        weights_demand(histogram(ctx.labels[p], ctx.num_classes), int(round(len(p) * ratio))) for p in split.parts
+    ])
+    positions = allocate(demand, class_queues(test_labels, ctx.num_classes, rng))
+    return [official_test[p] for p in positions]
+
+
+def _has_label_shift(split: Split, banks: list[Bank]) -> bool:
+    """Concept shift P(Y|X): some client sees relabelled classes (FEROMA then tests on the client's own)."""
+    return any(m.label_map is not None for b in banks for m in b.modes) or bool(split.label_maps and any(
+        lm is not None for lm in split.label_maps))

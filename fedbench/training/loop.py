@@ -16,7 +16,6 @@ from torch import nn
 
 from fedbench.core.errors import ClientDivergedError
 from fedbench.core.types import OptimizerSpec, RoundContext
-from fedbench.data import to_float_batch
 from fedbench.training.client_data import ClientData
 
 ExtraLoss = Callable[[nn.Module, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
@@ -66,8 +65,7 @@ def train_local(model: nn.Module, data: ClientData, ctx: RoundContext, hooks: Tr
         order = torch.randperm(data.num_train, generator=generator)
         for start in range(0, data.num_train, ctx.batch_size):
             idx = order[start : start + ctx.batch_size]
-            x = to_float_batch(data.train_x[idx].to(device))  # uint8 crosses to the device: 4x fewer bytes
-            y = data.train_y[idx].to(device)
+            x, y = data.train_batch(idx, device)
             logits = forward(model, x)
             if hooks.sample_weight is None:
                 loss = F.cross_entropy(logits, y)
@@ -89,21 +87,18 @@ def train_local(model: nn.Module, data: ClientData, ctx: RoundContext, hooks: Tr
 @torch.no_grad()
 def evaluate(
     model: nn.Module,
-    x: torch.Tensor,
-    y: torch.Tensor,
+    data: ClientData,
     batch_size: int = 256,
     device: str = "cpu",
     forward: Callable[[nn.Module, torch.Tensor], torch.Tensor] | None = None,
 ) -> dict[str, float]:
-    """Accuracy and mean cross-entropy of `model` on (x, y); `test_samples` is the count."""
+    """Accuracy and mean cross-entropy of `model` on the client's local test split; `test_samples` is the count."""
     model.to(device).eval()
     forward = forward or (lambda m, xb: m(xb))
     correct, loss_sum = 0, 0.0
-    for start in range(0, len(y), batch_size):
-        xb = to_float_batch(x[start : start + batch_size].to(device))
-        yb = y[start : start + batch_size].to(device)
+    for xb, yb in data.test_batches(batch_size, device):
         logits = forward(model, xb)
         loss_sum += F.cross_entropy(logits, yb, reduction="sum").item()
         correct += (logits.argmax(dim=1) == yb).sum().item()
-    n = len(y)
+    n = data.num_test
     return {"accuracy": correct / n if n else float("nan"), "loss": loss_sum / n if n else float("nan"), "test_samples": float(n)}

@@ -72,3 +72,17 @@ def test_same_seed_same_metrics_on_repeated_serial_runs():
     strip = lambda h: [{k: v for k, v in r.items() if not k.startswith("time_")} for r in h]
     assert strip(a.history) == strip(b.history)
     assert strip(a.history) != strip(c.history)
+
+
+def test_a_drifting_colour_scenario_trains_on_rgb_batches_and_is_reproducible():
+    changes = {
+        "dataset": {"name": "synthetic_images", "train_samples": 600, "test_samples": 100},
+        "model": {"name": "lenet5"},
+        "scenario": {"partition": "class_bank", "banks": 4, "num_clients": 4, "drift_every": 1,
+                     "shifts": [{"name": "feature_bank", "rotations": 4, "colours": True}]},
+        "rounds": 3,
+    }
+    a, b = run_spec(tiny_spec(seed=1, **changes)), run_spec(tiny_spec(seed=1, **changes))
+    assert a.status == "FINISHED", a.reason
+    strip = lambda h: [{k: v for k, v in r.items() if not k.startswith("time_")} for r in h]
+    assert strip(a.history) == strip(b.history) and len(a.history) == 3

@@ -14,9 +14,16 @@ def deterministic(history):
     return [{k: v for k, v in record.items() if not k.startswith("time_")} for record in history]
 
 
-@pytest.mark.parametrize("algorithm", ["fedavg", "local"])
-def test_ray_gives_the_same_metrics_as_serial(ray_session, algorithm):
-    spec = tiny_spec(algorithm=algorithm, rounds=3, seed=7)
+SHIFTED = {  # drifting label banks, colour (grayscale -> RGB) and per-batch random noise on the workers
+    "dataset": {"name": "synthetic_images", "size": 12, "train_samples": 600, "test_samples": 100},
+    "scenario": {"partition": "class_bank", "banks": 4, "num_clients": 4, "drift_every": 1,
+                 "shifts": [{"name": "feature_bank", "rotations": 2, "colours": True}, {"name": "noise", "sigma": 0.3}]},
+}
+
+
+@pytest.mark.parametrize("algorithm,changes", [("fedavg", {}), ("local", {}), ("fedavg", SHIFTED)])
+def test_ray_gives_the_same_metrics_as_serial(ray_session, algorithm, changes):
+    spec = tiny_spec(algorithm=algorithm, rounds=3, seed=7, **changes)
     serial = Federation(spec, backend="serial").run()
     on_ray = Federation(spec, backend="ray").run()
     assert serial.status == on_ray.status == "FINISHED", (serial.reason, on_ray.reason)

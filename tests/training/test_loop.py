@@ -12,7 +12,7 @@ def separable_data(n=256, seed=0):
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(n, 2, generator=g)
     y = (x[:, 0] > 0).long()
-    return ClientData(x[: n // 2], y[: n // 2], x[n // 2 :], y[n // 2 :])
+    return ClientData(x[: n // 2], y[: n // 2], x[n // 2 :], y[n // 2 :], y[: n // 2], y[n // 2 :])
 
 
 def ctx(lr=0.1, epochs=3, seed=0):
@@ -27,9 +27,9 @@ def model(seed=0):
 
 def test_training_learns_a_separable_problem():
     data, m = separable_data(), model()
-    before = evaluate(m, data.test_x, data.test_y)["accuracy"]
+    before = evaluate(m, data)["accuracy"]
     train_local(m, data, ctx())
-    after = evaluate(m, data.test_x, data.test_y)["accuracy"]
+    after = evaluate(m, data)["accuracy"]
     assert after > 0.9 and after > before
 
 

@@ -1,0 +1,112 @@
+"""The generator: determinism, validity of indices and label maps, drift stages, local test splits."""
+
+import numpy as np
+import pytest
+
+from tests.scenarios.helpers import make, seen_labels
+
+DRIFTING = {"preset": "feroma/conditional_label_skew/medium", "drift_every": 2}
+
+
+def fingerprint(scenario):
+    out = []
+    for stage in scenario.stages:
+        for v in stage:
+            lm = None if v.label_map is None else v.label_map.tolist()
+            out.append((v.train.tolist(), v.test.tolist(), v.distribution_id, repr(v.transform), lm))
+    for t in scenario.test_clients:
+        out.append((t.view.test.tolist(), t.labelled.tolist(), t.origin, t.view.distribution_id))
+    return out
+
+
+@pytest.mark.parametrize("section", [
+    DRIFTING,
+    {"preset": "feroma/label_skew/high", "drift_every": 1},
+    {"preset": "feroma/feature_skew/medium", "drift_every": 2, "test_clients": {"unseen_rate": 0.5}},
+    {"partition": "dirichlet", "alpha": 0.3, "num_clients": 8, "shifts": ["photometric"]},
+])
+def test_same_seed_same_scenario_and_other_seed_differs(section):
+    _, a = make(section, rounds=6, seed=3, fresh=True)
+    _, b = make(section, rounds=6, seed=3, fresh=True)
+    _, c = make(section, rounds=6, seed=4, fresh=True)
+    assert fingerprint(a) == fingerprint(b)
+    assert fingerprint(a) != fingerprint(c)
+
+
+@pytest.mark.parametrize("section", [
+    DRIFTING,
+    {"preset": "feroma/label_skew/medium", "drift_every": 1},
+    {"preset": "conditional/E1", "clusters": 5},
+    {"partition": "shards", "shards_per_client": 5, "num_clients": 8},
+    {"partition": "quantity", "alpha": 0.5, "num_clients": 7},
+])
+def test_indices_are_in_range_and_no_training_sample_is_held_twice_in_a_stage(section):
+    data, scenario = make(section, rounds=4)
+    assert not scenario.duplicated
+    for stage in scenario.stages:
+        train = np.concatenate([v.train for v in stage])
+        assert train.min() >= 0 and train.max() < len(data)
+        assert len(np.unique(train)) == len(train)
+        for v in stage:
+            assert not np.intersect1d(v.train, v.test).size
+            assert len(v.train) > 0
+
+
+def test_duplication_is_declared_and_bounded_by_the_copies():
+    data, scenario = make({"preset": "feroma/feature_skew/low", "num_clients": 100, "drift_every": 4}, rounds=4)
+    assert scenario.duplicated and scenario.num_clients == 100
+    train = np.concatenate([v.train for v in scenario.stages[0]])
+    assert np.bincount(train).max() <= 3  # 002 I.3: the pool duplicated twice for 100 clients
+    assert min(len(v.train) for v in scenario.stages[0]) > 0
+
+
+def test_label_maps_of_permutations_are_bijections_that_move_only_the_pool():
+    data, scenario = make(DRIFTING, rounds=4)
+    moved = set()
+    for stage in scenario.stages:
+        for v in stage:
+            assert sorted(v.label_map.tolist()) == list(range(10))
+            moved |= set(np.flatnonzero(v.label_map != np.arange(10)).tolist())
+    assert 2 <= len(moved) <= 4  # medium: a pool of 4 swapped classes (002 Table 12)
+
+
+def test_drift_changes_distributions_every_k_rounds_and_records_ground_truth():
+    _, scenario = make({"preset": "feroma/label_skew/high", "drift_every": 4}, rounds=20)
+    assert len(scenario.stages) == 5  # 002 I.2: every 4 rounds in 20 rounds
+    assert scenario.round_stage[:9] == (0, 0, 0, 0, 1, 1, 1, 1, 2)
+    ids = scenario.distribution_ids(20)
+    assert ids.shape == (20, 20)
+    assert (ids[0] == ids[3]).all() and not (ids[3] == ids[4]).all()
+    # a client's data is a fresh chunk in each stage
+    assert not np.array_equal(scenario.view(1, 0).train, scenario.view(5, 0).train)
+
+
+def test_static_data_with_drifting_shift_keeps_samples_and_redraws_transforms():
+    _, scenario = make({"partition": "iid", "num_clients": 10, "shifts": [{"name": "feature_bank", "rotations": 4}],
+                        "drift_every": 1}, rounds=4)
+    assert all(np.array_equal(scenario.view(1, c).train, scenario.view(4, c).train) for c in range(10))
+    transforms = {repr(scenario.view(r, c).transform) for r in range(1, 5) for c in range(10)}
+    assert len(transforms) > 1
+
+
+def test_colour_scenarios_turn_grayscale_into_rgb_for_every_client():
+    _, gray = make({"preset": "feroma/feature_skew/low"})
+    _, colour = make({"preset": "feroma/feature_skew/high"})
+    assert gray.input_shape == (1, 28, 28) and colour.input_shape == (3, 28, 28)
+
+
+def test_official_local_test_follows_the_clients_class_mix_and_is_disjoint():
+    data, scenario = make({"preset": "conditional/E1", "clusters": 2})
+    test_rows = np.flatnonzero(data.meta["split"].to_numpy() == "test")
+    tests = np.concatenate([v.test for v in scenario.stages[0]])
+    assert np.isin(tests, test_rows).all() and len(np.unique(tests)) == len(tests)
+    for v in scenario.stages[0]:
+        assert set(np.unique(data.y[v.test])) <= set(np.unique(data.y[v.train]))
+
+
+def test_label_maps_reach_the_labels_clients_see():
+    data, scenario = make({"preset": "conditional/E3a"})
+    parity, half = scenario.stages[0][0], scenario.stages[0][-1]
+    assert set(seen_labels(data, parity)) == {0, 1} and set(seen_labels(data, half)) == {0, 1}
+    assert np.array_equal(seen_labels(data, parity), data.y[parity.train] % 2)
+    assert np.array_equal(seen_labels(data, half), (data.y[half.train] >= 5).astype(int))
