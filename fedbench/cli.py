@@ -1,9 +1,11 @@
-"""The `fedbench` command: `run` a task's RunSpecs one after another, `list` what is registered."""
+"""The `fedbench` command: `run` a task's RunSpecs one after another, `list` what is registered, `scenario
+show` the federation a task generates (tables and a heatmap PNG) before spending compute on it."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Sequence
 
 from rich.console import Console
@@ -12,7 +14,7 @@ from rich.table import Table
 
 from fedbench.config import load_task
 from fedbench.core.callbacks import RunResult
-from fedbench.core.errors import FedbenchError
+from fedbench.core.errors import ConfigError, FedbenchError
 from fedbench.core.registry import ALGORITHMS, DATASETS, MODELS, PARTITIONS
 from fedbench.core.runspec import RunSpec
 
@@ -88,6 +90,90 @@ def cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def parse_rounds(text: str, last: int) -> list[int]:
+    """`--rounds 1,5,10` -> [1, 5, 10], each checked against 1..last (ConfigError naming the option)."""
+    allowed = f"comma-separated round numbers in 1..{last} (the run has {last} rounds), e.g. --rounds 1,{last}"
+    try:
+        rounds = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise ConfigError("--rounds", text, allowed) from None
+    bad = [r for r in rounds if not 1 <= r <= last]
+    if not rounds or bad:
+        raise ConfigError("--rounds", bad[0] if bad else text, allowed)
+    return list(dict.fromkeys(rounds))
+
+
+def cmd_scenario_show(args: argparse.Namespace) -> int:
+    """Print one run's federation per round (and its test clients), a summary line, and save a heatmap PNG."""
+    from fedbench.data import load_dataset
+    from fedbench.scenarios import build_scenario
+    from fedbench.scenarios.plot import plot_scenario
+    from fedbench.scenarios.report import (
+        class_histograms, default_rounds, histogram_text, mean_pairwise_js, round_summary, test_client_histograms,
+    )
+    from fedbench.tracking.paths import results_dir
+
+    task = load_task(args.task, args.set)
+    specs = task.expand()
+    runs = f"{len(specs)} run{'s' if len(specs) != 1 else ''}"
+    if not 0 <= args.run < len(specs):
+        raise ConfigError("--run", args.run, f"a run index in 0..{len(specs) - 1} (the task has {runs})")
+    spec = specs[args.run]
+    rounds = parse_rounds(args.rounds, spec.rounds) if args.rounds is not None else None
+    console.print(f"task [bold]{escape(task.name)}[/]: {runs}; showing run {args.run} "
+                  f"({escape(spec.label)}, seed {spec.seed}, {spec.rounds} rounds)"
+                  + ("; pick another with --run N" if len(specs) > 1 else ""))
+
+    dataset = load_dataset(spec.dataset.name, spec.dataset.data_root, **spec.dataset.kwargs)
+    scenario = build_scenario(dataset, spec.scenario, spec.seed, spec.rounds)
+    labels, k = dataset.y, dataset.num_classes
+    rounds = rounds or default_rounds(scenario, spec.rounds)
+
+    first_of_stage: dict[int, int] = {}
+    for r in rounds:
+        s = scenario.stage_of(r)
+        stage = f", stage {s}" if len(scenario.stages) > 1 else ""
+        same = f" (same data as round {first_of_stage[s]})" if s in first_of_stage else ""
+        first_of_stage.setdefault(s, r)
+        table = Table(title=f"round {r}{stage}{same}", title_justify="left")
+        for column in ("client", "train", "test", "dist", "description", "classes (label:count)"):
+            table.add_column(column, justify="right" if column in ("client", "train", "test", "dist") else "left")
+        for row in round_summary(labels, scenario, r, k):
+            table.add_row(str(row.client), str(row.train), str(row.test), f"d{row.distribution_id}",
+                          escape(row.description), histogram_text(row.counts))
+        console.print(table)
+    if scenario.test_clients:
+        table = Table(title="test clients", title_justify="left")
+        for column in ("client", "size", "labelled", "origin", "dist", "description", "classes (label:count)"):
+            table.add_column(column, justify="left" if column in ("description", "classes (label:count)") else "right")
+        for i, (tc, counts) in enumerate(zip(scenario.test_clients, test_client_histograms(labels, scenario, k))):
+            dist = f"d{tc.view.distribution_id}" + ("" if tc.seen else " [red]unseen[/]")
+            table.add_row(f"t{i}", str(len(tc.view.test)), str(len(tc.labelled)),
+                          f"c{tc.origin}" if tc.origin >= 0 else "-", dist, escape(tc.view.description),
+                          histogram_text(counts))
+        console.print(table)
+    else:
+        console.print("no test clients")
+
+    trained = {int(d) for d in scenario.distribution_ids(spec.rounds).ravel()}
+    tested = {tc.view.distribution_id for tc in scenario.test_clients}
+    js = mean_pairwise_js(class_histograms(labels, scenario, 1, k))
+    console.print(
+        f"{scenario.num_clients} clients, {len(scenario.stages)} stage{'s' if len(scenario.stages) > 1 else ''}, "
+        f"{len(trained)} distinct distributions in training"
+        + (f" ({len(trained | tested)} with the test clients), " if tested - trained else ", ")
+        + f"{'duplicated' if scenario.duplicated else 'not duplicated'}, input shape {scenario.input_shape}"
+    )
+    console.print(f"label skew: mean pairwise Jensen-Shannon divergence of round 1's class histograms {js:.3f} "
+                  "(0: identical, ln 2 = 0.693: disjoint classes)")
+    out = Path(args.out) if args.out else results_dir() / "scenarios" / f"{task.name}-{spec.run_hash}.png"
+    path = plot_scenario(labels, scenario, rounds, k, dataset.classes, out,
+                         title=f"{task.name} run {args.run}: {spec.dataset.name}, {scenario.num_clients} clients, "
+                               f"seed {spec.seed} ({spec.run_hash})")
+    console.print(f"heatmap: {escape(str(path))}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fedbench", description="Benchmark federated learning under shift and drift.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -98,6 +184,20 @@ def build_parser() -> argparse.ArgumentParser:
     run.set_defaults(func=cmd_run)
     lst = sub.add_parser("list", help="list datasets, models, algorithms and partitions")
     lst.set_defaults(func=cmd_list)
+    scenario = sub.add_parser("scenario", help="inspect the federation a task generates")
+    scenario_sub = scenario.add_subparsers(dest="scenario_command", required=True)
+    show = scenario_sub.add_parser(
+        "show", help="print each client's data per round and save a heatmap PNG of the class mix",
+        description="Print per-round client tables (sizes, ground-truth distribution, class counts as the "
+                    "client sees them), the test clients and a label-skew summary; save a heatmap PNG.")
+    show.add_argument("task", help="task YAML file, e.g. tasks/quickstart.yaml")
+    show.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a field (repeatable)")
+    show.add_argument("--rounds", default=None, metavar="R1,R2,...",
+                      help="rounds to show (default: 1, the first round of each of the first 4 drift stages, the last)")
+    show.add_argument("--run", type=int, default=0, metavar="N", help="which of the task's runs, 0-based (default 0)")
+    show.add_argument("--out", default=None, metavar="PATH",
+                      help="PNG path (default: results/scenarios/<task>-<run hash>.png)")
+    show.set_defaults(func=cmd_scenario_show)
     return parser
 
 

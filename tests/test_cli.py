@@ -45,3 +45,38 @@ def test_list_shows_every_registry(isolated_results):
     assert proc.returncode == 0, proc.stderr
     for name in ("digits", "synthetic", "mnist", "cifar100", "lenet5", "resnet18", "fedavg", "local", "dirichlet"):
         assert name in proc.stdout
+
+
+def test_scenario_show_prints_tables_and_writes_a_png(tmp_path, isolated_results):
+    task = {
+        "name": "show_task",
+        "dataset": "digits",
+        "model": {"name": "mlp", "hidden": [16]},
+        "scenario": {"partition": "dirichlet", "alpha": 0.5, "num_clients": 6},
+        "rounds": 3,
+        "seeds": [0, 1],
+    }
+    path = tmp_path / "task.yaml"
+    path.write_text(yaml.safe_dump(task))
+    out = tmp_path / "heat.png"
+    proc = fedbench("scenario", "show", str(path), "--rounds", "1,3", "--run", "1", "--out", str(out),
+                    env_results=isolated_results)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "2 runs; showing run 1" in proc.stdout
+    assert "round 1" in proc.stdout and "round 3" in proc.stdout and "6 clients" in proc.stdout
+    assert "Jensen-Shannon" in proc.stdout and str(out) in proc.stdout.replace("\n", "")
+    assert out.read_bytes().startswith(b"\x89PNG")
+
+
+def test_scenario_show_rejects_rounds_and_runs_out_of_range(tmp_path, capsys):
+    from fedbench.cli import main
+
+    task = {"dataset": "digits", "model": "mlp", "scenario": {"partition": "dirichlet", "num_clients": 6}, "rounds": 3}
+    path = tmp_path / "task.yaml"
+    path.write_text(yaml.safe_dump(task))
+    assert main(["scenario", "show", str(path), "--rounds", "1,4"]) == 2
+    out = capsys.readouterr().out
+    assert "--rounds: got 4" in out and "1..3" in out
+    assert main(["scenario", "show", str(path), "--run", "1"]) == 2
+    out = capsys.readouterr().out
+    assert "--run: got 1" in out and "0..0" in out and "the task has 1 run)" in out
