@@ -15,7 +15,7 @@ from rich.table import Table
 from fedbench.config import load_task
 from fedbench.core.callbacks import RunResult
 from fedbench.core.errors import ConfigError, FedbenchError
-from fedbench.core.registry import ALGORITHMS, DATASETS, MODELS, PARTITIONS
+from fedbench.core.registry import ALGORITHMS, DATASETS, MODELS, PARTITIONS, SHIFTS
 from fedbench.core.runspec import RunSpec
 
 console = Console(width=None if sys.stdout.isatty() else 140)
@@ -81,10 +81,13 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    for registry in (DATASETS, MODELS, ALGORITHMS, PARTITIONS):
-        table = Table(title=f"{registry.kind}s", show_header=False)
-        for name in registry.names():
-            doc = (registry.get(name).__doc__ or "").strip().splitlines()
+    from fedbench.scenarios import PRESETS
+
+    entries = [(f"{r.kind}s", {name: r.get(name) for name in r.names()}) for r in (DATASETS, MODELS, ALGORITHMS, PARTITIONS, SHIFTS)]
+    for title, named in entries + [("scenario presets", PRESETS)]:
+        table = Table(title=title, show_header=False)
+        for name, obj in sorted(named.items()):
+            doc = (obj.__doc__ or "").strip().splitlines()
             table.add_row(name, escape(doc[0]) if doc else "")
         console.print(table)
     return 0

@@ -95,6 +95,10 @@ def check_scenario(spec: ScenarioSpec, facts: Facts) -> None:
     parts.partition.check(facts, spec.num_clients)
     for shift in parts.shifts:
         shift.check(facts, spec.num_clients)
+    if spec.test_clients.unseen_rate > 0 and not (parts.partition.offers_unseen or any(s.offers_unseen for s in parts.shifts)):
+        raise ConfigError("scenario.test_clients.unseen_rate", spec.test_clients.unseen_rate,
+                          "0 for this scenario, or a partition or shift with distributions outside training "
+                          "(class_bank, dirichlet, feature_bank, rotation, noise, label_permutation, conditional_transform)")
     if spec.local_test == "official" and spec.source == "all":
         raise ConfigError("scenario.local_test", "official", "split when source is all (no official test data is left over)")
 

@@ -24,6 +24,9 @@ FEROMA_CHUNK_DIVISOR = 30
 class Partition:
     """Base: subclasses are dataclasses of their parameters."""
 
+    offers_unseen = False
+    """Whether `split` also returns class mixes no client trains on (for unseen test-time clients)."""
+
     def check(self, facts: Facts, num_clients: int) -> None:
         """Raise ConfigError when this partition cannot be built for the dataset and client count."""
 
@@ -101,6 +104,8 @@ class Dirichlet(Partition):
     Small alpha gives each client few classes and unequal sizes (004's Dir-0.3); large alpha approaches
     IID. Draws are repeated until every client holds at least `min_samples` samples.
     """
+
+    offers_unseen = True
 
     alpha: float = 0.5
     """Concentration (003 Fig. 3: beta in {0.1, 0.3, 0.5, 0.7, 1.0}; 004 Sec. 5: 0.3)."""
@@ -215,6 +220,8 @@ class ClassBank(Partition):
     A bank of `banks` distinct subsets of `classes_per_client` classes is drawn once; in every stage each
     client draws one subset uniformly and a fresh chunk of those classes.
     """
+
+    offers_unseen = True
 
     banks: int = 4
     """Bank size: 4 / 6 / 8 for low / medium / high (002 Table 12)."""

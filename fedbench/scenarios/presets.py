@@ -77,7 +77,6 @@ def _feroma(kind: str, level: str):
     name = f"feroma/{kind}/{level}"
 
     def build(facts: Facts, num_clients: int = 20, drift_every: int | None = 4) -> dict[str, Any]:
-        """002 I.2: 20 clients, 20 rounds, drift every 4 / 2 / 1 rounds, Table 12's level; I.3 for 10-100 clients."""
         _images(facts, name)
         big = facts.num_classes == 100
         out = _feroma_common(num_clients, drift_every)
@@ -96,7 +95,24 @@ def _feroma(kind: str, level: str):
             out.update(partition="chunks", shifts=[{"name": "conditional_transform", "banks": FEROMA_LEVELS[kind][level]}])
         return out
 
+    build.__doc__ = (f"002 I.2 {FEROMA_KINDS[kind]}, level {level} ({_level_text(kind, level)}); 20 clients, drift every "
+                     f"4 rounds unless drift_every says otherwise; I.3 duplication for 50-100 clients.")
     preset(name)(build)
+
+
+FEROMA_KINDS = {"feature_skew": "feature skew P(X)", "label_skew": "label skew P(Y)",
+                "conditional_label_skew": "concept shift P(Y|X)", "conditional_feature_skew": "concept shift P(X|Y)"}
+
+
+def _level_text(kind: str, level: str) -> str:
+    if kind == "feature_skew":
+        table = FEROMA_LEVELS[kind][level]
+        return f"{table['rotations']} rotations x {'3 colours' if table['colours'] else 'no colour'}"
+    if kind == "label_skew":
+        return f"bank of {FEROMA_LEVELS[kind][level]} class subsets"
+    if kind == "conditional_label_skew":
+        return f"{FEROMA_LEVELS[kind][level]} swapped classes, {FEROMA_LEVELS[kind + '_cifar100'][level]} on CIFAR-100"
+    return f"bank of {FEROMA_LEVELS[kind][level]} targeted-class patterns"
 
 
 for _kind in ("feature_skew", "label_skew", "conditional_label_skew", "conditional_feature_skew"):

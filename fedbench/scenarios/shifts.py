@@ -59,6 +59,9 @@ class Bank:
 class Shift:
     """Base: subclasses are dataclasses of their parameters."""
 
+    offers_unseen = True
+    """Whether its bank has modes kept out of training (for unseen test-time clients)."""
+
     def check(self, facts: Facts, num_clients: int) -> None:
         """Raise ConfigError when the shift cannot apply to the dataset."""
 
@@ -241,6 +244,7 @@ class Relabel(Shift):
     """One grouping per cluster, in cluster order (001 E3a)."""
 
     GROUPINGS = ("identity", "parity", "half", "superclass", "size")
+    offers_unseen = False
 
     def check(self, facts, num_clients):
         for g in self.groupings:

@@ -22,7 +22,7 @@ def run_spec(scenario: dict, dataset=MNIST_LIKE, rounds: int = 1, seed: int = 0)
 def make(scenario: dict, dataset=MNIST_LIKE, rounds: int = 1, seed: int = 0, fresh: bool = False):
     """(dataset, scenario) for a task's scenario section; `fresh` bypasses the cache (determinism tests)."""
     spec = run_spec(scenario, dataset, rounds, seed)
-    data = load_dataset(spec.dataset.name, **spec.dataset.kwargs)
+    data = load_dataset(spec.dataset.name, spec.dataset.data_root, **spec.dataset.kwargs)
     if fresh:
         stages = num_stages(spec.scenario, rounds)
         return data, _generate(data, spec.scenario, seed, scenario_key(data, spec.scenario, seed, stages), stages)

@@ -138,3 +138,16 @@ def test_a_preset_refuses_what_it_does_not_fit(section, dataset, words):
     with pytest.raises((ConfigError, UnknownNameError)) as err:
         run_spec(section, dataset=dataset)
     assert words in str(err.value)
+
+
+def test_made_writers_noise_gives_disjoint_writer_groups_and_growing_noise(tmp_path):
+    from tests.data.test_femnist import write_leaf
+
+    writers = {f"f{w:04d}": [w % 10] * 6 + [(w + 1) % 10] * 4 for w in range(12)}
+    write_leaf(tmp_path / "femnist", {"train/part_0.json": writers, "test/part_0.json": {"f0000": [0, 1]}})
+    dataset = {"name": "femnist", "digits_only": True, "data_root": str(tmp_path)}
+    data, s = make({"preset": "made/writers_noise", "num_clients": 4}, dataset=dataset)
+    owners = [set(data.meta["writer"].to_numpy()[np.concatenate([v.train, v.test])]) for v in s.stages[0]]
+    assert all(len(o) == 3 for o in owners) and len(set().union(*owners)) == 12  # 003: writers / clients each
+    sigmas = [v.transform[0]["sigma"] for v in s.stages[0]]
+    assert sigmas == pytest.approx([0.125, 0.25, 0.375, 0.5])  # 003 Sec. III-A: sigma * i / N, sigma = 0.5
