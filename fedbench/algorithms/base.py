@@ -102,9 +102,14 @@ class Algorithm:
 
     # -- helpers for subclasses ----------------------------------------------------------------------
     def model_with(self, weights: Payload) -> nn.Module:
-        """This process's model instance with `weights` loaded (built once per process, then reused)."""
+        """This process's model instance with `weights` loaded (built once per process, then reused).
+
+        Building it draws initial weights; that happens outside the job's random stream, so whether a worker
+        builds its model in this job or an earlier one cannot change the job's noise or dropout draws.
+        """
         if self._model is None:
-            self._model = self.builder()
+            with torch.random.fork_rng(devices=[]):
+                self._model = self.builder()
         set_weights(self._model, weights)
         return self._model
 

@@ -191,61 +191,66 @@ class HueShift:
     k = (n + H6) mod 6, n = 5, 3, 1 for R, G, B: one broadcast over the channels instead of a six-way
     sector select.
 
-    Written for few, cheap kernels (at 28x28 an op costs more in dispatch than in arithmetic): hue is kept
-    in turns so the wrap is t - round(t); branches are picked by `lerp` with 0/1 weights from `sign` (exact,
-    whereas comparisons and `torch.where` run bool kernels several times slower on CPU); ties go to the
-    first maximum as in colorsys; gray pixels (C = 0) get hue 0 through zero numerators; and constants are
-    built once per device.
+    Written for few kernels and few temporaries (at 28x28 an op costs more in dispatch and memory traffic
+    than in arithmetic, and the batch arrives with caches cold from training): branches are picked by
+    `lerp` with 0/1 weights from `sign` (exact, whereas comparisons and `torch.where` run bool kernels
+    several times slower on CPU); ties go to the first maximum as in colorsys; gray pixels (C = 0) get hue
+    0 through zero numerators; most steps work in place; constants are built once per device.
     """
 
     _OFFSETS = (5.0, 3.0, 1.0)  # n of f(n) for R, G, B
 
     def __init__(self, turns: float):
         self.turns = float(turns)
-        self._constants: dict[tuple[str, torch.dtype], tuple[torch.Tensor, ...]] = {}
+        self._offsets: dict[tuple[str, torch.dtype], torch.Tensor] = {}
 
-    def constants(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        """(0, 1/3, 2/3) as 0-d tensors and the per-channel offsets [1, 3, 1, 1], in turns, on x's device."""
-        key = (str(x.device), x.dtype)
-        if key not in self._constants:
-            def const(v):
-                return torch.tensor(v, dtype=x.dtype, device=x.device)
-            # t = k - 2 in turns, with the shift folded in: (n - 2) / 6 + turns.
-            offsets = const([(n - 2.0) / 6.0 + self.turns for n in self._OFFSETS]).view(1, 3, 1, 1)
-            self._constants[key] = (const(0.0), const(1.0 / 3.0), const(2.0 / 3.0), offsets)
-        return self._constants[key]
+    def offsets(self, like: torch.Tensor) -> torch.Tensor:
+        """[1, 3, 1, 1] per-channel constants of `to_rgb`, (n - 2) / 6 + this shift in turns, on like's device."""
+        key = (str(like.device), like.dtype)
+        if key not in self._offsets:
+            values = [(n - 2.0) / 6.0 + self.turns for n in self._OFFSETS]
+            self._offsets[key] = torch.tensor(values, dtype=like.dtype, device=like.device).view(1, 3, 1, 1)
+        return self._offsets[key]
 
-    def hue_chroma_value(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Hue in turns [B, H, W] (in [-1/6, 5/6): wrapped later), chroma and value of RGB [B, 3, H, W]."""
-        zero, third, two_thirds, _ = self.constants(x)
+    @staticmethod
+    def hue_chroma_value(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Hue in thirds of a turn [B, H, W] (in [-1/2, 5/2)), chroma and value of RGB [B, 3, H, W] (not modified).
+
+        Chroma is floored at 1e-12: gray pixels get zero numerators, hence hue 0, and an output error of
+        at most 1e-12 (a chroma this small only ever misplaces a hue whose effect is bounded by it).
+        """
         r, g, b = x.unbind(1)
         value = x.amax(1)
-        chroma = value - x.amin(1)
-        # Below 1e-12 a chroma only misplaces a hue whose effect on the output is bounded by that chroma.
-        safe = chroma.clamp_min(1e-12)
-        red_hue = torch.addcdiv(zero, g - b, safe, value=1.0 / 6.0)
-        green_hue = torch.addcdiv(third, b - r, safe, value=1.0 / 6.0)
-        blue_hue = torch.addcdiv(two_thirds, r - g, safe, value=1.0 / 6.0)
-        red_not_max = torch.sign(value - r)  # 0 where red is the maximum, else 1
-        green_not_max = torch.sign(value - g)
-        hue = torch.lerp(red_hue, torch.lerp(green_hue, blue_hue, green_not_max), red_not_max)
+        chroma = x.amin(1)
+        torch.sub(value, chroma, out=chroma).clamp_min_(1e-12)
+        # 1 where red (green) is not the maximum: comparisons written straight into float (the bool kernels
+        # and their casts are several times slower).
+        red_not_max = torch.gt(value, r, out=torch.empty_like(value))
+        green_not_max = torch.gt(value, g, out=torch.empty_like(value))
+        numerator = torch.sub(b, r).lerp_(torch.sub(r, g), green_not_max)  # green's, else blue's
+        numerator = torch.sub(g, b).lerp_(numerator, red_not_max)  # red's first
+        # In thirds of a turn (saves a scaling pass): the branch's base, 0 (red), 1 (green) or 2 (blue), is
+        # red_not_max * (1 + green_not_max), plus half the sixths-numerator / C.
+        hue = torch.addcmul(red_not_max, red_not_max, green_not_max).addcdiv_(numerator, chroma, value=0.5)
         return hue, chroma, value
 
-    def to_rgb(self, hue: torch.Tensor, chroma: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
-        """RGB [B, 3, H, W] from hue (turns, any real) + this shift, chroma and value [B, H, W].
+    def to_rgb(self, hue: torch.Tensor, chroma: torch.Tensor, value: torch.Tensor, clamp: bool = True) -> torch.Tensor:
+        """RGB [B, 3, H, W] from hue (thirds of a turn, any real) + this shift, chroma and value [B, H, W].
 
-        With t = (k - 2) / 6 wrapped into [-1/2, 1/2]: min(k, 4 - k) = 2 - 6|t|, so
+        With t = (k - 2) / 6 wrapped into [-1/2, 1/2] (turns): min(k, 4 - k) = 2 - 6|t|, so
         f = (V - 2C) + 6C * clamp(|t|, 1/6, 1/3). At |t| = 1/2 both sides of the wrap give the same 0 ramp.
+        Consumes `value`. Rounding can leave V - C a hair outside [0, 1]: `clamp=False` leaves that to the
+        caller (gamma clamps anyway).
         """
-        offsets = self.constants(hue)[3]
-        t = hue.unsqueeze(1) + offsets
-        t.sub_(torch.round(t))
-        base = torch.add(value, chroma, alpha=-2.0).unsqueeze(1)
-        out = torch.addcmul(base, chroma.unsqueeze(1), t.abs_().clamp_(1.0 / 6.0, 1.0 / 3.0), value=6.0)
-        return out.clamp_(0.0, 1.0)  # rounding can leave V - C a hair outside [0, 1]; gamma's log must not see < 0
+        t = torch.add(self.offsets(hue), hue.unsqueeze(1), alpha=1.0 / 3.0)
+        out = torch.round(t)
+        t.sub_(out).abs_().clamp_(1.0 / 6.0, 1.0 / 3.0)
+        base = value.add_(chroma, alpha=-2.0).unsqueeze(1)
+        torch.addcmul(base, chroma.unsqueeze(1), t, value=6.0, out=out)
+        return out.clamp_(0.0, 1.0) if clamp else out
 
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        return self.to_rgb(*self.hue_chroma_value(x))
+    def __call__(self, x: torch.Tensor, clamp: bool = True) -> torch.Tensor:
+        return self.to_rgb(*self.hue_chroma_value(x), clamp=clamp)
 
 
 def shift_hue(x: torch.Tensor, turns: float) -> torch.Tensor:
@@ -276,15 +281,15 @@ def adjust_saturation(x: torch.Tensor, factor: float, matrix: torch.Tensor | Non
 
 
 def adjust_gamma(x: torch.Tensor, gamma: float) -> torch.Tensor:
-    """x ** gamma for x in [0, 1], gamma > 0, in place.
+    """x ** gamma, gamma > 0, in place; x is clamped to [0, 1] first (so the caller need not clamp).
 
     Computed as exp(gamma * log x): the same value as `x ** gamma` up to float rounding, but several
     times faster on CPU than torch.pow with a fractional exponent. log(0) = -inf and exp(-inf) take slow
-    paths in the vectorised math library (30x slower per element), so zeros are lifted to 1e-30 first and
-    put back to exactly 0 by the factor sign(x).
+    paths in the vectorised math library (30x slower per element), so values are lifted to at least 1e-30
+    and those not above 0 are put back to exactly 0 by a 0/1 factor.
     """
-    zero_to_zero = torch.sign(x)
-    return x.clamp_min_(1e-30).log_().mul_(float(gamma)).exp_().mul_(zero_to_zero)
+    positive = torch.gt(x, 0.0, out=torch.empty_like(x))
+    return x.clamp_(1e-30, 1.0).log_().mul_(float(gamma)).exp_().mul_(positive)
 
 
 def _rotation_grid(angle: float, height: int, width: int, device: torch.device) -> torch.Tensor:
@@ -312,6 +317,8 @@ class _Step:
 
     uint8_ok = False
     """Whether it may run before the float conversion (exact on uint8 and 4x fewer bytes to move)."""
+    gray_ok = False
+    """Whether it may run on one gray channel before the repeat to RGB, with the same result (less work)."""
 
     def __init__(self, op: dict):
         self.op = op
@@ -328,6 +335,7 @@ class _QuarterTurn(_Step):
     """Rotation by a multiple of 90 degrees: an exact index permutation (torch.rot90, counter-clockwise)."""
 
     uint8_ok = True
+    gray_ok = True
 
     def __init__(self, op: dict):
         super().__init__(op)
@@ -342,6 +350,8 @@ class _QuarterTurn(_Step):
 
 class _Rotate(_Step):
     """Rotation by any other angle: bilinear resampling on a grid built once per image size and device."""
+
+    gray_ok = True
 
     def __init__(self, op: dict):
         super().__init__(op)
@@ -399,7 +409,11 @@ class _Noise(_Step):
 
 
 class _Photometric(_Step):
-    """FedDRM's covariate bits in FedDRM's order: saturation, hue, gamma (each skipped at its identity)."""
+    """FedDRM's covariate bits in FedDRM's order: saturation, hue, gamma (each skipped at its identity).
+
+    On a gray image (one channel, still to be repeated to RGB) saturation and hue are the identity (the
+    luma weights sum to 1, and a gray pixel has no chroma), so only gamma runs, on one channel.
+    """
 
     def __init__(self, op: dict):
         super().__init__(op)
@@ -408,14 +422,17 @@ class _Photometric(_Step):
         self.gamma = float(op.get("gamma", 1.0))
         self._matrices: dict[tuple[str, torch.dtype], torch.Tensor] = {}
 
+    gray_ok = True
+
     def apply(self, x):
-        if self.saturation != 1.0:
-            key = (str(x.device), x.dtype)
-            if key not in self._matrices:
-                self._matrices[key] = saturation_matrix(self.saturation, x.device, x.dtype)
-            x = adjust_saturation(x, self.saturation, self._matrices[key])
-        if self.hue.turns != 0.0:
-            x = self.hue(x)
+        if x.shape[1] == 3:
+            if self.saturation != 1.0:
+                key = (str(x.device), x.dtype)
+                if key not in self._matrices:
+                    self._matrices[key] = saturation_matrix(self.saturation, x.device, x.dtype)
+                x = adjust_saturation(x, self.saturation, self._matrices[key])
+            if self.hue.turns != 0.0:
+                x = self.hue(x, clamp=self.gamma == 1.0)
         if self.gamma != 1.0:
             x = adjust_gamma(x, self.gamma)
         return x
@@ -438,9 +455,11 @@ class BatchTransform:
     returns float32 in [0, 1], also with no ops (a gray dataset in a colour scenario still needs its 3
     channels: ANDA feeds every client RGB once any client is coloured).
 
-    Order: leading quarter-turn rotations on the uint8 data (exact and 4x cheaper), then gray -> RGB when
-    the scenario has 3 channels and the data 1, then the float conversion, then the remaining ops in
-    descriptor order.
+    Order: leading quarter-turn rotations on the uint8 data (exact and 4x cheaper), then the float
+    conversion, then the remaining ops in descriptor order. Gray data in a 3-channel scenario is repeated
+    to RGB as if right after the conversion; in fact the repeat waits until the first op that tells the
+    channels apart (colour, noise), since rotations and photometric changes of a gray image are the same
+    on one channel as on three, at a third of the work.
 
     Args:
         ops: the descriptor (`ClientView.transform`).
@@ -460,6 +479,8 @@ class BatchTransform:
         while lead < len(steps) and steps[lead].uint8_ok:
             lead += 1
         self._uint8_steps, self._float_steps = steps[:lead], steps[lead:]
+        # Gray data: float steps before this index run on one channel, the repeat to RGB comes here.
+        self._rgb_from = next((i for i, s in enumerate(self._float_steps) if not s.gray_ok), len(self._float_steps))
         self._class_sets: dict[tuple[tuple[int, ...], str], torch.Tensor] = {}
         self._needs_square = any(isinstance(s, _QuarterTurn) and s.k % 2 == 1 for s in steps)
 
@@ -480,21 +501,33 @@ class BatchTransform:
             raise ValueError(f"expected an image batch [B, C, H, W], got shape {tuple(x.shape)}")
         if self._needs_square and x.shape[2] != x.shape[3]:
             raise ValueError(f"90-degree rotations need square images, got {x.shape[2]}x{x.shape[3]}")
+        gray = x.shape[1] == 1 and self.channels == 3
+        if x.shape[1] != self.channels and not gray:
+            raise ValueError(f"cannot turn {x.shape[1]}-channel images into {self.channels} channels")
         masks: dict[tuple[tuple[int, ...], torch.dtype], tuple[torch.Tensor, torch.Tensor]] = {}
         for step in self._uint8_steps:
             x = self._apply(step, x, y_orig, masks)
-        if x.shape[1] != self.channels:
-            if x.shape[1] == 1 and self.channels == 3:
-                x = x.expand(-1, 3, -1, -1)  # materialised by contiguous() below, on the 1-byte data
-            else:
-                raise ValueError(f"cannot turn {x.shape[1]}-channel images into {self.channels} channels")
-        source = x
-        x = to_float_batch(x.contiguous())  # contiguous: a rot90 view would make every later op strided
-        if self._float_steps and x.data_ptr() == source.data_ptr():
-            x = x.clone()  # float input: never edit the caller's tensor
-        for step in self._float_steps:
+        repeat_at = self._rgb_from if gray else -1
+        if repeat_at == 0:
+            x = x.expand(-1, 3, -1, -1)  # on the 1-byte data, materialised by contiguous() below
+        x = self._to_float(x)
+        for i, step in enumerate(self._float_steps):
+            if i == repeat_at and i > 0:
+                x = x.expand(-1, 3, -1, -1).contiguous()
             x = self._apply(step, x, y_orig, masks)
+        if repeat_at == len(self._float_steps) and repeat_at > 0:
+            x = x.expand(-1, 3, -1, -1)
         return x.contiguous()
+
+    def _to_float(self, x: torch.Tensor) -> torch.Tensor:
+        """`to_float_batch`'s values, contiguous, in a tensor the transform owns (later steps work in place)."""
+        given, x = x, x.contiguous()  # a rot90 view would make every later op strided; an expand is materialised
+        if x.dtype == torch.uint8:
+            return x.to(torch.float32).div_(255.0)  # as to_float_batch, without its second temporary
+        x = to_float_batch(x)
+        if self._float_steps and x.data_ptr() == given.data_ptr():
+            x = x.clone()  # float input: never edit the caller's tensor
+        return x
 
     def _apply(self, step: _Step, x: torch.Tensor, y_orig: torch.Tensor, masks: dict) -> torch.Tensor:
         if step.classes is None:

@@ -49,6 +49,26 @@ def test_gray_is_repeated_to_rgb_for_every_sample():
         assert torch.equal(out[:, k], to_float_batch(x)[:, 0])
 
 
+@pytest.mark.parametrize("ops", [
+    [{"op": "rotate", "angle": 45}],
+    [{"op": "photometric", "gamma": 0.6, "hue": -0.1, "saturation": 1.5}],
+    [{"op": "rotate", "angle": 30}, {"op": "photometric", "gamma": 1.4, "hue": 0.1}, {"op": "colour", "channel": 1}],
+    [{"op": "rotate", "angle": 90}, {"op": "photometric", "gamma": 0.6, "saturation": 0.5, "classes": [1, 2]}],
+])
+def test_gray_data_in_a_colour_scenario_equals_its_rgb_repeat(ops):
+    # Gray batches stay one channel until an op tells the channels apart; the result must not show it.
+    x, y = gray_batch(), labels()
+    out = apply(ops, x, channels=3, y=y)
+    assert out.shape == (6, 3, 28, 28) and out.is_contiguous()
+    assert torch.allclose(out, apply(ops, x.expand(-1, 3, -1, -1).contiguous(), channels=3, y=y), atol=1e-6)
+
+
+def test_noise_on_gray_data_in_a_colour_scenario_is_drawn_per_channel():
+    torch.manual_seed(0)
+    out = apply([{"op": "rotate", "angle": 45}, {"op": "noise", "sigma": 0.2}], gray_batch(), channels=3)
+    assert not torch.equal(out[:, 0], out[:, 1]) and not torch.equal(out[:, 1], out[:, 2])
+
+
 def test_float_input_is_accepted_and_never_edited():
     x = torch.full((2, 3, 4, 4), 0.25)
     before = x.clone()
