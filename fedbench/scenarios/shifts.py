@@ -177,8 +177,12 @@ class Photometric(Shift):
 
     def check(self, facts, num_clients):
         _require_images(facts, "photometric")
-        if any(g <= 0 for g in self.gamma) or any(s < 0 for s in self.saturation):
-            raise ConfigError("scenario.gamma", self.gamma, "gammas > 0 and saturations >= 0")
+        if any(g <= 0 for g in self.gamma):
+            raise ConfigError("scenario.gamma", list(self.gamma), "gammas > 0")
+        if any(k < 0 for k in self.saturation):
+            raise ConfigError("scenario.saturation", list(self.saturation), "saturation factors >= 0")
+        if any(not -0.5 <= h <= 0.5 for h in self.hue):
+            raise ConfigError("scenario.hue", list(self.hue), "hue shifts in [-0.5, 0.5] (turns of the colour wheel)")
 
     def bank(self, ctx, num_clients):
         def mode(g, h, s) -> Mode:

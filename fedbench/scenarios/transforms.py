@@ -4,7 +4,8 @@ A scenario never stores transformed images: each client view carries a descripto
 dicts with plain JSON values (so artifacts stay tiny, hashable into run ids and readable in
 `fedbench scenario show`), and the worker turns it into a `BatchTransform` once per client job. Every op
 works on the whole batch at once (no Python loop over samples), so the transform costs a few percent of
-a local epoch (`bench/transform_cost.py` measures it).
+a LeNet-5 epoch on 28x28 images, about 10% for the photometric change of RGB images, the costliest
+(`bench/transform_cost.py` measures it).
 
 Ops, in descriptor order; any op may carry `"classes": [...]`, original labels it is restricted to:
 
@@ -25,7 +26,7 @@ pattern, the others stay plain, so the same image content means different things
 from __future__ import annotations
 
 import math
-from numbers import Real
+from numbers import Integral, Real
 from typing import Any, Sequence
 
 import torch
@@ -43,7 +44,9 @@ _KEYS: dict[str, tuple[str, ...]] = {
     "noise": ("sigma",),
     "photometric": ("gamma", "hue", "saturation"),
 }
-_REQUIRED: dict[str, tuple[str, ...]] = {"rotate": ("angle",), "colour": ("channel",), "noise": ("sigma",), "photometric": ()}
+_REQUIRED: dict[str, tuple[str, ...]] = {
+    "rotate": ("angle",), "colour": ("channel",), "noise": ("sigma",), "photometric": (),
+}
 COLOUR_NAMES = ("red", "green", "blue")
 LUMA = (0.299, 0.587, 0.114)
 """ITU-R 601 luma weights: the grayscale that saturation blends with (as torchvision and PIL compute it)."""
@@ -95,20 +98,22 @@ def validate_ops(ops: Sequence[dict], channels: int, image_shape: Sequence[int] 
         if "classes" in op:
             classes = op["classes"]
             if not isinstance(classes, (list, tuple)) or not classes or not all(
-                isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in classes
+                isinstance(c, Integral) and not isinstance(c, bool) and c >= 0 for c in classes
             ):
                 raise ConfigError(f"{field}.classes", classes, "a non-empty list of original class labels (ints >= 0)")
         if name == "rotate":
-            if _quarter_turns(op["angle"]) is not None and _quarter_turns(op["angle"]) % 2 == 1 and image_shape is not None:
+            quarter = _quarter_turns(op["angle"])
+            if quarter is not None and quarter % 2 == 1 and image_shape is not None:
                 h, w = image_shape[-2:]
                 if h != w:
-                    raise ConfigError(f"{field}.angle", op["angle"],
-                                      f"multiples of 180 or non-right angles: 90-degree rotations need square images, got {h}x{w}")
+                    raise ConfigError(f"{field}.angle", op["angle"], "multiples of 180 or non-right angles: "
+                                      f"90-degree rotations need square images, got {h}x{w}")
         elif name == "colour":
             if op["channel"] not in (0, 1, 2) or isinstance(op["channel"], bool):
                 raise ConfigError(f"{field}.channel", op["channel"], "0, 1 or 2 (red, green, blue)")
             if channels != 3:
-                raise ConfigError(f"{field}.channel", op["channel"], f"colour needs 3 output channels, the scenario has {channels}")
+                raise ConfigError(f"{field}.channel", op["channel"],
+                                  f"colour needs 3 output channels, the scenario has {channels}")
         elif name == "noise":
             if op["sigma"] < 0:
                 raise ConfigError(f"{field}.sigma", op["sigma"], "a standard deviation >= 0")
@@ -169,7 +174,8 @@ def _describe_one(op: dict) -> str:
     if name == "noise":
         return f"noise {_num(op['sigma'])}"
     if name == "photometric":
-        shown = [f"{label} {_num(op[key])}" for key, label in (("gamma", "gamma"), ("hue", "hue"), ("saturation", "sat")) if key in op]
+        labels = (("gamma", "gamma"), ("hue", "hue"), ("saturation", "sat"))
+        shown = [f"{label} {_num(op[key])}" for key, label in labels if key in op]
         return " ".join(shown) or "photometric identity"
     return str(name)
 
@@ -179,6 +185,29 @@ def _num(value: float) -> str:
 
 
 # --------------------------------------------------------------------------------------------- batch ops
+
+
+class _Workspace:
+    """Scratch tensors reused from batch to batch, one set per (name, shape, device, dtype).
+
+    At 28x28 a photometric change is memory-bound, and writing into freshly allocated memory costs 2-3x
+    what an in-place pass over a warm buffer does; so temporaries live here, and only the tensor handed back
+    to the caller is new. Not thread-safe: one per transform, and a transform serves one client job.
+    """
+
+    MAX_ENTRIES = 32  # a few batch sizes (train, last partial batch, test) times a few names
+
+    def __init__(self) -> None:
+        self._tensors: dict[tuple, torch.Tensor] = {}
+
+    def get(self, name: str, shape: Sequence[int], like: torch.Tensor) -> torch.Tensor:
+        key = (name, tuple(shape), like.device, like.dtype)
+        tensor = self._tensors.get(key)
+        if tensor is None:
+            if len(self._tensors) >= self.MAX_ENTRIES:
+                self._tensors.clear()
+            tensor = self._tensors[key] = torch.empty(tuple(shape), dtype=like.dtype, device=like.device)
+        return tensor
 
 
 class HueShift:
@@ -191,66 +220,92 @@ class HueShift:
     k = (n + H6) mod 6, n = 5, 3, 1 for R, G, B: one broadcast over the channels instead of a six-way
     sector select.
 
-    Written for few kernels and few temporaries (at 28x28 an op costs more in dispatch and memory traffic
-    than in arithmetic, and the batch arrives with caches cold from training): branches are picked by
-    `lerp` with 0/1 weights from `sign` (exact, whereas comparisons and `torch.where` run bool kernels
-    several times slower on CPU); ties go to the first maximum as in colorsys; gray pixels (C = 0) get hue
-    0 through zero numerators; most steps work in place; constants are built once per device.
+    Written for few passes over memory (at 28x28 the op is memory-bound, and the batch arrives with caches
+    cold from training): every step but the first works in place on workspace buffers; branches are
+    picked by `lerp` with 0/1 weights from comparisons written straight into float (exact, whereas
+    `torch.where` and bool tensors run kernels several times slower on CPU); ties go to the first maximum
+    as in colorsys; gray pixels (C = 0) get hue 0 through zero numerators; constants are built once per
+    device.
     """
 
     _OFFSETS = (5.0, 3.0, 1.0)  # n of f(n) for R, G, B
 
     def __init__(self, turns: float):
-        self.turns = float(turns)
-        self._offsets: dict[tuple[str, torch.dtype], torch.Tensor] = {}
+        self.turns = float(turns) - round(float(turns))  # the colour wheel is periodic: kept in [-1/2, 1/2]
+        self._offsets: dict[tuple[torch.device, torch.dtype], torch.Tensor] = {}
+        self.workspace = _Workspace()
 
     def offsets(self, like: torch.Tensor) -> torch.Tensor:
-        """[1, 3, 1, 1] per-channel constants of `to_rgb`, (n - 2) / 6 + this shift in turns, on like's device."""
-        key = (str(like.device), like.dtype)
+        """[1, 3, 1, 1] constants of `to_rgb` in turns: (n - 2) / 6 + this shift, + 3/2 to keep them positive."""
+        key = (like.device, like.dtype)
         if key not in self._offsets:
-            values = [(n - 2.0) / 6.0 + self.turns for n in self._OFFSETS]
+            values = [(n - 2.0) / 6.0 + self.turns + 1.5 for n in self._OFFSETS]
             self._offsets[key] = torch.tensor(values, dtype=like.dtype, device=like.device).view(1, 3, 1, 1)
         return self._offsets[key]
 
-    @staticmethod
-    def hue_chroma_value(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Hue in thirds of a turn [B, H, W] (in [-1/2, 5/2)), chroma and value of RGB [B, 3, H, W] (not modified).
+    def hue_chroma_value(self, x: torch.Tensor, scratch: torch.Tensor | None = None
+                         ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Hue in thirds of a turn [B, H, W] (in [-1/2, 5/2)), chroma and value of RGB [B, 3, H, W].
 
-        Chroma is floored at 1e-12: gray pixels get zero numerators, hence hue 0, and an output error of
-        at most 1e-12 (a chroma this small only ever misplaces a hue whose effect is bounded by it).
+        `x` is not modified. The results are workspace buffers, valid until the next call; the hue lives
+        in `scratch` (any [B, 3, H, W] buffer free until the hue is used) when given, to keep the working
+        set small. Chroma is floored at 1e-12: gray pixels get zero numerators, hence hue 0, and an output
+        error of at most 1e-12 (a chroma this small only ever misplaces a hue whose effect is bounded by it).
         """
+        batch, _, height, width = x.shape
+        value, chroma, spare = self.workspace.get("hue_in", (3, batch, height, width), x).unbind(0)
+        if scratch is None:
+            scratch = self.workspace.get("hue_scratch", (batch, 3, height, width), x)
+        red_not_max, green_not_max, numerator = scratch.unbind(1)
         r, g, b = x.unbind(1)
-        value = x.amax(1)
-        chroma = x.amin(1)
+        torch.amax(x, 1, out=value)
+        torch.amin(x, 1, out=chroma)
         torch.sub(value, chroma, out=chroma).clamp_min_(1e-12)
-        # 1 where red (green) is not the maximum: comparisons written straight into float (the bool kernels
-        # and their casts are several times slower).
-        red_not_max = torch.gt(value, r, out=torch.empty_like(value))
-        green_not_max = torch.gt(value, g, out=torch.empty_like(value))
-        numerator = torch.sub(b, r).lerp_(torch.sub(r, g), green_not_max)  # green's, else blue's
-        numerator = torch.sub(g, b).lerp_(numerator, red_not_max)  # red's first
+        torch.gt(value, r, out=red_not_max)  # 1.0 where red is not the maximum
+        torch.gt(value, g, out=green_not_max)
+        torch.sub(b, r, out=numerator).lerp_(torch.sub(r, g, out=spare), green_not_max)  # green's, else blue's
+        numerator = torch.sub(g, b, out=spare).lerp_(numerator, red_not_max)  # red's first
         # In thirds of a turn (saves a scaling pass): the branch's base, 0 (red), 1 (green) or 2 (blue), is
         # red_not_max * (1 + green_not_max), plus half the sixths-numerator / C.
-        hue = torch.addcmul(red_not_max, red_not_max, green_not_max).addcdiv_(numerator, chroma, value=0.5)
+        hue = green_not_max.add_(1.0).mul_(red_not_max).addcdiv_(numerator, chroma, value=0.5)
         return hue, chroma, value
 
-    def to_rgb(self, hue: torch.Tensor, chroma: torch.Tensor, value: torch.Tensor, clamp: bool = True) -> torch.Tensor:
-        """RGB [B, 3, H, W] from hue (thirds of a turn, any real) + this shift, chroma and value [B, H, W].
+    def to_rgb(self, hue: torch.Tensor, chroma: torch.Tensor, value: torch.Tensor, out: torch.Tensor | None = None,
+               clamp: bool = True, scratch: torch.Tensor | None = None) -> torch.Tensor:
+        """RGB [B, 3, H, W] from hue (thirds of a turn, > -3/2) + this shift, chroma and value [B, H, W].
 
-        With t = (k - 2) / 6 wrapped into [-1/2, 1/2] (turns): min(k, 4 - k) = 2 - 6|t|, so
-        f = (V - 2C) + 6C * clamp(|t|, 1/6, 1/3). At |t| = 1/2 both sides of the wrap give the same 0 ramp.
-        Consumes `value`. Rounding can leave V - C a hair outside [0, 1]: `clamp=False` leaves that to the
-        caller (gamma clamps anyway).
+        With t = (k - 2) / 6 wrapped into [-1/2, 1/2) (turns): min(k, 4 - k) = 2 - 6|t|, so
+        f = (V - 2C) + 6C * clamp(|t|, 1/6, 1/3). The wrap is frac(t + 3/2) - 1/2, in place (t + 3/2 > 0);
+        at |t| = 1/2 both sides of the wrap give the same 0 ramp. Consumes `value`. Rounding can leave
+        V - C a hair outside [0, 1]: `clamp=False` leaves that to the caller (gamma clamps anyway).
+
+        Args:
+            out: where to write (a fresh tensor when None); may hold the hue or the image it came from.
+            scratch: a free [B, 3, H, W] buffer for t (a workspace one when None); not `out`.
         """
-        t = torch.add(self.offsets(hue), hue.unsqueeze(1), alpha=1.0 / 3.0)
-        out = torch.round(t)
-        t.sub_(out).abs_().clamp_(1.0 / 6.0, 1.0 / 3.0)
+        batch, height, width = hue.shape
+        if scratch is None:
+            scratch = self.workspace.get("to_rgb", (batch, 3, height, width), hue)
+        t = torch.add(self.offsets(hue), hue.unsqueeze(1), alpha=1.0 / 3.0, out=scratch)
+        t.frac_().sub_(0.5).abs_().clamp_(1.0 / 6.0, 1.0 / 3.0)
         base = value.add_(chroma, alpha=-2.0).unsqueeze(1)
+        if out is None:
+            out = torch.empty_like(t)
         torch.addcmul(base, chroma.unsqueeze(1), t, value=6.0, out=out)
         return out.clamp_(0.0, 1.0) if clamp else out
 
-    def __call__(self, x: torch.Tensor, clamp: bool = True) -> torch.Tensor:
-        return self.to_rgb(*self.hue_chroma_value(x), clamp=clamp)
+    def __call__(self, x: torch.Tensor, out: torch.Tensor | None = None, clamp: bool = True,
+                 consume: bool = False) -> torch.Tensor:
+        """Shifted RGB of `x`, written to `out` (a fresh tensor when None; may be `x`).
+
+        Args:
+            consume: `x` is a dead buffer the shift may scribble on (it then serves as scratch); else `x`
+                is left unchanged unless it is `out`.
+        """
+        # Free buffers first: `out` until the end (if it is not the input), the input once read.
+        hue_scratch = out if out is not None and out.data_ptr() != x.data_ptr() else None
+        hue, chroma, value = self.hue_chroma_value(x, hue_scratch)
+        return self.to_rgb(hue, chroma, value, out=out, clamp=clamp, scratch=x if consume else None)
 
 
 def shift_hue(x: torch.Tensor, turns: float) -> torch.Tensor:
@@ -258,38 +313,53 @@ def shift_hue(x: torch.Tensor, turns: float) -> torch.Tensor:
     return HueShift(turns)(x)
 
 
-def saturation_matrix(factor: float, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32) -> torch.Tensor:
+def saturation_matrix(factor: float, device: torch.device | str = "cpu",
+                      dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """The 3x3 colour matrix of a saturation change: factor * I + (1 - factor) * (every row the luma weights)."""
     luma = torch.tensor(LUMA, dtype=torch.float64)
-    return (factor * torch.eye(3, dtype=torch.float64) + (1.0 - factor) * luma.expand(3, 3)).to(device=device, dtype=dtype)
+    matrix = factor * torch.eye(3, dtype=torch.float64) + (1.0 - factor) * luma.expand(3, 3)
+    return matrix.to(device=device, dtype=dtype)
 
 
-def adjust_saturation(x: torch.Tensor, factor: float, matrix: torch.Tensor | None = None) -> torch.Tensor:
+def adjust_saturation(x: torch.Tensor, factor: float, matrix: torch.Tensor | None = None,
+                      out: torch.Tensor | None = None) -> torch.Tensor:
     """Blend RGB [B, 3, H, W] with its luma by `factor` (0: gray, 1: unchanged, > 1: more vivid), clamped.
 
     Same as torchvision's adjust_saturation, factor * x + (1 - factor) * gray clamped to [0, 1], done as
     one 3x3 colour matrix per pixel: a single batched matmul instead of five elementwise passes.
 
     Args:
-        matrix: `saturation_matrix(factor)` on x's device, when the caller caches it.
+        matrix: `saturation_matrix(factor)` on x's device (a multiple of it also scales x), when the
+            caller caches it.
+        out: where to write (not `x`); a fresh tensor when None.
     """
     if matrix is None:
         matrix = saturation_matrix(factor, x.device, x.dtype)
     batch, channels, height, width = x.shape
-    mixed = torch.matmul(matrix, x.reshape(batch, channels, height * width))
+    flat = out.view(batch, channels, height * width) if out is not None else None
+    mixed = torch.bmm(matrix.expand(batch, channels, channels), x.reshape(batch, channels, height * width), out=flat)
     return mixed.view(batch, channels, height, width).clamp_(0.0, 1.0)
+
+
+_TINY = float(torch.finfo(torch.float32).tiny)  # smallest normal float32
 
 
 def adjust_gamma(x: torch.Tensor, gamma: float) -> torch.Tensor:
     """x ** gamma, gamma > 0, in place; x is clamped to [0, 1] first (so the caller need not clamp).
 
     Computed as exp(gamma * log x): the same value as `x ** gamma` up to float rounding, but several
-    times faster on CPU than torch.pow with a fractional exponent. log(0) = -inf and exp(-inf) take slow
-    paths in the vectorised math library (30x slower per element), so values are lifted to at least 1e-30
-    and those not above 0 are put back to exactly 0 by a 0/1 factor.
+    times faster on CPU than torch.pow with a fractional exponent (which is not vectorised). log(0) = -inf
+    and exp(-inf) take slow paths in the vectorised math library (30x slower per element), so x is first
+    lifted to a floor eps whose power is at most 1e-12 (1e-30 for gamma >= 0.8, 1.6e-23 for FedDRM's 0.6):
+    what a 0 pixel becomes, invisible next to the 1/255 steps of the data. Gammas below 0.32 have no such
+    normal floor; there zeros are put back to exactly 0 by a 0/1 factor (two more passes).
     """
+    gamma = float(gamma)
+    eps = max(_TINY, 1e-30 ** (1.0 / gamma))
+    if eps**gamma <= 1e-12:
+        return x.clamp_(eps, 1.0).log_().mul_(gamma).exp_()
     positive = torch.gt(x, 0.0, out=torch.empty_like(x))
-    return x.clamp_(1e-30, 1.0).log_().mul_(float(gamma)).exp_().mul_(positive)
+    return x.clamp_(eps, 1.0).log_().mul_(gamma).exp_().mul_(positive)
 
 
 def _rotation_grid(angle: float, height: int, width: int, device: torch.device) -> torch.Tensor:
@@ -319,6 +389,8 @@ class _Step:
     """Whether it may run before the float conversion (exact on uint8 and 4x fewer bytes to move)."""
     gray_ok = False
     """Whether it may run on one gray channel before the repeat to RGB, with the same result (less work)."""
+    absorbs_scale = False
+    """Whether `apply(x, scale=s)` exists and may get the unscaled uint8 -> float conversion (`_Photometric`)."""
 
     def __init__(self, op: dict):
         self.op = op
@@ -356,11 +428,11 @@ class _Rotate(_Step):
     def __init__(self, op: dict):
         super().__init__(op)
         self.angle = float(op["angle"])
-        self._grids: dict[tuple[int, int, str], torch.Tensor] = {}
+        self._grids: dict[tuple[int, int, torch.device, torch.dtype], torch.Tensor] = {}
 
     def apply(self, x):
         batch, _, height, width = x.shape
-        key = (height, width, str(x.device))
+        key = (height, width, x.device, x.dtype)
         if key not in self._grids:
             self._grids[key] = _rotation_grid(self.angle, height, width, x.device).to(x.dtype)
         grid = self._grids[key].expand(batch, height, width, 2)
@@ -415,24 +487,38 @@ class _Photometric(_Step):
     luma weights sum to 1, and a gray pixel has no chroma), so only gamma runs, on one channel.
     """
 
+    gray_ok = True
+
     def __init__(self, op: dict):
         super().__init__(op)
         self.saturation = float(op.get("saturation", 1.0))
         self.hue = HueShift(float(op.get("hue", 0.0)))
         self.gamma = float(op.get("gamma", 1.0))
-        self._matrices: dict[tuple[str, torch.dtype], torch.Tensor] = {}
+        self._matrices: dict[tuple[torch.device, torch.dtype, float], torch.Tensor] = {}
 
-    gray_ok = True
+    @property
+    def absorbs_scale(self) -> bool:
+        """Whether the uint8 -> [0, 1] scaling can ride on the saturation matrix (one pass fewer)."""
+        return self.saturation != 1.0 and self.classes is None
 
-    def apply(self, x):
-        if x.shape[1] == 3:
-            if self.saturation != 1.0:
-                key = (str(x.device), x.dtype)
-                if key not in self._matrices:
-                    self._matrices[key] = saturation_matrix(self.saturation, x.device, x.dtype)
-                x = adjust_saturation(x, self.saturation, self._matrices[key])
-            if self.hue.turns != 0.0:
-                x = self.hue(x, clamp=self.gamma == 1.0)
+    def apply(self, x, scale: float = 1.0):
+        """Photometric change of `x`, in place (its buffer is what comes back); `scale` multiplies x first
+        (the 1/255 of an unscaled uint8 conversion)."""
+        rgb = x.shape[1] == 3
+        hue = rgb and self.hue.turns != 0.0
+        if rgb and self.saturation != 1.0:
+            key = (x.device, x.dtype, scale)
+            if key not in self._matrices:
+                self._matrices[key] = saturation_matrix(self.saturation, x.device, x.dtype) * scale
+            # With a hue change next, the saturated image is only its input: a workspace buffer will do.
+            into = self.hue.workspace.get("saturated", x.shape, x) if hue else torch.empty_like(x)
+            saturated = adjust_saturation(x, self.saturation, self._matrices[key], out=into)
+            x = self.hue(saturated, out=x, clamp=self.gamma == 1.0, consume=True) if hue else saturated
+        else:
+            if scale != 1.0:
+                x = x.mul_(scale)
+            if hue:
+                x = self.hue(x, out=x, clamp=self.gamma == 1.0)
         if self.gamma != 1.0:
             x = adjust_gamma(x, self.gamma)
         return x
@@ -510,20 +596,25 @@ class BatchTransform:
         repeat_at = self._rgb_from if gray else -1
         if repeat_at == 0:
             x = x.expand(-1, 3, -1, -1)  # on the 1-byte data, materialised by contiguous() below
-        x = self._to_float(x)
+        # A leading saturation change multiplies by a 3x3 matrix anyway: it takes the 1/255 along.
+        fold = (x.dtype == torch.uint8 and repeat_at <= 0 and bool(self._float_steps)
+                and self._float_steps[0].absorbs_scale)
+        x = self._to_float(x, scaled=not fold)
         for i, step in enumerate(self._float_steps):
             if i == repeat_at and i > 0:
                 x = x.expand(-1, 3, -1, -1).contiguous()
-            x = self._apply(step, x, y_orig, masks)
+            x = step.apply(x, scale=1.0 / 255.0) if fold and i == 0 else self._apply(step, x, y_orig, masks)
         if repeat_at == len(self._float_steps) and repeat_at > 0:
             x = x.expand(-1, 3, -1, -1)
         return x.contiguous()
 
-    def _to_float(self, x: torch.Tensor) -> torch.Tensor:
-        """`to_float_batch`'s values, contiguous, in a tensor the transform owns (later steps work in place)."""
+    def _to_float(self, x: torch.Tensor, scaled: bool = True) -> torch.Tensor:
+        """`to_float_batch`'s values, contiguous, in a tensor the transform owns (later steps work in place);
+        `scaled=False` leaves uint8 data in [0, 255] for the first step to scale."""
         given, x = x, x.contiguous()  # a rot90 view would make every later op strided; an expand is materialised
         if x.dtype == torch.uint8:
-            return x.to(torch.float32).div_(255.0)  # as to_float_batch, without its second temporary
+            x = x.to(torch.float32)
+            return x.div_(255.0) if scaled else x  # as to_float_batch, without its second temporary
         x = to_float_batch(x)
         if self._float_steps and x.data_ptr() == given.data_ptr():
             x = x.clone()  # float input: never edit the caller's tensor

@@ -151,3 +151,9 @@ def test_made_writers_noise_gives_disjoint_writer_groups_and_growing_noise(tmp_p
     assert all(len(o) == 3 for o in owners) and len(set().union(*owners)) == 12  # 003: writers / clients each
     sigmas = [v.transform[0]["sigma"] for v in s.stages[0]]
     assert sigmas == pytest.approx([0.125, 0.25, 0.375, 0.5])  # 003 Sec. III-A: sigma * i / N, sigma = 0.5
+
+
+def test_bad_shift_parameters_are_refused_at_load():
+    with pytest.raises(ConfigError) as err:
+        run_spec({"partition": "iid", "num_clients": 8, "shifts": [{"name": "photometric", "hue": [0.7]}]})
+    assert "scenario.hue" in str(err.value)

@@ -9,7 +9,7 @@ import torch
 
 from fedbench.core.errors import ConfigError
 from fedbench.data.base import to_float_batch
-from fedbench.scenarios.transforms import BatchTransform, describe_ops, validate_ops
+from fedbench.scenarios.transforms import BatchTransform, describe_ops, shift_hue, validate_ops
 
 
 def gray_batch(n=6, size=28, seed=0):
@@ -182,7 +182,8 @@ def test_noise_has_the_asked_standard_deviation_and_follows_the_global_seed():
 # ------------------------------------------------------------------------------------------ photometric
 
 
-@pytest.mark.parametrize("op", [{"op": "photometric"}, {"op": "photometric", "gamma": 1.0, "hue": 0.0, "saturation": 1.0}])
+@pytest.mark.parametrize("op", [{"op": "photometric"},
+                                {"op": "photometric", "gamma": 1.0, "hue": 0.0, "saturation": 1.0}])
 def test_photometric_identity_parameters_are_identity(op):
     x = rgb_batch()
     assert torch.equal(apply([op], x), to_float_batch(x))
@@ -232,9 +233,25 @@ def test_hue_shift_matches_colorsys_pixel_by_pixel():
     assert torch.allclose(out, expected, atol=1e-5)
 
 
+def test_hue_shifts_wrap_around_the_wheel_and_leave_gray_gray():
+    x = to_float_batch(rgb_batch())
+    assert torch.allclose(shift_hue(x, 1.1), shift_hue(x, 0.1), atol=1e-5)
+    assert torch.allclose(shift_hue(x, -0.5), shift_hue(x, 0.5), atol=1e-5)
+    gray = to_float_batch(gray_batch()).expand(-1, 3, -1, -1).contiguous()
+    assert torch.allclose(shift_hue(gray, 0.3), gray, atol=1e-6)
+
+
 def test_gamma_half_on_a_quarter_gives_a_half():
     x = torch.full((1, 3, 2, 2), 0.25)
     assert torch.allclose(apply([{"op": "photometric", "gamma": 0.5}], x), torch.full((1, 3, 2, 2), 0.5))
+
+
+@pytest.mark.parametrize("gamma", [0.1, 0.6, 1.4, 3.0])
+def test_gamma_matches_pow_and_keeps_black_black(gamma):
+    x = torch.linspace(0, 1, 101).view(1, 1, 1, 101).expand(1, 3, 1, 101).contiguous()
+    out = apply([{"op": "photometric", "gamma": gamma}], x)
+    assert torch.allclose(out, x**gamma, atol=1e-6)
+    assert out[..., 0].max() <= 1e-12 and out[..., -1].min() == 1.0
 
 
 def test_photometric_order_is_saturation_then_hue_then_gamma():
@@ -244,6 +261,23 @@ def test_photometric_order_is_saturation_then_hue_then_gamma():
                    {"op": "photometric", "gamma": 0.6}], x)
     assert torch.equal(together, steps)
     assert together.min() >= 0 and together.max() <= 1
+
+
+@pytest.mark.parametrize("ops", [
+    [{"op": "photometric", "gamma": 0.6, "hue": -0.1, "saturation": 1.5}],
+    [{"op": "photometric", "hue": 0.2}],
+    [{"op": "photometric", "saturation": 0.5}],
+])
+def test_outputs_survive_later_batches_of_any_size(ops):
+    # Temporaries are reused from batch to batch; what was handed out must never be among them.
+    transform = BatchTransform(tuple(ops), 3)
+    first, second, small = rgb_batch(seed=1), rgb_batch(seed=2), rgb_batch(n=3, seed=3)
+    out = transform(first, labels())
+    kept = out.clone()
+    transform(second, labels())
+    assert torch.equal(transform(small, labels(3)), BatchTransform(tuple(ops), 3)(small, labels(3)))
+    assert torch.equal(out, kept)
+    assert torch.equal(transform(first, labels()), kept)
 
 
 # ------------------------------------------------------------------------------------------ classes
@@ -309,7 +343,8 @@ def test_valid_descriptors_pass_and_bad_ones_fail_at_construction():
     (({"op": "noise", "sigma": 0.25},), "noise 0.25"),
     (({"op": "photometric", "gamma": 0.6, "hue": -0.1, "saturation": 1.5},), "gamma 0.6 hue -0.1 sat 1.5"),
     (({"op": "rotate", "angle": 180, "classes": [1, 3, 5]},), "rot180 on classes 1,3,5"),
-    (({"op": "rotate", "angle": 270, "classes": [2]}, {"op": "colour", "channel": 2, "classes": [2]}), "rot270 blue on classes 2"),
+    (({"op": "rotate", "angle": 270, "classes": [2]}, {"op": "colour", "channel": 2, "classes": [2]}),
+     "rot270 blue on classes 2"),
     (({"op": "rotate", "angle": 22.5},), "rot22.5"),
 ])
 def test_describe_ops(ops, text):
