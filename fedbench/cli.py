@@ -80,6 +80,42 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 1 if failures is not None else 0
 
 
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from fedbench.tracking.console import failures_table, results_table
+    from fedbench.tracking.paths import tracking_uri
+
+    task = load_task(args.task, args.set)
+    specs = task.expand()
+    if args.dry_run:
+        console.print(configurations_table(specs))
+        console.print(f"task [bold]{task.name}[/]: {len(specs)} configurations (nothing was run)")
+        return 0
+    from fedbench.tuning import run_sweep
+
+    console.print(f"task [bold]{task.name}[/]: sweeping {len(specs)} trials on Ray Tune, tracking {tracking_uri()}")
+    outcome = run_sweep(specs, max_concurrent=args.max_concurrent, address=args.address)
+    console.print(results_table(outcome.results))
+    failures = failures_table(outcome.results)
+    if failures is not None:
+        console.print(failures)
+    console.print(f"sweep {outcome.name}: MLflow parent run {outcome.parent_run_id}; Tune folder {outcome.storage}")
+    return 1 if failures is not None or len(outcome.results) < len(specs) else 0
+
+
+def configurations_table(specs: Sequence[RunSpec]) -> Table:
+    """What a task expands to, one row per RunSpec (`fedbench sweep --dry-run`)."""
+    table = Table(title=f"{len(specs)} configurations")
+    for column in ("#", "run", "algorithm", "dataset", "scenario", "rounds", "seed"):
+        table.add_column(column)
+    for i, spec in enumerate(specs):
+        scenario = spec.scenario.preset or spec.scenario.partition.name
+        if spec.scenario.drift_every:
+            scenario += f", drift every {spec.scenario.drift_every}"
+        algorithm = " ".join([spec.algorithm.name] + [f"{k}={v}" for k, v in spec.algorithm.params])
+        table.add_row(str(i), spec.run_hash, escape(algorithm), spec.dataset.name, escape(scenario), str(spec.rounds), str(spec.seed))
+    return table
+
+
 def cmd_list(args: argparse.Namespace) -> int:
     from fedbench.scenarios import PRESETS
 
@@ -185,6 +221,13 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a field (repeatable)")
     run.add_argument("--backend", choices=["serial", "ray"], default=None, help="where client jobs run")
     run.set_defaults(func=cmd_run)
+    sweep = sub.add_parser("sweep", help="run a task's RunSpecs as Ray Tune trials, several at once")
+    sweep.add_argument("task", help="task YAML file, e.g. tasks/quickstart.yaml")
+    sweep.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a field (repeatable)")
+    sweep.add_argument("--dry-run", action="store_true", help="list the configurations and their count, run nothing")
+    sweep.add_argument("--max-concurrent", type=int, default=None, metavar="K", help="trials at once (default: as resources allow)")
+    sweep.add_argument("--address", default=None, help="Ray cluster address (auto or HOST:PORT); default: a local Ray")
+    sweep.set_defaults(func=cmd_sweep)
     lst = sub.add_parser("list", help="list datasets, models, algorithms and partitions")
     lst.set_defaults(func=cmd_list)
     scenario = sub.add_parser("scenario", help="inspect the federation a task generates")

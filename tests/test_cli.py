@@ -80,3 +80,12 @@ def test_scenario_show_rejects_rounds_and_runs_out_of_range(tmp_path, capsys):
     assert main(["scenario", "show", str(path), "--run", "1"]) == 2
     out = capsys.readouterr().out
     assert "--run: got 1" in out and "0..0" in out and "the task has 1 run)" in out
+
+
+def test_sweep_dry_run_lists_the_configurations_and_their_count(capsys):
+    from fedbench.cli import main
+
+    assert main(["sweep", "tasks/feroma_drift.yaml", "--dry-run", "--set", "seeds=[42]"]) == 0
+    out = capsys.readouterr().out
+    assert "72 configurations (nothing was run)" in out  # 12 presets x 3 drift frequencies x 2 algorithms
+    assert "feroma/label_skew/medium, drift every 2" in out

@@ -60,6 +60,10 @@ class RayWorkerPool:
         scenario_ref = ray.put(scenario)
         ray.get([w.load.remote(self._dataset[1], scenario_ref, spec) for w in self.workers])
 
+    def placement_groups(self) -> list[str | None]:
+        """Each worker's placement group (a sweep's trial reserves one for its workers)."""
+        return ray.get([w.placement_group.remote() for w in self.workers])
+
     def close(self) -> None:
         for worker in self.workers:
             ray.kill(worker)

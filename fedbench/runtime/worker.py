@@ -89,3 +89,9 @@ class ClientWorker:
 
     def pid(self) -> int:
         return os.getpid()
+
+    def placement_group(self) -> str | None:
+        """The Ray placement group this worker was scheduled into (None outside Ray or outside a group)."""
+        import ray
+
+        return ray.get_runtime_context().get_placement_group_id() if ray.is_initialized() else None

@@ -1,0 +1,76 @@
+"""The sweep's driver-side Tune callback: turns trial reports into MLflow child runs of the sweep's run.
+
+All MLflow writes happen here, in the driver, through the same `MlflowCallback` a plain `fedbench run` uses.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mlflow.entities import RunTag
+from ray import tune
+
+from fedbench.core.callbacks import RunResult
+from fedbench.core.runspec import RunSpec
+from fedbench.tracking.mlflow_callback import MlflowCallback
+from fedbench.tuning.trial import EVENT
+
+TUNE_KEYS = {"status", "reason", "traceback", EVENT}
+
+
+class MlflowBridge(tune.Callback):
+    """One MLflow child run per trial, nested under `parent_run_id`, written as reports arrive."""
+
+    def __init__(self, uri: str, experiment: str, parent_run_id: str):
+        self.uri, self.experiment, self.parent_run_id = uri, experiment, parent_run_id
+        self.runs: dict[str, tuple[RunSpec, MlflowCallback, list[dict[str, float]]]] = {}
+        self.outcomes: dict[str, RunResult] = {}
+
+    def on_trial_start(self, iteration, trials, trial, **info) -> None:
+        spec = RunSpec.from_dict(trial.config["run"])
+        callback = MlflowCallback(self.uri, self.experiment, self.parent_run_id)
+        callback.on_run_start(spec)
+        tags = _trial_tags(trial, trial.placement_group_factory)
+        callback.client.log_batch(callback.run_id, tags=[RunTag(k, v) for k, v in tags.items()])
+        self.runs[trial.trial_id] = (spec, callback, [])
+
+    def on_trial_result(self, iteration, trials, trial, result: dict[str, Any], **info) -> None:
+        spec, callback, history = self.runs[trial.trial_id]
+        metrics = {k: float(v) for k, v in result.items() if k in _metric_keys(result)}
+        if result.get(EVENT) == "round":
+            history.append(metrics)
+            callback.on_round_end(spec, metrics)
+        elif result.get(EVENT) == "end":
+            final = {k: v for k, v in metrics.items() if k.startswith(("final/", "total/"))}
+            tags = {k: str(v) for k, v in result.items() if k.startswith("trial.")}
+            callback.client.log_batch(callback.run_id, tags=[RunTag(k, v) for k, v in tags.items()])
+            outcome = RunResult(spec, result["status"], history, final, result.get("reason", ""), result.get("traceback", ""))
+            self._finish(trial.trial_id, outcome)
+
+    def on_trial_error(self, iteration, trials, trial, **info) -> None:
+        if trial.trial_id in self.runs:
+            spec, _, history = self.runs[trial.trial_id]
+            reason = f"trial {trial.trial_id} crashed: {trial.error_file or 'see the Tune logs'}"
+            self._finish(trial.trial_id, RunResult(spec, "FAILED", history, {}, reason))
+
+    def _finish(self, trial_id: str, outcome: RunResult) -> None:
+        spec, callback, _ = self.runs.pop(trial_id)
+        callback.on_run_end(outcome)
+        self.outcomes[trial_id] = outcome
+
+
+def _metric_keys(result: dict[str, Any]) -> set[str]:
+    """The fedbench metrics of a report (Tune adds its own bookkeeping keys)."""
+    own = {"round"} | {k for k in result if "/" in k or k.startswith(("acc_", "train_", "comm_", "time_", "clients_"))}
+    return {k for k in own if isinstance(result.get(k), (int, float)) and k not in TUNE_KEYS}
+
+
+def _trial_tags(trial, placement) -> dict[str, str]:
+    bundles = placement.bundles
+    return {
+        "trial.id": trial.trial_id,
+        "trial.driver_cpus": str(bundles[0].get("CPU", 0)),
+        "trial.client_workers": str(len(bundles) - 1),
+        "trial.client_cpus": str(bundles[1].get("CPU", 0) if len(bundles) > 1 else 0),
+        "trial.client_gpus": str(bundles[1].get("GPU", 0) if len(bundles) > 1 else 0),
+    }

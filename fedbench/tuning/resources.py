@@ -1,0 +1,33 @@
+"""What one trial reserves: a bundle for its driver plus one per client worker (RAY_NOTES.md, nested Tune).
+
+Tune places the trial's driver in bundle 0 and captures the client actors it creates into bundles 1..N;
+an actor beyond the last bundle would wait forever, so the RunSpec's `num_workers` is set to exactly N.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from ray import tune
+
+from fedbench.core.runspec import RunSpec
+
+DRIVER_CPUS = 0.5
+"""CPU of a trial's driver bundle: it only dispatches jobs and aggregates, the clients do the training."""
+
+DEFAULT_WORKERS_PER_TRIAL = 1
+"""Client workers per trial unless the task sets `resources.num_workers`: many small trials share a machine."""
+
+
+def for_trial(spec: RunSpec) -> RunSpec:
+    """The spec as a trial runs it: on the ray backend with an explicit worker count (one per bundle)."""
+    workers = min(spec.resources.num_workers or DEFAULT_WORKERS_PER_TRIAL, spec.scenario.num_clients)
+    return spec.replace(resources=dataclasses.replace(spec.resources, backend="ray", num_workers=workers))
+
+
+def placement(spec: RunSpec, driver_cpus: float = DRIVER_CPUS) -> tune.PlacementGroupFactory:
+    """One driver bundle, then one bundle per client worker with its CPU and GPU fraction."""
+    worker = {"CPU": spec.resources.client_cpus}
+    if spec.resources.client_gpus > 0:
+        worker["GPU"] = spec.resources.client_gpus
+    return tune.PlacementGroupFactory([{"CPU": driver_cpus}] + [worker] * spec.resources.num_workers)
