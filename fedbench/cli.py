@@ -116,6 +116,35 @@ def configurations_table(specs: Sequence[RunSpec]) -> Table:
     return table
 
 
+def cmd_leaderboard(args: argparse.Namespace) -> int:
+    from fedbench.tracking.leaderboard import build_leaderboard, read_runs, write_leaderboard
+    from fedbench.tracking.paths import results_dir, tracking_uri
+
+    if (args.experiment is None) == (args.task is None):
+        raise ConfigError("--experiment/--task", None, "exactly one of them")
+    experiment = args.experiment or load_task(args.task).name
+    board = build_leaderboard(read_runs(experiment, tracking_uri()), args.metric, args.group_by.split(","), args.mode)
+    table = Table(title=f"{experiment}: {board.metric}, mean ± std over seeds, ranked per group")
+    columns = list(board.table.columns)
+    for column in columns:
+        table.add_column(column, justify="left" if column in ("group", "configuration") else "right")
+    for row in board.table.to_dict("records"):
+        cells = {**row, "mean": f"{row['mean']:.4f}", "std": f"{row['std']:.4f}",
+                 **{c: f"{row[c]:.2f}" for c in columns[6:]}}
+        table.add_row(*(escape(str(cells[c])) for c in columns))
+    console.print(table)
+    for run, reason in board.failed.itertuples(index=False):
+        console.print(f"[red]failed[/] {escape(str(run))}: {escape(str(reason))}")
+    folder = results_dir() / "leaderboards"
+    written = [write_leaderboard(board, folder / f"{experiment}.md", "markdown"),
+               write_leaderboard(board, folder / f"{experiment}.parquet", "parquet")]
+    if args.format != "table":
+        suffix = {"markdown": "md"}.get(args.format, args.format)
+        written.append(write_leaderboard(board, Path(args.out) if args.out else folder / f"{experiment}.{suffix}", args.format))
+    console.print("written: " + ", ".join(str(p) for p in dict.fromkeys(written)))
+    return 0
+
+
 def cmd_list(args: argparse.Namespace) -> int:
     from fedbench.scenarios import PRESETS
 
@@ -228,6 +257,17 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--max-concurrent", type=int, default=None, metavar="K", help="trials at once (default: as resources allow)")
     sweep.add_argument("--address", default=None, help="Ray cluster address (auto or HOST:PORT); default: a local Ray")
     sweep.set_defaults(func=cmd_sweep)
+    board = sub.add_parser("leaderboard", help="rank configurations from the runs recorded in MLflow")
+    board.add_argument("--experiment", default=None, help="MLflow experiment name (a task's name)")
+    board.add_argument("--task", default=None, help="or the task file whose experiment to read")
+    board.add_argument("--metric", default="final/acc_local_mean", help="metric to rank by (default final/acc_local_mean)")
+    board.add_argument("--mode", choices=["max", "min"], default="max", help="whether larger metric values are better")
+    board.add_argument("--group-by", default="dataset,scenario",
+                       help="comma-separated fields whose values form groups (dataset, scenario, or dotted fields)")
+    board.add_argument("--format", choices=["table", "markdown", "csv", "parquet"], default="table",
+                       help="also write this format (markdown and parquet are always written under results/leaderboards)")
+    board.add_argument("--out", default=None, help="path for --format's file")
+    board.set_defaults(func=cmd_leaderboard)
     lst = sub.add_parser("list", help="list datasets, models, algorithms and partitions")
     lst.set_defaults(func=cmd_list)
     scenario = sub.add_parser("scenario", help="inspect the federation a task generates")

@@ -1,0 +1,132 @@
+"""Leaderboards from MLflow: runs read back with `mlflow.search_runs`, aggregated over seeds, ranked per group.
+
+A configuration is everything that varies across the experiment's runs except the seed; the algorithm and
+its parameters name it, the `group_by` fields (dataset, scenario, or any dotted RunSpec field) say which
+configurations compete. Failed runs are returned apart with their reason, never dropped silently.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+
+from fedbench.core import metrics as M
+from fedbench.core.errors import ConfigError
+
+DEFAULT_METRIC = M.FINAL_PREFIX + M.ACC_LOCAL_MEAN
+COSTS = {
+    "compute s": (M.TOTAL_PREFIX + M.TIME_CLIENT_COMPUTE_S, 1.0),
+    "wall s": (M.TOTAL_PREFIX + M.TIME_RUN_S, 1.0),
+    "MB up": (M.TOTAL_PREFIX + M.COMM_UP_BYTES, 1e-6),
+    "MB down": (M.TOTAL_PREFIX + M.COMM_DOWN_BYTES, 1e-6),
+}
+"""Cost columns: name -> (metric, scale), each the mean over seeds."""
+
+ALIASES = {"dataset": ("dataset.",), "scenario": ("scenario.",), "algorithm": ("algorithm.",), "model": ("model.",)}
+"""A group-by name standing for every varying field under a section."""
+
+IGNORED = {"seed", "run_hash", "task", "resources.backend", "resources.num_workers", "dataset.data_root"}
+"""Fields that never tell configurations apart."""
+
+
+@dataclass
+class Leaderboard:
+    """Ranked configurations and the failed runs, as DataFrames."""
+
+    table: pd.DataFrame
+    failed: pd.DataFrame
+    metric: str
+
+
+def read_runs(experiment: str, uri: str) -> pd.DataFrame:
+    """The experiment's fedbench runs (sweep parent runs left out), as `mlflow.search_runs` returns them."""
+    import mlflow
+
+    mlflow.set_tracking_uri(uri)
+    if mlflow.get_experiment_by_name(experiment) is None:
+        raise ConfigError("--experiment", experiment, "an experiment in the tracking store (see `mlflow experiments`)")
+    runs = mlflow.search_runs(experiment_names=[experiment])
+    if "params.run_hash" not in runs:
+        return runs.iloc[0:0]
+    return runs[runs["params.run_hash"].notna()].reset_index(drop=True)
+
+
+def build_leaderboard(runs: pd.DataFrame, metric: str = DEFAULT_METRIC, group_by: Sequence[str] = ("dataset", "scenario"),
+                      mode: str = "max") -> Leaderboard:
+    """Mean ± std and n over seeds per configuration, ranked within each group (1 = best)."""
+    finished = runs[runs["status"] == "FINISHED"]
+    failed = runs[runs["status"] != "FINISHED"]
+    column = f"metrics.{metric}"
+    if column not in runs or finished[column].isna().all():
+        known = sorted(c.removeprefix("metrics.") for c in runs if c.startswith("metrics.") and runs[c].notna().any())
+        raise ConfigError("--metric", metric, "a metric the runs report: " + ", ".join(known))
+    varying = _varying_params(finished)
+    groups = _expand(group_by, varying)
+    config = [f for f in varying if f not in groups]
+    frame = pd.DataFrame({
+        "group": _label(finished, groups),
+        "configuration": _label(finished, config),
+        "value": finished[column].astype(float),
+    })
+    for name, (key, scale) in COSTS.items():
+        frame[name] = finished.get(f"metrics.{key}", pd.Series(np.nan, index=finished.index)).astype(float) * scale
+    stats = frame.groupby(["group", "configuration"], sort=False)
+    table = stats["value"].agg(mean="mean", std="std", n="count").reset_index()
+    table["std"] = table["std"].fillna(0.0)
+    for name in COSTS:
+        table[name] = stats[name].mean().to_numpy()
+    table["rank"] = table.groupby("group")["mean"].rank(ascending=(mode == "min"), method="min").astype(int)
+    table = table.sort_values(["group", "rank"]).reset_index(drop=True)
+    failed_rows = pd.DataFrame({
+        "run": failed.get("tags.mlflow.runName", pd.Series(dtype=str)),
+        "reason": failed.get("tags.failure_reason", pd.Series(dtype=str)),
+    })
+    return Leaderboard(table[["group", "rank", "configuration", "mean", "std", "n", *COSTS]], failed_rows.reset_index(drop=True), metric)
+
+
+def write_leaderboard(board: Leaderboard, path: Path, fmt: str) -> Path:
+    """Save as markdown, csv or parquet (pyarrow)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if fmt == "parquet":
+        board.table.to_parquet(path, index=False)
+    elif fmt == "csv":
+        board.table.to_csv(path, index=False)
+    else:
+        path.write_text(to_markdown(board))
+    return path
+
+
+def to_markdown(board: Leaderboard) -> str:
+    header = ["group", "rank", "configuration", board.metric, "n", *COSTS]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for row in board.table.to_dict("records"):
+        costs = [f"{row[c]:.2f}" for c in COSTS]
+        cells = [row["group"], row["rank"], row["configuration"], f"{row['mean']:.4f} ± {row['std']:.4f}", row["n"], *costs]
+        lines.append("| " + " | ".join(map(str, cells)) + " |")
+    if len(board.failed):
+        lines += ["", "Failed runs:", ""] + [f"- {r.run}: {r.reason}" for r in board.failed.itertuples(index=False)]
+    return "\n".join(lines) + "\n"
+
+
+def _varying_params(runs: pd.DataFrame) -> list[str]:
+    fields = [c.removeprefix("params.") for c in runs if c.startswith("params.")]
+    return sorted(f for f in fields if f not in IGNORED and not f.startswith("resources.") and runs[f"params.{f}"].nunique(dropna=False) > 1)
+
+
+def _expand(group_by: Sequence[str], varying: list[str]) -> list[str]:
+    out: list[str] = []
+    for name in group_by:
+        prefixes = ALIASES.get(name, (name,))
+        out += [f for f in varying if f.startswith(prefixes) or f == name]
+    return list(dict.fromkeys(out))
+
+
+def _label(runs: pd.DataFrame, fields: list[str]) -> pd.Series:
+    if not fields:
+        return pd.Series("all", index=runs.index)
+    return runs[[f"params.{f}" for f in fields]].astype(str).apply(
+        lambda row: ", ".join(f"{f.removesuffix('.name')}={v}" for f, v in zip(fields, row)), axis=1)

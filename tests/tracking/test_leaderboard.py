@@ -1,0 +1,59 @@
+"""Leaderboards read back from MLflow: numbers equal the per-run metrics, failures listed apart."""
+
+import numpy as np
+import pandas as pd
+import pytest
+from mlflow.tracking import MlflowClient
+
+from fedbench.cli import main, run_specs
+from fedbench.config.task import task_from_dict
+from fedbench.core.errors import ConfigError
+from fedbench.tracking.leaderboard import build_leaderboard, read_runs
+from tests.conftest import TINY
+
+
+@pytest.fixture
+def recorded(mlflow_store):
+    """Two algorithms x two Dirichlet alphas x two seeds on digits, plus one diverging run, in MLflow."""
+    raw = {**TINY, "name": "board", "rounds": 2,
+           "grid": {"algorithm": ["fedavg", "local"], "scenario.alpha": [0.3, 3.0]}, "seeds": [0, 1]}
+    raw.pop("task")
+    specs = task_from_dict(raw).expand()
+    bad = task_from_dict({**raw, "grid": {}, "seeds": [5], "optimizer": {"lr": 1e30}}).expand()
+    run_specs(specs + bad)
+    return f"sqlite:///{mlflow_store}", specs
+
+
+def test_leaderboard_numbers_equal_the_runs_metrics_read_back(recorded):
+    uri, specs = recorded
+    board = build_leaderboard(read_runs("board", uri), group_by=["scenario"])
+    assert len(board.table) == 4 and set(board.table["n"]) == {2}
+    client = MlflowClient(uri)
+    experiment = client.get_experiment_by_name("board").experiment_id
+    for row in board.table.to_dict("records"):
+        algorithm = row["configuration"].split("algorithm=")[1]
+        alpha = float(row["group"].split("scenario.alpha=")[1])
+        values = [r.data.metrics["final/acc_local_mean"] for r in client.search_runs([experiment])
+                  if r.data.params.get("algorithm.name") == algorithm and float(r.data.params["scenario.alpha"]) == alpha
+                  and r.info.status == "FINISHED"]
+        assert len(values) == 2
+        assert row["mean"] == pytest.approx(np.mean(values)) and row["std"] == pytest.approx(np.std(values, ddof=1))
+    for _, group in board.table.groupby("group"):
+        assert sorted(group["rank"]) == [1, 2] and group.sort_values("rank")["mean"].is_monotonic_decreasing
+    assert len(board.failed) == 1 and "ClientDivergedError" in board.failed["reason"][0]
+
+
+def test_leaderboard_cli_writes_markdown_and_parquet(recorded, isolated_results, capsys):
+    assert main(["leaderboard", "--experiment", "board", "--group-by", "scenario", "--format", "csv"]) == 0
+    out = capsys.readouterr().out
+    assert "failed" in out and "ClientDivergedError" in out
+    folder = isolated_results / "leaderboards"
+    assert "| group | rank |" in (folder / "board.md").read_text()
+    assert len(pd.read_parquet(folder / "board.parquet")) == 4 and (folder / "board.csv").exists()
+
+
+def test_a_metric_no_run_reports_is_refused_naming_the_known_ones(recorded):
+    uri, _ = recorded
+    with pytest.raises(ConfigError) as err:
+        build_leaderboard(read_runs("board", uri), metric="final/acc_nope")
+    assert "final/acc_local_mean" in str(err.value)
