@@ -117,7 +117,7 @@ def configurations_table(specs: Sequence[RunSpec]) -> Table:
 
 
 def cmd_leaderboard(args: argparse.Namespace) -> int:
-    from fedbench.tracking.leaderboard import build_leaderboard, read_runs, write_leaderboard
+    from fedbench.tracking.leaderboard import COSTS, build_leaderboard, read_runs, write_leaderboard
     from fedbench.tracking.paths import results_dir, tracking_uri
 
     if (args.experiment is None) == (args.task is None):
@@ -129,8 +129,7 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
     for column in columns:
         table.add_column(column, justify="left" if column in ("group", "configuration") else "right")
     for row in board.table.to_dict("records"):
-        cells = {**row, "mean": f"{row['mean']:.4f}", "std": f"{row['std']:.4f}",
-                 **{c: f"{row[c]:.2f}" for c in columns[6:]}}
+        cells = {**row, "mean": f"{row['mean']:.4f}", "std": f"{row['std']:.4f}", **{c: f"{row[c]:.2f}" for c in COSTS}}
         table.add_row(*(escape(str(cells[c])) for c in columns))
     console.print(table)
     for run, reason in board.failed.itertuples(index=False):

@@ -63,10 +63,11 @@ class TaskSpec:
 def resolve_run(raw: dict[str, Any]) -> RunSpec:
     """One run's raw mapping -> RunSpec, with its scenario preset expanded and the scenario checked against
     the dataset's facts, so an impossible federation fails here, before any data is read."""
-    from fedbench.scenarios import check_scenario, expand_preset, facts_for
+    from fedbench.data import dataset_facts
+    from fedbench.scenarios import check_scenario, expand_preset
 
     dataset = parse_dataset(raw.get("dataset"))
-    facts = facts_for(dataset.name, dataset.kwargs)
+    facts = dataset_facts(dataset.name, **dataset.kwargs)
     if isinstance(raw.get("scenario"), dict):
         raw = {**raw, "scenario": expand_preset(raw["scenario"], facts)}
     spec = RunSpec.from_dict(raw)

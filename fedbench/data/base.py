@@ -10,6 +10,8 @@ against the dataset (enough classes? a 'writer' column?) when the task is loaded
 
 from __future__ import annotations
 
+import dataclasses
+
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -100,6 +102,7 @@ class DatasetFacts:
         meta_columns: the meta columns besides 'split' (natural splits use them: 'writer', 'domain', ...).
         superclasses: class -> superclass id, where the dataset defines a grouping (CIFAR-10's vehicles
             and animals, CIFAR-100's 20 coarse labels); None otherwise.
+        dataset: the registered name (filled in by `dataset_facts`), for messages and dataset-specific rules.
     """
 
     num_classes: int
@@ -107,6 +110,7 @@ class DatasetFacts:
     image_size: tuple[int, int] | None
     meta_columns: tuple[str, ...] = ()
     superclasses: tuple[int, ...] | None = None
+    dataset: str = ""
 
     def __post_init__(self) -> None:
         if self.superclasses is not None and len(self.superclasses) != self.num_classes:
@@ -140,7 +144,7 @@ def dataset_facts(name: str, **params: Any) -> DatasetFacts:
     describe = getattr(loader, "facts", None)
     if describe is None:
         raise NotImplementedError(f"dataset {name!r} declares no facts: decorate its loader with @with_facts")
-    return describe(**resolve_options(name, loader, params))
+    return dataclasses.replace(describe(**resolve_options(name, loader, params)), dataset=name)
 
 
 def resolve_options(name: str, loader: Callable[..., Any], options: Mapping[str, Any]) -> dict[str, Any]:

@@ -1,7 +1,7 @@
 """Federations from datasets: partitions, shifts, drift and test-time clients -> a Scenario artifact."""
 
 from fedbench.scenarios.artifact import ClientView, Scenario, TestClient
-from fedbench.scenarios.generator import build_scenario, check_scenario, facts_for, facts_of
+from fedbench.scenarios.generator import build_scenario, check_scenario, facts_of
 from fedbench.scenarios.presets import PRESETS, expand_preset
 
 __all__ = [
@@ -12,6 +12,5 @@ __all__ = [
     "build_scenario",
     "check_scenario",
     "expand_preset",
-    "facts_for",
     "facts_of",
 ]

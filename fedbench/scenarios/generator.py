@@ -19,12 +19,12 @@ from fedbench.core.errors import ConfigError
 from fedbench.core.registry import DATASETS, PARTITIONS, SHIFTS
 from fedbench.core.runspec import ScenarioSpec
 from fedbench.core.types import derive_seed
-from fedbench.data import BaseDataset
+from fedbench.data import BaseDataset, DatasetFacts, dataset_facts
 from fedbench.scenarios.artifact import ClientView, Scenario
 from fedbench.scenarios.partition import Partition
-from fedbench.scenarios.pool import Facts, PoolContext, Split, allocate, class_queues, histogram, weights_demand
+from fedbench.scenarios.pool import PoolContext, Split, allocate, class_queues, histogram, weights_demand
 from fedbench.scenarios.shifts import Bank, Shift
-from fedbench.scenarios.test_clients import DistributionRecord, make_test_clients
+from fedbench.scenarios.testtime import DistributionRecord, make_test_clients
 
 _CACHE: dict[str, Scenario] = {}
 
@@ -48,17 +48,15 @@ def build_scenario(dataset: BaseDataset, spec: ScenarioSpec, seed: int, rounds: 
     return _CACHE[key]
 
 
-def facts_of(dataset: BaseDataset) -> Facts:
+def facts_of(dataset: BaseDataset) -> DatasetFacts:
     """The facts of a loaded dataset (its registered facts give superclasses, when they describe these classes)."""
-    from fedbench.data import dataset_facts
-
     superclasses = None
     if dataset.name in DATASETS:
         declared = dataset_facts(dataset.name)
         if declared.num_classes == dataset.num_classes:
             superclasses = declared.superclasses
     image = dataset.x.ndim == 4
-    return Facts(
+    return DatasetFacts(
         num_classes=dataset.num_classes,
         channels=int(dataset.x.shape[1]) if image else None,
         image_size=tuple(dataset.x.shape[2:]) if image else None,
@@ -66,14 +64,6 @@ def facts_of(dataset: BaseDataset) -> Facts:
         superclasses=superclasses,
         dataset=dataset.name,
     )
-
-
-def facts_for(name: str, params: dict) -> Facts:
-    """The facts of a dataset named in a task, without loading it (task-load checks)."""
-    from fedbench.data import dataset_facts
-
-    declared = dataset_facts(name, **params)
-    return Facts(declared.num_classes, declared.channels, declared.image_size, declared.meta_columns, declared.superclasses, name)
 
 
 @dataclass(frozen=True)
@@ -88,25 +78,28 @@ class Parts:
         partition = PARTITIONS.get(spec.partition.name)(**spec.partition.kwargs)
         return cls(partition, tuple(SHIFTS.get(s.name)(**s.kwargs) for s in spec.shifts))
 
+    def check(self, spec: ScenarioSpec, facts: DatasetFacts) -> None:
+        """Reject an impossible scenario for this dataset before any data is read, saying what would work."""
+        self.partition.check(facts, spec.num_clients)
+        for shift in self.shifts:
+            shift.check(facts, spec.num_clients)
+        if spec.test_clients.unseen_rate > 0 and not (self.partition.offers_unseen or any(s.offers_unseen for s in self.shifts)):
+            raise ConfigError("scenario.test_clients.unseen_rate", spec.test_clients.unseen_rate,
+                              "0 for this scenario, or a partition or shift with distributions outside training "
+                              "(class_bank, dirichlet, feature_bank, rotation, noise, label_permutation, conditional_transform)")
+        if spec.local_test == "official" and spec.source == "all":
+            raise ConfigError("scenario.local_test", "official", "split when source is all (no official test data is left over)")
 
-def check_scenario(spec: ScenarioSpec, facts: Facts) -> None:
-    """Reject an impossible scenario for this dataset before any data is read, saying what would work."""
-    parts = Parts.of(spec)
-    parts.partition.check(facts, spec.num_clients)
-    for shift in parts.shifts:
-        shift.check(facts, spec.num_clients)
-    if spec.test_clients.unseen_rate > 0 and not (parts.partition.offers_unseen or any(s.offers_unseen for s in parts.shifts)):
-        raise ConfigError("scenario.test_clients.unseen_rate", spec.test_clients.unseen_rate,
-                          "0 for this scenario, or a partition or shift with distributions outside training "
-                          "(class_bank, dirichlet, feature_bank, rotation, noise, label_permutation, conditional_transform)")
-    if spec.local_test == "official" and spec.source == "all":
-        raise ConfigError("scenario.local_test", "official", "split when source is all (no official test data is left over)")
+
+def check_scenario(spec: ScenarioSpec, facts: DatasetFacts) -> None:
+    """Reject an impossible scenario for this dataset (task-load time), saying what would work."""
+    Parts.of(spec).check(spec, facts)
 
 
 def _generate(dataset: BaseDataset, spec: ScenarioSpec, seed: int, key: str, stages: int) -> Scenario:
     facts = facts_of(dataset)
-    check_scenario(spec, facts)
     parts = Parts.of(spec)
+    parts.check(spec, facts)
     split_col = dataset.meta["split"].to_numpy()
     pool = np.arange(len(dataset)) if spec.source == "all" else np.flatnonzero(split_col == "train")
     ctx = PoolContext(pool, dataset.y[pool], dataset.meta.iloc[pool].reset_index(drop=True), facts, spec.copies,

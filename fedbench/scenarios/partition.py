@@ -15,7 +15,8 @@ import numpy as np
 
 from fedbench.core.errors import ConfigError
 from fedbench.core.registry import register_partition
-from fedbench.scenarios.pool import Facts, PoolContext, Split, allocate, class_queues, histogram, weights_demand
+from fedbench.data import DatasetFacts
+from fedbench.scenarios.pool import PoolContext, Split, allocate, class_queues, histogram, weights_demand
 
 FEROMA_CHUNK_DIVISOR = 30
 """002 I.2 / ANDA: each client's stage holds a fresh chunk of about N_train / 30 samples (MNIST: ~2,000)."""
@@ -27,10 +28,11 @@ class Partition:
     offers_unseen = False
     """Whether `split` also returns class mixes no client trains on (for unseen test-time clients)."""
 
-    def check(self, facts: Facts, num_clients: int) -> None:
+    def check(self, facts: DatasetFacts, num_clients: int) -> None:
         """Raise ConfigError when this partition cannot be built for the dataset and client count."""
 
     def split(self, ctx: PoolContext, num_clients: int, rng: np.random.Generator) -> Split:
+        """Draw one stage's assignment; `check` has already accepted this dataset and client count."""
         raise NotImplementedError
 
 
@@ -57,14 +59,14 @@ def _grouped_split(
     return [parts[c] for c in range(len(groups))], weights
 
 
-def superclass_of(facts: Facts) -> np.ndarray:
+def superclass_of(facts: DatasetFacts) -> np.ndarray:
     """Class -> superclass: the dataset's own (CIFAR-10 vehicles/animals, CIFAR-100's 20) or below/above C/2."""
     if facts.superclasses is not None:
         return np.asarray(facts.superclasses)
     return (np.arange(facts.num_classes) >= facts.num_classes / 2).astype(np.int64)
 
 
-def subclass_sets(facts: Facts, clusters: int) -> list[list[int]]:
+def subclass_sets(facts: DatasetFacts, clusters: int) -> list[list[int]]:
     """Cluster k's classes: every superclass's member classes dealt round-robin to the clusters (001 E2a)."""
     sup = superclass_of(facts)
     sets: list[list[int]] = [[] for _ in range(clusters)]
@@ -74,7 +76,7 @@ def subclass_sets(facts: Facts, clusters: int) -> list[list[int]]:
     return [sorted(s) for s in sets]
 
 
-def _check_subclasses(facts: Facts, clusters: int, field: str) -> None:
+def _check_subclasses(facts: DatasetFacts, clusters: int, field: str) -> None:
     sup = superclass_of(facts)
     smallest = int(np.bincount(sup).min())
     if clusters < 1 or clusters > smallest:
@@ -159,7 +161,6 @@ class Shards(Partition):
             )
 
     def split(self, ctx, num_clients, rng):
-        self.check(ctx.facts, num_clients)
         per_class = num_clients * self.shards_per_client // ctx.num_classes
         shards = []
         for c in range(ctx.num_classes):
@@ -253,7 +254,6 @@ class ClassBank(Partition):
         return [s for s in others if s not in bank][: len(bank)]
 
     def split(self, ctx, num_clients, rng):
-        self.check(ctx.facts, num_clients)
         bank = self._bank(ctx.num_classes, ctx.bank_rng())  # fixed for the run, whatever the stage
         size = self.samples_per_client or len(ctx.labels) // FEROMA_CHUNK_DIVISOR
         weights = {b: _uniform_over(s, ctx.num_classes) for b, s in enumerate(bank)}
@@ -279,14 +279,13 @@ class ClassClusters(Partition):
             raise ConfigError("scenario.clusters", self.clusters, f"1..{facts.num_classes}: each cluster needs its own classes")
         _check_clients(num_clients, self.clusters, "scenario.clusters", self.clusters)
 
-    def class_groups(self, facts: Facts) -> list[np.ndarray]:
+    def class_groups(self, facts: DatasetFacts) -> list[np.ndarray]:
         sup = facts.superclasses
         if sup is not None and len(set(sup)) == self.clusters:
             return [np.flatnonzero(np.asarray(sup) == s) for s in sorted(set(sup))]
         return np.array_split(np.arange(facts.num_classes), self.clusters)
 
     def split(self, ctx, num_clients, rng):
-        self.check(ctx.facts, num_clients)
         class_groups = self.class_groups(ctx.facts)
         groups = blocks(num_clients, self.clusters)
         members = [np.flatnonzero(np.isin(ctx.labels, g)) for g in class_groups]
@@ -310,7 +309,6 @@ class SubclassClusters(Partition):
         _check_clients(num_clients, self.clusters, "scenario.clusters", self.clusters)
 
     def split(self, ctx, num_clients, rng):
-        self.check(ctx.facts, num_clients)
         sets = subclass_sets(ctx.facts, self.clusters)
         groups = blocks(num_clients, self.clusters)
         members = [np.flatnonzero(np.isin(ctx.labels, s)) for s in sets]
@@ -337,7 +335,6 @@ class ConceptCovariate(Partition):
         _check_clients(num_clients, 2 * self.covariate_clusters, "scenario.covariate_clusters", self.covariate_clusters)
 
     def split(self, ctx, num_clients, rng):
-        self.check(ctx.facts, num_clients)
         c = self.covariate_clusters
         sets = subclass_sets(ctx.facts, c)
         groups = blocks(num_clients, 2 * c)
@@ -368,7 +365,6 @@ class Natural(Partition):
             raise ConfigError("scenario.column", self.column, f"a metadata column of {facts.dataset or 'the dataset'} ({have})")
 
     def split(self, ctx, num_clients, rng):
-        self.check(ctx.facts, num_clients)
         values = ctx.meta[self.column].to_numpy()
         distinct = np.unique(values)
         if len(distinct) >= num_clients:
@@ -386,7 +382,7 @@ CIFAR10_SMALL = (2, 3, 5, 6)
 """bird, cat, dog, frog: the 'small objects' of 001 E4b's size concept on CIFAR-10 (our reading)."""
 
 
-def second_concept(facts: Facts) -> np.ndarray:
+def second_concept(facts: DatasetFacts) -> np.ndarray:
     if facts.dataset == "cifar10":
         return (~np.isin(np.arange(10), CIFAR10_SMALL)).astype(np.int64)
     return np.arange(facts.num_classes) % 2

@@ -8,20 +8,11 @@ data is sized so that all keep enough samples).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
 import numpy as np
 import pandas as pd
 
-
-@dataclass(frozen=True)
-class Facts:
-    """What a scenario may rely on about its dataset, known before any data is read (task-load checks)."""
-
-    num_classes: int
-    channels: int | None
-    image_size: tuple[int, int] | None
-    meta_columns: tuple[str, ...] = ()
-    superclasses: tuple[int, ...] | None = None
-    dataset: str = ""
+from fedbench.data import DatasetFacts
 
 
 @dataclass(frozen=True, eq=False)
@@ -40,7 +31,7 @@ class PoolContext:
     indices: np.ndarray
     labels: np.ndarray
     meta: pd.DataFrame
-    facts: Facts
+    facts: DatasetFacts
     copies: int = 1
     bank_seed: int = 0
 

@@ -12,7 +12,7 @@ from typing import Any, Callable, Literal
 
 from fedbench.core.errors import ConfigError, UnknownNameError
 from fedbench.core.fields import resolve_params
-from fedbench.scenarios.pool import Facts
+from fedbench.data import DatasetFacts
 
 PRESETS: dict[str, Callable[..., dict[str, Any]]] = {}
 
@@ -45,7 +45,7 @@ def preset(name: str):
     return register
 
 
-def expand_preset(section: dict[str, Any], facts: Facts) -> dict[str, Any]:
+def expand_preset(section: dict[str, Any], facts: DatasetFacts) -> dict[str, Any]:
     """A `scenario:` section with its preset (if any) filled in; the user's own keys win."""
     if "preset" not in section:
         return section
@@ -59,7 +59,7 @@ def expand_preset(section: dict[str, Any], facts: Facts) -> dict[str, Any]:
     return {**fn(facts, **params), **section, "preset": name}
 
 
-def _images(facts: Facts, name: str, classes: tuple[int, ...] = (10, 100)) -> None:
+def _images(facts: DatasetFacts, name: str, classes: tuple[int, ...] = (10, 100)) -> None:
     if facts.channels is None or facts.num_classes not in classes:
         fits = " or ".join(str(c) for c in classes)
         raise ConfigError("scenario.preset", name,
@@ -76,7 +76,7 @@ def _feroma_common(num_clients: int, drift_every: int | None) -> dict[str, Any]:
 def _feroma(kind: str, level: str):
     name = f"feroma/{kind}/{level}"
 
-    def build(facts: Facts, num_clients: int = 20, drift_every: int | None = 4) -> dict[str, Any]:
+    def build(facts: DatasetFacts, num_clients: int = 20, drift_every: int | None = 4) -> dict[str, Any]:
         _images(facts, name)
         big = facts.num_classes == 100
         out = _feroma_common(num_clients, drift_every)
@@ -127,35 +127,35 @@ def _conditional_common(clusters: int, sparsity: str) -> dict[str, Any]:
 
 
 @preset("conditional/E1")
-def conditional_e1(facts: Facts, clusters: int = 2, sparsity: Sparsity = "rich") -> dict[str, Any]:
+def conditional_e1(facts: DatasetFacts, clusters: int = 2, sparsity: Sparsity = "rich") -> dict[str, Any]:
     """001 E1 label shift: K clusters on disjoint class groups, K in {2, 3, 5, 10} (20 on CIFAR-100)."""
     _images(facts, "conditional/E1")
     return {**_conditional_common(clusters, sparsity), "partition": "class_clusters", "clusters": clusters}
 
 
 @preset("conditional/E2a")
-def conditional_e2a(facts: Facts, clusters: int = 2, sparsity: Sparsity = "rich") -> dict[str, Any]:
+def conditional_e2a(facts: DatasetFacts, clusters: int = 2, sparsity: Sparsity = "rich") -> dict[str, Any]:
     """001 E2a subclass covariate shift: same superclass labels, different subclasses per cluster."""
     _images(facts, "conditional/E2a")
     return {**_conditional_common(clusters, sparsity), "partition": "subclass_clusters", "clusters": clusters}
 
 
 @preset("conditional/E2b")
-def conditional_e2b(facts: Facts, clusters: int = 4, sparsity: Sparsity = "rich") -> dict[str, Any]:
+def conditional_e2b(facts: DatasetFacts, clusters: int = 4, sparsity: Sparsity = "rich") -> dict[str, Any]:
     """001 E2b rotation covariate shift: cluster k sees images rotated by k * 360 / K (Table I: FMNIST K=4)."""
     _images(facts, "conditional/E2b")
     return {**_conditional_common(clusters, sparsity), "partition": "iid", "shifts": [{"name": "rotation", "clusters": clusters}]}
 
 
 @preset("conditional/E3a")
-def conditional_e3a(facts: Facts, sparsity: Sparsity = "rich") -> dict[str, Any]:
+def conditional_e3a(facts: DatasetFacts, sparsity: Sparsity = "rich") -> dict[str, Any]:
     """001 E3a semantic concept shift: one cluster labels odd/even, the other below-5/above-5."""
     _images(facts, "conditional/E3a", (10,))
     return {**_conditional_common(2, sparsity), "partition": "iid", "shifts": [{"name": "relabel", "groupings": ["parity", "half"]}]}
 
 
 @preset("conditional/E3b")
-def conditional_e3b(facts: Facts, clusters: int = 2, sparsity: Sparsity = "rich") -> dict[str, Any]:
+def conditional_e3b(facts: DatasetFacts, clusters: int = 2, sparsity: Sparsity = "rich") -> dict[str, Any]:
     """001 E3b label permutation: each of K clusters uses its own random permutation of all classes."""
     _images(facts, "conditional/E3b", (10,))
     shift = {"name": "label_permutation", "classes": None, "permutations": clusters, "assign": "blocks"}
@@ -163,7 +163,7 @@ def conditional_e3b(facts: Facts, clusters: int = 2, sparsity: Sparsity = "rich"
 
 
 @preset("conditional/E4a")
-def conditional_e4a(facts: Facts, sparsity: Sparsity = "rich") -> dict[str, Any]:
+def conditional_e4a(facts: DatasetFacts, sparsity: Sparsity = "rich") -> dict[str, Any]:
     """001 E4a domain shift: MNIST clients beside Fashion-MNIST clients (dataset `mixture`), one cluster each."""
     if "domain" not in facts.meta_columns:
         raise ConfigError("scenario.preset", "conditional/E4a",
@@ -172,7 +172,7 @@ def conditional_e4a(facts: Facts, sparsity: Sparsity = "rich") -> dict[str, Any]
 
 
 @preset("conditional/E4b")
-def conditional_e4b(facts: Facts, covariate_clusters: int = 2, sparsity: Sparsity = "rich") -> dict[str, Any]:
+def conditional_e4b(facts: DatasetFacts, covariate_clusters: int = 2, sparsity: Sparsity = "rich") -> dict[str, Any]:
     """001 E4b combined shift on CIFAR-10: 2 concept groups x C in {2, 3, 4} covariate clusters."""
     if facts.dataset != "cifar10":
         raise ConfigError("scenario.preset", "conditional/E4b", "dataset cifar10 (its semantic and size label concepts)")
@@ -187,21 +187,21 @@ def _feddrm(partition: dict[str, Any]) -> dict[str, Any]:
 
 
 @preset("feddrm/dir0.3")
-def feddrm_dir(facts: Facts) -> dict[str, Any]:
+def feddrm_dir(facts: DatasetFacts) -> dict[str, Any]:
     """004 Sec. 5: Dirichlet(0.3) label partition (unequal client sizes) with the 8 photometric clients."""
     _images(facts, "feddrm/dir0.3")
     return _feddrm({"partition": "dirichlet", "alpha": 0.3})
 
 
 @preset("feddrm/shards5")
-def feddrm_shards(facts: Facts) -> dict[str, Any]:
+def feddrm_shards(facts: DatasetFacts) -> dict[str, Any]:
     """004 Sec. 5: 5 label-homogeneous shards per client (S-SPC) with the 8 photometric clients."""
     _images(facts, "feddrm/shards5")
     return _feddrm({"partition": "shards", "shards_per_client": 5})
 
 
 @preset("made/writers_noise")
-def made_writers_noise(facts: Facts, num_clients: int = 30, sigma: float = 0.5) -> dict[str, Any]:
+def made_writers_noise(facts: DatasetFacts, num_clients: int = 30, sigma: float = 0.5) -> dict[str, Any]:
     """003 Sec. III-A / IV: disjoint writer groups over 30 clients, plus noise sigma * i / N (sigma = 0.5)."""
     if "writer" not in facts.meta_columns:
         raise ConfigError("scenario.preset", "made/writers_noise",
@@ -211,6 +211,6 @@ def made_writers_noise(facts: Facts, num_clients: int = 30, sigma: float = 0.5) 
 
 
 @preset("made/dirichlet")
-def made_dirichlet(facts: Facts, beta: float = 0.5) -> dict[str, Any]:
+def made_dirichlet(facts: DatasetFacts, beta: float = 0.5) -> dict[str, Any]:
     """003 Sec. III-B / IV: Dirichlet(beta) label shift over 5 clients, beta in {0.1, 0.3, 0.5, 0.7, 1.0}."""
     return {"num_clients": 5, "partition": "dirichlet", "alpha": beta, "test_clients": {"mode": "none"}}

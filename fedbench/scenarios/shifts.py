@@ -18,7 +18,8 @@ import numpy as np
 from fedbench.core.errors import ConfigError
 from fedbench.core.registry import register_shift
 from fedbench.scenarios.partition import second_concept, superclass_of
-from fedbench.scenarios.pool import Facts, PoolContext
+from fedbench.data import DatasetFacts
+from fedbench.scenarios.pool import PoolContext
 from fedbench.scenarios.transforms import describe_ops
 
 Assign = Literal["random", "blocks", "cycle"]
@@ -62,19 +63,19 @@ class Shift:
     offers_unseen = True
     """Whether its bank has modes kept out of training (for unseen test-time clients)."""
 
-    def check(self, facts: Facts, num_clients: int) -> None:
+    def check(self, facts: DatasetFacts, num_clients: int) -> None:
         """Raise ConfigError when the shift cannot apply to the dataset."""
 
     def bank(self, ctx: PoolContext, num_clients: int) -> Bank:
         raise NotImplementedError
 
 
-def _require_images(facts: Facts, name: str) -> None:
+def _require_images(facts: DatasetFacts, name: str) -> None:
     if facts.channels is None:
         raise ConfigError("scenario.shifts", name, f"image datasets only ({facts.dataset} holds feature vectors)")
 
 
-def _require_square(facts: Facts, name: str, angles) -> None:
+def _require_square(facts: DatasetFacts, name: str, angles) -> None:
     if facts.image_size and facts.image_size[0] != facts.image_size[1] and any(a % 180 == 90 for a in angles):
         raise ConfigError("scenario.shifts", name, f"square images for 90-degree rotations (got {facts.image_size})")
 

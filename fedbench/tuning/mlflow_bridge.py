@@ -9,6 +9,7 @@ from typing import Any
 
 from mlflow.entities import RunTag
 from ray import tune
+from ray.tune.result import AUTO_RESULT_KEYS
 
 from fedbench.core.callbacks import RunResult
 from fedbench.core.runspec import RunSpec
@@ -60,9 +61,9 @@ class MlflowBridge(tune.Callback):
 
 
 def _metric_keys(result: dict[str, Any]) -> set[str]:
-    """The fedbench metrics of a report (Tune adds its own bookkeeping keys)."""
-    own = {"round"} | {k for k in result if "/" in k or k.startswith(("acc_", "train_", "comm_", "time_", "clients_"))}
-    return {k for k in own if isinstance(result.get(k), (int, float)) and k not in TUNE_KEYS}
+    """The fedbench metrics of a report: its numbers, less what Tune adds to every report."""
+    return {k for k, v in result.items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and k not in AUTO_RESULT_KEYS and k not in TUNE_KEYS}
 
 
 def _trial_tags(trial, placement) -> dict[str, str]:

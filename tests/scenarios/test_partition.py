@@ -6,7 +6,8 @@ import pytest
 
 from fedbench.core.errors import ConfigError
 from fedbench.core.registry import PARTITIONS
-from fedbench.scenarios.pool import Facts, PoolContext, allocate
+from fedbench.data import DatasetFacts as Facts
+from fedbench.scenarios.pool import PoolContext, allocate
 from tests.scenarios.helpers import histograms, make, mean_pairwise_js, run_spec
 
 FACTS10 = Facts(num_classes=10, channels=1, image_size=(28, 28), dataset="test")
