@@ -9,7 +9,7 @@ The runtime calls these; an algorithm never imports Ray, MLflow or the runtime, 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, Sequence
 
 import numpy as np
@@ -24,6 +24,8 @@ from fedbench.models import build_model
 from fedbench.training import ClientData, evaluate, get_weights, set_weights
 
 ServerState = dict[str, Any]
+"""The server's state between rounds. Its optional key `round_metrics` (name -> float) holds numbers the
+server half computed this round (FEROMA's aggregation kinds); the runtime adds them to the round record."""
 
 
 @dataclass(frozen=True)
@@ -57,16 +59,35 @@ class ModelBuilder:
             return self()
 
 
+@dataclass(frozen=True)
+class Assignment:
+    """The server's test-time decision (DESIGN.md `assign`): what each test client predicts with.
+
+    Attributes:
+        payloads: test client id -> the payload its `client_evaluate` runs; a test client left out is not evaluated.
+        matched: test client id -> the training client whose model it was given, for methods that pick one
+            (FEROMA); the runtime scores these associations against the scenario's ground truth.
+    """
+
+    payloads: dict[int, Payload]
+    matched: dict[int, int] = field(default_factory=dict)
+
+
 class Algorithm:
     """Base class. Subclasses set `Config` and override the halves they change."""
 
     Config: ClassVar[type[AlgorithmConfig]] = AlgorithmConfig
 
-    def __init__(self, config: AlgorithmConfig, builder: ModelBuilder, num_clients: int, seed: int):
+    def __init__(self, config: AlgorithmConfig, builder: ModelBuilder, num_clients: int, seed: int, rounds: int | None = None):
+        """Args:
+            rounds: the run's number of rounds, for methods whose schedule counts back from the end
+                (FedAvgFT's last `ft_rounds`); None where unknown (unit tests of a single round).
+        """
         self.config = config
         self.builder = builder
         self.num_clients = num_clients
         self.seed = seed
+        self.rounds = rounds
         self._model: nn.Module | None = None
 
     # -- server half ---------------------------------------------------------------------------------
@@ -89,6 +110,18 @@ class Algorithm:
         """What each client evaluates on its local test split (by default, the global model)."""
         return {cid: state["global"] for cid in clients}
 
+    def describe_payloads(self, state: ServerState, test_clients: Sequence[int]) -> dict[int, Payload]:
+        """What each test client needs to describe itself before `assign` (FEROMA: the frozen profile
+        extractor). Empty (the default): test clients send nothing and `assign` gets no descriptions."""
+        return {}
+
+    def assign(self, state: ServerState, descriptions: dict[int, Payload]) -> Assignment:
+        """Test time: a payload per test client, from the final state and each test client's `client_describe`
+        uplink (by default, the global model to every test client; nothing for methods without one)."""
+        if "global" not in state:
+            return Assignment({})
+        return Assignment({tid: state["global"] for tid in descriptions})
+
     # -- client half ---------------------------------------------------------------------------------
     def client_update(
         self, payload: Payload, state: ClientState, data: ClientData, ctx: RoundContext
@@ -99,6 +132,24 @@ class Algorithm:
         """Accuracy of the payload's model (by default) on the client's local test split."""
         model = self.model_with(payload)
         return evaluate(model, data, device=ctx.device)
+
+    def client_describe(self, payload: Payload, data: ClientData, ctx: RoundContext) -> Payload:
+        """A test client's uplink for `assign`. Its `data.train` holds only the few labelled samples it may
+        use (002 App. E; often none), `data.test` all its samples; labels of `data.test` are never to be used."""
+        return {}
+
+    def client_predict(self, payload: Payload, state: ClientState, data: ClientData, ctx: RoundContext) -> dict[str, np.ndarray]:
+        """Predictions of the payload's model on `data`'s test split, for system accuracy (004 Sec. 5).
+
+        Returns:
+            `pred`: int64 [n_test] predicted classes; methods with a router add `route`: float [n_test,
+            num_clients], scores whose argmax is the client whose model should answer (004 eq. 9).
+        """
+        model = self.model_with(payload)
+        model.to(ctx.device).eval()
+        with torch.no_grad():
+            preds = [model(x).argmax(dim=1).cpu() for x, _ in data.test_batches(256, ctx.device)]
+        return {"pred": torch.cat(preds).numpy() if preds else np.zeros(0, dtype=np.int64)}
 
     # -- helpers for subclasses ----------------------------------------------------------------------
     def model_with(self, weights: Payload) -> nn.Module:
@@ -118,7 +169,7 @@ def make_algorithm(spec: RunSpec, input_shape: tuple[int, ...], num_classes: int
     """The RunSpec's algorithm, configured, with a builder for the RunSpec's model."""
     cls = ALGORITHMS.get(spec.algorithm.name, field="algorithm.name")
     builder = ModelBuilder(spec.model.name, tuple(input_shape), num_classes, spec.model.params)
-    return cls(cls.Config(**spec.algorithm.kwargs), builder, spec.scenario.num_clients, spec.seed)
+    return cls(cls.Config(**spec.algorithm.kwargs), builder, spec.scenario.num_clients, spec.seed, spec.rounds)
 
 
 def sample_count(n: int) -> np.ndarray:

@@ -5,6 +5,18 @@ ACC_LOCAL_MEAN = "acc_local_mean"
 ACC_LOCAL_STD = "acc_local_std"
 ACC_LOCAL_MIN = "acc_local_min"
 ACC_LOCAL_WEIGHTED = "acc_local_weighted"
+ACC_LOCAL_PI_WEIGHTED = "acc_local_pi_weighted"
+"""Local accuracies weighted by each client's share pi_i of the training data (004's "average accuracy")."""
+ACC_TEST_TIME = "acc_test_time"
+"""Mean accuracy over the test-time clients, each with the payload `assign` gave it (002 Sec. 3.3)."""
+ACC_ASSOCIATION = "acc_association"
+"""Share of test clients given the model of a training client holding their distribution (002 Sec. 5)."""
+ACC_ASSOCIATION_KNOWN = "acc_association_known"
+"""The same, over test clients whose distribution some client trained on (unseen ones cannot match)."""
+ACC_SYSTEM = "acc_system"
+"""Pooled test sets, one answer per sample: routed (004 eq. 9) or majority vote over personal models."""
+ACC_ROUTING = "acc_routing"
+"""Share of pooled test samples a router sends to the client they came from (004 Sec. 5)."""
 CLIENTS_SAMPLED = "clients_sampled"
 TIME_ROUND_S = "time_round_s"
 TIME_CLIENT_COMPUTE_S = "time_client_compute_s"
@@ -20,4 +32,5 @@ TIME_RUN_S = "time_run_s"
 #: per-round keys whose run total is reported as `total/<key>`
 SUMMED = (TIME_CLIENT_COMPUTE_S, TIME_AGGREGATE_S, TIME_ROUND_S, COMM_UP_BYTES, COMM_DOWN_BYTES, COMM_EVAL_DOWN_BYTES)
 #: per-round keys whose last evaluated value is reported as `final/<key>`
-LAST = (ACC_LOCAL_MEAN, ACC_LOCAL_STD, ACC_LOCAL_MIN, ACC_LOCAL_WEIGHTED, TRAIN_LOSS_MEAN)
+LAST = (ACC_LOCAL_MEAN, ACC_LOCAL_STD, ACC_LOCAL_MIN, ACC_LOCAL_WEIGHTED, ACC_LOCAL_PI_WEIGHTED, TRAIN_LOSS_MEAN,
+        ACC_TEST_TIME, ACC_ASSOCIATION, ACC_ASSOCIATION_KNOWN, ACC_SYSTEM, ACC_ROUTING)

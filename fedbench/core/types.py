@@ -55,6 +55,9 @@ class RoundContext:
     num_classes: int
     device: str = "cpu"
     num_threads: int = 1
+    distribution_id: int = -1
+    """The client's ground-truth distribution id this round. Only oracles may read it (001 Sec. IV's Oracle);
+    every other method must behave as if it did not exist. -1 where unknown."""
 
     def rng_seed(self, purpose: str) -> int:
         """A seed for one use of randomness in this job (shuffling, masks...), distinct per purpose."""

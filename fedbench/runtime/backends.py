@@ -15,7 +15,9 @@ from fedbench.runtime.state_store import StateStore
 from fedbench.runtime.worker import ClientWorker
 from fedbench.scenarios import Scenario
 
-JobKind = Literal["fit", "evaluate"]
+JobKind = Literal["fit", "evaluate", "predict", "describe", "test"]
+"""`fit`/`evaluate`/`predict` run for training clients; `describe`/`test` for test-time clients (ids index
+`Scenario.test_clients`; the Federation gives them an empty state store)."""
 
 
 class SerialBackend:
@@ -34,7 +36,7 @@ class SerialBackend:
                 result, new_state = self.worker.fit(round, cid, payloads[cid], store.get(cid))
                 store.put(cid, new_state)
             else:
-                result = self.worker.evaluate(round, cid, payloads[cid], store.get(cid))
+                result = getattr(self.worker, kind)(round, cid, payloads[cid], store.get(cid))
             results.append(result)
         return results
 

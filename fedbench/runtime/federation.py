@@ -1,7 +1,8 @@
 """Federation: one RunSpec, run round by round. The round loop lives here and nowhere else.
 
 Each round: sample clients, `configure`, meter the downlink, run fit jobs, meter the uplink, `aggregate`,
-evaluate on every client's local test split when due, build the round record, call the callbacks.
+evaluate on every client's local test split when due, build the round record, call the callbacks. After
+the last round, system accuracy and the test-time clients are evaluated too.
 A run that raises (a diverging client, missing data) ends FAILED with its reason; it never raises to the
 caller, so the other runs of a task go on.
 """
@@ -22,8 +23,9 @@ from fedbench.core.types import derive_seed
 from fedbench.data import load_dataset
 from fedbench.runtime.backends import make_backend
 from fedbench.runtime.byte_meter import ByteMeter
-from fedbench.runtime.records import evaluation_metrics, summarize, training_metrics
+from fedbench.runtime.records import evaluation_metrics, summarize, test_time_metrics, training_metrics
 from fedbench.runtime.state_store import StateStore
+from fedbench.runtime.system_eval import bundle, system_metrics
 from fedbench.scenarios import build_scenario
 
 
@@ -55,7 +57,7 @@ class Federation:
             algorithm = make_algorithm(self.spec, scenario.input_shape, dataset.num_classes)
             backend = make_backend(self.backend_name, dataset, scenario, self.spec, self.pool)
             self.worker_pids = backend.worker_pids()
-            self._loop(algorithm, backend, history)
+            self._loop(algorithm, backend, scenario, history)
             result = RunResult(self.spec, "FINISHED", history, summarize(history, time.perf_counter() - start))
         except Exception as exc:  # a failed run is recorded, never propagated to the other runs
             reason = f"{type(exc).__name__}: {exc}".strip()
@@ -69,7 +71,7 @@ class Federation:
             cb.on_run_end(result)
         return result
 
-    def _loop(self, algorithm, backend, history: list[dict[str, float]]) -> None:
+    def _loop(self, algorithm, backend, scenario, history: list[dict[str, float]]) -> None:
         spec = self.spec
         clients = list(range(spec.scenario.num_clients))
         store, meter = StateStore(), ByteMeter()
@@ -85,18 +87,52 @@ class Federation:
             state = algorithm.aggregate(round, state, results)
             record = {"round": float(round), M.TIME_AGGREGATE_S: time.perf_counter() - agg_start}
             record.update(training_metrics(results))
+            record.update(state.get("round_metrics", {}))
             if round % spec.eval_every == 0 or round == spec.rounds:
                 eval_payloads = algorithm.evaluation_payloads(state, clients)
                 meter.downlink(eval_payloads, channel=M.COMM_EVAL_DOWN_BYTES)
                 evals = backend.run("evaluate", round, eval_payloads, store)
                 record.update(evaluation_metrics(evals))
                 record[M.TIME_CLIENT_COMPUTE_S] += sum(r.compute_s for r in evals)
+            if round == spec.rounds:
+                final, seconds = self._final_evaluation(algorithm, backend, scenario, state, store, meter, round)
+                record.update(final)
+                record[M.TIME_CLIENT_COMPUTE_S] += seconds
             record.update(meter.take_round())
             record[M.TIME_ROUND_S] = time.perf_counter() - round_start
             history.append(record)
             stop = [cb.on_round_end(spec, record) for cb in self.callbacks]
             if any(stop):
                 break
+
+    def _final_evaluation(self, algorithm, backend, scenario, state, store, meter, round: int) -> tuple[dict[str, float], float]:
+        """After the last round: system accuracy over the pooled test splits (004) and the test-time clients
+        (002 Sec. 3.3). Returns their metrics and the jobs' compute seconds; what they download is metered
+        on the evaluation channel."""
+        record: dict[str, float] = {}
+        jobs: list = []
+        personal = algorithm.evaluation_payloads(state, list(range(scenario.num_clients)))
+        if all(personal.values()):  # methods whose models live only on clients (Local) have no system answer
+            shared = bundle(personal)
+            payloads = {cid: shared for cid in personal}
+            meter.downlink(payloads, channel=M.COMM_EVAL_DOWN_BYTES)
+            jobs += (results := backend.run("predict", round, payloads, store))
+            record.update(system_metrics(results))
+        test_ids = list(range(len(scenario.test_clients)))
+        if test_ids:
+            no_state = StateStore()  # test-time clients never trained: they have no client state
+            requests = algorithm.describe_payloads(state, test_ids)
+            descriptions = {tid: {} for tid in test_ids}
+            if requests:
+                meter.downlink(requests, channel=M.COMM_EVAL_DOWN_BYTES)
+                jobs += (described := backend.run("describe", round, requests, no_state))
+                descriptions.update({r.client_id: r.uplink for r in described})
+            assignment = algorithm.assign(state, descriptions)
+            if assignment.payloads:
+                meter.downlink(assignment.payloads, channel=M.COMM_EVAL_DOWN_BYTES)
+                jobs += (tested := backend.run("test", round, assignment.payloads, no_state))
+                record.update(test_time_metrics(tested, assignment.matched, scenario, round))
+        return record, sum(r.compute_s for r in jobs)
 
     def _sample(self, round: int, fraction: float) -> list[int]:
         """Clients taking part in `round`: a seeded sample of max(1, round(C * K)) of the K clients."""

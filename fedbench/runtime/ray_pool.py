@@ -71,7 +71,7 @@ class RayWorkerPool:
 
 
 class RayBackend:
-    """Client jobs on a pool of `ClientWorker` actors; one dispatch loop for fit and evaluate jobs."""
+    """Client jobs on a pool of `ClientWorker` actors; one dispatch loop for every kind of job."""
 
     name = "ray"
 
@@ -87,7 +87,7 @@ class RayBackend:
         for payload in payloads.values():
             if id(payload) not in shipped:
                 shipped[id(payload)] = ray.put(payload)
-        sizes = self.scenario.train_sizes(round)
+        sizes = self._sizes(kind, round)
         queue = sorted(payloads, key=lambda cid: (-sizes[cid], cid))  # largest clients first
         idle = list(self.workers)
         pending: dict[ray.ObjectRef, tuple[int, object]] = {}
@@ -100,13 +100,19 @@ class RayBackend:
                     result_ref, state_ref = worker.fit.options(num_returns=2).remote(*args)
                     store.put(cid, state_ref)
                 else:
-                    result_ref = worker.evaluate.remote(*args)
+                    result_ref = getattr(worker, kind).remote(*args)
                 pending[result_ref] = (cid, worker)
             [done], _ = ray.wait(list(pending), num_returns=1)
             cid, worker = pending.pop(done)
             results[cid] = ray.get(done)
             idle.append(worker)
         return [results[cid] for cid in sorted(results)]
+
+    def _sizes(self, kind: str, round: int) -> list[int]:
+        """Job sizes to hand out largest first: training rows, or a test-time client's samples."""
+        if kind in ("describe", "test"):
+            return [len(t.view.test) for t in self.scenario.test_clients]
+        return self.scenario.train_sizes(round)
 
     def worker_pids(self) -> list[int]:
         return ray.get([w.pid.remote() for w in self.workers])

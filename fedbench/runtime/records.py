@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 
 from fedbench.core import metrics as M
 from fedbench.core.callbacks import RoundRecord
 from fedbench.core.types import ClientResult
+from fedbench.scenarios import Scenario
 
 
 def training_metrics(results: Sequence[ClientResult]) -> RoundRecord:
@@ -20,15 +21,38 @@ def training_metrics(results: Sequence[ClientResult]) -> RoundRecord:
 
 
 def evaluation_metrics(results: Sequence[ClientResult]) -> RoundRecord:
-    """Local test accuracy over clients: mean, std, min, and the mean weighted by test-set size."""
+    """Local test accuracy over clients: mean, std, min, and means weighted by test-set size and by the
+    clients' shares of the training data (004's pi-weighted average accuracy)."""
     acc = np.array([r.metrics["accuracy"] for r in results], dtype=np.float64)
-    n = np.array([r.metrics["test_samples"] for r in results], dtype=np.float64)
     return {
         M.ACC_LOCAL_MEAN: float(acc.mean()),
         M.ACC_LOCAL_STD: float(acc.std()),
         M.ACC_LOCAL_MIN: float(acc.min()),
-        M.ACC_LOCAL_WEIGHTED: float((acc * n).sum() / n.sum()) if n.sum() else float("nan"),
+        M.ACC_LOCAL_WEIGHTED: weighted_mean(acc, [r.metrics["test_samples"] for r in results]),
+        M.ACC_LOCAL_PI_WEIGHTED: weighted_mean(acc, [r.metrics["train_samples"] for r in results]),
     }
+
+
+def test_time_metrics(results: Sequence[ClientResult], matched: Mapping[int, int], scenario: Scenario, round: int) -> RoundRecord:
+    """Mean accuracy over test-time clients and, for methods that pick a training client's model, how often
+    that client held the test client's distribution (002 Sec. 5's association accuracy; "known": over test
+    clients whose distribution occurred in training)."""
+    if not results:
+        return {}
+    record = {M.ACC_TEST_TIME: float(np.mean([r.metrics["accuracy"] for r in results]))}
+    if matched:
+        hits = {tid: scenario.view(round, j).distribution_id == scenario.test_clients[tid].view.distribution_id
+                for tid, j in matched.items()}
+        record[M.ACC_ASSOCIATION] = float(np.mean(list(hits.values())))
+        known = [hit for tid, hit in hits.items() if scenario.test_clients[tid].seen]
+        if known:
+            record[M.ACC_ASSOCIATION_KNOWN] = float(np.mean(known))
+    return record
+
+
+def weighted_mean(values: np.ndarray, weights: Sequence[float]) -> float:
+    w = np.asarray(weights, dtype=np.float64)
+    return float((values * w).sum() / w.sum()) if w.sum() else float("nan")
 
 
 def summarize(history: Sequence[RoundRecord], run_seconds: float) -> dict[str, float]:

@@ -18,7 +18,8 @@ from fedbench.algorithms import make_algorithm
 from fedbench.core.runspec import RunSpec
 from fedbench.core.types import ClientResult, ClientState, Payload, RoundContext, derive_seed
 from fedbench.data import BaseDataset
-from fedbench.scenarios import Scenario
+from fedbench.runtime.system_eval import system_counts, unbundle
+from fedbench.scenarios import ClientView, Scenario
 from fedbench.training import ClientData, materialize
 
 T = TypeVar("T")
@@ -53,7 +54,7 @@ class ClientWorker:
         self.device = "cuda" if use_cuda else "cpu"
         self.threads = max(1, int(spec.resources.client_cpus))
 
-    def _context(self, round: int, client_id: int) -> RoundContext:
+    def _context(self, round: int, client_id: int, view: ClientView) -> RoundContext:
         return RoundContext(
             round=round,
             client_id=client_id,
@@ -64,6 +65,7 @@ class ClientWorker:
             num_classes=self.dataset.num_classes,
             device=self.device,
             num_threads=self.threads,
+            distribution_id=view.distribution_id,
         )
 
     def fit(self, round: int, client_id: int, payload: Payload, state: ClientState) -> tuple[ClientResult, ClientState]:
@@ -76,13 +78,48 @@ class ClientWorker:
         metrics, seconds = self._job(
             "evaluate", round, client_id, lambda data, ctx: self.algorithm.client_evaluate(payload, state, data, ctx)
         )
+        return ClientResult(client_id, {}, {**metrics, "train_samples": float(len(self.scenario.view(round, client_id).train))}, seconds)
+
+    def predict(self, round: int, client_id: int, bundle: Payload, state: ClientState) -> ClientResult:
+        """System accuracy's share of this client: its test split answered by every client's model (004 Sec. 5)."""
+        models = unbundle(bundle)
+
+        def count(data: ClientData, ctx: RoundContext) -> dict[str, float]:
+            outputs = [self.algorithm.client_predict(payload, state, data, ctx) for payload in models]
+            return system_counts(outputs, bundle["owners"], data.test_y.numpy(), client_id, ctx.num_classes)
+
+        metrics, seconds = self._job("predict", round, client_id, count)
         return ClientResult(client_id, {}, metrics, seconds)
 
-    def _job(self, purpose: str, round: int, client_id: int, call: Callable[[ClientData, RoundContext], T]) -> tuple[T, float]:
-        """Run `call` on the client's data for `round` in a seeded, fixed-thread scope; returns (its output, seconds)."""
+    def describe(self, round: int, test_id: int, payload: Payload, state: ClientState) -> ClientResult:
+        """A test-time client's uplink for `assign` (FEROMA's label-free profile)."""
+        uplink, seconds = self._job(
+            "describe", round, test_id, lambda data, ctx: self.algorithm.client_describe(payload, data, ctx), test_time=True
+        )
+        return ClientResult(test_id, uplink, {}, seconds)
+
+    def test(self, round: int, test_id: int, payload: Payload, state: ClientState) -> ClientResult:
+        """A test-time client's accuracy with the payload `assign` gave it."""
+        metrics, seconds = self._job(
+            "test", round, test_id, lambda data, ctx: self.algorithm.client_evaluate(payload, {}, data, ctx), test_time=True
+        )
+        return ClientResult(test_id, {}, metrics, seconds)
+
+    def _job(
+        self, purpose: str, round: int, client_id: int, call: Callable[[ClientData, RoundContext], T], test_time: bool = False
+    ) -> tuple[T, float]:
+        """Run `call` on the client's data for `round` in a seeded, fixed-thread scope; returns (its output, seconds).
+
+        A test-time client (`test_time`) trains on nothing: its training rows are its few labelled samples.
+        """
         start = time.perf_counter()
-        ctx = self._context(round, client_id)
-        data = materialize(self.dataset, self.scenario.view(round, client_id), self.scenario.input_shape)
+        if test_time:
+            client = self.scenario.test_clients[client_id]
+            view, labelled = client.view, client.labelled
+        else:
+            view, labelled = self.scenario.view(round, client_id), None
+        ctx = self._context(round, client_id, view)
+        data = materialize(self.dataset, view, self.scenario.input_shape, train=labelled)
         with torch_job_scope(derive_seed(self.spec.seed, round, client_id, purpose), self.threads):
             out = call(data, ctx)
         return out, time.perf_counter() - start

@@ -63,12 +63,16 @@ class ClientData:
             yield self.prepare(self.test_x[rows].to(device), self.test_source_y[rows].to(device)), self.test_y[rows].to(device)
 
 
-def materialize(dataset: BaseDataset, view: ClientView, input_shape: tuple[int, ...] | None = None) -> ClientData:
+def materialize(
+    dataset: BaseDataset, view: ClientView, input_shape: tuple[int, ...] | None = None, train: np.ndarray | None = None
+) -> ClientData:
     """Gather a client's rows (a copy of its own samples only), apply its label map, attach its transform.
 
     Args:
         input_shape: the scenario's sample shape as models see it (a colour scenario turns grayscale RGB);
             None: the dataset's own.
+        train: dataset indices to use as the training rows instead of `view.train` (a test-time client's
+            few labelled samples, 002 App. E).
     """
 
     def take(indices: np.ndarray) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -76,7 +80,7 @@ def materialize(dataset: BaseDataset, view: ClientView, input_shape: tuple[int, 
         seen = source if view.label_map is None else np.ascontiguousarray(view.label_map[source], dtype=np.int64)
         return torch.from_numpy(dataset.x[indices]), torch.from_numpy(seen), torch.from_numpy(source)
 
-    train_x, train_y, train_source = take(view.train)
+    train_x, train_y, train_source = take(view.train if train is None else train)
     test_x, test_y, test_source = take(view.test)
     channels = (input_shape or dataset.input_shape)[0]
     needs_transform = dataset.x.ndim == 4 and (view.transform or channels != dataset.x.shape[1])

@@ -4,7 +4,9 @@ from fedbench.core import metrics as M
 from fedbench.runtime import run_spec
 from fedbench.algorithms import make_algorithm
 from fedbench.data import load_dataset
-from tests.conftest import tiny_spec
+from tests.conftest import TINY, tiny_spec
+
+TINY_SCENARIO = TINY["scenario"]
 
 ROUND_KEYS = {
     M.TRAIN_LOSS_MEAN, M.ACC_LOCAL_MEAN, M.ACC_LOCAL_STD, M.ACC_LOCAL_MIN, M.ACC_LOCAL_WEIGHTED,
@@ -19,7 +21,7 @@ def model_bytes(spec):
 
 
 def test_fedavg_records_every_round_and_counts_the_bytes_that_travel():
-    spec = tiny_spec(rounds=3)
+    spec = tiny_spec(rounds=3, scenario={**TINY_SCENARIO, "test_clients": {"mode": "none"}})
     result = run_spec(spec)
     assert result.status == "FINISHED", result.reason
     assert [r["round"] for r in result.history] == [1, 2, 3]
@@ -29,7 +31,10 @@ def test_fedavg_records_every_round_and_counts_the_bytes_that_travel():
         # every one of the 4 clients downloads the model and uploads the model plus its sample count (int64)
         assert record[M.COMM_DOWN_BYTES] == 4 * model_bytes(spec)
         assert record[M.COMM_UP_BYTES] == 4 * (model_bytes(spec) + 8)
-        assert record[M.COMM_EVAL_DOWN_BYTES] == 4 * model_bytes(spec)
+        # every client evaluates the global model; after the last round each also gets the system-accuracy
+        # bundle: the one distinct model plus 4 int64 owner ids
+        final_bundle = 4 * (model_bytes(spec) + 4 * 8) if record["round"] == 3 else 0
+        assert record[M.COMM_EVAL_DOWN_BYTES] == 4 * model_bytes(spec) + final_bundle
         assert record[M.TIME_CLIENT_COMPUTE_S] > 0
     assert result.final[M.TOTAL_PREFIX + M.COMM_DOWN_BYTES] == 3 * 4 * model_bytes(spec)
     assert result.final[M.FINAL_PREFIX + M.ACC_LOCAL_MEAN] == result.history[-1][M.ACC_LOCAL_MEAN]

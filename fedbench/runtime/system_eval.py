@@ -1,0 +1,81 @@
+"""System accuracy (004 Sec. 5): the federation answers a pooled test set, one answer per sample.
+
+Every training client's personal model (its `evaluation_payloads` entry) travels to every client as one
+bundle; each client answers its own test split with all of them, so no test sample leaves its client.
+With a router (FedDRM's client head) the sample goes to the client it scores highest and that client's
+model answers; without one, the personal models vote (ties to the smallest class id, METHODS.md).
+Clients sharing one payload object (FedAvg's global model) share one entry of the bundle.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from fedbench.core import metrics as M
+from fedbench.core.types import ClientResult, Payload
+
+OWNERS = "owners"
+"""Bundle key: for client j, the index of the model it owns."""
+
+
+def bundle(payloads: Mapping[int, Payload]) -> Payload:
+    """One flat payload with every distinct model as `m<k>/<key>` and `owners[j]` = k for client j."""
+    models: dict[int, int] = {}  # id(payload) -> k
+    flat: Payload = {}
+    owners = np.zeros(len(payloads), dtype=np.int64)
+    for j in sorted(payloads):
+        payload = payloads[j]
+        if id(payload) not in models:
+            k = models[id(payload)] = len(models)
+            flat.update({f"m{k}/{key}": value for key, value in payload.items()})
+        owners[j] = models[id(payload)]
+    flat[OWNERS] = owners
+    return flat
+
+
+def unbundle(flat: Payload) -> list[Payload]:
+    """The distinct models of a bundle, by index."""
+    count = int(flat[OWNERS].max()) + 1 if len(flat[OWNERS]) else 0
+    models: list[Payload] = [{} for _ in range(count)]
+    for name, value in flat.items():
+        if name != OWNERS:
+            k, key = name.split("/", 1)
+            models[int(k[1:])][key] = value
+    return models
+
+
+def system_counts(outputs: Sequence[dict[str, np.ndarray]], owners: np.ndarray, labels: np.ndarray, client_id: int,
+                  num_classes: int) -> dict[str, float]:
+    """Correct system answers (and, with a router, samples routed home) on one client's test split.
+
+    Args:
+        outputs: `client_predict` of each distinct model on this client's test split.
+        owners: model index of every training client.
+        labels: the split's labels.
+    """
+    preds = np.stack([out["pred"] for out in outputs], axis=1)  # [n, models]
+    counts = {"system_samples": float(len(labels))}
+    if "route" in outputs[0]:
+        routed = np.asarray(outputs[0]["route"]).argmax(axis=1)  # the router is shared by all clients' models
+        answer = preds[np.arange(len(labels)), owners[routed]]
+        counts["routed_home"] = float((routed == client_id).sum())
+    else:
+        votes = np.zeros((len(labels), num_classes), dtype=np.int64)
+        for owner in owners:
+            votes[np.arange(len(labels)), preds[:, owner]] += 1
+        answer = votes.argmax(axis=1)  # argmax takes the first maximum: ties go to the smallest class id
+    counts["system_correct"] = float((answer == labels).sum())
+    return counts
+
+
+def system_metrics(results: Sequence[ClientResult]) -> dict[str, float]:
+    """Pooled accuracy over all clients' test splits, and routing accuracy where a router answered."""
+    total = sum(r.metrics["system_samples"] for r in results)
+    if not total:
+        return {}
+    record = {M.ACC_SYSTEM: sum(r.metrics["system_correct"] for r in results) / total}
+    if all("routed_home" in r.metrics for r in results):
+        record[M.ACC_ROUTING] = sum(r.metrics["routed_home"] for r in results) / total
+    return record

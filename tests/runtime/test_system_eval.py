@@ -1,0 +1,55 @@
+"""System accuracy: bundling personal models, majority vote, routing, and the whole-run numbers."""
+
+import numpy as np
+
+from fedbench.core import metrics as M
+from fedbench.core.types import ClientResult
+from fedbench.runtime import run_spec
+from fedbench.runtime.system_eval import bundle, system_counts, system_metrics, unbundle
+from tests.conftest import tiny_spec
+
+
+def test_a_bundle_ships_each_distinct_model_once_and_unbundles_to_the_same_arrays():
+    shared = {"w": np.arange(3.0)}
+    own = {"w": np.full(3, 7.0)}
+    flat = bundle({0: shared, 1: own, 2: shared})
+    assert flat["owners"].tolist() == [0, 1, 0]
+    models = unbundle(flat)
+    assert len(models) == 2
+    np.testing.assert_array_equal(models[0]["w"], shared["w"])
+    np.testing.assert_array_equal(models[1]["w"], own["w"])
+
+
+def test_majority_vote_counts_every_owner_and_breaks_ties_to_the_smallest_class():
+    labels = np.array([2, 1, 0])
+    # three clients, two distinct models: client 0 and 2 own model 0, client 1 owns model 1
+    outputs = [{"pred": np.array([2, 3, 1])}, {"pred": np.array([0, 1, 0])}]
+    counts = system_counts(outputs, np.array([0, 1, 0]), labels, client_id=0, num_classes=4)
+    # sample 0: votes 2,0,2 -> 2 (right); sample 1: 3,1,3 -> 3 (wrong); sample 2: 1,0,1 -> 1 (wrong)
+    assert counts == {"system_samples": 3.0, "system_correct": 1.0}
+    tie = system_counts([{"pred": np.array([3])}, {"pred": np.array([1])}], np.array([0, 1]), np.array([1]), 0, 4)
+    assert tie["system_correct"] == 1.0  # one vote each for 3 and 1: the smaller class wins
+
+
+def test_a_router_sends_each_sample_to_its_best_scoring_client_whose_model_answers():
+    labels = np.array([0, 1, 1])
+    route = np.array([[5.0, 0.0], [0.0, 5.0], [5.0, 0.0]])  # samples 0 and 2 go to client 0, sample 1 to client 1
+    outputs = [{"pred": np.array([0, 0, 0]), "route": route}, {"pred": np.array([1, 1, 1]), "route": route}]
+    counts = system_counts(outputs, np.array([0, 1]), labels, client_id=0, num_classes=2)
+    assert counts == {"system_samples": 3.0, "routed_home": 2.0, "system_correct": 2.0}
+    record = system_metrics([ClientResult(0, {}, counts), ClientResult(1, {}, {**counts, "routed_home": 0.0})])
+    assert record == {M.ACC_SYSTEM: 4 / 6, M.ACC_ROUTING: 2 / 6}
+
+
+def test_fedavg_system_accuracy_is_its_global_models_pooled_accuracy():
+    result = run_spec(tiny_spec(rounds=2))
+    final = result.history[-1]
+    # one shared model: the vote is that model's answer, so pooled accuracy = test-size-weighted local accuracy
+    assert abs(final[M.ACC_SYSTEM] - final[M.ACC_LOCAL_WEIGHTED]) < 1e-9
+    assert M.ACC_SYSTEM not in result.history[0]  # computed after the last round only
+
+
+def test_methods_whose_models_never_reach_the_server_have_no_system_accuracy():
+    result = run_spec(tiny_spec(algorithm="local", rounds=1))
+    assert result.status == "FINISHED", result.reason
+    assert M.ACC_SYSTEM not in result.history[-1]

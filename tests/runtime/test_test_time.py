@@ -1,0 +1,60 @@
+"""Test-time clients: describe -> assign -> evaluate after the last round, and association accuracy."""
+
+import numpy as np
+
+from fedbench.algorithms import Assignment
+from fedbench.algorithms.fedavg import FedAvg
+from fedbench.core import metrics as M
+from fedbench.core.registry import ALGORITHMS
+from fedbench.runtime import run_spec
+from tests.conftest import TINY, tiny_spec
+
+
+class Matchmaker(FedAvg):
+    """Matches test client t to training client t: the right answer under test-client mode "own"."""
+
+    def describe_payloads(self, state, test_clients):
+        return {tid: {"ask": np.zeros(1)} for tid in test_clients}
+
+    def client_describe(self, payload, data, ctx):
+        # its training rows are only its labelled samples (2 per class here): a failed check fails the run
+        assert 0 < data.num_train <= 2 * ctx.num_classes < data.num_test
+        return {"id": np.array([ctx.client_id])}
+
+    def assign(self, state, descriptions):
+        matched = {tid: int(d["id"][0]) for tid, d in descriptions.items()}  # own distribution under mode "own"
+        return Assignment({tid: state["global"] for tid in descriptions}, matched)
+
+
+def own_spec():
+    scenario = {**TINY["scenario"], "test_clients": {"mode": "own", "labelled_per_class": 2}}
+    return tiny_spec(algorithm="matchmaker", rounds=1, scenario=scenario)
+
+
+def test_test_clients_describe_themselves_and_are_scored_against_the_ground_truth(monkeypatch):
+    monkeypatch.setitem(ALGORITHMS._entries, "matchmaker", Matchmaker)
+    result = run_spec(own_spec())
+    assert result.status == "FINISHED", result.reason
+    final = result.history[-1]
+    # under mode "own" test client t holds training client t's distribution: matching t -> t is always right
+    assert final[M.ACC_ASSOCIATION] == 1.0 and final[M.ACC_ASSOCIATION_KNOWN] == 1.0
+    assert 0.0 <= final[M.ACC_TEST_TIME] <= 1.0
+    assert result.final[M.FINAL_PREFIX + M.ACC_TEST_TIME] == final[M.ACC_TEST_TIME]
+
+
+def test_wrong_matches_lower_association_accuracy(monkeypatch):
+    class Shifted(Matchmaker):
+        def assign(self, state, descriptions):
+            out = super().assign(state, descriptions)
+            return Assignment(out.payloads, {tid: (j + 1) % 4 for tid, j in out.matched.items()})
+
+    monkeypatch.setitem(ALGORITHMS._entries, "matchmaker", Shifted)
+    final = run_spec(own_spec()).history[-1]
+    assert final[M.ACC_ASSOCIATION] < 1.0  # Dirichlet clients hold distinct distributions
+
+
+def test_without_test_clients_there_is_no_test_time_accuracy():
+    scenario = {**TINY["scenario"], "test_clients": {"mode": "none"}}
+    final = run_spec(tiny_spec(rounds=1, scenario=scenario)).history[-1]
+    assert M.ACC_TEST_TIME not in final
+    assert M.ACC_TEST_TIME in run_spec(tiny_spec(rounds=1)).history[-1]  # the default: FEROMA's test clients
