@@ -4,6 +4,12 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
 
 import pytest
 
@@ -28,8 +34,10 @@ def tiny_spec(**changes) -> RunSpec:
 
 @pytest.fixture(autouse=True)
 def isolated_results(tmp_path, monkeypatch):
-    """Results and the embedded MLflow store go to a per-test folder, never the checkout's results/."""
+    """Results, the embedded MLflow store and caches go to a per-test folder, never the checkout's results/
+    or the user's cache."""
     monkeypatch.setenv("FEDBENCH_RESULTS", str(tmp_path / "results"))
+    monkeypatch.setenv("FEDBENCH_CACHE", str(tmp_path / "cache"))
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     return tmp_path / "results"
 
@@ -68,3 +76,35 @@ def ray_session():
     ensure_ray(num_cpus=2)
     yield ray
     ray.shutdown()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def mlflow_server(tmp_path, migrated_store):
+    """A real `mlflow server` subprocess on 127.0.0.1; stopped by its PID."""
+    shutil.copy(migrated_store, tmp_path / "server.db")
+    port = free_port()
+    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+    cmd = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{tmp_path / 'server.db'}",
+           "--artifacts-destination", str(tmp_path / "artifacts"), "--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 240
+    while time.time() < deadline:
+        try:
+            if urllib.request.urlopen(f"{url}/health", timeout=2).status == 200:
+                break
+        except OSError:
+            time.sleep(0.5)
+        assert proc.poll() is None, proc.stderr.read().decode()
+    else:
+        os.killpg(proc.pid, signal.SIGTERM)
+        pytest.fail("mlflow server did not become healthy in 240 s")
+    yield url
+    os.killpg(proc.pid, signal.SIGTERM)  # the server's own process group: only what this fixture started
+    proc.wait(timeout=30)

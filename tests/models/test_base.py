@@ -22,7 +22,10 @@ CASES = {
         ((1, 28, 28), {}, 512),
         ((3, 32, 32), {"cifar_stem": True, "norm": "group"}, 512),
     ],
+    "feddrm_net": [((1, 28, 28), {"backbone": "cnn"}, 1568), ((3, 32, 32), {}, 512)],
 }
+DENSITY_MODELS = {"made"}
+"""Registered models that are not classifiers (tested in their own files)."""
 FLAT_CASES = [(name, *case) for name, cases in CASES.items() for case in cases]
 NUM_CLASSES = 7
 
@@ -34,7 +37,7 @@ def seeded_build(seed: int, name: str, shape: tuple[int, ...], **options) -> Fed
 
 
 def test_every_registered_model_is_covered():
-    assert sorted(CASES) == MODELS.names()
+    assert sorted([*CASES, *DENSITY_MODELS]) == MODELS.names()
 
 
 @pytest.mark.parametrize("name, shape, options, fc_width", FLAT_CASES)

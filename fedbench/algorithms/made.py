@@ -1,0 +1,483 @@
+"""MADE density-ratio reweighting (seed 003 Sec. II-D; the FedDisk method of arXiv 2401.02586; METHODS.md).
+
+Each client i weights its loss by alpha_i(x) ~ p(x) / q_i(x), the ratio of the global data density to its
+own, so that locally over-represented samples count less and locally rare ones more (003 Sec. IV).
+
+The run's rounds hold two phases (a run needs `rounds > density_rounds` for the task model to train):
+
+1. Density phase, rounds 1..density_rounds: the global MADE p(x) is trained by FedAvg (003 Sec. II-D b:
+   broadcast it, a few local epochs, average with weights N_i / N). Its weights travel like any model's
+   and are metered; the task model does not train yet (evaluations report the untrained model).
+2. Task phase, the remaining rounds: the server sends the final global MADE once to each client with the
+   task model. The client then trains its local MADE q_i(x) (003 Sec. II-D a) and a classifier h telling
+   the local MADE's feature vectors (label 0) from the global MADE's (label 1) on its own images, keeps
+   both in its client state, and trains the task model by FedAvg on the weighted loss (003's re-weighted
+   objective) through the training loop's `sample_weight` hook, which computes each batch's weights from x.
+
+Choices the papers leave open (003 gives no formula past alpha = h/(1-h); FedDisk's code fills some in):
+
+- Features u: the MADE's log-conditionals log q(x_d | x_<d), d = 1..D (`features="log_conditionals"`),
+  whose sum is 003's u_i(x) = log q_i(x); `"outputs"` uses the sigmoid outputs q(x_d = 1 | x_<d), as
+  FedDisk's code does. The weight of x is h applied to the *local* MADE's features of x (003: h(u) with
+  u = u_i(x); FedDisk's code likewise predicts on the local MADE's outputs).
+- Rescaling to [0, 2] (METHODS.md): `mean_clip` divides the ratio by its mean over the client's training
+  set (a density ratio has mean 1 under the local distribution, so the loss keeps its scale) and clips to
+  [0, 2]; `minmax` maps the client's smallest ratio to 0 and largest to 2, as FedDisk's code normalises.
+- The local MADE starts from the global MADE's initial weights and follows its schedule (density_rounds
+  blocks of made_epochs, a fresh Adam each; FedDisk trains both for made_iters epochs), so the two differ
+  by the data they saw, not by initialisation or training. Without this the classifier separates the two
+  MADEs even on IID data (measured: mean raw ratio 0.2-0.3 instead of ~1).
+- Each client's density phase works on its data as of its first density round (a snapshot in its client
+  state), so the phase is a function of the federation at its start; under drift the weights therefore
+  describe that first stage.
+
+Cache. The density phase depends on the federation's images, the MADE settings and the seed, not on the
+task model, so a sweep over task-model settings would retrain the same MADEs in every run. Phases are
+cached on disk under `cache_dir()/made` (env `FEDBENCH_CACHE`, else ~/.cache/fedbench: fedbench's one
+writable folder, at an absolute path, so workers and Tune trials that change directory find it; the
+results folder is relative to the working directory and belongs to tracking, which algorithms do not
+import). The key is content-derived, as the algorithm never sees the scenario: the server's average after
+round 1, to which every client contributed (so cached only when every client takes part in every round,
+client_fraction = 1), plus the density settings and the seed. On a hit the server replays the cached final
+global MADE in rounds 2..density_rounds under `made_final.` keys; clients echo it without training and
+report their cached losses, so every payload has the bytes it had when the phase was computed (identical
+communication totals) and the run's numbers are identical; only round 1 is recomputed. Each client's local
+MADE and classifier are cached by (final global MADE, its images, its id, the weighting settings). The
+cache folder must be one the driver and all workers see (one machine, or a shared file system).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal, Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from fedbench.algorithms.base import Algorithm, AlgorithmConfig, ModelBuilder, ServerState, sample_count
+from fedbench.core.errors import ConfigError
+from fedbench.core.registry import register_algorithm
+from fedbench.core.types import ClientResult, ClientState, Metrics, Payload, RoundContext, derive_seed
+from fedbench.data.base import cache_dir
+from fedbench.models.made import MADE
+from fedbench.training import ClientData, TrainHooks, average_weights, get_weights, set_weights, train_local
+
+MADE_PREFIX = "made."
+"""Payload keys of the global MADE during the density phase."""
+FINAL_PREFIX = "made_final."
+"""Payload keys of the final global MADE (a replayed cached phase, or the one-time send after the phase)."""
+COUNT = "num_samples"
+WEIGHTING = "weighting"
+"""Client-state key: the client's local MADE, classifier and rescaling constants."""
+PHASE_DATA = "phase_data"
+"""Client-state key: the client's data as of its first density round."""
+FEATURE_CHUNK = 1024
+
+
+# ----------------------------------------------------------------------------------------------- helpers
+
+
+def prefixed(prefix: str, weights: Payload) -> Payload:
+    return {prefix + k: v for k, v in weights.items()}
+
+
+def unprefixed(prefix: str, payload: Payload) -> Payload:
+    return {k[len(prefix):]: v for k, v in payload.items() if k.startswith(prefix)}
+
+
+def digest(*parts: object) -> str:
+    """A 20-hex-digit content hash of arrays, weight dicts (in key order) and plain values."""
+    h = hashlib.blake2b(digest_size=10)
+    for part in parts:
+        if isinstance(part, dict):
+            for name in sorted(part):
+                h.update(name.encode())
+                h.update(digest(part[name]).encode())
+        elif isinstance(part, (np.ndarray, torch.Tensor)):
+            array = np.ascontiguousarray(part.detach().cpu().numpy() if isinstance(part, torch.Tensor) else part)
+            h.update(f"{array.dtype}{array.shape}".encode())
+            h.update(array.tobytes())
+        else:
+            h.update(repr(part).encode())
+        h.update(b"|")
+    return h.hexdigest()
+
+
+def all_inputs(data: ClientData, device: str) -> torch.Tensor:
+    """The client's training images as the models see them, in row order."""
+    return torch.cat([data.train_batch(torch.arange(s, min(s + FEATURE_CHUNK, data.num_train)), device)[0]
+                      for s in range(0, data.num_train, FEATURE_CHUNK)])
+
+
+def image_digest(data: ClientData) -> str:
+    """Identity of a client's training images after its transform (stochastic transforms drawn with a fixed
+    seed), which is all the density models see: labels do not enter the density phase."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        return digest(all_inputs(data, "cpu"))
+
+
+def train_made(made: MADE, data: ClientData, epochs: int, lr: float, batch_size: int, seed: int, device: str) -> float:
+    """Fit `made` to the client's images with Adam (FedDisk's optimiser); returns the mean batch loss.
+
+    The loss is the negative log-likelihood per pixel. This is the auxiliary model's own small loop: the
+    shared `train_local` minimises a label cross-entropy, which a density model does not have.
+    """
+    made.to(device).train()
+    optimizer = torch.optim.Adam(made.parameters(), lr=lr)
+    generator = torch.Generator().manual_seed(seed)
+    total, steps = 0.0, 0
+    for _ in range(epochs):
+        order = torch.randperm(data.num_train, generator=generator)
+        for start in range(0, data.num_train, batch_size):
+            x, _ = data.train_batch(order[start : start + batch_size], device)
+            loss = made.nll(x).mean() / made.dim
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            total += loss.item()
+            steps += 1
+    return total / max(steps, 1)
+
+
+def made_features(made: MADE, x: torch.Tensor, kind: str) -> torch.Tensor:
+    """The MADE feature vector u of each sample: log-conditionals or sigmoid outputs, [B, D]."""
+    with torch.no_grad():
+        return made.log_conditionals(x) if kind == "log_conditionals" else made(x)
+
+
+class RatioClassifier(nn.Module):
+    """h(u) = P(global | u) as a logit: standardised features, then logistic regression (`hidden = 0`) or
+    one ReLU hidden layer. The standardisation is a buffer, so it is saved with the weights."""
+
+    def __init__(self, dim: int, hidden: int):
+        super().__init__()
+        self.register_buffer("shift", torch.zeros(dim))
+        self.register_buffer("scale", torch.ones(dim))
+        if hidden == 0:
+            self.net: nn.Module = nn.Linear(dim, 1)
+        else:
+            self.net = nn.Sequential(nn.Linear(dim, hidden), nn.ReLU(), nn.Linear(hidden, 1))
+
+    def forward(self, u: torch.Tensor) -> torch.Tensor:
+        return self.net((u - self.shift) / self.scale).squeeze(1)
+
+
+def fit_classifier(u_local: torch.Tensor, u_global: torch.Tensor, hidden: int, epochs: int, batch_size: int,
+                   seed: int) -> RatioClassifier:
+    """Train h to tell local-MADE features (label 0) from global-MADE features (label 1): Adam, lr 1e-3,
+    binary cross-entropy (FedDisk's shallow classifier: Keras Adam defaults, batch 32). Its own small loop
+    for the same reason as `train_made`."""
+    u = torch.cat([u_local, u_global])
+    target = torch.cat([torch.zeros(len(u_local)), torch.ones(len(u_global))]).to(u.device)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed % (2**31))
+        clf = RatioClassifier(u.shape[1], hidden).to(u.device)
+    clf.shift.copy_(u.mean(0))
+    clf.scale.copy_(u.std(0).clamp_min(1e-6))
+    optimizer = torch.optim.Adam(clf.parameters(), lr=1e-3)
+    generator = torch.Generator().manual_seed(seed)
+    for _ in range(epochs):
+        order = torch.randperm(len(u), generator=generator).to(u.device)
+        for start in range(0, len(u), batch_size):
+            idx = order[start : start + batch_size]
+            loss = F.binary_cross_entropy_with_logits(clf(u[idx]), target[idx])
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+    return clf.eval()
+
+
+# ---------------------------------------------------------------------------------------------- the cache
+
+
+class DensityCache:
+    """Density phases and client weightings on disk, content-addressed (see the module docstring).
+
+    Layout under `root`: `phase/<key>.json` -> the id of the final global MADE; `final/<id>/global.npz` and
+    `final/<id>/losses.json` (per `round:client` MADE loss); `final/<id>/w-<key>.npz` client weightings.
+    Files are written to a temporary name and renamed, and a phase's index last, so a reader never sees a
+    partial entry and concurrent runs writing the same entry write the same bytes.
+    """
+
+    def __init__(self, root: Path):
+        self.root = root
+
+    def find_phase(self, key: str) -> tuple[str, Payload] | None:
+        index = self.root / "phase" / f"{key}.json"
+        if not index.exists():
+            return None
+        final_id = json.loads(index.read_text())["final"]
+        return final_id, load_npz(self.root / "final" / final_id / "global.npz")
+
+    def put_phase(self, key: str, final_id: str, made: Payload, losses: dict[str, float]) -> None:
+        folder = self.root / "final" / final_id
+        self._write(folder / "global.npz", lambda f: np.savez(f, **made))
+        self._write(folder / "losses.json", lambda f: f.write(json.dumps(losses).encode()))
+        self._write(self.root / "phase" / f"{key}.json", lambda f: f.write(json.dumps({"final": final_id}).encode()))
+
+    def losses(self, final_id: str) -> dict[str, float]:
+        path = self.root / "final" / final_id / "losses.json"
+        if not path.exists():
+            raise FileNotFoundError(f"made: the server replays cached density phase {final_id} but {path} is missing "
+                                    "here; the cache folder (FEDBENCH_CACHE) must be shared by the driver and workers")
+        return json.loads(path.read_text())
+
+    def find_weighting(self, final_id: str, key: str) -> dict[str, Payload] | None:
+        path = self.root / "final" / final_id / f"w-{key}.npz"
+        return unpack(load_npz(path)) if path.exists() else None
+
+    def put_weighting(self, final_id: str, key: str, weighting: dict[str, Payload]) -> None:
+        self._write(self.root / "final" / final_id / f"w-{key}.npz", lambda f: np.savez(f, **pack(weighting)))
+
+    @staticmethod
+    def _write(path: Path, write) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+        os.replace(tmp, path)
+
+
+def load_npz(path: Path) -> Payload:
+    with np.load(path) as arrays:
+        return dict(arrays)
+
+
+def pack(nested: dict[str, Payload]) -> Payload:
+    return {f"{group}/{name}": v for group, weights in nested.items() for name, v in weights.items()}
+
+
+def unpack(flat: Payload) -> dict[str, Payload]:
+    nested: dict[str, Payload] = {}
+    for key, value in flat.items():
+        group, name = key.split("/", 1)
+        nested.setdefault(group, {})[name] = value
+    return nested
+
+
+# ------------------------------------------------------------------------------------------ the algorithm
+
+
+class SampleWeights:
+    """The `sample_weight` hook: alpha(x) = h(u)/(1 - h(u)) on the local MADE's features of x, rescaled."""
+
+    def __init__(self, local_made: MADE, classifier: RatioClassifier, features: str, rescale: str, scale: np.ndarray):
+        self.local_made, self.classifier = local_made, classifier
+        self.features, self.rescale, self.scale = features, rescale, [float(s) for s in scale]
+
+    def ratio(self, x: torch.Tensor) -> torch.Tensor:
+        """h/(1 - h) = exp(logit h), before rescaling."""
+        with torch.no_grad():
+            return torch.exp(self.classifier(made_features(self.local_made, x, self.features)).clamp(-30.0, 30.0))
+
+    def __call__(self, x: torch.Tensor, y: torch.Tensor | None = None) -> torch.Tensor:
+        r = self.ratio(x)
+        if self.rescale == "mean_clip":
+            return (r / self.scale[0]).clamp(0.0, 2.0)
+        low, high = self.scale
+        return (2.0 * (r - low) / (high - low)).clamp(0.0, 2.0) if high > low else torch.ones_like(r)
+
+
+@register_algorithm("made")
+class MADEReweighting(Algorithm):
+    """FedAvg on a density-ratio-weighted loss, after a FedAvg-trained global MADE (module docstring)."""
+
+    @dataclass(frozen=True)
+    class Config(AlgorithmConfig):
+        density_rounds: int = 5
+        """Rounds of FedAvg on the global MADE before the task model trains (003 Sec. III runs T = 5 rounds and
+        gives the MADE phase no count of its own; FedDisk's code: made_iters rounds of 1 epoch)."""
+        made_epochs: int = 1
+        """Local epochs on the global MADE per density round (FedDisk's code: 1; 003: 'a few local steps')."""
+        made_hidden: tuple[int, ...] = (500,)
+        """MADE hidden widths (Germain et al. 2015, Fig. 2: one layer of 500 units; 003 gives none)."""
+        made_lr: float = 1e-3
+        """Adam learning rate of both MADEs (FedDisk's code: 0.001)."""
+        made_batch_size: int = 128
+        """Batch size of both MADEs (FedDisk's code: made_batch 128)."""
+        features: Literal["log_conditionals", "outputs"] = "log_conditionals"
+        """MADE feature vector u the classifier sees (003 Sec. II-D: u_i(x) = log q_i(x); FedDisk: outputs)."""
+        classifier_hidden: int = 0
+        """Hidden units of h; 0 is logistic regression (003 gives no architecture; FedDisk's code a shallow net)."""
+        classifier_epochs: int = 40
+        """Epochs of h (FedDisk's code: shallow_iters 40, batch 32)."""
+        classifier_batch_size: int = 32
+        """Batch size of h (FedDisk's code: 32)."""
+        rescale: Literal["mean_clip", "minmax"] = "mean_clip"
+        """How ratios become weights in [0, 2] (METHODS.md; module docstring): divide by the client mean and clip,
+        or FedDisk's min-max map."""
+        cache: bool = True
+        """Reuse density phases and weightings cached on disk (fedbench; results are identical either way)."""
+
+        def __post_init__(self) -> None:
+            super().__post_init__()
+            positive = {"density_rounds": self.density_rounds, "made_epochs": self.made_epochs,
+                        "classifier_epochs": self.classifier_epochs, "made_batch_size": self.made_batch_size,
+                        "classifier_batch_size": self.classifier_batch_size}
+            for name, value in positive.items():
+                if value < 1:
+                    raise ConfigError(f"algorithm.{name}", value, "an integer >= 1")
+            if not self.made_hidden or any(h < 1 for h in self.made_hidden):
+                raise ConfigError("algorithm.made_hidden", list(self.made_hidden),
+                                  "a non-empty list of positive integers")
+            if self.made_lr <= 0:
+                raise ConfigError("algorithm.made_lr", self.made_lr, "a number > 0")
+            if self.classifier_hidden < 0:
+                raise ConfigError("algorithm.classifier_hidden", self.classifier_hidden,
+                                  "an integer >= 0 (0: logistic regression)")
+
+    def __init__(self, config: Config, builder: ModelBuilder, num_clients: int, seed: int, rounds: int | None = None):
+        super().__init__(config, builder, num_clients, seed, rounds)
+        masks = derive_seed(seed, "made-masks") % (2**31)  # shared by every party, so MADEs can be averaged
+        self.made_builder = ModelBuilder("made", builder.input_shape, builder.num_classes,
+                                         (("hidden", config.made_hidden), ("seed", masks)))
+        self._mades: dict[str, MADE] = {}
+        self._classifier: RatioClassifier | None = None
+
+    # -- server half ---------------------------------------------------------------------------------
+    def init_state(self) -> ServerState:
+        return {"global": get_weights(self.builder.initial(self.seed)), "made": self._initial_made(),
+                "losses": {}, "phase_key": None, "replay": False, "made_sent": frozenset()}
+
+    def configure(self, round: int, state: ServerState, sampled: Sequence[int]) -> dict[int, Payload]:
+        if round <= self.config.density_rounds:
+            payload = prefixed(FINAL_PREFIX if state["replay"] else MADE_PREFIX, state["made"])
+            return {cid: payload for cid in sampled}
+        task = state["global"]
+        with_made = {**task, **prefixed(FINAL_PREFIX, state["made"])}
+        return {cid: task if cid in state["made_sent"] else with_made for cid in sampled}
+
+    def aggregate(self, round: int, state: ServerState, results: Sequence[ClientResult]) -> ServerState:
+        counts = [int(r.uplink[COUNT][0]) for r in results]
+        if round > self.config.density_rounds:
+            weights = [{k: v for k, v in r.uplink.items() if k != COUNT} for r in results]
+            sent = state["made_sent"] | {r.client_id for r in results}
+            return {**state, "global": average_weights(weights, counts), "made_sent": sent}
+        losses = {**state["losses"], **{f"{round}:{r.client_id}": r.metrics["train_loss"] for r in results}}
+        state = {**state, "losses": losses}
+        if state["replay"]:
+            return state
+        made = average_weights([unprefixed(MADE_PREFIX, r.uplink) for r in results], counts)
+        state["made"] = made
+        if round == 1 and self.config.cache and self.config.client_fraction == 1.0:
+            state["phase_key"] = digest("made-phase", made, self._phase_settings())
+            found = self._cache().find_phase(state["phase_key"])
+            if found is not None:
+                state.update(made=found[1], replay=True)
+        if round == self.config.density_rounds and state["phase_key"] is not None and not state["replay"]:
+            self._cache().put_phase(state["phase_key"], self._final_id(made), made, losses)
+        return state
+
+    # -- client half ---------------------------------------------------------------------------------
+    def client_update(
+        self, payload: Payload, state: ClientState, data: ClientData, ctx: RoundContext
+    ) -> tuple[Payload, ClientState, Metrics]:
+        if ctx.round <= self.config.density_rounds:
+            return self._density_round(payload, state, data, ctx)
+        if WEIGHTING not in state:
+            state = self._fit_weighting(unprefixed(FINAL_PREFIX, payload), state, data, ctx)
+        hook = self.sample_weights(state[WEIGHTING], ctx.device)
+        model = self.model_with({k: v for k, v in payload.items() if not k.startswith(FINAL_PREFIX)})
+        metrics = train_local(model, data, ctx, TrainHooks(sample_weight=hook))
+        return {**get_weights(model), COUNT: sample_count(data.num_train)}, state, metrics
+
+    def _density_round(self, payload: Payload, state: ClientState, data: ClientData, ctx: RoundContext):
+        phase_data = state.get(PHASE_DATA, data)
+        state = {**state, PHASE_DATA: phase_data}
+        count = sample_count(phase_data.num_train)
+        final = unprefixed(FINAL_PREFIX, payload)
+        if final:  # a cached phase is being replayed: echo the final MADE, report the loss this round had
+            loss = self._cache().losses(self._final_id(final))[f"{ctx.round}:{ctx.client_id}"]
+            return {**prefixed(MADE_PREFIX, final), COUNT: count}, state, {"train_loss": loss}
+        made = self._made("global", unprefixed(MADE_PREFIX, payload))
+        c = self.config
+        loss = train_made(made, phase_data, c.made_epochs, c.made_lr, c.made_batch_size, ctx.rng_seed("made"),
+                          ctx.device)
+        return {**prefixed(MADE_PREFIX, get_weights(made)), COUNT: count}, state, {"train_loss": loss}
+
+    def _fit_weighting(self, final: Payload, state: ClientState, data: ClientData, ctx: RoundContext) -> ClientState:
+        """Local MADE, classifier and rescaling constants of this client (cached; see the module docstring).
+
+        Seeded from (run seed, client) alone, so the result does not depend on the round it happens in.
+        """
+        if not final:
+            raise RuntimeError(f"made: client {ctx.client_id} has no weighting and its payload carries no global MADE")
+        phase_data = state.get(PHASE_DATA, data)
+        weighting = None
+        if self.config.cache:
+            final_id = self._final_id(final)
+            key = digest(image_digest(phase_data), ctx.client_id, self._weighting_settings())
+            weighting = self._cache().find_weighting(final_id, key)
+        if weighting is None:
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(derive_seed(self.seed, ctx.client_id, "made-weighting") % (2**31))
+                weighting = self.fit_weighting(final, phase_data, ctx.client_id, ctx.device)
+            if self.config.cache:
+                self._cache().put_weighting(final_id, key, weighting)
+        return {**{k: v for k, v in state.items() if k != PHASE_DATA}, WEIGHTING: weighting}
+
+    def fit_weighting(self, final: Payload, data: ClientData, client_id: int, device: str) -> dict[str, Payload]:
+        """Train the local MADE from the global MADE's initial weights, then the classifier on both MADEs'
+        features of the client's images, then the rescaling constants over those images."""
+        c = self.config
+        local = self._made("local", self._initial_made())
+        for r in range(c.density_rounds):  # the global MADE's schedule: a fresh optimiser every round
+            train_made(local, data, c.made_epochs, c.made_lr, c.made_batch_size,
+                       derive_seed(self.seed, client_id, "made-local", r), device)
+        glob = self._made("global", final).to(device).eval()
+        x = all_inputs(data, device)
+        u_local = made_features(local.eval(), x, c.features)
+        clf = fit_classifier(u_local, made_features(glob, x, c.features), c.classifier_hidden, c.classifier_epochs,
+                             c.classifier_batch_size, derive_seed(self.seed, client_id, "made-classifier"))
+        with torch.no_grad():
+            r = torch.exp(clf(u_local).clamp(-30.0, 30.0))
+        scale = [r.mean().item()] if c.rescale == "mean_clip" else [r.min().item(), r.max().item()]
+        return {"local": get_weights(local), "classifier": get_weights(clf), "scale": {"value": np.array(scale)}}
+
+    def sample_weights(self, weighting: dict[str, Payload], device: str) -> SampleWeights:
+        """The weight function of a client's fitted weighting, on `device`."""
+        local = self._made("local", weighting["local"]).to(device).eval()
+        dim = local.dim
+        if self._classifier is None or self._classifier.shift.shape[0] != dim:
+            with torch.random.fork_rng(devices=[]):
+                self._classifier = RatioClassifier(dim, self.config.classifier_hidden)
+        set_weights(self._classifier, weighting["classifier"])
+        clf = self._classifier.to(device).eval()
+        return SampleWeights(local, clf, self.config.features, self.config.rescale, weighting["scale"]["value"])
+
+    # -- helpers ---------------------------------------------------------------------------------------
+    def _made(self, role: str, weights: Payload) -> MADE:
+        """This process's MADE for `role` (global or local) with `weights` loaded."""
+        if role not in self._mades:
+            with torch.random.fork_rng(devices=[]):
+                self._mades[role] = self.made_builder()
+        set_weights(self._mades[role], weights)
+        return self._mades[role]
+
+    def _initial_made(self) -> Payload:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(derive_seed(self.seed, "made-init") % (2**31))
+            return get_weights(self.made_builder())
+
+    def _phase_settings(self) -> tuple:
+        c = self.config
+        return (c.density_rounds, c.made_epochs, c.made_hidden, c.made_lr, c.made_batch_size, self.num_clients,
+                self.seed)
+
+    def _weighting_settings(self) -> tuple:
+        c = self.config
+        return (c.features, c.classifier_hidden, c.classifier_epochs, c.classifier_batch_size, c.rescale, self.seed)
+
+    def _final_id(self, made: Payload) -> str:
+        return digest("made-final", made, self._phase_settings())
+
+    def _cache(self) -> DensityCache:
+        return DensityCache(cache_dir() / "made")
