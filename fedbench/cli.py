@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
+import yaml
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -83,23 +84,57 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_sweep(args: argparse.Namespace) -> int:
     from fedbench.tracking.console import failures_table, results_table
     from fedbench.tracking.paths import tracking_uri
+    from fedbench.tuning import load_search_space, make_plan
 
     task = load_task(args.task, args.set)
-    specs = task.expand()
+    space = load_search_space(args.search) if args.search else None
+    plan = make_plan(task, space, args.num_samples, args.metric, args.mode, args.scheduler)
     if args.dry_run:
-        console.print(configurations_table(specs))
-        console.print(f"task [bold]{task.name}[/]: {len(specs)} configurations (nothing was run)")
+        if space is None:
+            console.print(configurations_table(plan.specs))
+            console.print(f"task [bold]{task.name}[/]: {len(plan.specs)} configurations (nothing was run)")
+        else:
+            console.print(f"task [bold]{task.name}[/]: {plan.num_samples} Optuna samples of {space.name} on its first "
+                          f"configuration, optimising {plan.metric} ({plan.mode}); the space checks out (nothing was run)")
         return 0
     from fedbench.tuning import run_sweep
 
-    console.print(f"task [bold]{task.name}[/]: sweeping {len(specs)} trials on Ray Tune, tracking {tracking_uri()}")
-    outcome = run_sweep(specs, max_concurrent=args.max_concurrent, address=args.address)
-    console.print(results_table(outcome.results))
+    what = f"{plan.num_samples} Optuna samples of {space.name}" if space else f"{plan.trials} trials"
+    console.print(f"task [bold]{task.name}[/]: sweeping {what} on Ray Tune, tracking {tracking_uri()}")
+    outcome = run_sweep(plan, max_concurrent=args.max_concurrent, address=args.address, resume=args.resume)
+    if outcome.resumed_done:
+        console.print(f"resumed: {outcome.resumed_done} trials were already done and were not run again")
+    if outcome.results:
+        console.print(results_table(outcome.results))
     failures = failures_table(outcome.results)
     if failures is not None:
         console.print(failures)
+    if outcome.best is not None:
+        path = write_best_task(task, outcome.best, plan)
+        console.print(f"best of {space.name}: {plan.metric} = {outcome.best_value:.4f} with {outcome.best}; "
+                      f"as a task file: {path}")
     console.print(f"sweep {outcome.name}: MLflow parent run {outcome.parent_run_id}; Tune folder {outcome.storage}")
-    return 1 if failures is not None or len(outcome.results) < len(specs) else 0
+    if outcome.interrupted:
+        console.print("[yellow]interrupted: continue it with the same command and --resume[/]")
+        return 130
+    return 1 if failures is not None else 0
+
+
+def write_best_task(task, sample: dict, plan) -> Path:
+    """The best sample as a task file: the task's first configuration with the sampled fields, over its seeds."""
+    from fedbench.tracking.paths import results_dir
+    from fedbench.tuning.search_space import apply
+
+    run = apply(plan.base, sample).to_dict()
+    for key in ("task", "seed"):
+        run.pop(key, None)
+    name = f"{task.name}-best-{plan.space.name}"
+    body = {"name": name, "description": f"best of {plan.num_samples} Optuna samples of {plan.space.name} "
+            f"({plan.metric}, {plan.mode})", **run, "seeds": list(task.seeds)}
+    path = results_dir() / "best" / f"{name}.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(body, sort_keys=False))
+    return path
 
 
 def configurations_table(specs: Sequence[RunSpec]) -> Table:
@@ -141,6 +176,37 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
         suffix = {"markdown": "md"}.get(args.format, args.format)
         written.append(write_leaderboard(board, Path(args.out) if args.out else folder / f"{experiment}.{suffix}", args.format))
     console.print("written: " + ", ".join(str(p) for p in dict.fromkeys(written)))
+    return 0
+
+
+def cmd_plot(args: argparse.Namespace) -> int:
+    import math
+
+    from fedbench.tracking.paths import results_dir, tracking_uri
+    from fedbench.tracking.plots import plot_experiment
+
+    if (args.experiment is None) == (args.task is None):
+        raise ConfigError("--experiment/--task", None, "exactly one of them")
+    experiment = args.experiment or load_task(args.task).name
+    out = Path(args.out) if args.out else results_dir() / "plots" / experiment
+    plots = plot_experiment(experiment, tracking_uri(), out, args.metric, args.group_by.split(","))
+    table = Table(title=f"{experiment}: {plots.heatmap_metric}, mean over seeds")
+    table.add_column("configuration")
+    for group in plots.heatmap.columns:
+        table.add_column(escape(str(group)), justify="right")
+    for configuration, row in plots.heatmap.iterrows():
+        table.add_row(escape(str(configuration)), *("-" if math.isnan(value) else f"{value:.4f}" for value in row))
+    console.print(table)
+    if len(plots.failed):
+        runs = f"{len(plots.failed)} run{'s' if len(plots.failed) != 1 else ''}"
+        console.print(f"[red]left out {runs} that did not finish:[/]")
+        for run, status, reason in plots.failed.itertuples(index=False):
+            console.print(f"  {escape(str(run))} ({status}): {escape(str(reason))}")
+    console.print("written: " + ", ".join(escape(str(p)) for p in plots.files))
+    if plots.parent_run_id:
+        console.print(f"logged as artifacts under '{escape('plots/')}' of sweep parent run {plots.parent_run_id}")
+    else:
+        console.print(f"no sweep parent run in experiment {escape(experiment)} (plain `fedbench run`): files written only")
     return 0
 
 
@@ -255,6 +321,12 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--dry-run", action="store_true", help="list the configurations and their count, run nothing")
     sweep.add_argument("--max-concurrent", type=int, default=None, metavar="K", help="trials at once (default: as resources allow)")
     sweep.add_argument("--address", default=None, help="Ray cluster address (auto or HOST:PORT); default: a local Ray")
+    sweep.add_argument("--search", default=None, metavar="SPACE.yaml", help="Optuna (TPE) search space, e.g. search_spaces/feroma_tau.yaml")
+    sweep.add_argument("--num-samples", type=int, default=None, metavar="N", help="Optuna samples to run (with --search)")
+    sweep.add_argument("--metric", default=None, help="metric to optimise (with --search or --scheduler), e.g. final/acc_test_time")
+    sweep.add_argument("--mode", choices=["max", "min"], default="max", help="whether larger metric values are better")
+    sweep.add_argument("--scheduler", default=None, choices=["asha"], help="stop poor trials early (needs a per-round --metric)")
+    sweep.add_argument("--resume", action="store_true", help="continue the interrupted sweep of this task and configuration")
     sweep.set_defaults(func=cmd_sweep)
     board = sub.add_parser("leaderboard", help="rank configurations from the runs recorded in MLflow")
     board.add_argument("--experiment", default=None, help="MLflow experiment name (a task's name)")
@@ -267,6 +339,15 @@ def build_parser() -> argparse.ArgumentParser:
                        help="also write this format (markdown and parquet are always written under results/leaderboards)")
     board.add_argument("--out", default=None, help="path for --format's file")
     board.set_defaults(func=cmd_leaderboard)
+    plot = sub.add_parser("plot", help="plot a metric per round and a final-metric heatmap from the runs in MLflow")
+    plot.add_argument("--experiment", default=None, help="MLflow experiment name (a task's name)")
+    plot.add_argument("--task", default=None, help="or the task file whose experiment to read")
+    plot.add_argument("--metric", default="acc_local_mean",
+                      help="per-round metric to plot (default acc_local_mean); the heatmap shows final/<metric>")
+    plot.add_argument("--group-by", default="scenario",
+                      help="comma-separated fields whose values form the panels and heatmap columns (default scenario)")
+    plot.add_argument("--out", default=None, metavar="DIR", help="folder for the PNGs (default: results/plots/<experiment>)")
+    plot.set_defaults(func=cmd_plot)
     lst = sub.add_parser("list", help="list datasets, models, algorithms and partitions")
     lst.set_defaults(func=cmd_list)
     scenario = sub.add_parser("scenario", help="inspect the federation a task generates")

@@ -42,22 +42,26 @@ class TaskSpec:
 
     def expand(self) -> list[RunSpec]:
         """Every grid point times every seed, validated; duplicates (same run hash) kept once."""
-        paths = [path for path, _ in self.grid]
-        overridden = {path for path, _ in self.overrides}
         specs: dict[str, RunSpec] = {}
         for point in itertools.product(*(values for _, values in self.grid)):
             for seed in self.seeds:
-                raw = copy.deepcopy(self.base)
-                for path, value in zip(paths, point):
-                    _set_path(raw, path, copy.deepcopy(value))
-                for path, value in self.overrides:
-                    _set_path(raw, path, copy.deepcopy(value))
-                raw["task"] = self.name
-                if "seed" not in overridden:  # an explicit --set seed=N wins over the seed list
-                    raw["seed"] = seed
-                spec = resolve_run(raw)
+                spec = resolve_run(self.run_dict(point, seed))
                 specs.setdefault(spec.run_hash, spec)
         return list(specs.values())
+
+    def run_dict(self, point: Sequence[Any] | None = None, seed: int | None = None) -> dict[str, Any]:
+        """One run's raw mapping: the base, a grid point (default: every axis's first value), the overrides
+        and a seed (default: the first); what a search samples on top of."""
+        point = [values[0] for _, values in self.grid] if point is None else point
+        raw = copy.deepcopy(self.base)
+        for (path, _), value in zip(self.grid, point):
+            set_path(raw, path, copy.deepcopy(value))
+        for path, value in self.overrides:
+            set_path(raw, path, copy.deepcopy(value))
+        raw["task"] = self.name
+        if "seed" not in {path for path, _ in self.overrides}:  # an explicit --set seed=N wins over the seed list
+            raw["seed"] = self.seeds[0] if seed is None else seed
+        return raw
 
 
 def resolve_run(raw: dict[str, Any]) -> RunSpec:
@@ -94,7 +98,7 @@ def task_from_dict(raw: dict[str, Any], overrides: Sequence[str] = (), default_n
     run_overrides = []
     for path, value in map(parse_override, overrides):
         if path in TASK_KEYS or path.startswith("grid."):
-            _set_path(raw, path, value)
+            set_path(raw, path, value)
         else:
             run_overrides.append((path, value))
     grid_raw = raw.pop("grid", None) or {}
@@ -133,7 +137,7 @@ def parse_override(text: str) -> tuple[str, Any]:
     return key.strip(), parsed
 
 
-def _set_path(tree: dict[str, Any], path: str, value: Any) -> None:
+def set_path(tree: dict[str, Any], path: str, value: Any) -> None:
     """Set a dotted path, turning a name shorthand (`algorithm: fedavg`) into a mapping on the way."""
     keys = path.split(".")
     node = tree

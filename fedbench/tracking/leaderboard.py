@@ -64,14 +64,8 @@ def build_leaderboard(runs: pd.DataFrame, metric: str = DEFAULT_METRIC, group_by
     if column not in runs or finished[column].isna().all():
         known = sorted(c.removeprefix("metrics.") for c in runs if c.startswith("metrics.") and runs[c].notna().any())
         raise ConfigError("--metric", metric, "a metric the runs report: " + ", ".join(known))
-    varying = _varying_params(finished)
-    groups = _expand(group_by, varying)
-    config = [f for f in varying if f not in groups]
-    frame = pd.DataFrame({
-        "group": _label(finished, groups),
-        "configuration": _label(finished, config),
-        "value": finished[column].astype(float),
-    })
+    group, configuration = group_and_configuration(finished, group_by)
+    frame = pd.DataFrame({"group": group, "configuration": configuration, "value": finished[column].astype(float)})
     for name, (key, scale) in COSTS.items():
         frame[name] = finished.get(f"metrics.{key}", pd.Series(np.nan, index=finished.index)).astype(float) * scale
     stats = frame.groupby(["group", "configuration"], sort=False)
@@ -112,12 +106,22 @@ def to_markdown(board: Leaderboard) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _varying_params(runs: pd.DataFrame) -> list[str]:
+def group_and_configuration(runs: pd.DataFrame, group_by: Sequence[str]) -> tuple[pd.Series, pd.Series]:
+    """Each run's group label and configuration label (the varying fields outside the groups; seeds pooled)."""
+    varying = varying_params(runs)
+    groups = expand_group_by(group_by, varying)
+    config = [f for f in varying if f not in groups]
+    return label_runs(runs, groups), label_runs(runs, config)
+
+
+def varying_params(runs: pd.DataFrame) -> list[str]:
+    """RunSpec fields (params) whose value differs across `runs`, less those that never tell configurations apart."""
     fields = [c.removeprefix("params.") for c in runs if c.startswith("params.")]
     return sorted(f for f in fields if f not in IGNORED and not f.startswith("resources.") and runs[f"params.{f}"].nunique(dropna=False) > 1)
 
 
-def _expand(group_by: Sequence[str], varying: list[str]) -> list[str]:
+def expand_group_by(group_by: Sequence[str], varying: list[str]) -> list[str]:
+    """The varying fields a group-by list names: an alias (`scenario`) stands for every field of its section."""
     out: list[str] = []
     for name in group_by:
         prefixes = ALIASES.get(name, (name,))
@@ -125,7 +129,8 @@ def _expand(group_by: Sequence[str], varying: list[str]) -> list[str]:
     return list(dict.fromkeys(out))
 
 
-def _label(runs: pd.DataFrame, fields: list[str]) -> pd.Series:
+def label_runs(runs: pd.DataFrame, fields: list[str]) -> pd.Series:
+    """'field=value, ...' per run over `fields` (a trailing `.name` dropped), or 'all' when there are none."""
     if not fields:
         return pd.Series("all", index=runs.index)
     return runs[[f"params.{f}" for f in fields]].astype(str).apply(

@@ -1,5 +1,8 @@
-"""Sweeps: every RunSpec of a task as one Ray Tune trial, its client actors inside the trial's placement group."""
+"""Sweeps: every RunSpec of a task (or every Optuna sample of a search space) as one Ray Tune trial, its
+client actors inside the trial's placement group."""
 
+from fedbench.tuning.plan import SweepPlan, make_plan
+from fedbench.tuning.search_space import SearchSpace, load_search_space
 from fedbench.tuning.sweep import SweepOutcome, run_sweep
 
-__all__ = ["SweepOutcome", "run_sweep"]
+__all__ = ["SearchSpace", "SweepOutcome", "SweepPlan", "load_search_space", "make_plan", "run_sweep"]

@@ -5,33 +5,41 @@ All MLflow writes happen here, in the driver, through the same `MlflowCallback` 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from mlflow.entities import RunTag
 from ray import tune
 from ray.tune.result import AUTO_RESULT_KEYS
 
+from fedbench.core import metrics as M
 from fedbench.core.callbacks import RunResult
 from fedbench.core.runspec import RunSpec
+from fedbench.runtime.records import summarize
 from fedbench.tracking.mlflow_callback import MlflowCallback
 from fedbench.tuning.trial import EVENT
 
+TRIAL_KEY_TAG = "fedbench.trial_key"
+"""Which trial a child run records: a grid trial's run hash, a search trial's Tune id (what `--resume` counts)."""
+
 TUNE_KEYS = {"status", "reason", "traceback", EVENT}
+STOPPED_EARLY_TAG = "fedbench.stopped_early"
 
 
 class MlflowBridge(tune.Callback):
     """One MLflow child run per trial, nested under `parent_run_id`, written as reports arrive."""
 
-    def __init__(self, uri: str, experiment: str, parent_run_id: str):
-        self.uri, self.experiment, self.parent_run_id = uri, experiment, parent_run_id
+    def __init__(self, uri: str, experiment: str, parent_run_id: str, spec_of: Callable[[dict[str, Any]], RunSpec]):
+        self.uri, self.experiment, self.parent_run_id, self.spec_of = uri, experiment, parent_run_id, spec_of
         self.runs: dict[str, tuple[RunSpec, MlflowCallback, list[dict[str, float]]]] = {}
         self.outcomes: dict[str, RunResult] = {}
 
     def on_trial_start(self, iteration, trials, trial, **info) -> None:
-        spec = RunSpec.from_dict(trial.config["run"])
+        spec = self.spec_of(trial.config)
         callback = MlflowCallback(self.uri, self.experiment, self.parent_run_id)
         callback.on_run_start(spec)
         tags = _trial_tags(trial, trial.placement_group_factory)
+        tags[TRIAL_KEY_TAG] = spec.run_hash if "run" in trial.config else trial.trial_id
+        tags.update({f"search.{k}": str(v) for k, v in trial.config.items() if k != "run"})
         callback.client.log_batch(callback.run_id, tags=[RunTag(k, v) for k, v in tags.items()])
         self.runs[trial.trial_id] = (spec, callback, [])
 
@@ -47,6 +55,14 @@ class MlflowBridge(tune.Callback):
             callback.client.log_batch(callback.run_id, tags=[RunTag(k, v) for k, v in tags.items()])
             outcome = RunResult(spec, result["status"], history, final, result.get("reason", ""), result.get("traceback", ""))
             self._finish(trial.trial_id, outcome)
+
+    def on_trial_complete(self, iteration, trials, trial, **info) -> None:
+        """A trial that ends without its final report was stopped early by the scheduler (ASHA)."""
+        if trial.trial_id in self.runs:
+            spec, callback, history = self.runs[trial.trial_id]
+            callback.client.set_tag(callback.run_id, STOPPED_EARLY_TAG, f"after round {len(history)}")
+            seconds = sum(record.get(M.TIME_ROUND_S, 0.0) for record in history)
+            self._finish(trial.trial_id, RunResult(spec, "FINISHED", history, summarize(history, seconds)))
 
     def on_trial_error(self, iteration, trials, trial, **info) -> None:
         if trial.trial_id in self.runs:

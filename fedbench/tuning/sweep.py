@@ -1,87 +1,208 @@
-"""`fedbench sweep`: a task's RunSpecs as Ray Tune trials, many at once on one machine or a cluster.
+"""`fedbench sweep`: a task's RunSpecs (or Optuna samples) as Ray Tune trials, many at once.
 
 The sweep is one MLflow parent run in the task's experiment; every trial is a nested child run written by
-this process (the one writer). Tune's own results live under `results/ray_results/<sweep>`.
+this process (the one writer). MLflow is also what `--resume` trusts: a trial counts as done when its
+child run ended (FINISHED or FAILED); children left RUNNING by an interrupted sweep are deleted and their
+trials run again, so every trial ends with exactly one child run. Tune's own folders live under
+`results/ray_results/<sweep>-<attempt>`; an Optuna search keeps its study in `results/optuna/<sweep>.log`,
+so a resumed search goes on with what TPE learnt.
 """
 
 from __future__ import annotations
 
-import hashlib
+import math
+import os
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Any
 
 from fedbench.core.callbacks import RunResult
 from fedbench.core.errors import ConfigError
-from fedbench.core.runspec import RunSpec
 from fedbench.tracking.paths import results_dir, tracking_uri
+from fedbench.tuning.mlflow_bridge import TRIAL_KEY_TAG, MlflowBridge
+from fedbench.tuning.plan import SweepPlan
+
+SWEEP_TAG = "fedbench.sweep"
+ATTEMPTS_TAG = "fedbench.attempts"
 
 
 @dataclass
 class SweepOutcome:
-    """What a sweep did: its MLflow parent run, Tune's folder, and each trial's outcome."""
+    """What a sweep did: its parent run, Tune's folder, this invocation's trials, and a search's best sample."""
 
     name: str
     parent_run_id: str
     storage: str
     results: list[RunResult] = field(default_factory=list)
-
-
-def sweep_name(task: str, specs: Sequence[RunSpec]) -> str:
-    """Stable for the same task and configurations, so `--resume` finds the interrupted sweep."""
-    digest = hashlib.sha1(",".join(sorted(s.run_hash for s in specs)).encode()).hexdigest()[:8]
-    return f"{task}-{digest}"
+    resumed_done: int = 0
+    interrupted: bool = False
+    best: dict[str, Any] | None = None
+    best_value: float | None = None
 
 
 def run_sweep(
-    specs: Sequence[RunSpec],
+    plan: SweepPlan,
     max_concurrent: int | None = None,
     address: str | None = None,
     driver_cpus: float | None = None,
+    resume: bool = False,
 ) -> SweepOutcome:
-    """Run every RunSpec as one Tune trial (grid search over the specs), logging to MLflow from here."""
+    """Run the plan's trials on Tune, logging to MLflow from here; `resume` continues an interrupted sweep."""
     import ray
     from mlflow.tracking import MlflowClient
-    from ray import tune
 
     from fedbench.runtime.ray_pool import ensure_ray
     from fedbench.tracking.mlflow_callback import experiment_id_for
-    from fedbench.tuning.mlflow_bridge import MlflowBridge
-    from fedbench.tuning.resources import DRIVER_CPUS, for_trial, placement
-    from fedbench.tuning.trial import run_trial
 
-    specs = [for_trial(s) for s in specs]
-    task = specs[0].task
-    name = sweep_name(task, specs)
+    uri = tracking_uri()
+    check_tracking_uri(uri)
     started_here = not ray.is_initialized()
     try:
         ensure_ray(address)
     except (ConnectionError, RuntimeError, ValueError) as exc:
         raise ConfigError("--address", address, f"a reachable Ray cluster (auto or HOST:PORT): {exc}") from exc
-    uri = tracking_uri()
     client = MlflowClient(uri)
-    parent = client.create_run(experiment_id_for(client, task), run_name=f"sweep {name}",
-                               tags={"fedbench.sweep": name, "fedbench.trials": str(len(specs))})
-    bridge = MlflowBridge(uri, task, parent.info.run_id)
+    experiment = experiment_id_for(client, plan.task)
+    parent, done = _parent_run(client, experiment, plan, resume)
+    attempt = int(parent.data.tags.get(ATTEMPTS_TAG, "0")) + 1
+    client.set_tag(parent.info.run_id, ATTEMPTS_TAG, str(attempt))
+    bridge = MlflowBridge(uri, plan.task, parent.info.run_id, plan.spec_of)
     storage = str(results_dir() / "ray_results")
+    outcome = SweepOutcome(plan.name, parent.info.run_id, f"{storage}/{plan.name}-{attempt}", resumed_done=len(done))
     try:
-        trainable = tune.with_resources(run_trial, lambda config: placement(RunSpec.from_dict(config["run"]), driver_cpus or DRIVER_CPUS))
-        tuner = tune.Tuner(
-            trainable,
-            param_space={"run": tune.grid_search([s.to_dict() for s in specs])},
-            tune_config=tune.TuneConfig(max_concurrent_trials=max_concurrent, trial_name_creator=_trial_name,
-                                        trial_dirname_creator=_trial_name),
-            run_config=tune.RunConfig(name=name, storage_path=storage, callbacks=[bridge], verbose=0),
-        )
-        tuner.fit()
-        client.set_terminated(parent.info.run_id, "FINISHED")
+        tuner, expected = _tuner(plan, done, max_concurrent, driver_cpus, bridge, storage, attempt)
+        if tuner is not None:
+            tuner.fit()  # returns after Ctrl-C too (Tune stops gracefully): count what ended
+            outcome.interrupted = len(bridge.outcomes) < expected
+        client.set_terminated(parent.info.run_id, "KILLED" if outcome.interrupted else "FINISHED")
     except BaseException:
         client.set_terminated(parent.info.run_id, "KILLED")
         raise
     finally:
         if started_here:
             ray.shutdown()
-    return SweepOutcome(name, parent.info.run_id, storage, list(bridge.outcomes.values()))
+    outcome.results = list(bridge.outcomes.values())
+    if plan.space is not None:
+        outcome.best, outcome.best_value = _best_sample(plan)
+    return outcome
 
 
-def _trial_name(trial) -> str:
-    return RunSpec.from_dict(trial.config["run"]).label
+def check_tracking_uri(uri: str) -> None:
+    """Fail before any trial when the tracking server does not answer (MLflow itself retries for minutes)."""
+    if not uri.startswith(("http://", "https://")):
+        return
+    import requests
+
+    try:
+        requests.get(uri.rstrip("/") + "/health", timeout=5).raise_for_status()
+    except requests.RequestException as exc:
+        raise ConfigError("MLFLOW_TRACKING_URI", uri, f"a reachable MLflow tracking server ({type(exc).__name__})") from exc
+
+
+def _parent_run(client, experiment: str, plan: SweepPlan, resume: bool):
+    """The sweep's parent run and the keys of trials already done. Resuming deletes unfinished children."""
+    found = client.search_runs([experiment], f"tags.`{SWEEP_TAG}` = '{plan.name}'", order_by=["start_time DESC"], max_results=1)
+    if not resume:
+        run = client.create_run(experiment, run_name=f"sweep {plan.name}",
+                                tags={SWEEP_TAG: plan.name, "fedbench.trials": str(plan.trials)})
+        return run, set()
+    if not found:
+        raise ConfigError("--resume", plan.name, "an interrupted sweep of this task and configuration: none is recorded "
+                          "in this tracking store (run it once without --resume)")
+    parent = found[0]
+    client.update_run(parent.info.run_id, status="RUNNING")
+    children = client.search_runs([experiment], f"tags.mlflow.parentRunId = '{parent.info.run_id}'", max_results=50000)
+    done = set()
+    for child in children:
+        if child.info.status in ("FINISHED", "FAILED"):
+            done.add(child.data.tags.get(TRIAL_KEY_TAG))
+        else:
+            client.delete_run(child.info.run_id)
+    return parent, done
+
+
+def _tuner(plan: SweepPlan, done: set, max_concurrent, driver_cpus, bridge, storage: str, attempt: int):
+    """The Tune experiment for the trials not done yet and how many trials it runs (None, 0: nothing left)."""
+    from ray import tune
+
+    from fedbench.tuning.resources import DRIVER_CPUS, placement
+    from fedbench.tuning.trial import run_trial
+
+    spec_of = plan.spec_of
+    trainable = tune.with_resources(tune.with_parameters(run_trial, spec_of=spec_of),
+                                    lambda config: placement(spec_of(config), driver_cpus or DRIVER_CPUS))
+    scheduler = None
+    if plan.scheduler == "asha":
+        from ray.tune.schedulers import ASHAScheduler
+
+        # time is the report count: one per round plus the run's final report
+        scheduler = ASHAScheduler(metric=plan.metric, mode=plan.mode, max_t=plan.max_rounds() + 1, grace_period=1)
+    if plan.space is None:
+        remaining = [s for s in plan.specs if s.run_hash not in done]
+        if not remaining:
+            return None, 0
+        param_space = {"run": tune.grid_search([s.to_dict() for s in remaining])}
+        search_alg, samples, expected = None, 1, len(remaining)
+    else:
+        samples = expected = plan.num_samples - len(done)
+        if samples <= 0:
+            return None, 0
+        param_space, search_alg = {}, _optuna(plan, max_concurrent or _fitting_trials(plan, driver_cpus or DRIVER_CPUS))
+    tune_config = tune.TuneConfig(search_alg=search_alg, scheduler=scheduler, num_samples=samples,
+                                  max_concurrent_trials=max_concurrent if search_alg is None else None,
+                                  reuse_actors=True,  # a trial's process and client workers serve the next trial
+                                  trial_name_creator=_trial_name(spec_of), trial_dirname_creator=_trial_name(spec_of))
+    run_config = tune.RunConfig(name=f"{plan.name}-{attempt}", storage_path=storage, callbacks=[bridge], verbose=0)
+    return tune.Tuner(trainable, param_space=param_space, tune_config=tune_config, run_config=run_config), expected
+
+
+def _optuna(plan: SweepPlan, max_concurrent: int):
+    """TPE over the plan's define-by-run space, its study kept on disk (a resumed search continues it)."""
+    import optuna
+    from ray.tune.search import ConcurrencyLimiter
+
+    from fedbench.tuning.final_metric_search import FinalMetricOptunaSearch
+
+    # reports before the last carry no final metric: let Tune accept them (the searcher reads the last one)
+    os.environ["TUNE_DISABLE_STRICT_METRIC_CHECKING"] = "1"
+    search = FinalMetricOptunaSearch(space=plan.space.sample, metric=plan.metric, mode=plan.mode,
+                                     storage=_study_storage(plan), study_name=plan.name,
+                                     seed=int(plan.base.get("seed", 0)))
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    return ConcurrencyLimiter(search, max_concurrent=max_concurrent)
+
+
+def _study_storage(plan: SweepPlan):
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    folder = results_dir() / "optuna"
+    folder.mkdir(parents=True, exist_ok=True)
+    return JournalStorage(JournalFileBackend(str(folder / f"{plan.name}.log")))
+
+
+def _best_sample(plan: SweepPlan) -> tuple[dict[str, Any] | None, float | None]:
+    import optuna
+
+    study = optuna.load_study(study_name=plan.name, storage=_study_storage(plan))
+    complete = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE and t.value is not None
+                and math.isfinite(t.value)]
+    if not complete:
+        return None, None
+    best = (max if plan.mode == "max" else min)(complete, key=lambda t: t.value)
+    return dict(best.params), float(best.value)
+
+
+def _fitting_trials(plan: SweepPlan, driver_cpus: float) -> int:
+    """How many trials the cluster's CPUs hold at once (the default concurrency of a search)."""
+    import ray
+
+    spec = plan.spec_of({}) if plan.space else plan.spec_of({"run": plan.specs[0].to_dict()})
+    need = driver_cpus + spec.resources.client_cpus * spec.resources.num_workers
+    return max(1, int(ray.cluster_resources().get("CPU", 1) // need))
+
+
+def _trial_name(spec_of):
+    def name(trial) -> str:
+        return spec_of(trial.config).label
+
+    return name

@@ -6,7 +6,7 @@ then never sees concurrent writers).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from ray import tune
 
@@ -36,21 +36,39 @@ class TuneReporter(Callback):
                      "traceback": result.traceback})
 
 
-def run_trial(config: dict[str, Any]) -> None:
-    """Tune function trainable: `config["run"]` is a RunSpec as a plain mapping."""
+_pool = None
+"""This trial process's client workers. Tune reuses a trial's process (and its placement group) for the next
+trial with the same resources (`reuse_actors`), so the workers it started are reused too: starting a Python
+process with torch costs seconds per trial, more than a tiny trial's own work (bench/sweep_overhead.py)."""
+
+
+def worker_pool(spec: RunSpec):
+    """The process's pool, started (inside the trial's placement group) or replaced when the shape differs."""
+    global _pool
+    from fedbench.runtime.ray_pool import RayWorkerPool
+
+    if _pool is None or _pool.resources != spec.resources:
+        if _pool is not None:
+            _pool.close()
+        _pool = RayWorkerPool(spec.resources, spec.scenario.num_clients)
+    return _pool
+
+
+def run_trial(config: dict[str, Any], spec_of: Callable[[dict[str, Any]], RunSpec]) -> None:
+    """Tune function trainable: `spec_of(config)` is the run (a grid point or an Optuna sample)."""
+    global _pool
     import ray
 
     from fedbench.runtime import Federation
-    from fedbench.runtime.ray_pool import RayWorkerPool
 
-    spec = RunSpec.from_dict(config["run"])
-    pool = RayWorkerPool(spec.resources, spec.scenario.num_clients)  # captured into this trial's placement group
-    try:
-        tags = {
-            "trial.node": ray.get_runtime_context().get_node_id(),
-            "trial.placement_group": str(ray.get_runtime_context().get_placement_group_id()),
-            "trial.worker_placement_groups": ",".join(map(str, pool.placement_groups())),
-        }
-        Federation(spec, callbacks=[TuneReporter(tags)], pool=pool).run()
-    finally:
+    spec = spec_of(config)
+    pool = worker_pool(spec)
+    tags = {
+        "trial.node": ray.get_runtime_context().get_node_id(),
+        "trial.placement_group": str(ray.get_runtime_context().get_placement_group_id()),
+        "trial.worker_placement_groups": ",".join(map(str, pool.placement_groups())),
+    }
+    result = Federation(spec, callbacks=[TuneReporter(tags)], pool=pool).run()
+    if result.status == "FAILED":  # a worker may be what failed: the next trial starts fresh ones
         pool.close()
+        _pool = None

@@ -1,13 +1,6 @@
 """MLflow logging against the real stores: an sqlite file and a real `mlflow server` on 127.0.0.1."""
 
-import os
 import shutil
-import signal
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 
 import mlflow
 import pytest
@@ -73,38 +66,6 @@ def test_mlflow_tracking_uri_environment_variable_wins(tmp_path, monkeypatch, mi
     spec = tiny_spec(rounds=1)
     result = run_spec(spec, [MlflowCallback()])
     check_logged(uri, spec, result)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture
-def mlflow_server(tmp_path, migrated_store):
-    """A real `mlflow server` subprocess on 127.0.0.1; stopped by its PID."""
-    shutil.copy(migrated_store, tmp_path / "server.db")
-    port = free_port()
-    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
-    cmd = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{tmp_path / 'server.db'}",
-           "--artifacts-destination", str(tmp_path / "artifacts"), "--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 240
-    while time.time() < deadline:
-        try:
-            if urllib.request.urlopen(f"{url}/health", timeout=2).status == 200:
-                break
-        except OSError:
-            time.sleep(0.5)
-        assert proc.poll() is None, proc.stderr.read().decode()
-    else:
-        os.killpg(proc.pid, signal.SIGTERM)
-        pytest.fail("mlflow server did not become healthy in 240 s")
-    yield url
-    os.killpg(proc.pid, signal.SIGTERM)  # the server's own process group: only what this fixture started
-    proc.wait(timeout=30)
 
 
 @pytest.mark.mlflow_server

@@ -1,0 +1,229 @@
+"""Result plots from MLflow: a metric per round (mean ± std over seeds) and a configuration × group heatmap.
+
+Runs are read back as the leaderboard reads them (`read_runs`), and a configuration and a group mean the
+same thing here as there (`group_and_configuration`). Per-round values come from
+`MlflowClient.get_metric_history` (runs log them with step = round); the heatmap shows `final/<metric>`.
+Only FINISHED runs are drawn; the others are returned apart so the caller can say how many were left out.
+The PNGs are also logged as artifacts (folder `plots`) of the experiment's most recent sweep parent run,
+when it has one.
+
+matplotlib is imported inside the drawing functions and draws on an Agg canvas without pyplot (as
+`fedbench.scenarios.plot` does), so no global backend is switched and no window ever opens.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+
+from fedbench.core import metrics as M
+from fedbench.core.errors import ConfigError
+from fedbench.tracking.leaderboard import ALIASES, group_and_configuration, read_runs
+
+DEFAULT_METRIC = M.ACC_LOCAL_MEAN
+SWEEP_TAG = "fedbench.sweep"
+"""Tag of a sweep's parent run, as `fedbench.tuning.sweep` writes it (tracking cannot import tuning)."""
+ARTIFACT_FOLDER = "plots"
+
+
+@dataclass
+class Plots:
+    """What `plot_experiment` drew and where it went.
+
+    Attributes:
+        curves: one row per (group, configuration, round): mean, std (ddof 1, 0 for one seed) and n over seeds.
+        heatmap: configurations (rows) × groups (columns), the mean over seeds of `heatmap_metric`.
+        heatmap_metric: `final/<metric>`, or the bare metric's last logged value when no run reports a final one.
+        failed: the runs left out (not FINISHED): run name, status and reason.
+        files: the PNGs written.
+        parent_run_id: the sweep parent run the PNGs were logged under, None when there is none.
+    """
+
+    experiment: str
+    metric: str
+    curves: pd.DataFrame
+    heatmap: pd.DataFrame
+    heatmap_metric: str
+    failed: pd.DataFrame
+    files: list[Path] = field(default_factory=list)
+    parent_run_id: str | None = None
+
+
+def plot_experiment(experiment: str, uri: str, out: Path, metric: str = DEFAULT_METRIC,
+                    group_by: Sequence[str] = ("scenario",), log_artifacts: bool = True) -> Plots:
+    """Draw the curves and the heatmap of `experiment` into folder `out`, and log them under its latest sweep run.
+
+    Raises:
+        ConfigError: unknown experiment, no finished run, a metric no finished run reports per round, or a
+            group-by name that is no RunSpec field.
+    """
+    from mlflow.tracking import MlflowClient
+
+    runs = read_runs(experiment, uri)
+    finished = runs[runs["status"] == "FINISHED"] if len(runs) else runs
+    if finished.empty:
+        raise ConfigError("--experiment", experiment, f"an experiment with finished fedbench runs (it has {len(runs)} "
+                          f"fedbench runs, none FINISHED)")
+    metric = metric.removeprefix(M.FINAL_PREFIX)
+    check_metric(finished, metric)
+    check_group_by(finished, group_by)
+    client = MlflowClient(uri)
+    group, configuration = group_and_configuration(finished, group_by)
+    labels = pd.DataFrame({"run_id": finished["run_id"], "group": group, "configuration": configuration})
+    histories = {run_id: metric_history(client, run_id, metric) for run_id in labels["run_id"]}
+    curves = curve_table(labels, histories)
+    heatmap_metric = M.FINAL_PREFIX + metric
+    if f"metrics.{heatmap_metric}" not in finished or finished[f"metrics.{heatmap_metric}"].isna().all():
+        heatmap_metric = metric
+    heatmap = heatmap_table(labels, finished[f"metrics.{heatmap_metric}"].astype(float))
+    failed = runs[runs["status"] != "FINISHED"]
+    failed = pd.DataFrame({
+        "run": failed.get("tags.mlflow.runName", pd.Series(dtype=str)),
+        "status": failed["status"],
+        "reason": failed.get("tags.failure_reason", pd.Series(dtype=str)),
+    }).reset_index(drop=True)
+    plots = Plots(experiment, metric, curves, heatmap, heatmap_metric, failed)
+    out.mkdir(parents=True, exist_ok=True)
+    name = metric.replace("/", "_")
+    plots.files = [
+        draw_curves(curves, out / f"curves_{name}.png", f"{experiment}: {metric} per round, mean ± std over seeds", metric),
+        draw_heatmap(heatmap, out / f"heatmap_{heatmap_metric.replace('/', '_')}.png",
+                     f"{experiment}: {heatmap_metric}, mean over seeds"),
+    ]
+    plots.parent_run_id = latest_sweep_run(client, experiment)
+    if log_artifacts and plots.parent_run_id is not None:
+        for path in plots.files:
+            client.log_artifact(plots.parent_run_id, str(path), ARTIFACT_FOLDER)
+    return plots
+
+
+def check_metric(finished: pd.DataFrame, metric: str) -> None:
+    """`metric` must be logged per round by some finished run; the error lists those that are."""
+    column = f"metrics.{metric}"
+    if column not in finished or finished[column].isna().all():
+        known = sorted(c.removeprefix("metrics.") for c in finished
+                       if c.startswith("metrics.") and "/" not in c.removeprefix("metrics.") and finished[c].notna().any())
+        raise ConfigError("--metric", metric, "a per-round metric the finished runs report: " + ", ".join(known))
+
+
+def check_group_by(finished: pd.DataFrame, group_by: Sequence[str]) -> None:
+    fields = [c.removeprefix("params.") for c in finished if c.startswith("params.")]
+    for name in group_by:
+        if name not in ALIASES and not any(f == name or f.startswith(name) for f in fields):
+            raise ConfigError("--group-by", name, f"{', '.join(ALIASES)} or a RunSpec field such as scenario.alpha")
+
+
+def metric_history(client, run_id: str, metric: str) -> pd.Series:
+    """The run's values of `metric` indexed by step (= round); a step logged twice keeps its latest value."""
+    history = sorted(client.get_metric_history(run_id, metric), key=lambda m: (m.step, m.timestamp))
+    return pd.Series({m.step: m.value for m in history}, dtype=float)
+
+
+def curve_table(labels: pd.DataFrame, histories: dict[str, pd.Series]) -> pd.DataFrame:
+    """Mean, std and n over a configuration's seeds, per group and round."""
+    rows = [{"group": r.group, "configuration": r.configuration, "round": int(step), "value": value}
+            for r in labels.itertuples(index=False) for step, value in histories[r.run_id].items()]
+    frame = pd.DataFrame(rows, columns=["group", "configuration", "round", "value"])
+    table = frame.groupby(["group", "configuration", "round"], sort=True)["value"].agg(
+        mean="mean", std="std", n="count").reset_index()
+    table["std"] = table["std"].fillna(0.0)
+    return table
+
+
+def heatmap_table(labels: pd.DataFrame, values: pd.Series) -> pd.DataFrame:
+    """Configurations × groups, the mean over seeds of `values` (NaN where a configuration did not run)."""
+    frame = labels.assign(value=values.to_numpy())
+    return frame.pivot_table(index="configuration", columns="group", values="value", aggfunc="mean", sort=True)
+
+
+def latest_sweep_run(client, experiment: str) -> str | None:
+    """The id of the experiment's most recently started sweep parent run, None if it has none."""
+    found = client.get_experiment_by_name(experiment)
+    runs = client.search_runs([found.experiment_id], f"tags.`{SWEEP_TAG}` LIKE '%'", order_by=["start_time DESC"],
+                              max_results=1)
+    return runs[0].info.run_id if runs else None
+
+
+def draw_curves(curves: pd.DataFrame, path: Path, title: str, ylabel: str = "") -> Path:
+    """One panel per group, one line per configuration (same colour in every panel), shaded mean ± std."""
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
+
+    groups = list(dict.fromkeys(curves["group"]))
+    configurations = list(dict.fromkeys(sorted(curves["configuration"])))
+    colours = _colours(len(configurations))
+    cols = min(3, len(groups))
+    rows = math.ceil(len(groups) / cols)
+    fig = Figure(figsize=(5.0 * cols, 3.6 * rows + 0.4 + 0.25 * len(configurations)), layout="constrained")
+    axes = np.atleast_1d(fig.subplots(rows, cols, sharex=True, sharey=True, squeeze=False)).ravel()
+    for ax, group in zip(axes, groups):
+        panel = curves[curves["group"] == group]
+        for i, configuration in enumerate(configurations):
+            line = panel[panel["configuration"] == configuration].sort_values("round")
+            if line.empty:
+                continue
+            x, mean, std = line["round"].to_numpy(), line["mean"].to_numpy(), line["std"].to_numpy()
+            ax.plot(x, mean, color=colours[i], marker="o" if len(x) < 15 else None, markersize=3, label=configuration)
+            ax.fill_between(x, mean - std, mean + std, color=colours[i], alpha=0.2, linewidth=0)
+        ax.set_title(group, fontsize=9)
+        ax.set_xlabel("round")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.grid(alpha=0.3)
+    for ax in axes[len(groups):]:
+        ax.set_visible(False)
+    for ax in axes[::cols]:
+        ax.set_ylabel(ylabel)
+    handles, names = [], []
+    for ax in axes[:len(groups)]:
+        for handle, name in zip(*ax.get_legend_handles_labels()):
+            if name not in names:
+                handles.append(handle)
+                names.append(name)
+    fig.legend(handles, names, loc="outside lower center", fontsize=8, ncols=1 if len(names) > 6 else min(2, len(names)))
+    fig.suptitle(title, fontsize=10)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    return path
+
+
+def draw_heatmap(heatmap: pd.DataFrame, path: Path, title: str) -> Path:
+    """Configurations (rows) × groups (columns), each cell annotated with its value."""
+    from matplotlib.figure import Figure
+
+    values = heatmap.to_numpy(dtype=float)
+    n_rows, n_cols = values.shape
+    fig = Figure(figsize=(2.0 + 1.6 * n_cols + 0.06 * max(map(len, heatmap.index)), 1.6 + 0.45 * n_rows),
+                 layout="constrained")
+    ax = fig.subplots()
+    finite = values[np.isfinite(values)]
+    low, high = (finite.min(), finite.max()) if finite.size else (0.0, 1.0)
+    image = ax.imshow(np.ma.masked_invalid(values), cmap="viridis", aspect="auto", vmin=low,
+                      vmax=high if high > low else low + 1e-9)
+    slanted = n_cols > 3
+    ax.set_xticks(range(n_cols), [str(c) for c in heatmap.columns], rotation=20 if slanted else 0,
+                  ha="right" if slanted else "center", fontsize=8)
+    ax.set_yticks(range(n_rows), [str(r) for r in heatmap.index], fontsize=8)
+    middle = (low + high) / 2
+    for i in range(n_rows):
+        for j in range(n_cols):
+            value = values[i, j]
+            text = "-" if not np.isfinite(value) else f"{value:.3f}" if abs(value) < 1000 else f"{value:.3g}"
+            ax.text(j, i, text, ha="center", va="center", fontsize=8,
+                    color="white" if np.isfinite(value) and value <= middle else "black")
+    fig.colorbar(image, ax=ax, shrink=0.8)
+    ax.set_title(title, fontsize=10)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    return path
+
+
+def _colours(n: int) -> list:
+    from matplotlib import colormaps
+
+    cmap = colormaps["tab10" if n <= 10 else "tab20"]
+    return [cmap(i % cmap.N) for i in range(n)]

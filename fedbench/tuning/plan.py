@@ -1,0 +1,109 @@
+"""What a sweep runs, checked before any trial starts: a grid of RunSpecs, or Optuna samples of a search
+space on top of a task's base run, with the metric to optimise and an optional scheduler."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from fedbench.config.task import TaskSpec
+from fedbench.core import metrics as M
+from fedbench.core.errors import ConfigError
+from fedbench.core.runspec import RunSpec
+from fedbench.tuning.resources import for_trial
+from fedbench.tuning.search_space import SearchSpace, apply
+
+SCHEDULERS = ("asha",)
+
+EVERY_ROUND = (M.TRAIN_LOSS_MEAN, M.ACC_LOCAL_MEAN, M.ACC_LOCAL_STD, M.ACC_LOCAL_MIN, M.ACC_LOCAL_WEIGHTED,
+               M.ACC_LOCAL_PI_WEIGHTED)
+"""Metrics a trial reports every round (with `eval_every: 1`): the only ones a scheduler can compare early."""
+TEST_TIME = (M.ACC_TEST_TIME, M.ACC_ASSOCIATION, M.ACC_ASSOCIATION_KNOWN)
+
+
+def known_metrics() -> list[str]:
+    """Names `--metric` accepts: every last-value metric, bare or as `final/<key>`."""
+    return [*M.LAST, *(M.FINAL_PREFIX + key for key in M.LAST)]
+
+
+@dataclass(frozen=True)
+class TrialSpecs:
+    """A trial's config -> its RunSpec, as the trial runs it. Picklable: Tune ships it to every trial."""
+
+    base: dict[str, Any] | None = None
+
+    def __call__(self, config: dict[str, Any]) -> RunSpec:
+        if "run" in config:
+            return for_trial(RunSpec.from_dict(config["run"]))
+        return for_trial(apply(self.base, config))
+
+
+@dataclass(frozen=True)
+class SweepPlan:
+    """A grid (`specs`) or a search (`space` sampled `num_samples` times on `base`), for task `task`."""
+
+    task: str
+    specs: tuple[RunSpec, ...] = ()
+    space: SearchSpace | None = None
+    base: dict[str, Any] | None = None
+    num_samples: int = 0
+    metric: str | None = None
+    mode: str = "max"
+    scheduler: str | None = None
+
+    @property
+    def trials(self) -> int:
+        return self.num_samples if self.space else len(self.specs)
+
+    @property
+    def name(self) -> str:
+        """Stable for the same task and configurations, so `--resume` finds the interrupted sweep."""
+        if self.space:
+            key = json.dumps([self.base, repr(self.space), self.num_samples, self.metric, self.mode, self.scheduler],
+                             sort_keys=True, default=str)
+        else:
+            key = ",".join(sorted(s.run_hash for s in self.specs)) + f"|{self.metric}|{self.mode}|{self.scheduler}"
+        return f"{self.task}-{hashlib.sha1(key.encode()).hexdigest()[:8]}"
+
+    @property
+    def spec_of(self) -> TrialSpecs:
+        return TrialSpecs(self.base)
+
+    def max_rounds(self) -> int:
+        """The longest trial's rounds (a scheduler's time budget)."""
+        return max(s.rounds for s in self.specs) if self.specs else apply(self.base, {}).rounds
+
+
+def make_plan(task: TaskSpec, space: SearchSpace | None = None, num_samples: int | None = None,
+              metric: str | None = None, mode: str = "max", scheduler: str | None = None) -> SweepPlan:
+    """The sweep to run, with every problem reported now: unknown metric or scheduler, a search space field
+    that does not exist or a value it cannot take, a metric no trial would report."""
+    if mode not in ("max", "min"):
+        raise ConfigError("--mode", mode, "max or min")
+    if scheduler is not None and scheduler not in SCHEDULERS:
+        raise ConfigError("--scheduler", scheduler, " or ".join(SCHEDULERS))
+    if (space or scheduler) and metric is None:
+        raise ConfigError("--metric", None, f"a metric to {'search' if space else 'schedule'} on, one of {', '.join(known_metrics())}")
+    if metric is not None and metric not in known_metrics():
+        raise ConfigError("--metric", metric, ", ".join(known_metrics()))
+    bare = metric.removeprefix(M.FINAL_PREFIX) if metric else None
+    if scheduler and bare not in EVERY_ROUND:
+        raise ConfigError("--metric", metric, f"a metric reported every round for --scheduler {scheduler}: {', '.join(EVERY_ROUND)}")
+    if space is None:
+        if num_samples is not None:
+            raise ConfigError("--num-samples", num_samples, "only with --search SPACE.yaml")
+        plan = SweepPlan(task.name, tuple(task.expand()), metric=metric, mode=mode, scheduler=scheduler)
+        runs = plan.specs
+    else:
+        if num_samples is None or num_samples < 1:
+            raise ConfigError("--num-samples", num_samples, "an integer >= 1 with --search")
+        base = task.run_dict()
+        space.check(base)
+        plan = SweepPlan(task.name, space=space, base=base, num_samples=num_samples, metric=metric, mode=mode, scheduler=scheduler)
+        runs = (apply(base, {}),)
+    if bare in TEST_TIME and all(run.scenario.test_clients.mode == "none" for run in runs):
+        raise ConfigError("--metric", metric, "a metric these runs report: their scenarios have no test-time clients "
+                          "(scenario.test_clients.mode: none)")
+    return plan

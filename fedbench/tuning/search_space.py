@@ -1,0 +1,143 @@
+"""Search spaces (`search_spaces/*.yaml`): distributions over RunSpec fields, conditional on the algorithm.
+
+    name: feroma_tau
+    description: what it tunes and why
+    space:
+      optimizer.lr: {loguniform: [0.001, 0.05]}   # any RunSpec field, by dotted path, in every trial
+      algorithm:                                  # algorithm.name is sampled from these keys; each lists
+        feroma: {tau: {uniform: [0.01, 0.2]}}     #   only its own Config fields, so a trial carries
+        fedavg: {}                                #   the active algorithm's parameters and no others
+
+Distributions: `uniform: [low, high]`, `loguniform: [low, high]` (low > 0), `int: [low, high]` (both
+inclusive), `categorical: [a, b, ...]`. The space becomes an Optuna define-by-run function (TPE through
+Tune's OptunaSearch); every problem is found at load, before any trial starts.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+from fedbench.config.task import set_path, resolve_run
+from fedbench.core.errors import ConfigError
+
+KINDS = ("uniform", "loguniform", "int", "categorical")
+ALGORITHM = "algorithm"
+
+
+@dataclass(frozen=True)
+class Distribution:
+    """One sampled field. `values` is [low, high] for ranges, the choices for `categorical`."""
+
+    path: str
+    kind: str
+    values: tuple[Any, ...]
+
+    @classmethod
+    def parse(cls, where: str, path: str, raw: Any) -> Distribution:
+        field = f"{where}.{path}"
+        if not isinstance(raw, Mapping) or len(raw) != 1 or next(iter(raw)) not in KINDS:
+            raise ConfigError(field, raw, "one of {" + ", ".join(f"{k}: [...]" for k in KINDS) + "}")
+        kind, values = next(iter(raw.items()))
+        if not isinstance(values, list) or not values:
+            raise ConfigError(field, values, f"a non-empty list for {kind}")
+        if kind != "categorical":
+            if len(values) != 2 or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+                raise ConfigError(field, values, f"[low, high], two numbers, for {kind}")
+            low, high = values
+            if low >= high:
+                raise ConfigError(field, values, f"low < high (got low={low}, high={high})")
+            if kind == "loguniform" and low <= 0:
+                raise ConfigError(field, values, "low > 0 for loguniform")
+            if kind == "int" and not all(isinstance(v, int) for v in values):
+                raise ConfigError(field, values, "integer bounds for int")
+        return cls(path, kind, tuple(values))
+
+    def suggest(self, trial, name: str) -> Any:
+        """Draw this field from an Optuna trial."""
+        if self.kind == "categorical":
+            return trial.suggest_categorical(name, list(self.values))
+        if self.kind == "int":
+            return trial.suggest_int(name, *self.values)
+        return trial.suggest_float(name, *self.values, log=self.kind == "loguniform")
+
+    def probes(self) -> tuple[Any, ...]:
+        """Values that must all make a valid RunSpec: both ends of a range, every choice."""
+        return self.values
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    """Common distributions plus, per algorithm, that algorithm's own (empty branches: nothing to tune)."""
+
+    name: str
+    common: tuple[Distribution, ...]
+    branches: tuple[tuple[str, tuple[Distribution, ...]], ...] = ()
+    description: str = ""
+
+    def sample(self, trial) -> None:
+        """Optuna define-by-run: the algorithm first, then only its parameters (flat dotted names)."""
+        for dist in self.common:
+            dist.suggest(trial, dist.path)
+        if self.branches:
+            name = trial.suggest_categorical(f"{ALGORITHM}.name", [n for n, _ in self.branches])
+            for dist in dict(self.branches)[name]:
+                dist.suggest(trial, f"{ALGORITHM}.{dist.path}")
+
+    def check(self, base: dict[str, Any]) -> None:
+        """Every probe value of every field must give a valid RunSpec on `base` (unknown fields and values
+        out of a field's range raise here, naming the space and the field)."""
+        branches = self.branches or ((None, ()),)
+        for algorithm, own in branches:
+            fixed = {} if algorithm is None else {f"{ALGORITHM}.name": algorithm}
+            _probe(self.name, base, fixed, f"{ALGORITHM}.name", algorithm)
+            dists = [(d.path, d) for d in self.common] + [(f"{ALGORITHM}.{d.path}", d) for d in own]
+            for path, dist in dists:
+                for value in dist.probes():
+                    _probe(self.name, base, {**fixed, path: value}, path, value)
+
+
+def _probe(space: str, base: dict[str, Any], sample: Mapping[str, Any], path: str, value: Any) -> None:
+    try:
+        apply(base, sample)
+    except ConfigError as exc:
+        raise ConfigError(f"search space {space}: {path}", value, f"a valid value: {exc}") from exc
+
+
+def apply(base: dict[str, Any], sample: Mapping[str, Any]):
+    """The RunSpec of `base` (a task's raw run) with sampled dotted paths set. A sampled algorithm name
+    replaces the whole algorithm section, so the base's algorithm parameters do not leak into another one."""
+    raw = copy.deepcopy(base)
+    if f"{ALGORITHM}.name" in sample:
+        raw[ALGORITHM] = {"name": sample[f"{ALGORITHM}.name"]}
+    for path, value in sample.items():
+        if path != f"{ALGORITHM}.name":
+            set_path(raw, path, value)
+    return resolve_run(raw)
+
+
+def load_search_space(path: str | Path) -> SearchSpace:
+    """Parse a search-space file; structure errors name the file's field."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError("--search", str(path), "an existing search-space YAML file (see search_spaces/)")
+    raw = yaml.safe_load(path.read_text()) or {}
+    name = raw.get("name", path.stem)
+    space = raw.get("space")
+    if not isinstance(space, Mapping) or not space:
+        raise ConfigError(f"{path.name}: space", space, "a mapping of field paths to distributions")
+    common = tuple(Distribution.parse("space", p, d) for p, d in space.items() if p != ALGORITHM)
+    branches: tuple = ()
+    if ALGORITHM in space:
+        algorithms = space[ALGORITHM]
+        if not isinstance(algorithms, Mapping) or not algorithms:
+            raise ConfigError("space.algorithm", algorithms, "a mapping: algorithm name -> {its field: distribution}")
+        branches = tuple(
+            (algo, tuple(Distribution.parse(f"space.algorithm.{algo}", p, d) for p, d in (params or {}).items()))
+            for algo, params in algorithms.items()
+        )
+    return SearchSpace(name, common, branches, raw.get("description", ""))

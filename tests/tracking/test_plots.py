@@ -1,0 +1,144 @@
+"""Result plots read back from MLflow: curves and heatmap equal the logged values, PNGs logged under the sweep."""
+
+import time
+
+import numpy as np
+import pytest
+from mlflow.entities import Metric, Param, RunTag
+from mlflow.tracking import MlflowClient
+from PIL import Image
+
+from fedbench.cli import main
+from fedbench.core.errors import ConfigError
+from fedbench.runtime import run_spec
+from fedbench.tracking.mlflow_callback import MlflowCallback, experiment_id_for
+from fedbench.tracking.plots import SWEEP_TAG, plot_experiment
+from tests.conftest import tiny_spec
+
+ALGORITHMS = ("fedavg", "local")
+ALPHAS = ("0.3", "3.0")
+SEEDS = (0, 1, 2)
+ROUNDS = 3
+
+
+def log_run(client, experiment, parent, params, history, status="FINISHED", reason=None):
+    """A child run as MlflowCallback writes one: params, `acc_local_mean` with step = round, the final value."""
+    run = client.create_run(experiment, tags={"mlflow.parentRunId": parent}).info.run_id
+    now = int(time.time() * 1000)
+    metrics = [Metric("acc_local_mean", v, now, step) for step, v in history.items()]
+    metrics.append(Metric("final/acc_local_mean", list(history.values())[-1], now, len(history)))
+    tags = [RunTag("failure_reason", reason)] if reason else []
+    client.log_batch(run, metrics=metrics, params=[Param(k, str(v)) for k, v in params.items()], tags=tags)
+    client.set_terminated(run, status)
+    return run
+
+
+@pytest.fixture
+def handmade(mlflow_store):
+    """Known histories: 2 algorithms x 2 alphas x 3 seeds under the newer of two sweep parents, plus a failed run
+    whose outlying values would move the means if it were drawn. Seed 2 of (local, 0.3) misses round 2."""
+    uri = f"sqlite:///{mlflow_store}"
+    client = MlflowClient(uri)
+    experiment = experiment_id_for(client, "plots_exact")
+    now = int(time.time() * 1000)
+    older = client.create_run(experiment, start_time=now - 3_600_000, tags={SWEEP_TAG: "plots_exact-old"}).info.run_id
+    parent = client.create_run(experiment, start_time=now, tags={SWEEP_TAG: "plots_exact-new"}).info.run_id
+    rng = np.random.default_rng(0)
+    logged = {}
+    for algorithm in ALGORITHMS:
+        for alpha in ALPHAS:
+            for seed in SEEDS:
+                history = {r: float(rng.uniform(0.1, 0.9)) for r in range(1, ROUNDS + 1)}
+                if (algorithm, alpha, seed) == ("local", "0.3", 2):
+                    del history[2]
+                params = {"run_hash": f"{algorithm}{alpha}{seed}", "algorithm.name": algorithm, "scenario.alpha": alpha,
+                          "seed": seed, "dataset.name": "digits"}
+                log_run(client, experiment, parent, params, history)
+                logged[(algorithm, alpha, seed)] = history
+    bad = {"run_hash": "bad", "algorithm.name": "fedavg", "scenario.alpha": "0.3", "seed": 9, "dataset.name": "digits"}
+    log_run(client, experiment, parent, bad, {1: 50.0}, "FAILED", "ClientDivergedError: loss is nan")
+    return uri, parent, older, logged
+
+
+def test_curves_and_heatmap_equal_the_logged_values_and_land_under_the_latest_sweep(handmade, isolated_results):
+    uri, parent, older, logged = handmade
+    plots = plot_experiment("plots_exact", uri, isolated_results / "plots" / "plots_exact")
+
+    assert len(plots.curves) == len(ALGORITHMS) * len(ALPHAS) * ROUNDS
+    for row in plots.curves.to_dict("records"):
+        algorithm = row["configuration"].removeprefix("algorithm=")
+        alpha = row["group"].removeprefix("scenario.alpha=")
+        values = [logged[(algorithm, alpha, s)][row["round"]] for s in SEEDS if row["round"] in logged[(algorithm, alpha, s)]]
+        assert row["n"] == len(values) == (2 if (algorithm, alpha, row["round"]) == ("local", "0.3", 2) else 3)
+        assert row["mean"] == pytest.approx(np.mean(values)) and row["std"] == pytest.approx(np.std(values, ddof=1))
+
+    assert plots.heatmap_metric == "final/acc_local_mean"
+    assert plots.heatmap.shape == (len(ALGORITHMS), len(ALPHAS))
+    for algorithm in ALGORITHMS:
+        for alpha in ALPHAS:
+            finals = [list(logged[(algorithm, alpha, s)].values())[-1] for s in SEEDS]
+            assert plots.heatmap.loc[f"algorithm={algorithm}", f"scenario.alpha={alpha}"] == pytest.approx(np.mean(finals))
+
+    assert len(plots.failed) == 1 and plots.failed["status"][0] == "FAILED"
+    assert [p.name for p in plots.files] == ["curves_acc_local_mean.png", "heatmap_final_acc_local_mean.png"]
+    for path in plots.files:
+        with Image.open(path) as image:
+            image.verify()
+            assert image.format == "PNG" and min(image.size) > 100
+
+    client = MlflowClient(uri)
+    assert plots.parent_run_id == parent
+    logged_names = sorted(a.path for a in client.list_artifacts(parent, "plots"))
+    assert logged_names == [f"plots/{p.name}" for p in sorted(plots.files)]
+    assert client.list_artifacts(older) == []
+
+
+def test_unknown_experiment_metric_or_group_by_is_refused_naming_what_is_allowed(handmade):
+    uri = handmade[0]
+    with pytest.raises(ConfigError) as err:
+        plot_experiment("no_such_experiment", uri, None)
+    assert err.value.field == "--experiment"
+    with pytest.raises(ConfigError) as err:
+        plot_experiment("plots_exact", uri, None, metric="acc_nope")
+    assert err.value.field == "--metric" and "acc_local_mean" in str(err.value)
+    with pytest.raises(ConfigError) as err:
+        plot_experiment("plots_exact", uri, None, group_by=["scenery"])
+    assert err.value.field == "--group-by" and "scenario" in str(err.value)
+
+
+def test_plot_cli_on_plain_runs_writes_files_and_says_there_is_no_sweep(mlflow_store, isolated_results, capsys):
+    """Real runs logged by MlflowCallback (no sweep parent), one of them diverging."""
+    uri = f"sqlite:///{mlflow_store}"
+    specs = [tiny_spec(task="plots_cli", algorithm=a, seed=s) for a in ALGORITHMS for s in (0, 1)]
+    specs.append(tiny_spec(task="plots_cli", algorithm="fedavg", seed=5, optimizer={"name": "sgd", "lr": 1e30}))
+    for spec in specs:
+        run_spec(spec, [MlflowCallback(uri)])
+
+    assert main(["plot", "--experiment", "plots_cli"]) == 0
+    out = capsys.readouterr().out
+    assert "no sweep parent run" in out and "left out 1 run" in out and "ClientDivergedError" in out
+    folder = isolated_results / "plots" / "plots_cli"
+    assert sorted(p.name for p in folder.iterdir()) == ["curves_acc_local_mean.png", "heatmap_final_acc_local_mean.png"]
+
+    plots = plot_experiment("plots_cli", uri, folder, log_artifacts=False)
+    client = MlflowClient(uri)
+    experiment = client.get_experiment_by_name("plots_cli").experiment_id
+    for algorithm in ALGORITHMS:
+        runs = [r for r in client.search_runs([experiment]) if r.data.params["algorithm.name"] == algorithm
+                and r.info.status == "FINISHED"]
+        per_round = np.array([[m.value for m in sorted(client.get_metric_history(r.info.run_id, "acc_local_mean"),
+                                                       key=lambda m: m.step)] for r in runs])
+        assert per_round.shape == (2, 2)
+        curve = plots.curves[plots.curves["configuration"] == f"algorithm={algorithm}"].sort_values("round")
+        assert curve["mean"].to_numpy() == pytest.approx(per_round.mean(axis=0))
+        assert curve["std"].to_numpy() == pytest.approx(per_round.std(axis=0, ddof=1))
+
+    assert main(["plot", "--experiment", "plots_cli", "--metric", "acc_nope"]) == 2
+    assert "--metric" in capsys.readouterr().out
+    assert main(["plot"]) == 2
+
+
+def test_the_sweep_tag_is_the_one_sweeps_write():
+    from fedbench.tuning.sweep import SWEEP_TAG as WRITTEN
+
+    assert SWEEP_TAG == WRITTEN
