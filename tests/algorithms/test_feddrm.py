@@ -1,0 +1,189 @@
+"""FedDRM: the two-term loss, which parameters stay local, the server's shares, routing on a covariate-shift
+scenario, lam = 1 leaving the client path untrained, test-time routing, and a whole run."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from fedbench.algorithms.base import make_algorithm
+from fedbench.algorithms.feddrm import LOG_PI, ROUTE_COUNTS, FedDRM
+from fedbench.core import metrics as M
+from fedbench.core.errors import ConfigError
+from fedbench.core.types import ClientResult, OptimizerSpec, RoundContext
+from fedbench.runtime import run_spec
+from fedbench.runtime.worker import torch_job_scope
+from fedbench.training import ClientData, materialize
+from tests.conftest import tiny_spec
+from tests.scenarios.helpers import make
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """One torch thread, as a client job gets (with more on 2 busy cores, these tests take several times longer)."""
+    with torch_job_scope(0, 1):
+        yield
+
+SMALL = {"name": "feddrm_net", "backbone": "cnn", "hidden": 32}
+
+
+def algorithm(num_clients: int, lam: float = 0.8, input_shape=(1, 8, 8), model=SMALL) -> FedDRM:
+    spec = tiny_spec(algorithm={"name": "feddrm", "lam": lam}, model=model,
+                     scenario={"partition": "iid", "num_clients": num_clients})
+    return make_algorithm(spec, input_shape, 10)
+
+
+def context(client_id: int, round: int = 1, lr: float = 0.05, batch_size: int = 32, weight_decay: float = 0.0):
+    return RoundContext(round=round, client_id=client_id, seed=0, local_epochs=1, batch_size=batch_size,
+                        optimizer=OptimizerSpec(lr=lr, momentum=0.9, weight_decay=weight_decay), num_classes=10)
+
+
+def run_rounds(alg: FedDRM, clients: list[ClientData], rounds: int, **ctx) -> dict:
+    """Every client trains every round; the server aggregates (the runtime's loop, in miniature)."""
+    state, client_states = alg.init_state(), [{} for _ in clients]
+    for r in range(1, rounds + 1):
+        payloads = alg.configure(r, state, list(range(len(clients))))
+        results = []
+        for cid, data in enumerate(clients):
+            job = context(cid, r, **ctx)
+            uplink, client_states[cid], metrics = alg.client_update(payloads[cid], client_states[cid], data, job)
+            results.append(ClientResult(cid, uplink, metrics))
+        state = alg.aggregate(r, state, results)
+    return state
+
+
+def system_and_routing(alg: FedDRM, state: dict, clients: list[ClientData]) -> tuple[float, float]:
+    """004 Sec. 3.2 through `client_predict`: every client's model answers every client's test split; the
+    shared router picks one answer per sample."""
+    payloads = alg.evaluation_payloads(state, list(range(len(clients))))
+    correct = routed_home = total = 0
+    for i, data in enumerate(clients):
+        outputs = [alg.client_predict(payloads[j], {}, data, context(i)) for j in range(len(clients))]
+        route = outputs[0]["route"].argmax(axis=1)
+        answer = np.stack([o["pred"] for o in outputs], axis=1)[np.arange(data.num_test), route]
+        correct += int((answer == data.test_y.numpy()).sum())
+        routed_home += int((route == i).sum())
+        total += data.num_test
+    return correct / total, routed_home / total
+
+
+def test_loss_is_lam_class_ce_plus_one_minus_lam_client_ce():
+    g = torch.Generator().manual_seed(0)
+    x = torch.randint(0, 256, (4, 1, 8, 8), dtype=torch.uint8, generator=g)
+    y = torch.tensor([0, 3, 3, 9])
+    data = ClientData(x, y, x, y, y, y)
+    for lam in (0.8, 0.3):
+        alg = algorithm(num_clients=3, lam=lam)
+        payload = alg.init_state()["global"]
+        model = alg.model_with({**payload, **alg.initial_head()})
+        with torch.no_grad():
+            z, k = model.both(data.train_batch(torch.arange(4))[0])
+        class_ce = (torch.logsumexp(z, dim=1) - z[torch.arange(4), y]).mean()
+        client_ce = (torch.logsumexp(k, dim=1) - k[:, 2]).mean()  # every sample's client id is 2
+        # lr 0: one batch, the loss reported is the loss at the given weights
+        _, _, metrics = alg.client_update(payload, {}, data, context(2, lr=0.0, batch_size=4))
+        assert metrics["train_loss"] == pytest.approx((lam * class_ce + (1 - lam) * client_ce).item(), rel=1e-5)
+
+
+def test_only_the_final_target_layer_stays_local():
+    alg = algorithm(num_clients=2)
+    state = alg.init_state()
+    assert not any(k.startswith("head.") for k in state["global"])
+    assert any(k.startswith("client_head.") for k in state["global"])
+    initial = {**state["global"], **alg.initial_head()}
+    uplinks = [{k: v + shift for k, v in initial.items()} for shift in (1.0, 5.0)]
+    results = [ClientResult(cid, {**u, "num_samples": np.array([n])}) for cid, u, n in zip((0, 1), uplinks, (1, 3))]
+    state = alg.aggregate(1, state, results)
+    for k, v in state["global"].items():  # weighted by n_i / sum n: (1 * 1 + 3 * 5) / 4 = 4
+        np.testing.assert_allclose(v, initial[k] + 4.0, rtol=1e-6)
+    payloads = alg.evaluation_payloads(state, [0, 1])
+    for cid, shift in ((0, 1.0), (1, 5.0)):
+        np.testing.assert_allclose(payloads[cid]["head.weight"], initial["head.weight"] + shift, rtol=1e-6)
+        assert all(payloads[cid][k] is state["global"][k] for k in state["global"])
+    np.testing.assert_allclose(payloads[0][LOG_PI], np.log([0.25, 0.75]), rtol=1e-6)
+
+
+def test_client_keeps_its_head_across_rounds_and_uploads_it():
+    alg = algorithm(num_clients=2)
+    data, scenario = make({"partition": "iid", "num_clients": 2}, dataset="digits")
+    client = materialize(data, scenario.view(1, 1), scenario.input_shape)
+    downlink = alg.configure(1, alg.init_state(), [0, 1])[1]
+    assert not any(k.startswith("head.") for k in downlink)
+    uplink, state, _ = alg.client_update(downlink, {}, client, context(1))
+    assert all(np.array_equal(state["head"][k], uplink[k]) for k in ("head.weight", "head.bias"))
+    assert not np.array_equal(uplink["head.weight"], alg.initial_head()["head.weight"])
+    again, _, _ = alg.client_update(downlink, state, client, context(1, round=2, lr=0.0))
+    assert np.array_equal(again["head.weight"], state["head"]["head.weight"])  # lr 0: starts from its own head
+
+
+def test_shares_of_clients_not_heard_from_are_the_mean():
+    alg = algorithm(num_clients=3)
+    assert np.allclose(np.exp(alg.log_shares({"counts": {}})), 1 / 3)
+    assert np.allclose(np.exp(alg.log_shares({"counts": {0: 10, 1: 30}})), [10 / 60, 30 / 60, 20 / 60])
+
+
+def test_routing_is_learned_and_lam_one_leaves_the_client_path_untrained():
+    """Covariate shift on digits: client c's images are rotated by c * 120 degrees. Chance routing is 1/3.
+    (On 004's own digits scenario, feddrm/dir0.3, routing takes far more rounds: bench/feddrm_routing.py.)"""
+    rotated = {"partition": "iid", "num_clients": 3, "shifts": [{"name": "rotation", "clusters": 3}]}
+    data, scenario = make(rotated, dataset="digits")
+    clients = [materialize(data, scenario.view(1, c), scenario.input_shape) for c in range(3)]
+    routed = {}
+    for lam in (0.8, 1.0):
+        alg = algorithm(3, lam=lam)
+        initial = alg.init_state()["global"]
+        state = run_rounds(alg, clients, rounds=12, weight_decay=5e-4)
+        system, routed[lam] = system_and_routing(alg, state, clients)
+        unchanged = [np.array_equal(v, initial[k]) for k, v in state["global"].items() if k.startswith("client_head.")]
+        assert not np.array_equal(state["global"]["body.0.weight"], initial["body.0.weight"])
+        if lam == 1.0:
+            assert all(unchanged)  # no gradient and no weight decay: the client path is not in the objective
+        else:
+            assert not any(unchanged) and system > 0.6
+    assert routed[0.8] > 0.6
+    assert abs(routed[1.0] - 1 / 3) < 0.1
+
+
+def test_test_clients_get_the_model_their_samples_route_to():
+    alg = algorithm(num_clients=3)
+    state = alg.init_state()
+    state["heads"][2] = {k: v + 1.0 for k, v in state["heads"][2].items()}
+    request = alg.describe_payloads(state, [0])[0]
+    assert LOG_PI in request and not any(k.startswith("head.") for k in request)
+    descriptions = {0: {ROUTE_COUNTS: np.array([1, 0, 5])}, 1: {ROUTE_COUNTS: np.array([2, 2, 0])}}
+    assignment = alg.assign(state, descriptions)
+    assert assignment.matched == {0: 2, 1: 0}  # a tie goes to the smallest client id
+    assert np.array_equal(assignment.payloads[0]["head.weight"], state["heads"][2]["head.weight"])
+
+
+def test_client_describe_counts_routes_without_labels():
+    alg = algorithm(num_clients=3)
+    state = alg.init_state()
+    data, scenario = make({"partition": "iid", "num_clients": 3}, dataset="digits")
+    client = materialize(data, scenario.view(1, 0), scenario.input_shape)
+    counts = alg.client_describe(alg.describe_payloads(state, [0])[0], client, context(0))[ROUTE_COUNTS]
+    assert counts.shape == (3,) and counts.sum() == client.num_test
+
+
+@pytest.mark.parametrize(
+    "model, lam, field",
+    [
+        ({"name": "mlp", "hidden": [32]}, 0.8, "model.name"),
+        ({**SMALL, "num_clients": 5}, 0.8, "model.num_clients"),
+        (SMALL, 1.5, "algorithm.lam"),
+    ],
+)
+def test_bad_configurations_are_config_errors(model, lam, field):
+    with pytest.raises(ConfigError) as err:
+        algorithm(num_clients=4, lam=lam, model=model)
+    assert err.value.field == field
+
+
+def test_whole_run_reports_system_and_routing_accuracy():
+    result = run_spec(tiny_spec(algorithm="feddrm", model=SMALL, rounds=2))
+    assert result.status == "FINISHED", result.reason
+    final = result.final
+    assert 0.3 < final[M.FINAL_PREFIX + M.ACC_LOCAL_MEAN] <= 1.0
+    for key in (M.ACC_SYSTEM, M.ACC_ROUTING, M.ACC_TEST_TIME, M.ACC_ASSOCIATION):  # system and test-time evaluation
+        assert 0.0 <= final[M.FINAL_PREFIX + key] <= 1.0

@@ -1,0 +1,130 @@
+"""FedAvgFT and FedProxFT: aggregation stops for the last `ft_rounds` rounds; then clients fine-tune their own
+copies, upload them, and the server stores them per client (for local evaluation and the majority vote)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fedbench.algorithms.base import make_algorithm
+from fedbench.core import metrics as M
+from fedbench.core.errors import ConfigError
+from fedbench.core.types import ClientResult, OptimizerSpec, RoundContext
+from fedbench.runtime import run_spec
+from fedbench.runtime.worker import torch_job_scope
+from fedbench.training import average_weights, materialize
+from tests.conftest import tiny_spec
+from tests.scenarios.helpers import make
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """One torch thread, as a client job gets."""
+    with torch_job_scope(0, 1):
+        yield
+
+
+@pytest.fixture(scope="module")
+def clients():
+    data, scenario = make({"partition": "dirichlet", "alpha": 0.5, "num_clients": 3}, dataset="digits")
+    return [materialize(data, scenario.view(1, c), scenario.input_shape) for c in range(3)]
+
+
+def algorithm(name: str, rounds: int | None, **config):
+    spec = tiny_spec(algorithm={"name": name, **config}, scenario={"partition": "iid", "num_clients": 3})
+    alg = make_algorithm(spec, (1, 8, 8), 10)
+    alg.rounds = rounds  # what make_algorithm sets from RunSpec.rounds
+    return alg
+
+
+def context(cid: int, round: int) -> RoundContext:
+    return RoundContext(round=round, client_id=cid, seed=0, local_epochs=1, batch_size=32,
+                        optimizer=OptimizerSpec(lr=0.05, momentum=0.9), num_classes=10)
+
+
+def play(alg, clients, round, state, client_states):
+    """One round: configure, every client trains, aggregate; returns (downlinks, results, new state)."""
+    downlinks = alg.configure(round, state, [0, 1, 2])
+    results = []
+    for cid, data in enumerate(clients):
+        job = context(cid, round)
+        uplink, client_states[cid], metrics = alg.client_update(downlinks[cid], client_states[cid], data, job)
+        results.append(ClientResult(cid, uplink, metrics))
+    return downlinks, results, alg.aggregate(round, state, results)
+
+
+def same(a: dict, b: dict) -> bool:
+    return a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
+
+
+def test_schedule_counts_back_from_the_last_round():
+    alg = algorithm("fedavg_ft", rounds=5, ft_rounds=2)
+    assert [alg.fine_tuning(r) for r in range(1, 6)] == [False, False, False, True, True]
+    assert not any(algorithm("fedavg_ft", rounds=None, ft_rounds=2).fine_tuning(r) for r in range(1, 6))
+    assert all(algorithm("fedavg_ft", rounds=3).fine_tuning(r) for r in range(1, 4))  # default 100 >= 3 rounds
+    assert not any(algorithm("fedavg_ft", rounds=5, ft_rounds=0).fine_tuning(r) for r in range(1, 6))
+
+
+def test_after_the_stop_round_models_diverge_and_the_server_no_longer_averages(clients):
+    alg = algorithm("fedavg_ft", rounds=4, ft_rounds=2)
+    state, client_states = alg.init_state(), [{}, {}, {}]
+    _, results, state = play(alg, clients, 1, state, client_states)
+    counts = [int(r.uplink["num_samples"][0]) for r in results]
+    expected = average_weights([{k: v for k, v in r.uplink.items() if k != "num_samples"} for r in results], counts)
+    assert same(state["global"], expected) and state["personal"] == {}
+    frozen = state["global"]
+
+    downlinks, results, state = play(alg, clients, 3, state, client_states)  # first fine-tuning round
+    assert all(d is frozen for d in downlinks.values())
+    assert state["global"] is frozen  # no averaging
+    models = [state["personal"][cid] for cid in range(3)]
+    assert all(same(models[cid], results[cid].uplink) for cid in range(3))
+    assert not same(models[0], models[1]) and not same(models[1], models[2])
+    assert "num_samples" not in models[0]
+
+    downlinks, results, state = play(alg, clients, 4, state, client_states)
+    assert all(d == {} for d in downlinks.values())  # clients continue from their own models
+    assert state["global"] is frozen
+    assert all(not same(state["personal"][cid], models[cid]) for cid in range(3))
+    payloads = alg.evaluation_payloads(state, [0, 1, 2])
+    assert all(payloads[cid] is state["personal"][cid] for cid in range(3))
+
+
+def test_fine_tuning_continues_from_the_client_state(clients):
+    alg = algorithm("fedavg_ft", rounds=2, ft_rounds=2)
+    state = alg.init_state()
+    uplink, client_state, _ = alg.client_update(state["global"], {}, clients[0], context(0, 1))
+    assert same(client_state["model"], uplink)
+    from_state, _, _ = alg.client_update({}, client_state, clients[0], context(0, 2))
+    from_global, _, _ = alg.client_update(state["global"], {}, clients[0], context(0, 2))
+    assert not same(from_state, from_global)
+
+
+def test_fedprox_ft_is_fedprox_before_the_stop_and_plain_fine_tuning_after(clients):
+    def first_uplink(name, round, **config):
+        alg = algorithm(name, rounds=2, ft_rounds=1, **config)
+        return alg.client_update(alg.init_state()["global"], {}, clients[1], context(1, round))[0]
+
+    assert same(first_uplink("fedprox_ft", 1, mu=0.0), first_uplink("fedavg_ft", 1))
+    assert not same(first_uplink("fedprox_ft", 1, mu=1.0), first_uplink("fedavg_ft", 1))
+    assert same(first_uplink("fedprox_ft", 2, mu=1.0), first_uplink("fedavg_ft", 2))
+
+
+def test_configs():
+    config = algorithm("fedprox_ft", rounds=None, mu=0.5, ft_rounds=7).config
+    assert (config.mu, config.ft_rounds) == (0.5, 7)
+    assert tiny_spec(algorithm="fedprox_ft").algorithm.kwargs["mu"] == 0.01
+    bad = (("fedavg_ft", "ft_rounds", -1), ("fedprox_ft", "ft_rounds", -1), ("fedprox_ft", "mu", -1.0))
+    for name, field, value in bad:
+        with pytest.raises(ConfigError) as err:
+            tiny_spec(algorithm={"name": name, field: value})
+        assert err.value.field == f"algorithm.{field}"
+
+
+@pytest.mark.parametrize("name", ["fedavg_ft", "fedprox_ft"])
+def test_whole_run_fine_tunes_the_last_round_and_votes(name):
+    result = run_spec(tiny_spec(algorithm={"name": name, "ft_rounds": 1}, rounds=3))
+    assert result.status == "FINISHED", result.reason
+    up = [rec[M.COMM_UP_BYTES] for rec in result.history]
+    assert up[2] < up[1]  # the fine-tuning round's uplink has no sample counts, only the models
+    assert 0.3 < result.final[M.FINAL_PREFIX + M.ACC_SYSTEM] <= 1.0
