@@ -12,7 +12,7 @@ from fedbench.models.base import FedModel
 
 
 @register_model("mlp")
-def mlp(input_shape: tuple[int, ...], num_classes: int, hidden: tuple[int, ...] = (200,)) -> FedModel:
+def mlp(input_shape: tuple[int, ...], num_classes: int, hidden: tuple[int, ...] = (200,), cond_dim: int = 0) -> FedModel:
     """Flatten -> [Linear -> ReLU] per hidden width -> head. Takes any input shape.
 
     The flattened input is `fc_input`; the last hidden layer's output is `represent`. With `hidden=()`
@@ -20,12 +20,15 @@ def mlp(input_shape: tuple[int, ...], num_classes: int, hidden: tuple[int, ...] 
 
     Args:
         hidden: widths of the hidden layers, in order (default: one layer of 200, as SimpleNN in 003).
+        cond_dim: width of a per-client vector concatenated to the flattened input (001 eq. 3); 0: none.
     """
     if any(h < 1 for h in hidden):
         raise ConfigError("model.hidden", list(hidden), "a list of positive integers")
-    width = math.prod(input_shape)
+    if cond_dim < 0:
+        raise ConfigError("model.cond_dim", cond_dim, "an integer >= 0")
+    width = math.prod(input_shape) + cond_dim
     layers: list[nn.Module] = []
     for h in hidden:
         layers += [nn.Linear(width, h), nn.ReLU()]
         width = h
-    return FedModel(nn.Flatten(), nn.Sequential(*layers), nn.Linear(width, num_classes))
+    return FedModel(nn.Flatten(), nn.Sequential(*layers), nn.Linear(width, num_classes), cond_dim=cond_dim)
