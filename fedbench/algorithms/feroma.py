@@ -1,0 +1,359 @@
+"""FEROMA (002; 000 for the short version): federated learning with distribution profile mapping.
+
+Rounds 1..W are FedAvg (warm-up). The round-W global model is then frozen as every client's profile
+extractor (kept in the client state once received, never re-sent). From then on each client describes its
+data by a small profile (`feroma_profile`, DPE S1-S4), and the server gives client i the average of the
+models returned by the clients, each weighted by how close i's current profile is to the profile of the data
+that model was trained on (DPM, 002 eq. 3-5). Whether that is clustered, personalized or global aggregation
+emerges from the weights; the counts go to `state["round_metrics"]` every round.
+
+Round timing. The paper's round has two exchanges: a client first sends the profile of its current data,
+then receives the model the server built for that profile and trains it (the released code runs two Flower
+fit calls per round). The runtime has one exchange per round, so a client job of round t carries the second
+half of round t-1 and the first half of round t, as in METHODS.md ("each client sends back its model trained
+on last round's data together with a profile of its current data"):
+
+    job t:        train the received model on the data of the client's previous round (kept in its
+                  client state), profile the current data, keep the current data for the next job
+    aggregate t:  for every client i, weights from i's current profile to each returned model's profile
+                  (the profile j sent with the data that model was trained on), average -> i's model
+
+so every model is initialised for the data it then trains on, drifts included. Consequences: round W+1 only
+profiles (nothing to train yet: its models are the uniform average, i.e. the warm-up global model, and its
+`train_loss` is NaN); a job's `train_loss` is on the client's previous-round data; a run of R rounds does
+R - W - 1 mapping trainings, not R - W (the last round's models are built but not trained). Evaluation uses
+each client's personalised model for its current data. Test time (002 Sec. 3.2.2) matches a test client's
+profile to the profiles of the latest locally trained models and hands over the matched model.
+
+Profiles describe a client's training split (the released code profiles its 20% validation split, which here
+is the client's local test split, kept for evaluation); DP sensitivities use that split's size.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Iterator, Literal, Sequence
+
+import numpy as np
+import torch
+
+from fedbench.algorithms import feroma_profile as dpe
+from fedbench.algorithms.base import Algorithm, AlgorithmConfig, Assignment, ServerState, sample_count
+from fedbench.core.errors import ConfigError
+from fedbench.core.registry import register_algorithm
+from fedbench.core.types import ClientResult, ClientState, Metrics, Payload, RoundContext, derive_seed
+from fedbench.training import ClientData, average_weights, get_weights, train_local
+
+EXTRACTOR = "extractor/"
+"""Prefix of the frozen extractor's weights in a payload."""
+BOUNDS = "extractor_bounds"
+"""[lower, upper] of the frozen latent box (S1)."""
+LATENT_RANGE = "latent_range"
+PROFILE = "profile"
+MARGINAL = "profile_marginal"
+CONDITIONAL = "profile_conditional"
+BATCH = 256
+
+
+@dataclass(frozen=True)
+class FeromaConfig(AlgorithmConfig):
+    """FEROMA's hyperparameters; defaults reproduce the paper (002 Sec. 3, App. B.3-B.4, I.8-I.10)."""
+
+    warmup_rounds: int = 5
+    """FedAvg rounds before profiles are used; the round-W global model is the frozen extractor (002 App. B.5; METHODS.md)."""
+    variant: Literal["paper", "released"] = "paper"
+    """paper: Bernoulli masks, softmax(-cosine) weights; released: pooled 50% subsets, 1/(D+1e-8) Euclidean
+    weights times data size, per-block min-max scaling of profiles (METHODS.md)."""
+    masks: int = 3
+    """M: Bernoulli masks averaged (paper) or subsets pooled (released) per profile (002 B.4 S3, I.8; released: 3)."""
+    mask_prob: float = 0.5
+    """p: Bernoulli probability (paper) or subset fraction (released: exact 50% splits) (002 B.4 S3)."""
+    epsilon: float | None = None
+    """Laplace DP budget per profile; None or inf: no noise (released default off, 10 when on; 002 B.4 S4, App. F)."""
+    tau: float | Literal["mean"] | None = None
+    """Threshold zeroing association weights below it; "mean": 1/|A_{t-1}| as in 002 I.9; None: off (002 eq. 4)."""
+    size_weighting: bool | None = None
+    """Multiply weights by the sender's sample count (002 Sec. 3.2.1); None: the variant's own (paper off, released on)."""
+    bound_margin: float = 1.02
+    """Upper latent bound = margin x the clients' largest latent (002 B.4 S1; released 1.02)."""
+    pca_points: int = 200
+    """Synthetic uniform points the shared PCA is fitted on (002 B.4 S2)."""
+    sentinel: float = -1.0
+    """Value of a class moment estimated on fewer than 2 samples (released code: -1; METHODS.md)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.warmup_rounds < 1:
+            raise ConfigError("algorithm.warmup_rounds", self.warmup_rounds, "an integer >= 1")
+        if self.masks < 1:
+            raise ConfigError("algorithm.masks", self.masks, "an integer >= 1")
+        if not 0.0 < self.mask_prob <= 1.0:
+            raise ConfigError("algorithm.mask_prob", self.mask_prob, "a number in (0, 1]")
+        if self.epsilon is not None and not self.epsilon > 0:
+            raise ConfigError("algorithm.epsilon", self.epsilon, "a number > 0 (inf or null: no noise)")
+        if self.tau is not None and self.tau != "mean" and not 0.0 <= self.tau <= 1.0:
+            raise ConfigError("algorithm.tau", self.tau, "a number in [0, 1], \"mean\" or null")
+        if self.bound_margin < 1.0:
+            raise ConfigError("algorithm.bound_margin", self.bound_margin, "a number >= 1")
+        if self.pca_points < 2:
+            raise ConfigError("algorithm.pca_points", self.pca_points, "an integer >= 2")
+
+
+def distances(current: np.ndarray, previous: np.ndarray, metric: Literal["cosine", "euclidean"]) -> np.ndarray:
+    """[a, b] distances between rows of `current` [a, d] and `previous` [b, d]; cosine distance is
+    1 - cos, and 1 where a vector is zero (orthogonal to everything)."""
+    a, b = np.asarray(current, dtype=np.float64), np.asarray(previous, dtype=np.float64)
+    if metric == "euclidean":
+        return np.linalg.norm(a[:, None, :] - b[None, :, :], axis=2)
+    na, nb = np.linalg.norm(a, axis=1), np.linalg.norm(b, axis=1)
+    denom = np.outer(na, nb)
+    cos = np.divide(a @ b.T, denom, out=np.zeros((len(a), len(b))), where=denom > 0)
+    return 1.0 - cos
+
+
+def association_weights(
+    current: np.ndarray,
+    previous: np.ndarray,
+    sizes: np.ndarray,
+    variant: Literal["paper", "released"],
+    tau: float | Literal["mean"] | None,
+    size_weighting: bool,
+) -> tuple[np.ndarray, list[str]]:
+    """DPM (002 eq. 3-4): the weight of each previous-round model in each client's new model.
+
+    Args:
+        current: [a, d] the clients' current profiles.
+        previous: [b, d] the profiles of the data each returned model was trained on.
+        sizes: [b] those models' sample counts.
+        variant: paper: softmax(-cosine distance); released: 1 / (Euclidean distance + 1e-8), normalised.
+        tau: weights below it are zeroed and the rest renormalised; "mean" is 1/b; None keeps all.
+        size_weighting: multiply by `sizes` after thresholding (FedAvg-style), then renormalise.
+
+    Returns:
+        [a, b] rows summing to 1, and per row what it amounts to: "personalized" (one weight survives),
+        "clustered" (several, not all), "global" (all survive, or none and the row falls back to the plain
+        average). Without tau every weight is positive, so every row is a similarity-weighted global one.
+    """
+    b = previous.shape[0]
+    if variant == "paper":
+        logits = -distances(current, previous, "cosine")
+        w = np.exp(logits - logits.max(axis=1, keepdims=True))
+    else:
+        w = 1.0 / (distances(current, previous, "euclidean") + 1e-8)
+    w = w / w.sum(axis=1, keepdims=True)
+    keep = np.ones_like(w, dtype=bool)
+    if tau is not None:
+        threshold = 1.0 / b if tau == "mean" else float(tau)
+        keep = w >= threshold * (1.0 - 1e-9)  # equal weights at exactly 1/b must all survive rounding
+    survivors = keep.sum(axis=1)
+    kinds = ["global" if s in (0, b) else "personalized" if s == 1 else "clustered" for s in survivors]
+    w = np.where(survivors[:, None] == 0, 1.0, w * keep)  # none survive: the plain average
+    if size_weighting:
+        sized = w * np.asarray(sizes, dtype=np.float64)[None, :]
+        w = np.where(sized.sum(axis=1, keepdims=True) > 0, sized, w)  # only empty senders left: ignore sizes
+    return w / w.sum(axis=1, keepdims=True), kinds
+
+
+def _round_metrics(kinds: Sequence[str]) -> dict[str, float]:
+    return {f"feroma_{kind}": float(sum(k == kind for k in kinds)) for kind in ("clustered", "personalized", "global")}
+
+
+def _model_part(uplink: Payload) -> Payload:
+    return {k: v for k, v in uplink.items() if k not in ("num_samples", LATENT_RANGE, PROFILE)}
+
+
+def _train_part(data: ClientData) -> ClientData:
+    """The client's training rows only (its test split emptied): what it keeps to train on next round."""
+    return dataclasses.replace(
+        data, test_x=data.test_x[:0].clone(), test_y=data.test_y[:0].clone(), test_source_y=data.test_source_y[:0].clone()
+    )
+
+
+def _train_inputs(data: ClientData, device: str) -> Iterator[torch.Tensor]:
+    for start in range(0, data.num_train, BATCH):
+        yield data.train_batch(torch.arange(start, min(start + BATCH, data.num_train)), device)[0]
+
+
+@register_algorithm("feroma")
+class Feroma(Algorithm):
+    """Profile-mapped aggregation after a FedAvg warm-up; nearest-profile model assignment at test time."""
+
+    Config = FeromaConfig
+    config: FeromaConfig
+
+    def __init__(self, config, builder, num_clients, seed, rounds=None):
+        super().__init__(config, builder, num_clients, seed, rounds)
+        self.size_weighting = config.size_weighting if config.size_weighting is not None else config.variant == "released"
+        self._projections: dict[tuple, dpe.Projection] = {}
+
+    # -- server half ---------------------------------------------------------------------------------
+    def init_state(self) -> ServerState:
+        return {**super().init_state(), "round_metrics": {}}
+
+    def configure(self, round: int, state: ServerState, sampled: Sequence[int]) -> dict[int, Payload]:
+        """Warm-up: the global model. After it: a client's personalised model, or, at its first mapping
+        round, the frozen extractor and bounds (one shared dict, shipped once)."""
+        if round <= self.config.warmup_rounds:
+            return {cid: state["global"] for cid in sampled}
+        intro = self._extractor_payload(state)
+        return {cid: state["personal"].get(cid, intro) for cid in sampled}
+
+    def aggregate(self, round: int, state: ServerState, results: Sequence[ClientResult]) -> ServerState:
+        if round <= self.config.warmup_rounds:
+            counts = [int(r.uplink["num_samples"][0]) for r in results]
+            new = {**state, "global": average_weights([_model_part(r.uplink) for r in results], counts),
+                   "round_metrics": _round_metrics(["global"] * len(results))}
+            if round == self.config.warmup_rounds:  # freeze the extractor and the latent box (S1)
+                lower, upper = dpe.global_bounds([r.uplink[LATENT_RANGE] for r in results], self.config.bound_margin)
+                new.update(extractor=new["global"], bounds=np.array([lower, upper]), profiles={}, personal={}, trained={},
+                           scaler=None)
+            return new
+        return self._map(state, results)
+
+    def _map(self, state: ServerState, results: Sequence[ClientResult]) -> ServerState:
+        """DPM: each participant's model from the models returned this round, by profile distance."""
+        current = {r.client_id: r.uplink[PROFILE].astype(np.float64) for r in results}
+        pool = [r for r in results if "num_samples" in r.uplink]  # models trained on the sender's previous data
+        scaler = state["scaler"]
+        if scaler is None and self.config.variant == "released":  # fitted once, on the first mapping round
+            profiles = np.stack(list(current.values()))
+            scaler = dpe.BlockScaler.fit(profiles, dpe.components_of(profiles.shape[1], self.builder.num_classes))
+        personal, trained, new_global = dict(state["personal"]), dict(state["trained"]), state["global"]
+        if not pool:  # no previous profiles yet (round W+1): uniform weights, i.e. the warm-up global model
+            personal.update({cid: state["global"] for cid in current})
+            kinds = ["global"] * len(current)
+        else:
+            ids = [r.client_id for r in pool]
+            models = [_model_part(r.uplink) for r in pool]
+            sizes = np.array([float(r.uplink["num_samples"][0]) for r in pool])
+            previous = np.stack([state["profiles"][j] for j in ids])
+            receivers = sorted(current)
+            now = np.stack([current[i] for i in receivers])
+            if scaler is not None:
+                previous, now = scaler(previous), scaler(now)
+            c = self.config
+            weights, kinds = association_weights(now, previous, sizes, c.variant, c.tau, self.size_weighting)
+            for i, row in zip(receivers, weights):
+                used = np.flatnonzero(row > 0)
+                personal[i] = average_weights([models[j] for j in used], row[used])
+            new_global = average_weights(models, sizes)
+            trained.update({j: (state["profiles"][j], m) for j, m in zip(ids, models)})
+        return {**state, "global": new_global, "personal": personal, "trained": trained, "scaler": scaler,
+                "profiles": {**state["profiles"], **current}, "round_metrics": _round_metrics(kinds)}
+
+    def evaluation_payloads(self, state: ServerState, clients: Sequence[int]) -> dict[int, Payload]:
+        """Each client's personalised model for its current data (what it trains from next)."""
+        personal = state.get("personal", {})
+        return {cid: personal.get(cid, state["global"]) for cid in clients}
+
+    def describe_payloads(self, state: ServerState, test_clients: Sequence[int]) -> dict[int, Payload]:
+        """The frozen extractor and bounds (the projection is rebuilt locally from the shared seed); nothing
+        when the run ended before the extractor was frozen."""
+        if "extractor" not in state:
+            return {}
+        payload = self._extractor_payload(state)
+        return {tid: payload for tid in test_clients}
+
+    def assign(self, state: ServerState, descriptions: dict[int, Payload]) -> Assignment:
+        """Each test client gets the locally trained model whose training-data profile is nearest to its own
+        (Euclidean, 002 I.10 "C.E."), compared on the parts it sent: the label-free part, plus the
+        class-conditional part when it had labelled samples (002 App. E). Without trained models (a run that
+        ended in warm-up or at round W+1) or without a profile, the global model."""
+        trained = state.get("trained", {})
+        ids = sorted(trained)
+        payloads: dict[int, Payload] = {}
+        matched: dict[int, int] = {}
+        if ids:
+            profiles = np.stack([trained[j][0] for j in ids])
+            if state["scaler"] is not None:
+                profiles = state["scaler"](profiles)
+        for tid, description in descriptions.items():
+            if not ids or MARGINAL not in description:
+                payloads[tid] = state["global"]
+                continue
+            query = np.asarray(description[MARGINAL], dtype=np.float64)
+            if CONDITIONAL in description:
+                query = np.concatenate([query, np.asarray(description[CONDITIONAL], dtype=np.float64)])
+            if state["scaler"] is not None:
+                query = state["scaler"](query[None])[0]
+            best = ids[int(np.argmin(distances(query[None], profiles[:, : len(query)], "euclidean")[0]))]
+            payloads[tid] = trained[best][1]
+            matched[tid] = best
+        return Assignment(payloads, matched)
+
+    def _extractor_payload(self, state: ServerState) -> Payload:
+        return {**{EXTRACTOR + name: v for name, v in state["extractor"].items()}, BOUNDS: state["bounds"]}
+
+    # -- client half ---------------------------------------------------------------------------------
+    def client_update(
+        self, payload: Payload, state: ClientState, data: ClientData, ctx: RoundContext
+    ) -> tuple[Payload, ClientState, Metrics]:
+        if ctx.round <= self.config.warmup_rounds:
+            model = self.model_with(payload)
+            metrics = train_local(model, data, ctx)
+            uplink = {**get_weights(model), "num_samples": sample_count(data.num_train)}
+            if ctx.round == self.config.warmup_rounds:  # S1, on the client's own round-W model as released
+                # (the frozen extractor is the average of these models and does not exist yet)
+                uplink[LATENT_RANGE] = dpe.latent_range(dpe.extract_latents(model, _train_inputs(data, ctx.device)))
+            return uplink, state, metrics
+        state = dict(state)
+        if BOUNDS in payload:  # the first mapping round: keep the extractor, it is never sent again
+            state["extractor"] = {k[len(EXTRACTOR):]: v for k, v in payload.items() if k.startswith(EXTRACTOR)}
+            state["bounds"] = payload[BOUNDS]
+        uplink: Payload = {}
+        if "pending" in state:  # train the model built for last round's profile on last round's data
+            pending: ClientData = state["pending"]
+            model = self.model_with(payload)
+            metrics = train_local(model, pending, ctx)
+            uplink.update(get_weights(model))
+            uplink["num_samples"] = sample_count(pending.num_train)
+        else:
+            metrics = {"train_loss": math.nan, "train_steps": 0.0, "train_samples": 0.0}
+        labels = data.train_y.numpy()
+        uplink[PROFILE] = self._describe(state, _train_inputs(data, ctx.device), labels, data.num_train, ctx, "profile")
+        state["pending"] = _train_part(data)
+        return uplink, state, metrics
+
+    def client_describe(self, payload: Payload, data: ClientData, ctx: RoundContext) -> Payload:
+        """The label-free profile of all the test client's inputs (labels of `data.test` are never read),
+        plus the class-conditional part from its labelled samples `data.train` when it has any (002 App. E)."""
+        if BOUNDS not in payload:
+            return {}
+        state = {"extractor": {k[len(EXTRACTOR):]: v for k, v in payload.items() if k.startswith(EXTRACTOR)},
+                 "bounds": payload[BOUNDS]}
+        inputs = (x for x, _ in data.test_batches(BATCH, ctx.device))
+        out = {MARGINAL: self._describe(state, inputs, None, data.num_test, ctx, "test_profile")}
+        if data.num_train > 0:
+            labelled = _train_inputs(data, ctx.device)
+            out[CONDITIONAL] = self._describe(state, labelled, data.train_y.numpy(), data.num_train, ctx, "test_profile_labelled",
+                                              marginal=False)
+        return out
+
+    def _describe(
+        self, state: ClientState, inputs, labels, n: int, ctx: RoundContext, purpose: str, marginal: bool = True
+    ) -> np.ndarray:
+        """S2-S4 with the frozen extractor in `state`: a float32 profile (or part) of `n` samples."""
+        lower, upper = (float(v) for v in state["bounds"])
+        model = self.model_with(state["extractor"]).to(ctx.device)
+        latents = dpe.extract_latents(model, inputs)
+        if latents.size == 0:  # no samples: the latent width from one blank input
+            blank = torch.zeros(1, *self.builder.input_shape, device=ctx.device)
+            latents = np.zeros((0, dpe.extract_latents(model, [blank]).shape[1]))
+        projection = self._projection(lower, upper, latents.shape[1])
+        rng = np.random.default_rng(ctx.rng_seed(purpose))
+        c = self.config
+        scale = dpe.laplace_scale(lower, upper, n, c.epsilon)
+        vector = dpe.describe(projection(latents), labels, self.builder.num_classes, c.variant, c.masks, c.mask_prob,
+                              c.sentinel, scale, rng, marginal=marginal)
+        return vector.astype(np.float32)
+
+    def _projection(self, lower: float, upper: float, dim: int) -> dpe.Projection:
+        """The shared PCA (S2), from a seed every process of the run derives the same way; cached per process."""
+        key = (lower, upper, dim)
+        if key not in self._projections:
+            seed = derive_seed(self.seed, "feroma", "pca")
+            self._projections[key] = dpe.shared_projection(lower, upper, dim, self.builder.num_classes, seed,
+                                                           self.config.pca_points)
+        return self._projections[key]

@@ -1,0 +1,281 @@
+"""FEROMA: the profile extractor's maths, the mapping's weights on cases with a known answer, both halves on
+hand-made clients, and short whole runs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from fedbench.algorithms import feroma_profile as dpe
+from fedbench.algorithms.base import ModelBuilder
+from fedbench.algorithms.feroma import (
+    CONDITIONAL,
+    EXTRACTOR,
+    MARGINAL,
+    PROFILE,
+    Feroma,
+    FeromaConfig,
+    association_weights,
+)
+from fedbench.config.task import resolve_run
+from fedbench.core import metrics as M
+from fedbench.core.errors import ConfigError
+from fedbench.core.types import ClientResult, OptimizerSpec, RoundContext, payload_nbytes
+from fedbench.runtime import run_spec
+from fedbench.training import ClientData
+from tests.conftest import tiny_spec
+
+FEATURES, CLASSES = 12, 4
+
+
+def ctx(round: int, client: int = 0) -> RoundContext:
+    return RoundContext(round=round, client_id=client, seed=0, local_epochs=1, batch_size=16,
+                        optimizer=OptimizerSpec(lr=0.05), num_classes=CLASSES)
+
+
+def algorithm(**config) -> Feroma:
+    """FEROMA on a linear model over 12 features: its latents (`fc_input`) are the raw inputs."""
+    builder = ModelBuilder("mlp", (FEATURES,), CLASSES, (("hidden", ()),))
+    return Feroma(FeromaConfig(**{"warmup_rounds": 1, **config}), builder, num_clients=3, seed=0)
+
+
+def client_data(group: str, n: int = 60, seed: int = 0) -> ClientData:
+    """Group A: classes 0-1, signal on features 0-5; group B: classes 2-3, signal on features 6-11."""
+    g = torch.Generator().manual_seed(seed)
+    y = torch.randint(0, 2, (2 * n,), generator=g) + (0 if group == "A" else 2)
+    x = 0.1 * torch.rand(2 * n, FEATURES, generator=g)
+    cols = slice(0, 6) if group == "A" else slice(6, 12)
+    x[:, cols] += 0.5 + 0.3 * (y % 2)[:, None].float()
+    return ClientData(x[:n], y[:n], x[n:], y[n:], y[:n].clone(), y[n:].clone())
+
+
+def frozen_state(alg: Feroma, groups: dict[int, str]) -> dict:
+    """Server state after warm-up round 1: FedAvg of the clients' models, extractor and box frozen."""
+    state = alg.init_state()
+    results = []
+    for cid, group in groups.items():
+        uplink, _, _ = alg.client_update(state["global"], {}, client_data(group, seed=cid), ctx(1, cid))
+        results.append(ClientResult(cid, uplink))
+    return alg.aggregate(1, state, results)
+
+
+# -- the profile extractor ------------------------------------------------------------------------------
+def test_warmup_end_freezes_the_global_model_and_a_box_from_the_clients_maxima():
+    alg = algorithm()
+    state = frozen_state(alg, {0: "A", 1: "B"})
+    assert state["extractor"] is state["global"]
+    lower, upper = state["bounds"]
+    assert lower == 0.0  # the inputs are non-negative
+    x_max = max(float(client_data(g, seed=c).train_x.max()) for c, g in {0: "A", 1: "B"}.items())
+    assert upper == pytest.approx(1.02 * x_max)
+
+
+def test_profile_has_2c_plus_2c2_values_and_costs_under_one_percent_of_a_lenet5_update():
+    """MNIST-shaped clients and LeNet-5 (10 classes): the uplink of a mapping round is the model, its sample
+    count and a 220-float profile; 002 App. G reports +0.35% on MNIST / LeNet-5."""
+    alg = Feroma(FeromaConfig(warmup_rounds=1), ModelBuilder("lenet5", (1, 28, 28), 10), num_clients=1, seed=0)
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randint(0, 256, (80, 1, 28, 28), dtype=torch.uint8, generator=g), torch.arange(80) % 10
+    data = ClientData(x[:40], y[:40], x[40:], y[40:], y[:40].clone(), y[40:].clone())
+    state = alg.init_state()
+    uplink, _, _ = alg.client_update(state["global"], {}, data, ctx(1))
+    state = alg.aggregate(1, state, [ClientResult(0, uplink)])
+    first, client_state, metrics = alg.client_update(alg.configure(2, state, [0])[0], {}, data, ctx(2))
+    assert set(first) == {PROFILE} and np.isnan(metrics["train_loss"])  # round W+1 only profiles
+    state = alg.aggregate(2, state, [ClientResult(0, first)])
+    uplink, _, _ = alg.client_update(alg.configure(3, state, [0])[0], client_state, data, ctx(3))
+    assert uplink[PROFILE].shape == (2 * 10 + 2 * 10**2,) and uplink[PROFILE].dtype == np.float32
+    model = {k: v for k, v in uplink.items() if k not in (PROFILE, "num_samples")}
+    overhead = (payload_nbytes(uplink) - payload_nbytes(model)) / payload_nbytes(model)
+    assert overhead < 0.01
+
+
+def test_shared_projection_is_identical_everywhere_and_clips_into_the_box():
+    a = dpe.shared_projection(0.0, 3.0, 40, 5, seed=7)
+    b = dpe.shared_projection(0.0, 3.0, 40, 5, seed=7)
+    np.testing.assert_array_equal(a.components, b.components)
+    np.testing.assert_allclose(a.components @ a.components.T, np.eye(5), atol=1e-10)
+    assert (a.components[np.arange(5), np.abs(a.components).argmax(axis=1)] > 0).all()
+    x = np.full((1, 40), 10.0)
+    np.testing.assert_allclose(a(x), a(np.full((1, 40), 3.0)))
+
+
+def test_moments_are_exact_without_subsampling_and_absent_classes_get_the_sentinel():
+    z = np.array([[0.0, 1.0], [2.0, 3.0], [4.0, 5.0], [6.0, 7.0]])
+    labels = np.array([0, 0, 1, 2])
+    full = np.ones((1, 4))
+    marginal = dpe.marginal_moments(z, full, sentinel=-1.0)
+    np.testing.assert_allclose(marginal, [3.0, 4.0, np.sqrt(5.0), np.sqrt(5.0)])
+    cond = dpe.conditional_moments(z, labels, full, num_classes=4, sentinel=-1.0)
+    means, stds = cond[:8].reshape(4, 2), cond[8:].reshape(4, 2)
+    np.testing.assert_allclose(means[0], [1.0, 2.0])
+    np.testing.assert_allclose(stds[0], [1.0, 1.0])
+    assert (means[1:] == -1.0).all() and (stds[1:] == -1.0).all()  # one sample (classes 1, 2) or none (3)
+
+
+def test_subsampling_variants():
+    rng = np.random.default_rng(0)
+    paper = dpe.sample_weights(1000, "paper", masks=3, prob=0.5, rng=rng)
+    assert paper.shape == (3, 1000) and set(np.unique(paper)) == {0.0, 1.0} and abs(paper.mean() - 0.5) < 0.05
+    released = dpe.sample_weights(1000, "released", masks=3, prob=0.5, rng=rng)
+    assert released.shape == (1, 1000) and released.sum() == 1500 and released.max() <= 3
+
+
+def test_laplace_noise_has_variance_2b2():
+    b = dpe.laplace_scale(0.0, 4.0, n=50, epsilon=0.5)
+    assert b == pytest.approx(4.0 / 50 / 0.5)
+    noise = dpe.privatize(np.zeros(400_000), b, np.random.default_rng(1))
+    assert noise.mean() == pytest.approx(0.0, abs=0.003)
+    assert noise.var() == pytest.approx(2 * b**2, rel=0.02)
+    assert dpe.laplace_scale(0.0, 4.0, 50, None) == 0.0 and dpe.laplace_scale(0.0, 4.0, 50, float("inf")) == 0.0
+
+
+def test_block_scaler_maps_each_block_to_unit_range_and_scales_a_label_free_part_alike():
+    profiles = np.array([[0.0, 2.0, 10.0, 30.0], [1.0, 4.0, 20.0, 10.0]])
+    scaler = dpe.BlockScaler.fit(profiles, k=2)
+    np.testing.assert_allclose(scaler(profiles), [[0.0, 0.5, 0.0, 1.0], [0.25, 1.0, 0.5, 0.0]])
+    np.testing.assert_allclose(scaler(profiles[:, :2]), [[0.0, 0.5], [0.25, 1.0]])
+
+
+# -- the mapping ----------------------------------------------------------------------------------------
+def two_groups(seed: int, noise: float = 0.01) -> np.ndarray:
+    """Rows 0-2 near one direction, rows 3-5 near an orthogonal one (a fresh draw per seed, as profiles of
+    the same data differ from round to round)."""
+    rng = np.random.default_rng(seed)
+    a, b = np.r_[np.ones(4), np.zeros(4)], np.r_[np.zeros(4), np.ones(4)]
+    return np.stack([a, a, a, b, b, b]) + noise * rng.random((6, 8))
+
+
+@pytest.mark.parametrize("variant", ["paper", "released"])
+def test_two_groups_give_block_diagonal_weights(variant):
+    w, kinds = association_weights(two_groups(1), two_groups(0), np.ones(6), variant, "mean", False)
+    assert (w[:3, 3:] == 0).all() and (w[3:, :3] == 0).all()
+    assert (w[:3, :3] > 0).sum() >= 6 and (w[3:, 3:] > 0).sum() >= 6  # most of each block shared
+    np.testing.assert_allclose(w.sum(axis=1), 1.0)
+    assert "global" not in kinds
+
+
+def test_without_threshold_the_released_weights_still_concentrate_on_the_own_group():
+    w, kinds = association_weights(two_groups(1), two_groups(0), np.ones(6), "released", None, False)
+    assert w[:3, :3].sum() > 0.99 * 3 and kinds == ["global"] * 6  # every weight positive: weighted global
+
+
+@pytest.mark.parametrize("tau", [None, "mean"])
+def test_identical_profiles_give_uniform_weights(tau):
+    profiles = np.tile(np.arange(1.0, 9.0), (5, 1))
+    w, kinds = association_weights(profiles, profiles, np.ones(5), "paper", tau, False)
+    np.testing.assert_allclose(w, 0.2)
+    assert kinds == ["global"] * 5
+
+
+@pytest.mark.parametrize("variant", ["paper", "released"])
+def test_one_perfect_match_gives_a_one_hot_row(variant):
+    previous = 2.0 * np.eye(5, 8)  # pairwise orthogonal profiles
+    current = previous[[2]]
+    w, kinds = association_weights(current, previous, np.ones(5), variant, "mean", False)
+    np.testing.assert_array_equal(w, [[0, 0, 1, 0, 0]])
+    assert kinds == ["personalized"]
+
+
+def test_no_surviving_weight_falls_back_to_the_plain_average_and_sizes_weigh_in():
+    previous = np.eye(4)
+    w, kinds = association_weights(np.ones((1, 4)), previous, np.array([1.0, 1.0, 1.0, 5.0]), "paper", 0.9, True)
+    np.testing.assert_allclose(w, [[1 / 8, 1 / 8, 1 / 8, 5 / 8]])
+    assert kinds == ["global"]
+
+
+def test_drifted_client_gets_the_model_trained_on_its_new_distribution():
+    """Round 2 profiles: 0 on A, 1 and 2 on B. Round 3: 0 returns a model trained on A, 1 and 2 on B, and
+    client 2 now holds A: its new model is client 0's. Profiles come from the real extractor."""
+    alg = algorithm(tau="mean")
+    groups_before, groups_now = {0: "A", 1: "B", 2: "B"}, {0: "A", 1: "B", 2: "A"}
+    state = frozen_state(alg, groups_before)
+    intro = alg.configure(2, state, [0, 1, 2])
+    results, client_states = [], {}
+    for cid, group in groups_before.items():
+        uplink, client_states[cid], _ = alg.client_update(intro[cid], {}, client_data(group, seed=cid), ctx(2, cid))
+        results.append(ClientResult(cid, uplink))
+    state = alg.aggregate(2, state, results)
+    assert state["round_metrics"] == {"feroma_clustered": 0.0, "feroma_personalized": 0.0, "feroma_global": 3.0}
+    payloads = alg.configure(3, state, [0, 1, 2])
+    assert not any(k.startswith(EXTRACTOR) for k in payloads[0])  # the extractor is sent once
+    results = []
+    for cid, group in groups_now.items():
+        uplink, _, _ = alg.client_update(payloads[cid], client_states[cid], client_data(group, seed=10 + cid), ctx(3, cid))
+        fill = 1.0 if groups_before[cid] == "A" else 0.0  # mark each returned model by the data it trained on
+        uplink.update({k: np.full_like(v, fill) for k, v in uplink.items() if k.startswith(("body", "head"))})
+        results.append(ClientResult(cid, uplink))
+    state = alg.aggregate(3, state, results)
+    assert (state["personal"][2]["head.weight"] == 1.0).all()  # client 0's model
+    assert (state["personal"][1]["head.weight"] == 0.0).all()  # the B models
+    assert state["round_metrics"]["feroma_personalized"] == 2.0 and state["round_metrics"]["feroma_clustered"] == 1.0
+    assert alg.evaluation_payloads(state, [2])[2] is state["personal"][2]
+
+
+# -- test time ------------------------------------------------------------------------------------------
+def test_assign_gives_the_model_of_the_nearest_profile_on_the_parts_sent():
+    alg = algorithm()
+    k = CLASSES
+    marginal = np.zeros(2 * k)
+    pa = np.r_[marginal, np.full(2 * CLASSES * k, 1.0)]
+    pb = np.r_[marginal + 5.0, np.full(2 * CLASSES * k, 1.0)]
+    pc = np.r_[marginal, np.full(2 * CLASSES * k, -1.0)]  # same marginal as a, other conditional part
+    models = {j: {"head.weight": np.full((1,), float(j))} for j in range(3)}
+    state = {"global": {}, "scaler": None, "trained": {0: (pa, models[0]), 1: (pb, models[1]), 2: (pc, models[2])}}
+    descriptions = {
+        10: {MARGINAL: (marginal + 4.5).astype(np.float32)},
+        11: {MARGINAL: marginal.astype(np.float32), CONDITIONAL: np.full(2 * CLASSES * k, -0.9, dtype=np.float32)},
+        12: {},
+    }
+    out = alg.assign(state, descriptions)
+    assert out.matched == {10: 1, 11: 2}
+    assert out.payloads[10] is models[1] and out.payloads[11] is models[2] and out.payloads[12] is state["global"]
+
+
+def test_client_describe_profiles_test_inputs_without_their_labels_and_labelled_samples_when_given():
+    alg = algorithm()
+    state = frozen_state(alg, {0: "A", 1: "B"})
+    request = alg.describe_payloads(state, [0])[0]
+    data = client_data("B")
+    shuffled = ClientData(data.train_x[:0], data.train_y[:0], data.test_x, data.test_y[torch.randperm(len(data.test_y))],
+                          data.train_source_y[:0], data.test_source_y)
+    plain = alg.client_describe(request, ClientData(data.train_x[:0], data.train_y[:0], data.test_x, data.test_y,
+                                                    data.train_source_y[:0], data.test_source_y), ctx(5))
+    assert set(plain) == {MARGINAL} and plain[MARGINAL].shape == (2 * CLASSES,)
+    np.testing.assert_array_equal(alg.client_describe(request, shuffled, ctx(5))[MARGINAL], plain[MARGINAL])
+    labelled = alg.client_describe(request, data, ctx(5))
+    assert labelled[CONDITIONAL].shape == (2 * CLASSES * CLASSES,)
+
+
+# -- configuration and whole runs -----------------------------------------------------------------------
+@pytest.mark.parametrize("field, value", [("warmup_rounds", 0), ("masks", 0), ("mask_prob", 0.0), ("epsilon", -1.0),
+                                          ("tau", 1.5), ("bound_margin", 0.9), ("pca_points", 1)])
+def test_bad_config_values_are_refused(field, value):
+    with pytest.raises(ConfigError, match=f"algorithm.{field}"):
+        FeromaConfig(**{field: value})
+
+
+@pytest.mark.parametrize("variant, preset", [("paper", "feroma/label_skew/medium"),
+                                             ("released", "feroma/conditional_label_skew/low")])  # 20 labels per class
+def test_short_drifting_run_finishes_and_reports_mapping_and_test_time(variant, preset):
+    spec = resolve_run({
+        "task": "t", "dataset": {"name": "synthetic_images", "train_samples": 1500, "test_samples": 300},
+        "model": "lenet5", "algorithm": {"name": "feroma", "warmup_rounds": 1, "variant": variant, "tau": "mean", "epsilon": 10.0},
+        "scenario": {"preset": preset, "num_clients": 4, "drift_every": 1},
+        "rounds": 4, "local_epochs": 1, "batch_size": 32, "optimizer": {"name": "sgd", "lr": 0.05, "momentum": 0.9},
+    })
+    result = run_spec(spec)
+    assert result.status == "FINISHED", result.reason
+    profile_bytes = 4 * dpe.profile_size(10, 10)
+    assert result.history[1][M.COMM_UP_BYTES] == 4 * profile_bytes  # round W+1: profiles only
+    counts = [sum(rec[f"feroma_{k}"] for k in ("clustered", "personalized", "global")) for rec in result.history]
+    assert counts == [4.0] * 4
+    assert 0.0 <= result.final[M.FINAL_PREFIX + M.ACC_TEST_TIME] <= 1.0
+    assert M.FINAL_PREFIX + M.ACC_ASSOCIATION in result.final
+
+
+def test_contract_defaults_run_as_fedavg_during_warmup():
+    result = run_spec(tiny_spec(algorithm="feroma", rounds=2))
+    assert result.status == "FINISHED", result.reason
+    assert all(rec["feroma_global"] == 4.0 for rec in result.history)

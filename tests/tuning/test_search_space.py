@@ -1,0 +1,101 @@
+"""Search spaces: parsing, conditional define-by-run sampling, and bad input found before any trial."""
+
+import optuna
+import pytest
+import yaml
+
+from fedbench.config import load_task
+from fedbench.core.errors import ConfigError
+from fedbench.tuning import load_search_space, make_plan
+from fedbench.tuning.search_space import apply
+from tests.conftest import TINY
+
+SPACE = {
+    "name": "two_algorithms",
+    "space": {
+        "optimizer.lr": {"loguniform": [0.01, 0.1]},
+        "algorithm": {"fedprox": {"mu": {"loguniform": [0.001, 0.1]}},
+                      "fedavg": {"client_fraction": {"uniform": [0.5, 1.0]}}},
+    },
+}
+
+
+def write(tmp_path, name, body):
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(body))
+    return path
+
+
+def task(tmp_path, **changes):
+    body = {**TINY, "name": "search_test", **changes}
+    body.pop("task")
+    return load_task(write(tmp_path, "task.yaml", body))
+
+
+def test_each_sample_carries_only_the_sampled_algorithms_parameters(tmp_path):
+    space = load_search_space(write(tmp_path, "space.yaml", SPACE))
+    study = optuna.create_study(sampler=optuna.samplers.TPESampler(seed=0), direction="maximize")
+    names = set()
+    for _ in range(12):
+        trial = study.ask()
+        space.sample(trial)
+        params = trial.params
+        names.add(params["algorithm.name"])
+        own = {"fedprox": {"algorithm.mu"}, "fedavg": {"algorithm.client_fraction"}}[params["algorithm.name"]]
+        assert set(params) == {"optimizer.lr", "algorithm.name"} | own
+        spec = apply(task(tmp_path).run_dict(), params)  # every sample is a valid RunSpec
+        assert spec.algorithm.name == params["algorithm.name"]
+        study.tell(trial, 0.5)
+    assert names == {"fedprox", "fedavg"}
+
+
+def test_a_sampled_algorithm_replaces_the_base_algorithm_and_its_parameters(tmp_path):
+    base = task(tmp_path, algorithm={"name": "fedavg", "client_fraction": 0.5}).run_dict()
+    spec = apply(base, {"algorithm.name": "fedprox", "algorithm.mu": 0.01})
+    assert spec.algorithm.name == "fedprox" and dict(spec.algorithm.params)["mu"] == 0.01
+    assert dict(spec.algorithm.params)["client_fraction"] == 1.0  # the default, not the base's 0.5
+
+
+@pytest.mark.parametrize("space, field, hint", [
+    ({"optimizer.lr": {"uniform": [0.1, 0.01]}}, "space.optimizer.lr", "low < high"),
+    ({"optimizer.lr": {"loguniform": [0.0, 0.1]}}, "space.optimizer.lr", "low > 0"),
+    ({"optimizer.lr": {"normal": [0.0, 0.1]}}, "space.optimizer.lr", "loguniform"),
+    ({"algorithm": {"fedprox": {"mu": {"int": [1.5, 3]}}}}, "space.algorithm.fedprox.mu", "integer bounds"),
+    ({"optimizer.lrr": {"uniform": [0.01, 0.1]}}, "optimizer.lrr", "fields of optimizer"),
+    ({"algorithm": {"fedprox": {"tau": {"uniform": [0.01, 0.1]}}}}, "algorithm.tau", "parameters of algorithm fedprox"),
+    ({"algorithm": {"fedsgd": {}}}, "algorithm.name", "known algorithms"),
+    ({"algorithm": {"fedavg": {"client_fraction": {"uniform": [0.5, 1.5]}}}}, "algorithm.client_fraction", "(0, 1]"),
+])
+def test_bad_spaces_are_rejected_before_any_trial_naming_the_problem(tmp_path, space, field, hint):
+    with pytest.raises(ConfigError) as info:
+        make_plan(task(tmp_path), load_search_space(write(tmp_path, "bad.yaml", {"space": space})), 4, "acc_local_mean")
+    assert field in str(info.value) and hint in str(info.value)
+
+
+@pytest.mark.parametrize("kwargs, hint", [
+    ({"metric": "accuracy"}, "final/acc_local_mean"),  # a metric no run reports: the known ones are listed
+    ({"metric": None}, "a metric to search on"),
+    ({"metric": "acc_test_time", "scheduler": "asha"}, "reported every round"),
+    ({"metric": "acc_local_mean", "num_samples": 0}, "--num-samples"),
+])
+def test_bad_search_options_are_rejected(tmp_path, kwargs, hint):
+    space = load_search_space(write(tmp_path, "space.yaml", SPACE))
+    options = {"num_samples": 4, **kwargs}
+    with pytest.raises(ConfigError) as info:
+        make_plan(task(tmp_path), space, options["num_samples"], options["metric"], scheduler=options.get("scheduler"))
+    assert hint in str(info.value)
+
+
+def test_a_test_time_metric_needs_test_time_clients(tmp_path):
+    scenario = {**TINY["scenario"], "test_clients": {"mode": "none"}}
+    with pytest.raises(ConfigError, match="no test-time clients"):
+        make_plan(task(tmp_path, scenario=scenario), metric="final/acc_test_time")
+
+
+@pytest.mark.parametrize("space, task_path, metric, algorithms", [
+    ("search_spaces/feroma_tau.yaml", "tasks/feroma_tune.yaml", "final/acc_test_time", {"feroma", "fedavg"}),
+    ("search_spaces/feddrm_lambda.yaml", "tasks/feddrm_tune.yaml", "final/acc_system", {"feddrm", "fedprox_ft"}),
+])
+def test_shipped_spaces_check_out_on_their_tasks(space, task_path, metric, algorithms):
+    plan = make_plan(load_task(task_path), load_search_space(space), 4, metric)  # every field and bound checked
+    assert plan.trials == 4 and {name for name, _ in plan.space.branches} == algorithms
