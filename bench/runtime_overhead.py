@@ -22,7 +22,6 @@ import statistics
 import threading
 import time
 
-import numpy as np
 import psutil
 import torch
 import torch.nn.functional as F

@@ -77,7 +77,7 @@ def _find(root: Path) -> dict[str, list[Path]]:
         everything = sorted(folder.glob("all_data/*.json"))
         if everything:
             return {"all": everything}
-    looked = ", ".join(str(root / layout / f"{{train,test,all_data}}/*.json") for layout in _LAYOUTS)
+    looked = ", ".join(str(root / layout / "{train,test,all_data}/*.json") for layout in _LAYOUTS)
     raise DataMissingError(
         f"femnist: no LEAF JSON files found; looked for {looked}. FEMNIST cannot be downloaded directly: build it "
         "with LEAF (https://github.com/TalwalkarLab/leaf): `cd leaf/data/femnist && ./preprocess.sh -s niid --sf 0.05 "

@@ -90,12 +90,12 @@ def check_tracking_uri(uri: str) -> None:
     """Fail before any trial when the tracking server does not answer (MLflow itself retries for minutes)."""
     if not uri.startswith(("http://", "https://")):
         return
-    import requests
+    import urllib.request
 
     try:
-        requests.get(uri.rstrip("/") + "/health", timeout=5).raise_for_status()
-    except requests.RequestException as exc:
-        raise ConfigError("MLFLOW_TRACKING_URI", uri, f"a reachable MLflow tracking server ({type(exc).__name__})") from exc
+        urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=5).close()
+    except OSError as exc:  # URLError, HTTPError and timeouts are all OSErrors
+        raise ConfigError("MLFLOW_TRACKING_URI", uri, f"a reachable MLflow tracking server ({exc})") from exc
 
 
 def _parent_run(client, experiment: str, plan: SweepPlan, resume: bool):

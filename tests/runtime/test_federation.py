@@ -1,5 +1,3 @@
-import numpy as np
-
 from fedbench.core import metrics as M
 from fedbench.runtime import run_spec
 from fedbench.algorithms import make_algorithm

@@ -1,0 +1,27 @@
+"""A sweep's plan and its surroundings are checked before any trial starts."""
+
+import pytest
+
+from fedbench.cli import main
+from fedbench.core.errors import ConfigError
+from fedbench.tuning.sweep import check_tracking_uri
+from tests.conftest import free_port
+
+
+def test_an_unreachable_tracking_server_is_refused_at_once():
+    uri = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    with pytest.raises(ConfigError) as info:
+        check_tracking_uri(uri)
+    assert "MLFLOW_TRACKING_URI" in str(info.value) and uri in str(info.value)
+    check_tracking_uri("sqlite:////tmp/anything.db")  # a local store needs no server
+
+
+def test_a_search_dry_run_checks_the_space_and_runs_nothing(capsys):
+    code = main(["sweep", "tasks/feddrm_tune.yaml", "--search", "search_spaces/feddrm_lambda.yaml", "--num-samples", "8",
+                 "--metric", "final/acc_system", "--dry-run"])
+    assert code == 0 and "8 Optuna samples of feddrm_lambda" in capsys.readouterr().out
+
+
+def test_a_search_without_a_metric_exits_with_the_reason(capsys):
+    code = main(["sweep", "tasks/feddrm_tune.yaml", "--search", "search_spaces/feddrm_lambda.yaml", "--num-samples", "8"])
+    assert code == 2 and "--metric: got None" in capsys.readouterr().out
