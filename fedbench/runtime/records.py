@@ -14,7 +14,7 @@ from fedbench.scenarios import Scenario
 
 def training_metrics(results: Sequence[ClientResult]) -> RoundRecord:
     return {
-        M.TRAIN_LOSS_MEAN: float(np.mean([r.metrics["train_loss"] for r in results])) if results else float("nan"),
+        M.TRAIN_LOSS_MEAN: mean_of_finite([r.metrics["train_loss"] for r in results]),
         M.TIME_CLIENT_COMPUTE_S: float(sum(r.compute_s for r in results)),
         M.CLIENTS_SAMPLED: float(len(results)),
     }
@@ -48,6 +48,13 @@ def test_time_metrics(results: Sequence[ClientResult], matched: Mapping[int, int
         if known:
             record[M.ACC_ASSOCIATION_KNOWN] = float(np.mean(known))
     return record
+
+
+def mean_of_finite(values: Sequence[float]) -> float:
+    """Mean over clients that trained: a job that only profiles its data (FEROMA's first mapping round)
+    reports a NaN loss and is left out; NaN when no client trained."""
+    finite = [v for v in values if np.isfinite(v)]
+    return float(np.mean(finite)) if finite else float("nan")
 
 
 def weighted_mean(values: np.ndarray, weights: Sequence[float]) -> float:
