@@ -126,7 +126,7 @@ def test_unknown_model_name_lists_known_ones():
 @pytest.mark.parametrize(
     "name, options, field, allowed",
     [
-        ("mlp", {"hiddn": [8]}, "model.hiddn", "hidden"),
+        ("mlp", {"hiddn": [8]}, "model.hiddn", "cond_dim, hidden"),
         ("resnet18", {"nrom": "group"}, "model.nrom", "cifar_stem, norm"),
         ("lenet5", {"cond_dim": 32}, "model.cond_dim", "none"),
     ],
