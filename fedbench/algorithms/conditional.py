@@ -182,7 +182,8 @@ class Conditional(Algorithm):
         if state.get("stats_key") != key:
             state = {**state, "stats": self.statistics(data, ctx).numpy(), "stats_key": key}
         model = self.model_with(payload)
-        hooks = TrainHooks(forward=with_cond(torch.from_numpy(state["stats"])))
+        # torch.tensor copies: on Ray the state arrives as read-only object-store memory
+        hooks = TrainHooks(forward=with_cond(torch.tensor(state["stats"])))
         if self.config.centralized_pool:
             metrics = train_local(model, self._pool_batch(data, ctx), replace(ctx, local_epochs=1), hooks)
         else:
@@ -212,7 +213,7 @@ class Conditional(Algorithm):
     def _evaluation_stats(self, model: nn.Module, state: ClientState, data: ClientData, ctx: RoundContext) -> torch.Tensor:
         """The client's own s_i when its state holds one for these data; else see the module docstring."""
         if "stats" in state and state.get("stats_key") == data_key(data):
-            return torch.from_numpy(state["stats"])
+            return torch.tensor(state["stats"])
         if data.num_train > self.config.num_eigenvalues:
             return self.statistics(data, ctx)
         if data.num_test == 0:
