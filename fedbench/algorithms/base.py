@@ -19,7 +19,7 @@ from torch import nn
 from fedbench.core.errors import ConfigError
 from fedbench.core.registry import ALGORITHMS
 from fedbench.core.runspec import RunSpec
-from fedbench.core.types import ClientResult, ClientState, Metrics, Payload, RoundContext, derive_seed
+from fedbench.core.types import ClientResult, ClientState, LocalTraining, Metrics, Payload, RoundContext, derive_seed
 from fedbench.models import build_model
 from fedbench.training import ClientData, evaluate, get_weights, set_weights
 
@@ -78,16 +78,27 @@ class Algorithm:
 
     Config: ClassVar[type[AlgorithmConfig]] = AlgorithmConfig
 
-    def __init__(self, config: AlgorithmConfig, builder: ModelBuilder, num_clients: int, seed: int, rounds: int | None = None):
+    def __init__(
+        self,
+        config: AlgorithmConfig,
+        builder: ModelBuilder,
+        num_clients: int,
+        seed: int,
+        rounds: int | None = None,
+        training: LocalTraining | None = None,
+    ):
         """Args:
             rounds: the run's number of rounds, for methods whose schedule counts back from the end
                 (FedAvgFT's last `ft_rounds`); None where unknown (unit tests of a single round).
+            training: the run's epochs, batch size and optimizer, for methods whose server trains
+                (Conditional's pooled protocol); None where unknown.
         """
         self.config = config
         self.builder = builder
         self.num_clients = num_clients
         self.seed = seed
         self.rounds = rounds
+        self.training = training
         self._model: nn.Module | None = None
 
     # -- server half ---------------------------------------------------------------------------------
@@ -169,7 +180,8 @@ def make_algorithm(spec: RunSpec, input_shape: tuple[int, ...], num_classes: int
     """The RunSpec's algorithm, configured, with a builder for the RunSpec's model."""
     cls = ALGORITHMS.get(spec.algorithm.name, field="algorithm.name")
     builder = ModelBuilder(spec.model.name, tuple(input_shape), num_classes, spec.model.params)
-    return cls(cls.Config(**spec.algorithm.kwargs), builder, spec.scenario.num_clients, spec.seed, spec.rounds)
+    training = LocalTraining(spec.local_epochs, spec.batch_size, spec.optimizer)
+    return cls(cls.Config(**spec.algorithm.kwargs), builder, spec.scenario.num_clients, spec.seed, spec.rounds, training)
 
 
 def sample_count(n: int) -> np.ndarray:

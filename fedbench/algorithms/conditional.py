@@ -9,23 +9,20 @@ concatenates s_i to the flattened conv features before the first FC layer (001 e
 Training protocols:
 - federated (default, 001 Sec. III-C "in deployment"): FedAvg, each client training from the global model
   with its own fixed s_i.
-- `centralized_pool` (001 Sec. III-C, the protocol of the paper's tables): SGD on the pooled data. Data
-  never leaves a client in fedbench, so the pool is trained the way data-parallel SGD trains a sharded
-  data set: every round is ONE SGD step. Each client takes the next batch_size rows of its own shuffled
-  data (a fresh seeded order per pass) and makes one plain SGD step from the global model, which moves it
-  by -lr times its batch gradient; the server averages the results weighted by client data size, which
-  moves the model by -lr times an unbiased estimate of the pooled loss's gradient (batch_size rows from
-  every client), and applies momentum to that step as torch's SGD would (heavy ball, `pool_momentum`).
-  This is pooled mini-batch SGD except that each batch is stratified over clients and batch_size x
-  clients rows large (001 uses 64 in all: set batch_size to 64 / clients); one pass over the pool takes
-  ceil(n_i / batch_size) rounds, so 001's 20 epochs need 20 times that many rounds. `local_epochs` is unused.
+- `centralized_pool` (001 Sec. III-C, the protocol of the paper's tables): "all clients' augmented data are
+  concatenated and the model is trained on the pooled set". Each client uploads its training rows (as the
+  model sees them), labels and s_i once (again only when its data change: the server sends back the
+  digest of what it holds); the server trains the model on the pool for `local_epochs` epochs per round
+  with the run's batch size and optimizer (001 Sec. IV-D: SGD lr 0.01, momentum 0.9, batch 64, 20 epochs
+  in all), each row conditioned on its client's s_i; clients then evaluate it with their own s_i. The
+  uplink meters the data set, as pooling costs. The optimizer's momentum restarts each round, as a
+  client's does.
 
 The protocol matters (bench/conditional_e1.py, Fashion-MNIST E1 with K = 5, 25 clients, cnn_mnist): after
-3 federated rounds of 1 local epoch Conditional is at 20% local accuracy (FedAvg 33%, Oracle 98.5%), after
-300 pooled steps of 8 rows per client (a third of that compute) at 83%. Within a client s_i is a constant
-input, so local SGD moves the weights on s only along s_i, and what tells clients apart is learnt only
-through averaging; pooled batches contrast clients in every step. (A centralised check, one epoch of
-batch 64: 92.9% with s_i, 84.5% without, 61.9% with another cluster's s_i.)
+3 federated rounds of 1 local epoch Conditional is at 20% local accuracy (FedAvg 33%, Oracle 98.5%),
+after five pooled epochs at 99.2%. Within a client s_i is a constant input, so local SGD moves the weights
+on s only along s_i, and what tells clients apart is learnt only through averaging; pooled batches
+contrast clients in every step.
 
 Stages: s_i is recomputed whenever the client's training data differ from those it was computed on
 (drift stages; the state keeps a digest of the raw rows, labels and transform), and reused otherwise.
@@ -60,9 +57,10 @@ from fedbench.algorithms.conditional_stats import (
     encode_all,
     random_conv_encoder,
 )
+from fedbench.core import metrics as M
 from fedbench.core.errors import ConfigError
 from fedbench.core.registry import MODELS, register_algorithm
-from fedbench.core.types import ClientResult, ClientState, Metrics, Payload, RoundContext, derive_seed
+from fedbench.core.types import ClientResult, ClientState, LocalTraining, Metrics, Payload, RoundContext, derive_seed
 from fedbench.training import ClientData, TrainHooks, average_weights, evaluate, get_weights, train_local
 
 Forward = Callable[[nn.Module, torch.Tensor], torch.Tensor]
@@ -80,9 +78,7 @@ class ConditionalConfig(AlgorithmConfig):
     """phi: identity on flattened inputs (001 Sec. III-A, 28x28) or a fixed random conv encoder to 128-d (001
     uses a cross-trained one for 32x32); auto: the encoder for images of more than 1024 values, else identity."""
     centralized_pool: bool = False
-    """Train on the pooled data as 001 Sec. III-C does (one data-parallel SGD step per round) instead of FedAvg."""
-    pool_momentum: float = 0.9
-    """Momentum of the pooled SGD, applied by the server (001 Sec. IV-D: SGD momentum 0.9); centralized_pool only."""
+    """Train on the pooled data on the server, as 001 Sec. III-C does, instead of FedAvg (see the module docstring)."""
     pseudo_label_iterations: int = 2
     """Self-labelling passes for clients with no statistics and at most l labels (test-time clients; not in 001)."""
 
@@ -90,8 +86,6 @@ class ConditionalConfig(AlgorithmConfig):
         super().__post_init__()
         if self.num_eigenvalues < 1:
             raise ConfigError("algorithm.num_eigenvalues", self.num_eigenvalues, "an integer >= 1")
-        if not 0.0 <= self.pool_momentum < 1.0:
-            raise ConfigError("algorithm.pool_momentum", self.pool_momentum, "a number in [0, 1)")
         if self.pseudo_label_iterations < 0:
             raise ConfigError("algorithm.pseudo_label_iterations", self.pseudo_label_iterations, "an integer >= 0")
 
@@ -112,6 +106,19 @@ def data_key(data: ClientData) -> str:
     return digest.hexdigest()
 
 
+def as_is(x: torch.Tensor, source_y: torch.Tensor) -> torch.Tensor:
+    """The prepare step of pooled rows: already floats as the model sees them."""
+    return x
+
+
+def pooled_data(pool: dict[int, dict[str, np.ndarray]]) -> ClientData:
+    """The server's pool as one training set of rows [flattened x || s_i], in client-id order."""
+    rows = torch.from_numpy(np.concatenate([pool[c]["rows"] for c in sorted(pool)]))
+    labels = torch.from_numpy(np.concatenate([pool[c]["y"] for c in sorted(pool)]))
+    empty = torch.zeros(0, dtype=torch.int64)
+    return ClientData(rows, labels, rows[:0], empty, labels, empty, as_is)
+
+
 def with_cond(stats: torch.Tensor) -> Forward:
     """The forward hook f(x; theta, s): s [l] repeated for every row of the batch."""
 
@@ -123,12 +130,13 @@ def with_cond(stats: torch.Tensor) -> Forward:
 
 @register_algorithm("conditional")
 class Conditional(Algorithm):
-    """FedAvg (or pooled SGD) of one model f(x; theta, s_i); s_i is computed and kept on client i."""
+    """FedAvg (or pooled training) of one model f(x; theta, s_i); s_i is computed and kept on client i."""
 
     Config = ConditionalConfig
 
     def __init__(
-        self, config: ConditionalConfig, builder: ModelBuilder, num_clients: int, seed: int, rounds: int | None = None
+        self, config: ConditionalConfig, builder: ModelBuilder, num_clients: int, seed: int,
+        rounds: int | None = None, training: LocalTraining | None = None,
     ):
         l = config.num_eigenvalues
         if builder.name not in conditioned_models():
@@ -138,10 +146,9 @@ class Conditional(Algorithm):
         if options.get("cond_dim", 0) not in (0, l):  # 0 is the factory's default: the algorithm sets it
             raise ConfigError("model.cond_dim", options["cond_dim"], f"unset, 0 or {l} (= algorithm.num_eigenvalues)")
         options["cond_dim"] = l
-        super().__init__(config, replace(builder, options=tuple(options.items())), num_clients, seed, rounds)
+        super().__init__(config, replace(builder, options=tuple(options.items())), num_clients, seed, rounds, training)
         self.feature_map = self._resolve_feature_map(tuple(builder.input_shape))
         self._phi: nn.Module | None = None
-        self._parameter_names: list[str] | None = None
 
     def _resolve_feature_map(self, shape: tuple[int, ...]) -> str:
         is_image = len(shape) == 3 and min(shape[1:]) >= 4
@@ -153,26 +160,39 @@ class Conditional(Algorithm):
         return "random_conv" if is_image and math.prod(shape) > IDENTITY_MAX_DIM else "identity"
 
     # -- server half ---------------------------------------------------------------------------------
-    def aggregate(self, round: int, state: ServerState, results: Sequence[ClientResult]) -> ServerState:
-        weights = [{k: v for k, v in r.uplink.items() if k != "num_samples"} for r in results]
-        counts = [int(r.uplink["num_samples"][0]) for r in results]
-        averaged = average_weights(weights, counts)
+    def configure(self, round: int, state: ServerState, sampled: Sequence[int]) -> dict[int, Payload]:
+        """Federated: the global model. Pooled: to each client, the digest of its rows the server holds."""
         if not self.config.centralized_pool:
-            return {**state, "global": averaged}
-        # Heavy-ball momentum on the pooled step (torch SGD: buf = mu * buf + g; w -= lr * buf), kept in
-        # units of lr * g: the averaged client step is w - lr * g. Buffers (BatchNorm statistics) are averaged.
-        current, velocity = state["global"], state.get("velocity", {})
-        new_global, new_velocity = dict(averaged), {}
-        for name in self._parameters(current):
-            step = current[name] - averaged[name]
-            new_velocity[name] = (self.config.pool_momentum * velocity[name] + step) if name in velocity else step
-            new_global[name] = (current[name] - new_velocity[name]).astype(current[name].dtype)
-        return {**state, "global": new_global, "velocity": new_velocity}
+            return super().configure(round, state, sampled)
+        held = state.get("pool", {})
+        return {cid: {"pool_key": held[cid]["key"] if cid in held else np.zeros(0, np.uint8)} for cid in sampled}
 
-    def _parameters(self, weights: Payload) -> list[str]:
-        if self._parameter_names is None:
-            self._parameter_names = [name for name, _ in self.model_with(weights).named_parameters()]
-        return self._parameter_names
+    def aggregate(self, round: int, state: ServerState, results: Sequence[ClientResult]) -> ServerState:
+        if not self.config.centralized_pool:
+            weights = [{k: v for k, v in r.uplink.items() if k != "num_samples"} for r in results]
+            counts = [int(r.uplink["num_samples"][0]) for r in results]
+            return {**state, "global": average_weights(weights, counts)}
+        pool = dict(state.get("pool", {}))
+        for r in results:
+            if "pool_x" in r.uplink:
+                rows = np.concatenate([r.uplink["pool_x"].reshape(len(r.uplink["pool_y"]), -1),
+                                       np.broadcast_to(r.uplink["stats"], (len(r.uplink["pool_y"]), len(r.uplink["stats"])))], axis=1)
+                pool[r.client_id] = {"rows": rows, "y": r.uplink["pool_y"], "key": r.uplink["pool_key"]}
+        model = self.model_with(state["global"])
+        metrics = train_local(model, pooled_data(pool), self._server_context(round), TrainHooks(forward=self._split_forward))
+        return {**state, "global": get_weights(model), "pool": pool, "round_metrics": {M.TRAIN_LOSS_MEAN: metrics["train_loss"]}}
+
+    def _server_context(self, round: int) -> RoundContext:
+        if self.training is None:
+            raise ConfigError("algorithm.centralized_pool", True, "a run with known training settings (built by make_algorithm)")
+        t = self.training
+        return RoundContext(round=round, client_id=-1, seed=self.seed, local_epochs=t.local_epochs, batch_size=t.batch_size,
+                            optimizer=t.optimizer, num_classes=self.builder.num_classes, num_threads=torch.get_num_threads())
+
+    def _split_forward(self, model: nn.Module, rows: torch.Tensor) -> torch.Tensor:
+        """f(x; theta, s) on pooled rows [flattened x || s]."""
+        l = self.config.num_eigenvalues
+        return model(rows[:, :-l].reshape(len(rows), *self.builder.input_shape), rows[:, -l:])
 
     # -- client half ---------------------------------------------------------------------------------
     def client_update(
@@ -181,14 +201,21 @@ class Conditional(Algorithm):
         key = data_key(data)
         if state.get("stats_key") != key:
             state = {**state, "stats": self.statistics(data, ctx).numpy(), "stats_key": key}
+        if self.config.centralized_pool:
+            return self._pool_upload(payload, state, data, ctx), state, {"train_loss": float("nan")}
         model = self.model_with(payload)
         # torch.tensor copies: on Ray the state arrives as read-only object-store memory
-        hooks = TrainHooks(forward=with_cond(torch.tensor(state["stats"])))
-        if self.config.centralized_pool:
-            metrics = train_local(model, self._pool_batch(data, ctx), replace(ctx, local_epochs=1), hooks)
-        else:
-            metrics = train_local(model, data, ctx, hooks)
+        metrics = train_local(model, data, ctx, TrainHooks(forward=with_cond(torch.tensor(state["stats"]))))
         return {**get_weights(model), "num_samples": sample_count(data.num_train)}, state, metrics
+
+    def _pool_upload(self, payload: Payload, state: ClientState, data: ClientData, ctx: RoundContext) -> Payload:
+        """Pooled protocol: the client's rows as the model sees them, labels and s_i, unless the server holds them."""
+        key = np.frombuffer(bytes.fromhex(state["stats_key"]), dtype=np.uint8)
+        if np.array_equal(payload["pool_key"], key):
+            return {"num_samples": sample_count(data.num_train)}
+        rows = [data.train_batch(idx)[0].numpy() for idx in torch.arange(data.num_train).split(CHUNK)]
+        return {"pool_x": np.concatenate(rows).astype(np.float32), "pool_y": data.train_y.numpy(), "stats": np.array(state["stats"]),
+                "pool_key": key, "num_samples": sample_count(data.num_train)}
 
     def client_evaluate(self, payload: Payload, state: ClientState, data: ClientData, ctx: RoundContext) -> Metrics:
         model = self.model_with(payload)
@@ -238,12 +265,3 @@ class Conditional(Algorithm):
         if self._phi is None:
             self._phi = random_conv_encoder(self.builder.input_shape[0], derive_seed(self.seed, "conditional/encoder"))
         return self._phi.to(device)
-
-    def _pool_batch(self, data: ClientData, ctx: RoundContext) -> ClientData:
-        """This round's mini-batch of the pooled SGD: the next batch_size rows of the client's current pass over
-        its data, in an order drawn per pass (so a pass sees every row once)."""
-        steps_per_pass = max(1, math.ceil(data.num_train / ctx.batch_size))
-        epoch, step = divmod(ctx.round - 1, steps_per_pass)
-        generator = torch.Generator().manual_seed(derive_seed(self.seed, ctx.client_id, epoch, "conditional/pool") % (2**63))
-        rows = torch.randperm(data.num_train, generator=generator)[step * ctx.batch_size : (step + 1) * ctx.batch_size]
-        return replace(data, train_x=data.train_x[rows], train_y=data.train_y[rows], train_source_y=data.train_source_y[rows])

@@ -183,8 +183,8 @@ class Feroma(Algorithm):
     Config = FeromaConfig
     config: FeromaConfig
 
-    def __init__(self, config, builder, num_clients, seed, rounds=None):
-        super().__init__(config, builder, num_clients, seed, rounds)
+    def __init__(self, config, builder, num_clients, seed, rounds=None, training=None):
+        super().__init__(config, builder, num_clients, seed, rounds, training)
         self.size_weighting = config.size_weighting if config.size_weighting is not None else config.variant == "released"
         self._projections: dict[tuple, dpe.Projection] = {}
 

@@ -64,7 +64,7 @@ from torch import nn
 from fedbench.algorithms.base import Algorithm, AlgorithmConfig, ModelBuilder, ServerState, sample_count
 from fedbench.core.errors import ConfigError
 from fedbench.core.registry import register_algorithm
-from fedbench.core.types import ClientResult, ClientState, Metrics, Payload, RoundContext, derive_seed
+from fedbench.core.types import ClientResult, ClientState, LocalTraining, Metrics, Payload, RoundContext, derive_seed
 from fedbench.data.base import cache_dir
 from fedbench.models.made import MADE
 from fedbench.training import ClientData, TrainHooks, average_weights, get_weights, set_weights, train_local
@@ -334,8 +334,16 @@ class MADEReweighting(Algorithm):
                 raise ConfigError("algorithm.classifier_hidden", self.classifier_hidden,
                                   "an integer >= 0 (0: logistic regression)")
 
-    def __init__(self, config: Config, builder: ModelBuilder, num_clients: int, seed: int, rounds: int | None = None):
-        super().__init__(config, builder, num_clients, seed, rounds)
+    def __init__(
+        self,
+        config: Config,
+        builder: ModelBuilder,
+        num_clients: int,
+        seed: int,
+        rounds: int | None = None,
+        training: LocalTraining | None = None,
+    ):
+        super().__init__(config, builder, num_clients, seed, rounds, training)
         masks = derive_seed(seed, "made-masks") % (2**31)  # shared by every party, so MADEs can be averaged
         self.made_builder = ModelBuilder("made", builder.input_shape, builder.num_classes,
                                          (("hidden", config.made_hidden), ("seed", masks)))

@@ -43,6 +43,16 @@ class OptimizerSpec:
 
 
 @dataclass(frozen=True)
+class LocalTraining:
+    """The run's training settings (from the RunSpec), for a server half that trains a model itself
+    (001's pooled protocol); clients get the same settings in their RoundContext."""
+
+    local_epochs: int
+    batch_size: int
+    optimizer: OptimizerSpec
+
+
+@dataclass(frozen=True)
 class RoundContext:
     """Everything a client half needs to know about the job it is running, besides payload, state and data."""
 

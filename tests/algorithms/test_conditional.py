@@ -31,11 +31,11 @@ from fedbench.config.task import resolve_run
 from fedbench.core import metrics as M
 from fedbench.core.errors import ConfigError
 from fedbench.core.registry import MODELS
-from fedbench.core.types import ClientResult, OptimizerSpec, RoundContext
+from fedbench.core.types import ClientResult, LocalTraining, OptimizerSpec, RoundContext
 from fedbench.models.base import FedModel
 from fedbench.runtime import run_spec
 from fedbench.data import load_dataset
-from fedbench.scenarios import ClientView
+from fedbench.scenarios import ClientView, build_scenario
 from fedbench.training import ClientData, evaluate, get_weights, materialize
 from tests.scenarios.helpers import make
 
@@ -71,8 +71,9 @@ def first_rows(client: ClientData, n: int) -> ClientData:
     return replace(client, train_x=client.train_x[:n], train_y=client.train_y[:n], train_source_y=client.train_source_y[:n])
 
 
-def conditional(model: str = "cnn_mnist", shape=(1, 28, 28), num_clients: int = 2, **config) -> Conditional:
-    return Conditional(ConditionalConfig(**config), ModelBuilder(model, shape, 10), num_clients, seed=0)
+def conditional(model: str = "cnn_mnist", shape=(1, 28, 28), num_clients: int = 2, training: LocalTraining | None = None,
+                **config) -> Conditional:
+    return Conditional(ConditionalConfig(**config), ModelBuilder(model, shape, 10), num_clients, seed=0, training=training)
 
 
 # -- statistics --------------------------------------------------------------------------------------------
@@ -233,8 +234,8 @@ def test_the_model_uses_the_statistics_where_the_same_image_has_different_labels
     same data but no label (empty state and train split) rebuilds s from its inputs and pseudo-labels and
     scores like the training client."""
     clients = conflicting_clients()
-    alg = conditional("cond_mlp", (1, 28, 28), centralized_pool=True)
-    state, client_states = train(alg, clients, rounds=60, epochs=1)
+    alg = conditional("cond_mlp", (1, 28, 28), centralized_pool=True, training=LocalTraining(1, 32, OptimizerSpec(lr=0.05, momentum=0.9)))
+    state, client_states = train(alg, clients, rounds=10, epochs=1)
     model = alg.model_with(state["global"])
     stats = [torch.from_numpy(s["stats"]) for s in client_states]
     assert (stats[0] - stats[1]).norm() > 1.0
@@ -253,50 +254,61 @@ def test_the_model_uses_the_statistics_where_the_same_image_has_different_labels
 
 # -- pooled training ---------------------------------------------------------------------------------------
 
-def test_a_pooled_round_is_one_momentum_sgd_step_on_the_union_of_the_clients_batches():
+def pooled_round(alg: Conditional, state: dict, clients: list[ClientData], client_states: list[dict], r: int) -> tuple[dict, list[dict]]:
+    payloads = alg.configure(r, state, list(range(len(clients))))
+    uplinks = [alg.client_update(payloads[cid], client_states[cid], c, ctx_for(cid, r))[0] for cid, c in enumerate(clients)]
+    return alg.aggregate(r, state, [ClientResult(cid, up, {}) for cid, up in enumerate(uplinks)]), uplinks
+
+
+def test_pooled_protocol_uploads_each_clients_rows_once_and_steps_on_their_union():
+    """001's pooled protocol: with one batch holding the whole pool, a round is one SGD step on the mean loss
+    over every client's rows, each conditioned on its own client's s_i; data travel only in round 1."""
     clients, _ = clients_of({"preset": "conditional/E1", "clusters": 2}, SYNTHETIC_28)
-    batch = 16
-    small = [first_rows(c, batch) for c in clients[:2]]
-    alg = conditional(centralized_pool=True, pool_momentum=0.9)
+    small = [first_rows(c, 12) for c in clients[:2]]
     lr = 0.05
-    state = alg.init_state()
+    alg = Conditional(ConditionalConfig(centralized_pool=True), ModelBuilder("cnn_mnist", (1, 28, 28), 10), 2, seed=0,
+                      training=LocalTraining(local_epochs=1, batch_size=24, optimizer=OptimizerSpec(lr=lr, momentum=0.9)))
     stats = [alg.statistics(c, ctx_for(i)) for i, c in enumerate(small)]
 
-    def pooled_gradient(weights):
+    def one_step(weights):
         model = alg.builder()
         model.load_state_dict({k: torch.from_numpy(v.copy()) for k, v in weights.items()})
-        loss = sum(F.cross_entropy(model(c.train_batch(torch.arange(batch))[0], s.expand(batch, -1)), c.train_y, reduction="sum")
-                   for c, s in zip(small, stats)) / (2 * batch)
+        loss = sum(F.cross_entropy(model(c.train_batch(torch.arange(12))[0], s.expand(12, -1)), c.train_y, reduction="sum")
+                   for c, s in zip(small, stats)) / 24
         loss.backward()
-        return {name: p.grad.numpy().copy() for name, p in model.named_parameters()}
+        return {name: weights[name] - lr * p.grad.numpy() for name, p in model.named_parameters()}
 
-    expected, velocity = dict(state["global"]), {}
-    client_states = [{}, {}]
+    state, client_states = alg.init_state(), [{}, {}]
     for r in (1, 2):
-        grad = pooled_gradient(expected)
-        velocity = {k: 0.9 * velocity[k] + g if k in velocity else g for k, g in grad.items()}
-        expected = {k: expected[k] - lr * velocity[k] for k in grad}
-        payloads = alg.configure(r, state, [0, 1])
-        results = []
-        for cid, client in enumerate(small):
-            ctx = ctx_for(cid, r, epochs=5, batch=batch, lr=lr)  # local_epochs is unused: one step per round
-            up, client_states[cid], _ = alg.client_update(payloads[cid], client_states[cid], client, ctx)
-            results.append(ClientResult(cid, up, {}))
-        state = alg.aggregate(r, state, results)
+        expected = one_step(state["global"])
+        state, uplinks = pooled_round(alg, state, small, client_states, r)
         for name in expected:
             assert np.allclose(state["global"][name], expected[name], atol=1e-6), (r, name)
+        if r == 1:
+            assert [up["pool_x"].shape for up in uplinks] == [(12, 1, 28, 28)] * 2
+            assert all(np.array_equal(up["stats"], s.numpy()) for up, s in zip(uplinks, stats))
+        else:  # the server holds both clients' current rows: only the sample counts travel
+            assert [sorted(up) for up in uplinks] == [["num_samples"]] * 2
+        assert math.isfinite(state["round_metrics"][M.TRAIN_LOSS_MEAN])
 
 
-def test_pooled_batches_walk_through_each_clients_data_once_per_pass():
+def test_a_client_whose_data_changed_uploads_again_and_replaces_its_rows():
     clients, _ = clients_of({"preset": "conditional/E1", "clusters": 2}, SYNTHETIC_28)
-    client = replace(clients[0], train_y=torch.arange(clients[0].num_train))  # labels = row ids, to trace rows
-    alg = conditional(centralized_pool=True)
-    steps = math.ceil(client.num_train / 32)
-    seen = [alg._pool_batch(client, ctx_for(0, round=r)).train_y for r in range(1, steps + 1)]
-    assert all(len(b) <= 32 for b in seen)
-    assert torch.equal(torch.sort(torch.cat(seen)).values, torch.arange(client.num_train))
-    next_pass = alg._pool_batch(client, ctx_for(0, round=steps + 1)).train_y
-    assert not torch.equal(next_pass, seen[0])
+    alg = Conditional(ConditionalConfig(centralized_pool=True), ModelBuilder("cnn_mnist", (1, 28, 28), 10), 2, seed=0,
+                      training=LocalTraining(1, 64, OptimizerSpec(lr=0.01)))
+    state, client_states = alg.init_state(), [{}, {}]
+    state, _ = pooled_round(alg, state, [first_rows(c, 10) for c in clients[:2]], client_states, 1)
+    drifted = [first_rows(clients[0], 10), first_rows(clients[1], 20)]  # client 1's next stage holds 20 rows
+    state, uplinks = pooled_round(alg, state, drifted, client_states, 2)
+    assert "pool_x" not in uplinks[0] and uplinks[1]["pool_x"].shape[0] == 20
+    assert [len(state["pool"][c]["y"]) for c in (0, 1)] == [10, 20]
+
+
+def test_the_pooled_protocol_needs_the_runs_training_settings():
+    clients, _ = clients_of({"preset": "conditional/E1", "clusters": 2}, SYNTHETIC_28)
+    alg = conditional(centralized_pool=True)  # built without `training`, as no run builds it
+    with pytest.raises(ConfigError, match="centralized_pool"):
+        pooled_round(alg, alg.init_state(), [first_rows(clients[0], 10)], [{}], 1)
 
 
 # -- whole runs --------------------------------------------------------------------------------------------
@@ -325,4 +337,8 @@ def test_whole_pooled_run_finishes(registered_cond_mlp):
         "optimizer": {"name": "sgd", "lr": 0.05, "momentum": 0.9},
     }))
     assert result.status == "FINISHED", result.reason
-    assert len(result.history) == 3
+    assert len(result.history) == 3 and result.final[M.FINAL_PREFIX + M.ACC_LOCAL_MEAN] > 0.5
+    scenario = build_scenario(load_dataset("digits"), result.spec.scenario, result.spec.seed, 3)
+    data_bytes = 4 * 64 * sum(len(v.train) for v in scenario.stages[0])  # every 8x8 float32 row, once
+    uplinks = [record[M.COMM_UP_BYTES] for record in result.history]
+    assert uplinks[0] > data_bytes and uplinks[1] == uplinks[2] < 1000, uplinks
