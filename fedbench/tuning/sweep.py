@@ -55,6 +55,7 @@ def run_sweep(
 
     uri = tracking_uri()
     check_tracking_uri(uri)
+    check_ray_address(address)
     started_here = not ray.is_initialized()
     try:
         ensure_ray(address)
@@ -96,6 +97,22 @@ def check_tracking_uri(uri: str) -> None:
         urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=5).close()
     except OSError as exc:  # URLError, HTTPError and timeouts are all OSErrors
         raise ConfigError("MLFLOW_TRACKING_URI", uri, f"a reachable MLflow tracking server ({exc})") from exc
+
+
+def check_ray_address(address: str | None) -> None:
+    """Fail before any trial when a HOST:PORT Ray address does not accept connections (`ray.init` waits for
+    minutes on one). None, `auto` and `local` are left to Ray, which answers at once."""
+    if address in (None, "auto", "local"):
+        return
+    import socket
+
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        raise ConfigError("--address", address, "auto, local or HOST:PORT (e.g. 10.0.0.5:6379)")
+    try:
+        socket.create_connection((host, int(port)), timeout=5).close()
+    except OSError as exc:
+        raise ConfigError("--address", address, f"a reachable Ray cluster (auto or HOST:PORT): {exc}") from exc
 
 
 def _parent_run(client, experiment: str, plan: SweepPlan, resume: bool):

@@ -21,10 +21,11 @@ class TuneReporter(Callback):
     """Every round's record to `tune.report` (so ASHA can stop poor trials), then the run's outcome.
 
     Args:
-        tags: strings about where the trial ran (placement groups, node), sent with the final report.
+        tags: strings about where the trial ran (placement groups, node), sent with the final report; asked
+            for only then, so the trial does not wait for its client workers to start before it builds its run.
     """
 
-    def __init__(self, tags: dict[str, str]):
+    def __init__(self, tags: Callable[[], dict[str, str]]):
         self.tags = tags
 
     def on_round_end(self, spec: RunSpec, record: RoundRecord) -> None:
@@ -32,7 +33,7 @@ class TuneReporter(Callback):
 
     def on_run_end(self, result: RunResult) -> None:
         last = result.history[-1] if result.history else {}
-        tune.report({**last, **result.final, **self.tags, EVENT: "end", "status": result.status, "reason": result.reason,
+        tune.report({**last, **result.final, **self.tags(), EVENT: "end", "status": result.status, "reason": result.reason,
                      "traceback": result.traceback})
 
 
@@ -63,11 +64,18 @@ def run_trial(config: dict[str, Any], spec_of: Callable[[dict[str, Any]], RunSpe
 
     spec = spec_of(config)
     pool = worker_pool(spec)
-    tags = {
-        "trial.node": ray.get_runtime_context().get_node_id(),
-        "trial.placement_group": str(ray.get_runtime_context().get_placement_group_id()),
-        "trial.worker_placement_groups": ",".join(map(str, pool.placement_groups())),
-    }
+
+    def tags() -> dict[str, str]:
+        try:
+            workers = ",".join(map(str, pool.placement_groups()))
+        except ray.exceptions.RayError as exc:  # the run failed because a worker died: still report the run
+            workers = f"unknown ({type(exc).__name__})"
+        return {
+            "trial.node": ray.get_runtime_context().get_node_id(),
+            "trial.placement_group": str(ray.get_runtime_context().get_placement_group_id()),
+            "trial.worker_placement_groups": workers,
+        }
+
     result = Federation(spec, callbacks=[TuneReporter(tags)], pool=pool).run()
     if result.status == "FAILED":  # a worker may be what failed: the next trial starts fresh ones
         pool.close()

@@ -4,7 +4,7 @@ import pytest
 
 from fedbench.cli import main
 from fedbench.core.errors import ConfigError
-from fedbench.tuning.sweep import check_tracking_uri
+from fedbench.tuning.sweep import check_ray_address, check_tracking_uri
 from tests.conftest import free_port
 
 
@@ -25,3 +25,13 @@ def test_a_search_dry_run_checks_the_space_and_runs_nothing(capsys):
 def test_a_search_without_a_metric_exits_with_the_reason(capsys):
     code = main(["sweep", "tasks/feddrm_tune.yaml", "--search", "search_spaces/feddrm_lambda.yaml", "--num-samples", "8"])
     assert code == 2 and "--metric: got None" in capsys.readouterr().out
+
+
+def test_an_unreachable_ray_address_is_refused_before_any_trial(capsys):
+    address = f"127.0.0.1:{free_port()}"  # nothing listens there; ray.init would wait for minutes
+    code = main(["sweep", "tasks/quickstart.yaml", "--address", address])
+    out = capsys.readouterr().out
+    assert code == 2 and "--address" in out and address in out, out
+    with pytest.raises(ConfigError, match="HOST:PORT"):
+        check_ray_address("no-port-here")
+    check_ray_address("auto")  # left to Ray, which answers at once
