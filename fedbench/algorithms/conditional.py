@@ -49,7 +49,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from fedbench.algorithms.base import Algorithm, AlgorithmConfig, ModelBuilder, ServerState, sample_count
+from fedbench.algorithms.base import Algorithm, AlgorithmConfig, ServerState, sample_count
 from fedbench.algorithms.conditional_stats import (
     IDENTITY_MAX_DIM,
     Normalization,
@@ -60,7 +60,7 @@ from fedbench.algorithms.conditional_stats import (
 from fedbench.core import metrics as M
 from fedbench.core.errors import ConfigError
 from fedbench.core.registry import MODELS, register_algorithm
-from fedbench.core.types import ClientResult, ClientState, LocalTraining, Metrics, Payload, RoundContext, derive_seed
+from fedbench.core.types import ClientResult, ClientState, Metrics, Payload, RoundContext, derive_seed
 from fedbench.training import ClientData, TrainHooks, average_weights, evaluate, get_weights, train_local
 
 Forward = Callable[[nn.Module, torch.Tensor], torch.Tensor]
@@ -134,11 +134,9 @@ class Conditional(Algorithm):
 
     Config = ConditionalConfig
 
-    def __init__(
-        self, config: ConditionalConfig, builder: ModelBuilder, num_clients: int, seed: int,
-        rounds: int | None = None, training: LocalTraining | None = None,
-    ):
-        l = config.num_eigenvalues
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        l, builder = self.config.num_eigenvalues, self.builder
         if builder.name not in conditioned_models():
             raise ConfigError("model.name", builder.name,
                               f"a model taking cond_dim for the conditional algorithm: {', '.join(conditioned_models())}")
@@ -146,7 +144,7 @@ class Conditional(Algorithm):
         if options.get("cond_dim", 0) not in (0, l):  # 0 is the factory's default: the algorithm sets it
             raise ConfigError("model.cond_dim", options["cond_dim"], f"unset, 0 or {l} (= algorithm.num_eigenvalues)")
         options["cond_dim"] = l
-        super().__init__(config, replace(builder, options=tuple(options.items())), num_clients, seed, rounds, training)
+        self.builder = replace(builder, options=tuple(options.items()))
         self.feature_map = self._resolve_feature_map(tuple(builder.input_shape))
         self._phi: nn.Module | None = None
 

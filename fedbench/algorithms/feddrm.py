@@ -29,7 +29,7 @@ from fedbench.algorithms.base import Algorithm, AlgorithmConfig, Assignment, Mod
 from fedbench.core.errors import ConfigError
 from fedbench.core.fields import signature_fields
 from fedbench.core.registry import MODELS, register_algorithm
-from fedbench.core.types import ClientResult, ClientState, LocalTraining, Metrics, Payload, RoundContext
+from fedbench.core.types import ClientResult, ClientState, Metrics, Payload, RoundContext
 from fedbench.training import ClientData, TrainHooks, average_weights, get_weights, train_local
 
 LOCAL_PREFIX = "head."
@@ -102,17 +102,9 @@ class FedDRM(Algorithm):
             if not 0.0 <= self.lam <= 1.0:
                 raise ConfigError("algorithm.lam", self.lam, "a number in [0, 1]")
 
-    def __init__(
-        self,
-        config: Config,
-        builder: ModelBuilder,
-        num_clients: int,
-        seed: int,
-        rounds: int | None = None,
-        training: LocalTraining | None = None,
-    ):
-        super().__init__(config, builder, num_clients, seed, rounds, training)
-        self.builder = with_client_path(builder, num_clients)
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.builder = with_client_path(self.builder, self.num_clients)
         self._initial_head: Payload | None = None
 
     # -- server half ---------------------------------------------------------------------------------

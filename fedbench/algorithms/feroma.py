@@ -183,8 +183,9 @@ class Feroma(Algorithm):
     Config = FeromaConfig
     config: FeromaConfig
 
-    def __init__(self, config, builder, num_clients, seed, rounds=None, training=None):
-        super().__init__(config, builder, num_clients, seed, rounds, training)
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        config = self.config
         self.size_weighting = config.size_weighting if config.size_weighting is not None else config.variant == "released"
         self._projections: dict[tuple, dpe.Projection] = {}
 
