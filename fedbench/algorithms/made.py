@@ -52,7 +52,7 @@ import hashlib
 import json
 import os
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal, Sequence
 
@@ -64,7 +64,7 @@ from torch import nn
 from fedbench.algorithms.base import Algorithm, AlgorithmConfig, ModelBuilder, ServerState, sample_count
 from fedbench.core.errors import ConfigError
 from fedbench.core.registry import register_algorithm
-from fedbench.core.types import ClientResult, ClientState, LocalTraining, Metrics, Payload, RoundContext, derive_seed
+from fedbench.core.types import ClientResult, ClientState, Metrics, OptimizerSpec, Payload, RoundContext, derive_seed
 from fedbench.data.base import cache_dir
 from fedbench.models.made import MADE
 from fedbench.training import ClientData, TrainHooks, average_weights, get_weights, set_weights, train_local
@@ -124,27 +124,20 @@ def image_digest(data: ClientData) -> str:
         return digest(all_inputs(data, "cpu"))
 
 
-def train_made(made: MADE, data: ClientData, epochs: int, lr: float, batch_size: int, seed: int, device: str) -> float:
-    """Fit `made` to the client's images with Adam (FedDisk's optimiser); returns the mean batch loss.
+def adam_job(ctx: RoundContext, epochs: int, batch_size: int, lr: float) -> RoundContext:
+    """`ctx` with an auxiliary model's training settings: `epochs` of Adam at `lr` (FedDisk's optimiser)."""
+    return replace(ctx, local_epochs=epochs, batch_size=batch_size, optimizer=OptimizerSpec(name="adam", lr=lr))
 
-    The loss is the negative log-likelihood per pixel. This is the auxiliary model's own small loop: the
-    shared `train_local` minimises a label cross-entropy, which a density model does not have.
-    """
-    made.to(device).train()
-    optimizer = torch.optim.Adam(made.parameters(), lr=lr)
-    generator = torch.Generator().manual_seed(seed)
-    total, steps = 0.0, 0
-    for _ in range(epochs):
-        order = torch.randperm(data.num_train, generator=generator)
-        for start in range(0, data.num_train, batch_size):
-            x, _ = data.train_batch(order[start : start + batch_size], device)
-            loss = made.nll(x).mean() / made.dim
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-            total += loss.item()
-            steps += 1
-    return total / max(steps, 1)
+
+def nll_per_pixel(made: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """The `loss` hook of a MADE: negative log-likelihood per pixel, averaged over the batch (labels unused)."""
+    return made.nll(x).mean() / made.dim
+
+
+def train_made(made: MADE, data: ClientData, epochs: int, lr: float, batch_size: int, ctx: RoundContext) -> float:
+    """Fit `made` to the client's images with Adam by `train_local` on the negative log-likelihood per pixel;
+    returns the mean batch loss. `ctx` seeds the shuffling (its seed, round and client) and names the device."""
+    return train_local(made, data, adam_job(ctx, epochs, batch_size, lr), TrainHooks(loss=nll_per_pixel))["train_loss"]
 
 
 def made_features(made: MADE, x: torch.Tensor, kind: str) -> torch.Tensor:
@@ -170,28 +163,30 @@ class RatioClassifier(nn.Module):
         return self.net((u - self.shift) / self.scale).squeeze(1)
 
 
+def features_as_given(u: torch.Tensor, source_y: torch.Tensor) -> torch.Tensor:
+    """The `prepare` step of the classifier's data: MADE feature vectors are already what it sees."""
+    return u
+
+
+def binary_cross_entropy(clf: nn.Module, u: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """The `loss` hook of the ratio classifier: binary cross-entropy of its logit against the 0/1 target."""
+    return F.binary_cross_entropy_with_logits(clf(u), target.float())
+
+
 def fit_classifier(u_local: torch.Tensor, u_global: torch.Tensor, hidden: int, epochs: int, batch_size: int,
-                   seed: int) -> RatioClassifier:
-    """Train h to tell local-MADE features (label 0) from global-MADE features (label 1): Adam, lr 1e-3,
-    binary cross-entropy (FedDisk's shallow classifier: Keras Adam defaults, batch 32). Its own small loop
-    for the same reason as `train_made`."""
+                   ctx: RoundContext) -> RatioClassifier:
+    """Train h to tell local-MADE features (label 0) from global-MADE features (label 1) by `train_local`:
+    Adam, lr 1e-3, binary cross-entropy (FedDisk's shallow classifier: Keras Adam defaults, batch 32).
+    `ctx` seeds the initial weights and the shuffling and names the device."""
     u = torch.cat([u_local, u_global])
-    target = torch.cat([torch.zeros(len(u_local)), torch.ones(len(u_global))]).to(u.device)
+    target = torch.cat([torch.zeros(len(u_local)), torch.ones(len(u_global))]).to(device=u.device, dtype=torch.int64)
     with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed % (2**31))
+        torch.manual_seed(ctx.rng_seed("init") % (2**31))
         clf = RatioClassifier(u.shape[1], hidden).to(u.device)
     clf.shift.copy_(u.mean(0))
     clf.scale.copy_(u.std(0).clamp_min(1e-6))
-    optimizer = torch.optim.Adam(clf.parameters(), lr=1e-3)
-    generator = torch.Generator().manual_seed(seed)
-    for _ in range(epochs):
-        order = torch.randperm(len(u), generator=generator).to(u.device)
-        for start in range(0, len(u), batch_size):
-            idx = order[start : start + batch_size]
-            loss = F.binary_cross_entropy_with_logits(clf(u[idx]), target[idx])
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
+    data = ClientData(u, target, u[:0], target[:0], target, target[:0], prepare=features_as_given)
+    train_local(clf, data, adam_job(ctx, epochs, batch_size, 1e-3), TrainHooks(loss=binary_cross_entropy))
     return clf.eval()
 
 
@@ -334,19 +329,11 @@ class MADEReweighting(Algorithm):
                 raise ConfigError("algorithm.classifier_hidden", self.classifier_hidden,
                                   "an integer >= 0 (0: logistic regression)")
 
-    def __init__(
-        self,
-        config: Config,
-        builder: ModelBuilder,
-        num_clients: int,
-        seed: int,
-        rounds: int | None = None,
-        training: LocalTraining | None = None,
-    ):
-        super().__init__(config, builder, num_clients, seed, rounds, training)
-        masks = derive_seed(seed, "made-masks") % (2**31)  # shared by every party, so MADEs can be averaged
-        self.made_builder = ModelBuilder("made", builder.input_shape, builder.num_classes,
-                                         (("hidden", config.made_hidden), ("seed", masks)))
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        masks = derive_seed(self.seed, "made-masks") % (2**31)  # shared by every party, so MADEs can be averaged
+        self.made_builder = ModelBuilder("made", self.builder.input_shape, self.builder.num_classes,
+                                         (("hidden", self.config.made_hidden), ("seed", masks)))
         self._mades: dict[str, MADE] = {}
         self._classifier: RatioClassifier | None = None
 
@@ -407,8 +394,7 @@ class MADEReweighting(Algorithm):
             return {**prefixed(MADE_PREFIX, final), COUNT: count}, state, {"train_loss": loss}
         made = self._made("global", unprefixed(MADE_PREFIX, payload))
         c = self.config
-        loss = train_made(made, phase_data, c.made_epochs, c.made_lr, c.made_batch_size, ctx.rng_seed("made"),
-                          ctx.device)
+        loss = train_made(made, phase_data, c.made_epochs, c.made_lr, c.made_batch_size, ctx)
         return {**prefixed(MADE_PREFIX, get_weights(made)), COUNT: count}, state, {"train_loss": loss}
 
     def _fit_weighting(self, final: Payload, state: ClientState, data: ClientData, ctx: RoundContext) -> ClientState:
@@ -427,24 +413,28 @@ class MADEReweighting(Algorithm):
         if weighting is None:
             with torch.random.fork_rng(devices=[]):
                 torch.manual_seed(derive_seed(self.seed, ctx.client_id, "made-weighting") % (2**31))
-                weighting = self.fit_weighting(final, phase_data, ctx.client_id, ctx.device)
+                weighting = self.fit_weighting(final, phase_data, ctx)
             if self.config.cache:
                 self._cache().put_weighting(final_id, key, weighting)
         return {**{k: v for k, v in state.items() if k != PHASE_DATA}, WEIGHTING: weighting}
 
-    def fit_weighting(self, final: Payload, data: ClientData, client_id: int, device: str) -> dict[str, Payload]:
+    def fit_weighting(self, final: Payload, data: ClientData, ctx: RoundContext) -> dict[str, Payload]:
         """Train the local MADE from the global MADE's initial weights, then the classifier on both MADEs'
-        features of the client's images, then the rescaling constants over those images."""
+        features of the client's images, then the rescaling constants over those images.
+
+        Of the job's `ctx` only the client and the device matter: the training jobs run under contexts from
+        `_weighting_job`, which do not depend on the job's round.
+        """
         c = self.config
         local = self._made("local", self._initial_made())
-        for r in range(c.density_rounds):  # the global MADE's schedule: a fresh optimiser every round
-            train_made(local, data, c.made_epochs, c.made_lr, c.made_batch_size,
-                       derive_seed(self.seed, client_id, "made-local", r), device)
-        glob = self._made("global", final).to(device).eval()
-        x = all_inputs(data, device)
+        for r in range(1, c.density_rounds + 1):  # the global MADE's schedule: a fresh optimiser every round
+            job = self._weighting_job(ctx, "made-local", r)
+            train_made(local, data, c.made_epochs, c.made_lr, c.made_batch_size, job)
+        glob = self._made("global", final).to(ctx.device).eval()
+        x = all_inputs(data, ctx.device)
         u_local = made_features(local.eval(), x, c.features)
         clf = fit_classifier(u_local, made_features(glob, x, c.features), c.classifier_hidden, c.classifier_epochs,
-                             c.classifier_batch_size, derive_seed(self.seed, client_id, "made-classifier"))
+                             c.classifier_batch_size, self._weighting_job(ctx, "made-classifier", 0))
         with torch.no_grad():
             r = torch.exp(clf(u_local).clamp(-30.0, 30.0))
         scale = [r.mean().item()] if c.rescale == "mean_clip" else [r.min().item(), r.max().item()]
@@ -462,6 +452,12 @@ class MADEReweighting(Algorithm):
         return SampleWeights(local, clf, self.config.features, self.config.rescale, weighting["scale"]["value"])
 
     # -- helpers ---------------------------------------------------------------------------------------
+    def _weighting_job(self, ctx: RoundContext, purpose: str, block: int) -> RoundContext:
+        """The context of one training job of a client's weighting: seeded from (run seed, `purpose`, `block`,
+        client) alone, so a weighting does not depend on the round it is fitted in (the cache relies on this).
+        `block` stands in for the round, also in a divergence error's message."""
+        return replace(ctx, seed=derive_seed(self.seed, purpose), round=block)
+
     def _made(self, role: str, weights: Payload) -> MADE:
         """This process's MADE for `role` (global or local) with `weights` loaded."""
         if role not in self._mades:

@@ -1,7 +1,9 @@
 """The one local-training loop. Algorithms change it through hooks, never by copying it.
 
 Hooks cover what the seed methods need: an extra loss term (FedProx's proximal term, MOON's contrastive
-loss, FedDRM's client-id loss), which parameters train (FedRep, FedBABU), and per-sample weights (MADE).
+loss, FedDRM's client-id loss), which parameters train (FedRep, FedBABU), per-sample weights (MADE), a
+forward pass with extra inputs (a conditioning vector), and an objective replacing the label cross-entropy
+(MADE's density model and ratio classifier).
 """
 
 from __future__ import annotations
@@ -26,16 +28,20 @@ class TrainHooks:
     """Ways an algorithm adjusts local training.
 
     Attributes:
-        extra_loss: `(model, x, y, logits) -> scalar` added to the cross-entropy of every batch.
+        extra_loss: `(model, x, y, logits) -> scalar` added to every batch's loss (the cross-entropy, or `loss`).
         trainable: `parameter name -> bool`; parameters it rejects are frozen for this job.
         sample_weight: `(x, y) -> per-sample weights` multiplying the per-sample cross-entropy.
         forward: `(model, x) -> logits`, for models that need extra inputs (a conditioning vector).
+        loss: `(model, x, y) -> scalar` objective replacing the label cross-entropy (a density model's NLL,
+            a binary classifier's BCE). With it `sample_weight` and `forward` do not apply (setting either
+            as well is a ValueError); `extra_loss` still adds on top, called with `logits=None`.
     """
 
     extra_loss: ExtraLoss | None = None
     trainable: Callable[[str], bool] | None = None
     sample_weight: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None
     forward: Callable[[nn.Module, torch.Tensor], torch.Tensor] | None = None
+    loss: Callable[[nn.Module, torch.Tensor, torch.Tensor], torch.Tensor] | None = None
 
 
 def make_optimizer(params: list[nn.Parameter], spec: OptimizerSpec) -> torch.optim.Optimizer:
@@ -47,12 +53,18 @@ def make_optimizer(params: list[nn.Parameter], spec: OptimizerSpec) -> torch.opt
 def train_local(model: nn.Module, data: ClientData, ctx: RoundContext, hooks: TrainHooks = TrainHooks()) -> dict[str, float]:
     """Train `model` in place for `ctx.local_epochs` epochs of shuffled mini-batches.
 
-    Shuffling uses a generator seeded from (run seed, round, client), so the same job gives the same
-    batches on any worker. Raises ClientDivergedError as soon as a batch loss is NaN or infinite.
+    The batch loss is the cross-entropy of the logits (weighted per sample by `hooks.sample_weight`), or
+    `hooks.loss` where set, plus `hooks.extra_loss`. Shuffling uses a generator seeded from (run seed,
+    round, client), so the same job gives the same batches on any worker. Raises ClientDivergedError as
+    soon as a batch loss is NaN or infinite, and ValueError if `hooks.loss` is combined with
+    `hooks.sample_weight` or `hooks.forward`.
 
     Returns:
         `train_loss` (mean batch loss over the job), `train_steps`, `train_samples`.
     """
+    if hooks.loss is not None and (hooks.sample_weight is not None or hooks.forward is not None):
+        raise ValueError("TrainHooks.loss replaces the cross-entropy of the logits; it cannot be combined with "
+                         "sample_weight or forward")
     device = torch.device(ctx.device)
     model.to(device).train()
     for name, p in model.named_parameters():
@@ -66,11 +78,14 @@ def train_local(model: nn.Module, data: ClientData, ctx: RoundContext, hooks: Tr
         for start in range(0, data.num_train, ctx.batch_size):
             idx = order[start : start + ctx.batch_size]
             x, y = data.train_batch(idx, device)
-            logits = forward(model, x)
-            if hooks.sample_weight is None:
-                loss = F.cross_entropy(logits, y)
+            if hooks.loss is not None:
+                logits, loss = None, hooks.loss(model, x, y)
             else:
-                loss = (F.cross_entropy(logits, y, reduction="none") * hooks.sample_weight(x, y)).mean()
+                logits = forward(model, x)
+                if hooks.sample_weight is None:
+                    loss = F.cross_entropy(logits, y)
+                else:
+                    loss = (F.cross_entropy(logits, y, reduction="none") * hooks.sample_weight(x, y)).mean()
             if hooks.extra_loss is not None:
                 loss = loss + hooks.extra_loss(model, x, y, logits)
             value = loss.item()

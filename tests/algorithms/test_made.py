@@ -63,7 +63,7 @@ def density_phase(alg: MADEReweighting, clients: list[ClientData]):
 
 def weights_of(alg, state, data, cid):
     """(raw ratios, weights, labels) of a client's training samples under its fitted weighting."""
-    weighting = alg.fit_weighting(state["made"], data, cid, "cpu")
+    weighting = alg.fit_weighting(state["made"], data, ctx(alg.config.density_rounds + 1, cid))
     hook = alg.sample_weights(weighting, "cpu")
     x, y = data.train_batch(torch.arange(data.num_train))
     return hook.ratio(x), hook(x, y), y

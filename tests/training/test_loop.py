@@ -70,6 +70,37 @@ def test_sample_weights_of_zero_leave_the_model_unchanged():
     assert all(np.array_equal(before[k], after[k]) for k in before)
 
 
+def test_loss_hook_replaces_the_cross_entropy():
+    """A one-parameter model with logits (w, 0): plain SGD on the hook's (logits - 3)^2 takes w to 3, where
+    the cross-entropy of the labels (about half of each class) would keep it near 0."""
+
+    class OneParameter(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = nn.Parameter(torch.zeros(()))
+
+        def forward(self, x):
+            return torch.stack([self.w.expand(len(x)), torch.zeros(len(x))], dim=1)
+
+    data = separable_data()
+    sgd = RoundContext(round=1, client_id=0, seed=0, local_epochs=3, batch_size=16,
+                       optimizer=OptimizerSpec(lr=0.5, momentum=0.0), num_classes=2)
+    hooked, plain = OneParameter(), OneParameter()
+    metrics = train_local(hooked, data, sgd, TrainHooks(loss=lambda mod, x, y: ((mod(x)[:, 0] - 3) ** 2).mean()))
+    train_local(plain, data, sgd)
+    assert hooked.w.item() == pytest.approx(3.0, abs=1e-3)
+    assert abs(plain.w.item()) < 1.0
+    assert metrics["train_steps"] == 3 * 8 and metrics["train_loss"] > 0
+
+
+def test_loss_hook_cannot_be_combined_with_sample_weights_or_forward():
+    loss = lambda mod, x, y: mod(x).sum()
+    with pytest.raises(ValueError, match="sample_weight"):
+        train_local(model(), separable_data(), ctx(), TrainHooks(loss=loss, sample_weight=lambda x, y: torch.ones(len(y))))
+    with pytest.raises(ValueError, match="forward"):
+        train_local(model(), separable_data(), ctx(), TrainHooks(loss=loss, forward=lambda mod, x: mod(x)))
+
+
 def test_average_weights_is_sample_weighted_and_keeps_integer_buffers():
     a = {"w": np.array([0.0, 2.0], dtype=np.float32), "n": np.array(3, dtype=np.int64)}
     b = {"w": np.array([4.0, 6.0], dtype=np.float32), "n": np.array(9, dtype=np.int64)}
