@@ -101,6 +101,11 @@ class Algorithm:
         self.training = training
         self._model: nn.Module | None = None
 
+    @classmethod
+    def check_run(cls, spec: RunSpec) -> None:
+        """Refuse, when the task loads, a run this method cannot train (a model without an input it needs);
+        raises ConfigError naming the field. By default every run is fine."""
+
     # -- server half ---------------------------------------------------------------------------------
     def init_state(self) -> ServerState:
         """The server's state before round 1 (by default, the initial global model)."""

@@ -60,6 +60,7 @@ from fedbench.algorithms.conditional_stats import (
 from fedbench.core import metrics as M
 from fedbench.core.errors import ConfigError
 from fedbench.core.registry import MODELS, register_algorithm
+from fedbench.core.runspec import RunSpec
 from fedbench.core.types import ClientResult, ClientState, Metrics, Payload, RoundContext, derive_seed
 from fedbench.training import ClientData, TrainHooks, average_weights, evaluate, get_weights, train_local
 
@@ -93,6 +94,16 @@ class ConditionalConfig(AlgorithmConfig):
 def conditioned_models() -> list[str]:
     """Registered models whose factory takes `cond_dim` (001's conditioning input)."""
     return [name for name in MODELS.names() if "cond_dim" in inspect.signature(MODELS.get(name)).parameters]
+
+
+def conditioned_options(model: str, options: dict, l: int) -> dict:
+    """The model's options with cond_dim = l; a model without the conditioning input, or another cond_dim, is refused."""
+    if model not in conditioned_models():
+        raise ConfigError("model.name", model,
+                          f"a model taking cond_dim for the conditional algorithm: {', '.join(conditioned_models())}")
+    if options.get("cond_dim", 0) not in (0, l):  # 0 is the factory's default: the algorithm sets it
+        raise ConfigError("model.cond_dim", options["cond_dim"], f"unset, 0 or {l} (= algorithm.num_eigenvalues)")
+    return {**options, "cond_dim": l}
 
 
 def data_key(data: ClientData) -> str:
@@ -136,17 +147,14 @@ class Conditional(Algorithm):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        l, builder = self.config.num_eigenvalues, self.builder
-        if builder.name not in conditioned_models():
-            raise ConfigError("model.name", builder.name,
-                              f"a model taking cond_dim for the conditional algorithm: {', '.join(conditioned_models())}")
-        options = dict(builder.options)
-        if options.get("cond_dim", 0) not in (0, l):  # 0 is the factory's default: the algorithm sets it
-            raise ConfigError("model.cond_dim", options["cond_dim"], f"unset, 0 or {l} (= algorithm.num_eigenvalues)")
-        options["cond_dim"] = l
-        self.builder = replace(builder, options=tuple(options.items()))
-        self.feature_map = self._resolve_feature_map(tuple(builder.input_shape))
+        options = conditioned_options(self.builder.name, dict(self.builder.options), self.config.num_eigenvalues)
+        self.builder = replace(self.builder, options=tuple(options.items()))
+        self.feature_map = self._resolve_feature_map(tuple(self.builder.input_shape))
         self._phi: nn.Module | None = None
+
+    @classmethod
+    def check_run(cls, spec: RunSpec) -> None:
+        conditioned_options(spec.model.name, dict(spec.model.params), cls.Config(**spec.algorithm.kwargs).num_eigenvalues)
 
     def _resolve_feature_map(self, shape: tuple[int, ...]) -> str:
         is_image = len(shape) == 3 and min(shape[1:]) >= 4

@@ -29,6 +29,7 @@ from fedbench.algorithms.base import Algorithm, AlgorithmConfig, Assignment, Mod
 from fedbench.core.errors import ConfigError
 from fedbench.core.fields import signature_fields
 from fedbench.core.registry import MODELS, register_algorithm
+from fedbench.core.runspec import RunSpec
 from fedbench.core.types import ClientResult, ClientState, Metrics, Payload, RoundContext
 from fedbench.training import ClientData, TrainHooks, average_weights, get_weights, train_local
 
@@ -106,6 +107,10 @@ class FedDRM(Algorithm):
         super().__init__(*args, **kwargs)
         self.builder = with_client_path(self.builder, self.num_clients)
         self._initial_head: Payload | None = None
+
+    @classmethod
+    def check_run(cls, spec: RunSpec) -> None:
+        client_path_options(spec.model.name, dict(spec.model.params), spec.scenario.num_clients)
 
     # -- server half ---------------------------------------------------------------------------------
     def init_state(self) -> ServerState:
@@ -194,13 +199,16 @@ class FedDRM(Algorithm):
 
 
 def with_client_path(builder: ModelBuilder, num_clients: int) -> ModelBuilder:
-    """The builder with the model's `num_clients` set to the run's; a model without a client path is refused."""
-    factory = MODELS.get(builder.name, field="model.name")
-    if "num_clients" not in signature_fields(factory, skip=2):
-        raise ConfigError("model.name", builder.name, "a model with a client path for feddrm: feddrm_net")
-    options = dict(builder.options)
+    """The builder with the model's `num_clients` set to the run's."""
+    options = client_path_options(builder.name, dict(builder.options), num_clients)
+    return dataclasses.replace(builder, options=tuple(sorted(options.items())))
+
+
+def client_path_options(model: str, options: dict, num_clients: int) -> dict:
+    """The model's options with num_clients set; a model without a client path, or another count, is refused."""
+    if "num_clients" not in signature_fields(MODELS.get(model, field="model.name"), skip=2):
+        raise ConfigError("model.name", model, "a model with a client path for feddrm: feddrm_net")
     if options.get("num_clients", 0) not in (0, num_clients):
         raise ConfigError("model.num_clients", options["num_clients"],
                           f"the run's number of clients ({num_clients}), or 0: feddrm sets it")
-    options["num_clients"] = num_clients
-    return dataclasses.replace(builder, options=tuple(sorted(options.items())))
+    return {**options, "num_clients": num_clients}

@@ -211,7 +211,9 @@ class RunSpec:
             if res.client_cpus <= 0 or res.client_gpus < 0:
                 raise ConfigError("resources", raw["resources"], "client_cpus > 0 and client_gpus >= 0")
             out["resources"] = res
-        return cls(**out)
+        spec = cls(**out)
+        ALGORITHMS.get(spec.algorithm.name).check_run(spec)  # a model the method cannot train, refused here
+        return spec
 
 
 def _section(path: str, raw: Any) -> dict[str, Any]:

@@ -76,6 +76,10 @@ def test_defaults_are_filled_into_the_runspec():
         ({"scenario": {"partition": "iid", "test_fraction": 1.5}}, "scenario.test_fraction", "[0, 1)"),
         ({"optimizer": {"name": "lbfgs"}}, "optimizer.name", "sgd, adam"),
         ({"model": {"name": "mlp", "width": 3}}, "model.width", "hidden"),
+        # a model the algorithm cannot train: refused when the task loads, not when its runs start
+        ({"algorithm": "feddrm", "model": "mlp"}, "model.name", "client path for feddrm: feddrm_net"),
+        ({"algorithm": "conditional", "model": "lenet5"}, "model.name", "taking cond_dim"),
+        ({"algorithm": "conditional", "model": {"name": "mlp", "cond_dim": 8}}, "model.cond_dim", "num_eigenvalues"),
     ],
 )
 def test_bad_fields_name_the_path_the_value_and_what_is_allowed(changes, field, hint):
