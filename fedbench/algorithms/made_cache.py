@@ -1,0 +1,100 @@
+"""MADE reweighting's cache on disk: density phases and client weightings, content-addressed.
+
+Why and when it is used: `fedbench.algorithms.made`'s module docstring.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from fedbench.core.types import Payload
+
+
+def digest(*parts: object) -> str:
+    """A 20-hex-digit content hash of arrays, weight dicts (in key order) and plain values."""
+    h = hashlib.blake2b(digest_size=10)
+    for part in parts:
+        if isinstance(part, dict):
+            for name in sorted(part):
+                h.update(name.encode())
+                h.update(digest(part[name]).encode())
+        elif isinstance(part, (np.ndarray, torch.Tensor)):
+            array = np.ascontiguousarray(part.detach().cpu().numpy() if isinstance(part, torch.Tensor) else part)
+            h.update(f"{array.dtype}{array.shape}".encode())
+            h.update(array.tobytes())
+        else:
+            h.update(repr(part).encode())
+        h.update(b"|")
+    return h.hexdigest()
+
+
+class DensityCache:
+    """Density phases and client weightings on disk, content-addressed (see the module docstring).
+
+    Layout under `root`: `phase/<key>.json` -> the id of the final global MADE; `final/<id>/global.npz` and
+    `final/<id>/losses.json` (per `round:client` MADE loss); `final/<id>/w-<key>.npz` client weightings.
+    Files are written to a temporary name and renamed, and a phase's index last, so a reader never sees a
+    partial entry and concurrent runs writing the same entry write the same bytes.
+    """
+
+    def __init__(self, root: Path):
+        self.root = root
+
+    def find_phase(self, key: str) -> tuple[str, Payload] | None:
+        index = self.root / "phase" / f"{key}.json"
+        if not index.exists():
+            return None
+        final_id = json.loads(index.read_text())["final"]
+        return final_id, load_npz(self.root / "final" / final_id / "global.npz")
+
+    def put_phase(self, key: str, final_id: str, made: Payload, losses: dict[str, float]) -> None:
+        folder = self.root / "final" / final_id
+        self._write(folder / "global.npz", lambda f: np.savez(f, **made))
+        self._write(folder / "losses.json", lambda f: f.write(json.dumps(losses).encode()))
+        self._write(self.root / "phase" / f"{key}.json", lambda f: f.write(json.dumps({"final": final_id}).encode()))
+
+    def losses(self, final_id: str) -> dict[str, float]:
+        path = self.root / "final" / final_id / "losses.json"
+        if not path.exists():
+            raise FileNotFoundError(f"made: the server replays cached density phase {final_id} but {path} is missing "
+                                    "here; the cache folder (FEDBENCH_CACHE) must be shared by the driver and workers")
+        return json.loads(path.read_text())
+
+    def find_weighting(self, final_id: str, key: str) -> dict[str, Payload] | None:
+        path = self.root / "final" / final_id / f"w-{key}.npz"
+        return unpack(load_npz(path)) if path.exists() else None
+
+    def put_weighting(self, final_id: str, key: str, weighting: dict[str, Payload]) -> None:
+        self._write(self.root / "final" / final_id / f"w-{key}.npz", lambda f: np.savez(f, **pack(weighting)))
+
+    @staticmethod
+    def _write(path: Path, write) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+        os.replace(tmp, path)
+
+
+def load_npz(path: Path) -> Payload:
+    with np.load(path) as arrays:
+        return dict(arrays)
+
+
+def pack(nested: dict[str, Payload]) -> Payload:
+    return {f"{group}/{name}": v for group, weights in nested.items() for name, v in weights.items()}
+
+
+def unpack(flat: Payload) -> dict[str, Payload]:
+    nested: dict[str, Payload] = {}
+    for key, value in flat.items():
+        group, name = key.split("/", 1)
+        nested.setdefault(group, {})[name] = value
+    return nested
