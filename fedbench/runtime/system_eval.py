@@ -4,7 +4,9 @@ Every training client's personal model (its `evaluation_payloads` entry) travels
 bundle; each client answers its own test split with all of them, so no test sample leaves its client.
 With a router (FedDRM's client head) the sample goes to the client it scores highest and that client's
 model answers; without one, the personal models vote (ties to the smallest class id, METHODS.md).
-Clients sharing one payload object (FedAvg's global model) share one entry of the bundle.
+Clients sharing one payload object (FedAvg's global model) share one entry of the bundle, and an array
+that several models share (FedDRM's backbone next to each client's own target layer) travels once: the
+other models carry a one-number reference to the model that holds it.
 """
 
 from __future__ import annotations
@@ -18,31 +20,46 @@ from fedbench.core.types import ClientResult, Payload
 
 OWNERS = "owners"
 """Bundle key: for client j, the index of the model it owns."""
+REFERENCE = "@"
+"""Suffix of a bundle key whose value names the earlier model carrying that array."""
 
 
 def bundle(payloads: Mapping[int, Payload]) -> Payload:
-    """One flat payload with every distinct model as `m<k>/<key>` and `owners[j]` = k for client j."""
+    """One flat payload with every distinct model as `m<k>/<key>` and `owners[j]` = k for client j; an array
+    already shipped under the same key by model k0 becomes `m<k>/<key>@` = [k0]."""
     models: dict[int, int] = {}  # id(payload) -> k
+    shipped: dict[tuple[str, int], int] = {}  # (key, id(array)) -> the model that carries it
     flat: Payload = {}
     owners = np.zeros(len(payloads), dtype=np.int64)
     for j in sorted(payloads):
         payload = payloads[j]
         if id(payload) not in models:
             k = models[id(payload)] = len(models)
-            flat.update({f"m{k}/{key}": value for key, value in payload.items()})
+            for key, value in payload.items():
+                first = shipped.setdefault((key, id(value)), k)
+                if first == k:
+                    flat[f"m{k}/{key}"] = value
+                else:
+                    flat[f"m{k}/{key}{REFERENCE}"] = np.array([first], dtype=np.int64)
         owners[j] = models[id(payload)]
     flat[OWNERS] = owners
     return flat
 
 
 def unbundle(flat: Payload) -> list[Payload]:
-    """The distinct models of a bundle, by index."""
+    """The distinct models of a bundle, by index (a referenced array is the same object in both models)."""
     count = int(flat[OWNERS].max()) + 1 if len(flat[OWNERS]) else 0
     models: list[Payload] = [{} for _ in range(count)]
+    references = []
     for name, value in flat.items():
         if name != OWNERS:
             k, key = name.split("/", 1)
-            models[int(k[1:])][key] = value
+            if key.endswith(REFERENCE):
+                references.append((int(k[1:]), key[: -len(REFERENCE)], int(value[0])))
+            else:
+                models[int(k[1:])][key] = value
+    for k, key, first in references:
+        models[k][key] = models[first][key]
     return models
 
 

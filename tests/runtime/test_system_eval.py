@@ -20,6 +20,19 @@ def test_a_bundle_ships_each_distinct_model_once_and_unbundles_to_the_same_array
     np.testing.assert_array_equal(models[1]["w"], own["w"])
 
 
+def test_an_array_shared_by_several_models_travels_once():
+    backbone = np.arange(1000.0)  # FedDRM: one shared part, a target layer of its own per client
+    payloads = {j: {"backbone": backbone, "head": np.full(2, float(j))} for j in range(3)}
+    flat = bundle(payloads)
+    assert sum(v.nbytes for v in flat.values()) < backbone.nbytes + 200
+    models = unbundle(flat)
+    for j, model in enumerate(models):
+        np.testing.assert_array_equal(model["backbone"], backbone)
+        np.testing.assert_array_equal(model["head"], np.full(2, float(j)))
+    equal_but_distinct = bundle({0: {"w": np.zeros(3)}, 1: {"w": np.zeros(3)}})  # only the same object is shared
+    assert {"m0/w", "m1/w"} <= set(equal_but_distinct)
+
+
 def test_majority_vote_counts_every_owner_and_breaks_ties_to_the_smallest_class():
     labels = np.array([2, 1, 0])
     # three clients, two distinct models: client 0 and 2 own model 0, client 1 owns model 1
