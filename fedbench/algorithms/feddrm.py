@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Literal, Sequence
 
 import numpy as np
 import torch
@@ -94,12 +94,16 @@ class FedDRM(Algorithm):
 
     @dataclass(frozen=True)
     class Config(AlgorithmConfig):
-        lam: float = 0.8
-        """Weight of the class loss, 1 - lam of the client loss (004 Sec. 2.4). 0.8: best system accuracy of
-        004's sweep (Fig. 4); the released code uses 0.9 (METHODS.md), set `lam: 0.9` to reproduce it."""
+        variant: Literal["paper", "released"] = "paper"
+        """paper: 004 as written; released: the authors' code (METHODS.md). They differ only in lam's default."""
+        lam: float | None = None
+        """Weight of the class loss, 1 - lam of the client loss (004 Sec. 2.4). None: the variant's, 0.8 for
+        paper (the best system accuracy of 004's sweep, Fig. 4), 0.9 for released (METHODS.md)."""
 
         def __post_init__(self) -> None:
             super().__post_init__()
+            if self.lam is None:
+                object.__setattr__(self, "lam", 0.8 if self.variant == "paper" else 0.9)
             if not 0.0 <= self.lam <= 1.0:
                 raise ConfigError("algorithm.lam", self.lam, "a number in [0, 1]")
 

@@ -187,3 +187,11 @@ def test_whole_run_reports_system_and_routing_accuracy():
     assert 0.3 < final[M.FINAL_PREFIX + M.ACC_LOCAL_MEAN] <= 1.0
     for key in (M.ACC_SYSTEM, M.ACC_ROUTING, M.ACC_TEST_TIME, M.ACC_ASSOCIATION):  # system and test-time evaluation
         assert 0.0 <= final[M.FINAL_PREFIX + key] <= 1.0
+
+
+def test_the_variants_differ_in_lams_default_and_an_explicit_lam_wins():
+    assert FedDRM.Config().lam == 0.8  # 004 Fig. 4
+    assert FedDRM.Config(variant="released").lam == 0.9  # the authors' code (METHODS.md)
+    assert FedDRM.Config(variant="released", lam=0.6).lam == 0.6
+    spec = tiny_spec(algorithm={"name": "feddrm", "variant": "released"}, model=SMALL)
+    assert FedDRM.Config(**spec.algorithm.kwargs).lam == 0.9
