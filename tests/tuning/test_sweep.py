@@ -87,7 +87,9 @@ def test_an_optuna_search_logs_one_child_per_sample_to_a_real_mlflow_server(tmp_
 def test_an_interrupted_sweep_resumes_without_running_or_logging_finished_trials_twice(tmp_path, mlflow_store, ray_session):
     import mlflow
 
-    task_path = write_task(tmp_path)
+    # trials of 15 rounds (seconds each): a trial of 2 rounds now takes a fraction of a second in a warm sweep,
+    # and all six could end before the interrupt below lands
+    task_path = write_task(tmp_path, rounds=15)
     env = {**os.environ, "FEDBENCH_RESULTS": str(mlflow_store.parent), "RAY_AUTH_MODE": "disabled"}
     cli = subprocess.Popen([sys.executable, "-m", "fedbench", "sweep", str(task_path), "--max-concurrent", "1"],
                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
