@@ -154,7 +154,11 @@ class Conditional(Algorithm):
 
     @classmethod
     def check_run(cls, spec: RunSpec) -> None:
-        conditioned_options(spec.model.name, dict(spec.model.params), cls.Config(**spec.algorithm.kwargs).num_eigenvalues)
+        config = cls.Config(**spec.algorithm.kwargs)
+        conditioned_options(spec.model.name, dict(spec.model.params), config.num_eigenvalues)
+        if config.centralized_pool and spec.local_steps is not None:
+            raise ConfigError("local_steps", spec.local_steps, "null with algorithm.centralized_pool (the server "
+                              "trains local_epochs whole epochs on the pool each round)")
 
     def _resolve_feature_map(self, shape: tuple[int, ...]) -> str:
         is_image = len(shape) == 3 and min(shape[1:]) >= 4
@@ -193,7 +197,8 @@ class Conditional(Algorithm):
             raise ConfigError("algorithm.centralized_pool", True, "a run with known training settings (built by make_algorithm)")
         t = self.training
         return RoundContext(round=round, client_id=-1, seed=self.seed, local_epochs=t.local_epochs, batch_size=t.batch_size,
-                            optimizer=t.optimizer, num_classes=self.builder.num_classes, num_threads=torch.get_num_threads())
+                            optimizer=t.optimizer, num_classes=self.builder.num_classes, num_threads=torch.get_num_threads(),
+                            rounds=self.rounds or round)
 
     def _split_forward(self, model: nn.Module, rows: torch.Tensor) -> torch.Tensor:
         """f(x; theta, s) on pooled rows [flattened x || s]."""

@@ -104,7 +104,7 @@ def image_digest(data: ClientData) -> str:
 
 def adam_job(ctx: RoundContext, epochs: int, batch_size: int, lr: float) -> RoundContext:
     """`ctx` with an auxiliary model's training settings: `epochs` of Adam at `lr` (FedDisk's optimiser)."""
-    return replace(ctx, local_epochs=epochs, batch_size=batch_size, optimizer=OptimizerSpec(name="adam", lr=lr))
+    return replace(ctx, local_epochs=epochs, local_steps=None, batch_size=batch_size, optimizer=OptimizerSpec(name="adam", lr=lr))
 
 
 def nll_per_pixel(made: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:

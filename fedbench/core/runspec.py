@@ -130,6 +130,8 @@ class RunSpec:
     scenario: ScenarioSpec = ScenarioSpec()
     rounds: int = 20
     local_epochs: int = 2
+    local_steps: int | None = None
+    """Mini-batch steps per round instead of `local_epochs` (004 trains 10 steps a round); None: epochs."""
     batch_size: int = 64
     optimizer: OptimizerSpec = OptimizerSpec()
     seed: int = 0
@@ -147,6 +149,7 @@ class RunSpec:
             "algorithm": self.algorithm.to_dict(),
             "rounds": self.rounds,
             "local_epochs": self.local_epochs,
+            "local_steps": self.local_steps,
             "batch_size": self.batch_size,
             "optimizer": dataclasses.asdict(self.optimizer),
             "seed": self.seed,
@@ -202,6 +205,10 @@ class RunSpec:
                 out[name] = coerce(name, raw[name], int)
                 if name != "seed" and out[name] < 1:
                     raise ConfigError(name, raw[name], "an integer >= 1")
+        if raw.get("local_steps") is not None:
+            out["local_steps"] = coerce("local_steps", raw["local_steps"], int)
+            if out["local_steps"] < 1:
+                raise ConfigError("local_steps", raw["local_steps"], "an integer >= 1, or null for local_epochs epochs")
         if "optimizer" in raw:
             out["optimizer"] = _parse_dataclass("optimizer", raw["optimizer"], OptimizerSpec)
             if out["optimizer"].name not in ("sgd", "adam"):

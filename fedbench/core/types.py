@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -40,6 +40,9 @@ class OptimizerSpec:
     lr: float = 0.005
     momentum: float = 0.9
     weight_decay: float = 0.0
+    schedule: Literal["constant", "cosine"] = "constant"
+    """The learning rate over rounds: constant, or cosine from `lr` in round 1 towards 0 after the last
+    (004's schedule, METHODS.md: 0.01 to 0 over 800 rounds)."""
 
 
 @dataclass(frozen=True)
@@ -68,6 +71,10 @@ class RoundContext:
     distribution_id: int = -1
     """The client's ground-truth distribution id this round. Only oracles may read it (001 Sec. IV's Oracle);
     every other method must behave as if it did not exist. -1 where unknown."""
+    rounds: int = 1
+    """The run's number of rounds, for the learning-rate schedule."""
+    local_steps: int | None = None
+    """Mini-batch steps per job instead of `local_epochs` epochs (004: 10 steps a round); None: epochs."""
 
     def rng_seed(self, purpose: str) -> int:
         """A seed for one use of randomness in this job (shuffling, masks...), distinct per purpose."""

@@ -66,6 +66,8 @@ class ClientWorker:
             device=self.device,
             num_threads=self.threads,
             distribution_id=view.distribution_id,
+            rounds=self.spec.rounds,
+            local_steps=self.spec.local_steps,
         )
 
     def fit(self, round: int, client_id: int, payload: Payload, state: ClientState) -> tuple[ClientResult, ClientState]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Iterator
 
 import torch
 import torch.nn.functional as F
@@ -44,18 +44,42 @@ class TrainHooks:
     loss: Callable[[nn.Module, torch.Tensor, torch.Tensor], torch.Tensor] | None = None
 
 
-def make_optimizer(params: list[nn.Parameter], spec: OptimizerSpec) -> torch.optim.Optimizer:
+def scheduled_lr(spec: OptimizerSpec, round: int, rounds: int) -> float:
+    """The learning rate of `round` (1-based) of `rounds`: constant, or 0.5 lr (1 + cos(pi (round - 1) / rounds))."""
+    if spec.schedule == "cosine":
+        return 0.5 * spec.lr * (1.0 + math.cos(math.pi * (round - 1) / max(rounds, 1)))
+    return spec.lr
+
+
+def make_optimizer(params: list[nn.Parameter], spec: OptimizerSpec, lr: float | None = None) -> torch.optim.Optimizer:
+    lr = spec.lr if lr is None else lr
     if spec.name == "adam":
-        return torch.optim.Adam(params, lr=spec.lr, weight_decay=spec.weight_decay)
-    return torch.optim.SGD(params, lr=spec.lr, momentum=spec.momentum, weight_decay=spec.weight_decay)
+        return torch.optim.Adam(params, lr=lr, weight_decay=spec.weight_decay)
+    return torch.optim.SGD(params, lr=lr, momentum=spec.momentum, weight_decay=spec.weight_decay)
+
+
+def batch_indices(num_train: int, ctx: RoundContext) -> Iterator[torch.Tensor]:
+    """The job's mini-batches of row indices: `ctx.local_epochs` shuffled passes over the rows, or, with
+    `ctx.local_steps`, that many batches walking on through fresh shuffled passes. The shuffles come from a
+    generator seeded from (run seed, round, client), so the same job gives the same batches on any worker."""
+    generator = torch.Generator().manual_seed(ctx.rng_seed("shuffle"))
+    epochs, steps = 0, 0
+    while num_train and (steps < ctx.local_steps if ctx.local_steps is not None else epochs < ctx.local_epochs):
+        order = torch.randperm(num_train, generator=generator)
+        for start in range(0, num_train, ctx.batch_size):
+            if ctx.local_steps is not None and steps == ctx.local_steps:
+                return
+            yield order[start : start + ctx.batch_size]
+            steps += 1
+        epochs += 1
 
 
 def train_local(model: nn.Module, data: ClientData, ctx: RoundContext, hooks: TrainHooks = TrainHooks()) -> dict[str, float]:
-    """Train `model` in place for `ctx.local_epochs` epochs of shuffled mini-batches.
+    """Train `model` in place on the job's mini-batches (`batch_indices`: epochs or steps) at the round's
+    learning rate (`scheduled_lr`).
 
     The batch loss is the cross-entropy of the logits (weighted per sample by `hooks.sample_weight`), or
-    `hooks.loss` where set, plus `hooks.extra_loss`. Shuffling uses a generator seeded from (run seed,
-    round, client), so the same job gives the same batches on any worker. Raises ClientDivergedError as
+    `hooks.loss` where set, plus `hooks.extra_loss`. Raises ClientDivergedError as
     soon as a batch loss is NaN or infinite, and ValueError if `hooks.loss` is combined with
     `hooks.sample_weight` or `hooks.forward`.
 
@@ -69,33 +93,30 @@ def train_local(model: nn.Module, data: ClientData, ctx: RoundContext, hooks: Tr
     model.to(device).train()
     for name, p in model.named_parameters():
         p.requires_grad_(hooks.trainable is None or hooks.trainable(name))
-    optimizer = make_optimizer([p for p in model.parameters() if p.requires_grad], ctx.optimizer)
-    generator = torch.Generator().manual_seed(ctx.rng_seed("shuffle"))
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = make_optimizer(params, ctx.optimizer, scheduled_lr(ctx.optimizer, ctx.round, ctx.rounds))
     forward = hooks.forward or (lambda m, x: m(x))
     total_loss, steps = 0.0, 0
-    for _ in range(ctx.local_epochs):
-        order = torch.randperm(data.num_train, generator=generator)
-        for start in range(0, data.num_train, ctx.batch_size):
-            idx = order[start : start + ctx.batch_size]
-            x, y = data.train_batch(idx, device)
-            if hooks.loss is not None:
-                logits, loss = None, hooks.loss(model, x, y)
+    for idx in batch_indices(data.num_train, ctx):
+        x, y = data.train_batch(idx, device)
+        if hooks.loss is not None:
+            logits, loss = None, hooks.loss(model, x, y)
+        else:
+            logits = forward(model, x)
+            if hooks.sample_weight is None:
+                loss = F.cross_entropy(logits, y)
             else:
-                logits = forward(model, x)
-                if hooks.sample_weight is None:
-                    loss = F.cross_entropy(logits, y)
-                else:
-                    loss = (F.cross_entropy(logits, y, reduction="none") * hooks.sample_weight(x, y)).mean()
-            if hooks.extra_loss is not None:
-                loss = loss + hooks.extra_loss(model, x, y, logits)
-            value = loss.item()
-            if not math.isfinite(value):
-                raise ClientDivergedError(f"client {ctx.client_id}: training loss became {value} in round {ctx.round}")
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-            total_loss += value
-            steps += 1
+                loss = (F.cross_entropy(logits, y, reduction="none") * hooks.sample_weight(x, y)).mean()
+        if hooks.extra_loss is not None:
+            loss = loss + hooks.extra_loss(model, x, y, logits)
+        value = loss.item()
+        if not math.isfinite(value):
+            raise ClientDivergedError(f"client {ctx.client_id}: training loss became {value} in round {ctx.round}")
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        total_loss += value
+        steps += 1
     return {"train_loss": total_loss / max(steps, 1), "train_steps": float(steps), "train_samples": float(data.num_train)}
 
 

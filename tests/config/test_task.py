@@ -76,6 +76,10 @@ def test_defaults_are_filled_into_the_runspec():
         ({"scenario": {"partition": "iid", "test_fraction": 1.5}}, "scenario.test_fraction", "[0, 1)"),
         ({"optimizer": {"name": "lbfgs"}}, "optimizer.name", "sgd, adam"),
         ({"model": {"name": "mlp", "width": 3}}, "model.width", "hidden"),
+        ({"local_steps": 0}, "local_steps", ">= 1"),
+        ({"optimizer": {"name": "sgd", "schedule": "step"}}, "optimizer.schedule", "'cosine'"),
+        ({"algorithm": {"name": "conditional", "centralized_pool": True}, "local_steps": 10}, "local_steps",
+         "centralized_pool"),
         # a model the algorithm cannot train: refused when the task loads, not when its runs start
         ({"algorithm": "feddrm", "model": "mlp"}, "model.name", "client path for feddrm: feddrm_net"),
         ({"algorithm": "conditional", "model": "lenet5"}, "model.name", "taking cond_dim"),

@@ -89,3 +89,20 @@ def test_a_drifting_colour_scenario_trains_on_rgb_batches_and_is_reproducible():
     assert a.status == "FINISHED", a.reason
     strip = lambda h: [{k: v for k, v in r.items() if not k.startswith("time_")} for r in h]
     assert strip(a.history) == strip(b.history) and len(a.history) == 3
+
+
+def test_a_worker_runs_the_specs_local_steps_at_the_rounds_scheduled_learning_rate():
+    from fedbench.runtime.worker import ClientWorker
+    from fedbench.scenarios import build_scenario
+
+    spec = tiny_spec(local_steps=3, rounds=4, optimizer={"name": "sgd", "lr": 0.1, "schedule": "cosine"})
+    dataset = load_dataset("digits")
+    scenario = build_scenario(dataset, spec.scenario, spec.seed, spec.rounds)
+    worker = ClientWorker()
+    worker.load(dataset, scenario, spec)
+    ctx = worker._context(3, 0, scenario.view(3, 0))
+    assert (ctx.local_steps, ctx.rounds, ctx.optimizer.schedule) == (3, 4, "cosine")
+    payload = make_algorithm(spec, scenario.input_shape, dataset.num_classes).init_state()["global"]
+    result, _ = worker.fit(3, 0, payload, {})
+    assert result.metrics["train_steps"] == 3.0
+    assert run_spec(spec).status == "FINISHED"

@@ -1,3 +1,5 @@
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import torch
@@ -6,6 +8,7 @@ from torch import nn
 from fedbench.core.errors import ClientDivergedError
 from fedbench.core.types import OptimizerSpec, RoundContext
 from fedbench.training import ClientData, TrainHooks, average_weights, evaluate, get_weights, set_weights, train_local
+from fedbench.training.loop import batch_indices, scheduled_lr
 
 
 def separable_data(n=256, seed=0):
@@ -116,3 +119,32 @@ def test_set_weights_round_trips_read_only_arrays():
         arr.setflags(write=False)  # as numpy arrives from Ray's object store
     set_weights(other, weights)
     assert all(np.array_equal(weights[k], v) for k, v in get_weights(other).items())
+
+
+def test_local_steps_walk_on_through_fresh_shuffles_and_epochs_take_the_same_first_pass():
+    steps = RoundContext(round=1, client_id=0, seed=0, local_epochs=1, batch_size=4, optimizer=OptimizerSpec(),
+                         num_classes=2, local_steps=7)
+    batches = list(batch_indices(10, steps))  # 3 batches a pass (4, 4, 2 rows)
+    assert [len(b) for b in batches] == [4, 4, 2, 4, 4, 2, 4]
+    assert sorted(torch.cat(batches[:3]).tolist()) == list(range(10))
+    one_epoch = list(batch_indices(10, replace(steps, local_steps=None)))
+    assert len(one_epoch) == 3 and all(torch.equal(a, b) for a, b in zip(one_epoch, batches))
+    assert list(batch_indices(0, steps)) == []  # no rows, no steps (not an endless loop)
+    metrics = train_local(model(), separable_data(), replace(steps, batch_size=16, local_steps=5))
+    assert metrics["train_steps"] == 5.0
+
+
+def test_the_cosine_schedule_sets_each_rounds_learning_rate():
+    cosine = OptimizerSpec(name="sgd", lr=0.1, momentum=0.0, schedule="cosine")
+    assert scheduled_lr(cosine, 1, 10) == pytest.approx(0.1)
+    assert scheduled_lr(cosine, 6, 10) == pytest.approx(0.05)
+    assert 0 < scheduled_lr(cosine, 10, 10) < 0.003
+    assert scheduled_lr(OptimizerSpec(lr=0.1), 10, 10) == 0.1
+    # one plain SGD step on the loss w (gradient 1) moves w by exactly the round's learning rate
+    for round in (1, 6):
+        w = nn.Linear(1, 1, bias=False)
+        nn.init.zeros_(w.weight)
+        job = RoundContext(round=round, client_id=0, seed=0, local_epochs=1, batch_size=1, optimizer=cosine,
+                           num_classes=2, rounds=10, local_steps=1)
+        train_local(w, separable_data(n=4), job, TrainHooks(loss=lambda m, x, y: m.weight.sum()))
+        assert w.weight.item() == pytest.approx(-scheduled_lr(cosine, round, 10))
