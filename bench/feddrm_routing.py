@@ -48,8 +48,9 @@ def spec_for(method: str, args: argparse.Namespace):
         "scenario": {"preset": "feddrm/dir0.3"},
         "rounds": args.rounds,
         "local_epochs": args.local_epochs,
+        "local_steps": args.local_steps,
         "batch_size": args.batch_size,
-        "optimizer": {"name": "sgd", "lr": args.lr, "momentum": 0.9, "weight_decay": 5e-4},
+        "optimizer": {"name": "sgd", "lr": args.lr, "momentum": 0.9, "weight_decay": 5e-4, "schedule": args.schedule},
         "seed": args.seed,
         "eval_every": args.rounds,
     })
@@ -81,15 +82,19 @@ def run_one(method: str, args: argparse.Namespace) -> dict:
 
 def command(args: argparse.Namespace) -> str:
     return (f"FEDBENCH_DATA=/work/shared/datasets nice -n 10 python bench/feddrm_routing.py --dataset {args.dataset} "
-            f"--rounds {args.rounds} --local-epochs {args.local_epochs} --ft-rounds {args.ft_rounds} --batch-size {args.batch_size} --lam {args.lam} "
+            f"--rounds {args.rounds} --local-epochs {args.local_epochs}"
+            f"{f' --local-steps {args.local_steps}' if args.local_steps else ''} --schedule {args.schedule} --ft-rounds {args.ft_rounds} --batch-size {args.batch_size} --lam {args.lam} "
             f"--lr {args.lr} --seed {args.seed}")
 
 
 def section(report: dict) -> list[str]:
     args, rows, gain = report["args"], report["rows"], report["system_gain"]
+    steps = args.get("local_steps")
+    work = f"{steps} local steps" if steps else f"{args.get('local_epochs', 1)} local epoch(s)"
     fmt = lambda v: "-" if v is None else f"{v:.4f}"
     lines = [
-        f"## {args['dataset']}: {args['rounds']} rounds of {args.get('local_epochs', 1)} local epoch(s), batch {args['batch_size']} "
+        f"## {args['dataset']}: {args['rounds']} rounds of {work}, {args.get('schedule', 'constant')} lr, "
+        f"batch {args['batch_size']} "
         f"(FedAvgFT: last {args['ft_rounds']} rounds fine-tuning)",
         "",
         f"`{report['command']}`",
@@ -128,6 +133,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--ft-rounds", type=int, default=2, help="FedAvgFT's final rounds without aggregation")
     parser.add_argument("--local-epochs", type=int, default=1, help="epochs per round (004: 10 steps a round)")
+    parser.add_argument("--local-steps", type=int, default=None, help="steps per round instead of epochs (004: 10)")
+    parser.add_argument("--schedule", choices=("constant", "cosine"), default="constant", help="004: cosine")
     parser.add_argument("--batch-size", type=int, default=128, help="004: 128")
     parser.add_argument("--lam", type=float, default=0.8, help="FedDRM's class-loss weight (004 Fig. 4)")
     parser.add_argument("--lr", type=float, default=0.01)
@@ -140,7 +147,7 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     path = out / "feddrm_routing.json"
     reports = json.loads(path.read_text()) if path.exists() else {}  # one entry per configuration run so far
-    key = f"{args.dataset}-r{args.rounds}-e{args.local_epochs}-ft{args.ft_rounds}-b{args.batch_size}-lam{args.lam}-lr{args.lr}-s{args.seed}"
+    key = f"{args.dataset}-r{args.rounds}-e{args.local_epochs}-k{args.local_steps}-{args.schedule}-ft{args.ft_rounds}-b{args.batch_size}-lam{args.lam}-lr{args.lr}-s{args.seed}"
     reports[key] = {"args": vars(args), "command": command(args), "rows": rows, "system_gain": gain,
                     "target_met": gain > 0}
     path.write_text(json.dumps(reports, indent=1))
