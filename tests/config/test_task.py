@@ -130,3 +130,6 @@ def test_the_papers_task_files_expand_to_their_grids():
     e1 = load_task("tasks/conditional_e1.yaml").expand()
     assert len(e1) == 4 * 5 * 5 and max(s.scenario.num_clients for s in e1) == 10 * 100
     assert {s.algorithm.name for s in e1} == {"conditional", "oracle", "fedavg", "local"}
+    shifts = load_task("tasks/conditional_e2_e4.yaml").expand()  # E2b (K = 4), E3a, E3b (K = 2) x 5 sparsities x 5
+    assert len(shifts) == 3 * 5 * 5 and {s.scenario.num_clients for s in shifts} >= {4 * 5, 2 * 100, 4 * 100}
+    assert len(load_task("tasks/conditional_e4a.yaml").expand()) == 5 * 5
