@@ -28,11 +28,11 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from pathlib import Path
 
 from fedbench.config.task import resolve_run
 from fedbench.core import metrics as M
 from fedbench.runtime import run_spec
+from tables import RESULTS, markdown_table
 
 METHODS = ("conditional", "oracle", "fedavg")
 POOLED = "conditional_pooled"
@@ -98,15 +98,14 @@ def markdown(args: argparse.Namespace, rows: dict[str, dict], checks: list[dict]
         "",
         command,
         "",
-        "| method | local acc (mean) | local acc (min) | test-time acc | system acc | paper (Table II) | uplink bytes "
-        "| wall s |",
-        "|---|---|---|---|---|---|---|---|",
     ]
-    for m in [*METHODS, *([POOLED] if POOLED in rows else [])]:
-        r = rows[m]
-        paper = f"{PAPER.get(m, PAPER['conditional']):.3f}" if args.dataset == "fmnist" and args.clusters == 5 else "-"
-        lines.append(f"| {m} | {r[M.ACC_LOCAL_MEAN]:.4f} | {r[M.ACC_LOCAL_MIN]:.4f} | {r[M.ACC_TEST_TIME]:.4f} | "
-                     f"{r[M.ACC_SYSTEM]:.4f} | {paper} | {r['comm_up_bytes']:.0f} | {r['wall_s']:.0f} |")
+    paper = lambda m: f"{PAPER.get(m, PAPER['conditional']):.3f}" if args.dataset == "fmnist" and args.clusters == 5 else "-"
+    lines += markdown_table(
+        ["method", "local acc (mean)", "local acc (min)", "test-time acc", "system acc", "paper (Table II)", "uplink bytes",
+         "wall s"],
+        ([m, f"{r[M.ACC_LOCAL_MEAN]:.4f}", f"{r[M.ACC_LOCAL_MIN]:.4f}", f"{r[M.ACC_TEST_TIME]:.4f}", f"{r[M.ACC_SYSTEM]:.4f}",
+          paper(m), f"{r['comm_up_bytes']:.0f}", f"{r['wall_s']:.0f}"]
+         for m, r in ((m, rows[m]) for m in [*METHODS, *([POOLED] if POOLED in rows else [])])))
     lines.append("")
     for check in checks:
         lines.append(
@@ -140,7 +139,7 @@ def main() -> None:
         args.methods.append(POOLED)
 
     rows = {m: run_one(m, args) for m in args.methods}
-    out = Path(__file__).parent / "results"
+    out = RESULTS
     out.mkdir(parents=True, exist_ok=True)
     report = {"args": vars(args), "rows": rows}
     if set(METHODS) <= set(rows):

@@ -27,12 +27,12 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from pathlib import Path
 
 from fedbench.config.task import resolve_run
 from fedbench.core import metrics as M
 from fedbench.core.callbacks import Callback
 from fedbench.runtime import run_spec
+from tables import RESULTS, markdown_table
 
 METHODS = ("feddrm", "fedavg_ft")
 KEYS = (M.ACC_SYSTEM, M.ACC_ROUTING, M.ACC_LOCAL_PI_WEIGHTED, M.ACC_LOCAL_MEAN)
@@ -99,13 +99,11 @@ def section(report: dict) -> list[str]:
         "",
         f"`{report['command']}`",
         "",
-        "| method | system acc | routing acc | pi-weighted local acc | mean local acc | uplink bytes | wall s |",
-        "|---|---|---|---|---|---|---|",
+        *markdown_table(
+            ["method", "system acc", "routing acc", "pi-weighted local acc", "mean local acc", "uplink bytes", "wall s"],
+            ([m, fmt(r[M.ACC_SYSTEM]), fmt(r[M.ACC_ROUTING]), fmt(r[M.ACC_LOCAL_PI_WEIGHTED]), fmt(r[M.ACC_LOCAL_MEAN]),
+              f"{r['comm_up_bytes']:.0f}", f"{r['wall_s']:.0f}"] for m, r in ((m, rows[m]) for m in METHODS))),
     ]
-    for m in METHODS:
-        r = rows[m]
-        lines.append(f"| {m} | {fmt(r[M.ACC_SYSTEM])} | {fmt(r[M.ACC_ROUTING])} | {fmt(r[M.ACC_LOCAL_PI_WEIGHTED])} | "
-                     f"{fmt(r[M.ACC_LOCAL_MEAN])} | {r['comm_up_bytes']:.0f} | {r['wall_s']:.0f} |")
     verdict = "met" if gain > 0 else "MISSED"
     lines += ["", f"FedDRM system - FedAvgFT system: {100 * gain:+.1f} points (target > 0: {verdict}).", ""]
     return lines
@@ -143,7 +141,7 @@ def main() -> None:
 
     rows = {m: run_one(m, args) for m in METHODS}
     gain = rows["feddrm"][M.ACC_SYSTEM] - rows["fedavg_ft"][M.ACC_SYSTEM]
-    out = Path(__file__).parent / "results"
+    out = RESULTS
     out.mkdir(parents=True, exist_ok=True)
     path = out / "feddrm_routing.json"
     reports = json.loads(path.read_text()) if path.exists() else {}  # one entry per configuration run so far

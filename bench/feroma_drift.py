@@ -24,6 +24,7 @@ from pathlib import Path
 from fedbench.config.task import resolve_run
 from fedbench.core import metrics as M
 from fedbench.runtime import run_spec
+from tables import RESULTS, markdown_table
 
 KEYS = (M.ACC_TEST_TIME, M.ACC_LOCAL_MEAN, M.ACC_ASSOCIATION)
 COUNTS = ("feroma_clustered", "feroma_personalized", "feroma_global")
@@ -81,18 +82,17 @@ def markdown(args: argparse.Namespace, rows: list[dict], stats: dict, methods: l
         "",
         f"LeNet-5, SGD lr 0.005 momentum 0.9, batch 64, 2 local epochs; seeds {args.seeds}.",
         "",
-        "| method | acc_test_time (mean +- std) | acc_local_mean (mean +- std) |",
-        "|---|---|---|",
+        *markdown_table(
+            ["method", "acc_test_time (mean +- std)", "acc_local_mean (mean +- std)"],
+            ([name, *(f"{100 * stats[name][key]['mean']:.1f} +- {100 * stats[name][key]['std']:.1f}"
+                      for key in (M.ACC_TEST_TIME, M.ACC_LOCAL_MEAN))] for name in methods)),
+        "", "Per seed:", "",
+        *markdown_table(
+            ["method", "seed", "acc_test_time", "acc_local_mean", "acc_association", "wall s"],
+            ([r["method"], r["seed"], f"{100 * r[M.ACC_TEST_TIME]:.1f}", f"{100 * r[M.ACC_LOCAL_MEAN]:.1f}",
+              "" if r[M.ACC_ASSOCIATION] is None else f"{100 * r[M.ACC_ASSOCIATION]:.1f}", f"{r['wall_s']:.0f}"]
+             for r in rows)),
     ]
-    for name in methods:
-        s = stats[name]
-        lines.append(f"| {name} | {100 * s[M.ACC_TEST_TIME]['mean']:.1f} +- {100 * s[M.ACC_TEST_TIME]['std']:.1f} | "
-                     f"{100 * s[M.ACC_LOCAL_MEAN]['mean']:.1f} +- {100 * s[M.ACC_LOCAL_MEAN]['std']:.1f} |")
-    lines += ["", "Per seed:", "", "| method | seed | acc_test_time | acc_local_mean | acc_association | wall s |", "|---|---|---|---|---|---|"]
-    for r in rows:
-        assoc = "" if r[M.ACC_ASSOCIATION] is None else f"{100 * r[M.ACC_ASSOCIATION]:.1f}"
-        lines.append(f"| {r['method']} | {r['seed']} | {100 * r[M.ACC_TEST_TIME]:.1f} | {100 * r[M.ACC_LOCAL_MEAN]:.1f} | {assoc} | "
-                     f"{r['wall_s']:.0f} |")
     base = stats["fedavg"][M.ACC_TEST_TIME]["mean"]
     lines += [""]
     for name in methods[1:]:
@@ -111,7 +111,7 @@ def main() -> None:
     parser.add_argument("--variants", nargs="+", default=["paper"], choices=["paper", "released"],
                         help="FEROMA variants to run next to FedAvg")
     parser.add_argument("--data-root", default=None, help="MNIST location (default: FEDBENCH_DATA)")
-    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
+    parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
 
     methods = ["fedavg"] + [f"feroma_{v}" for v in args.variants]

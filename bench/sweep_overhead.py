@@ -42,11 +42,11 @@ import time
 from pathlib import Path
 
 import yaml
+from tables import RESULTS, markdown_table
 
 ALGORITHMS = ("fedavg", "local")
 ALPHAS = (0.3, 1.0, 3.0)
 TARGET_S = 2.0
-OUT = Path(__file__).resolve().parent / "results"
 BRIDGE_CALLBACKS = ("on_trial_start", "on_trial_result", "on_trial_complete", "on_trial_error")
 """The sweep's Tune callbacks that write MLflow, in the driver (they block Tune's control loop while they run)."""
 
@@ -241,8 +241,7 @@ def markdown(report: dict, command: str) -> str:
     ]
     lines = [
         f"# Sweep scheduling overhead ({report['trials_desc']})", "", f"`{command}`", "",
-        "| | serial, back-to-back | sweep |", "|---|---|---|",
-        *(f"| {name} | {x} | {y} |" for name, x, y in rows), "",
+        *markdown_table(["", "serial, back-to-back", "sweep"], rows), "",
         f"sweep wall / serial wall: {a['wall_s'] / s['wall_s']:.2f}. Overhead per trial (wall x K - sum of own run "
         f"times) / trials, start-up included: {a['overhead_per_trial_s']:.2f} s; without Ray's start and "
         f"shutdown: {a['overhead_per_trial_without_ray_start_stop_s']:.2f} s.", "",
@@ -254,10 +253,11 @@ def markdown(report: dict, command: str) -> str:
         f"start-up, paid once per sweep, is about {report['fixed_startup_s']:.1f} s of wall time "
         f"(wall_small - trials_small x (own mean + per-trial overhead) / K).", "",
         f"Where the {a['trials']}-trial sweep's time goes (s):", "",
-        "| part | s |", "|---|---|",
-        *(f"| {k} | {v:.2f} |" for k, v in b.items() if v is not None),
-        f"| warm Ray: placement group (2 bundles) ready | {a['warm_ray']['placement_group_ready_s']:.2f} |",
-        f"| warm Ray: one client actor up | {a['warm_ray']['client_actor_start_s']:.2f} |",
+        *markdown_table(["part", "s"], [
+            *((k, f"{v:.2f}") for k, v in b.items() if v is not None),
+            ("warm Ray: placement group (2 bundles) ready", f"{a['warm_ray']['placement_group_ready_s']:.2f}"),
+            ("warm Ray: one client actor up", f"{a['warm_ray']['client_actor_start_s']:.2f}"),
+        ]),
         "", report.get("notes", ""),
     ]
     return "\n".join(lines) + "\n"
@@ -339,10 +339,10 @@ def main() -> None:
     for key, value in {**b, **{f"warm Ray: {k}": v for k, v in a["warm_ray"].items()}}.items():
         if value is not None:
             print(f"  {key:52s}{value:8.2f} s")
-    OUT.mkdir(parents=True, exist_ok=True)
-    (OUT / "sweep_overhead.json").write_text(json.dumps(report, indent=1, default=str))
-    (OUT / "sweep_overhead.md").write_text(markdown(report, command))
-    print(f"written: {OUT / 'sweep_overhead.json'}, {OUT / 'sweep_overhead.md'}")
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "sweep_overhead.json").write_text(json.dumps(report, indent=1, default=str))
+    (RESULTS / "sweep_overhead.md").write_text(markdown(report, command))
+    print(f"written: {RESULTS / 'sweep_overhead.json'}, {RESULTS / 'sweep_overhead.md'}")
 
 
 if __name__ == "__main__":
