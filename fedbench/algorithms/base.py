@@ -10,7 +10,7 @@ The runtime calls these; an algorithm never imports Ray, MLflow or the runtime, 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Sequence
+from typing import Any, Callable, ClassVar, Sequence
 
 import numpy as np
 import torch
@@ -21,7 +21,7 @@ from fedbench.core.registry import ALGORITHMS
 from fedbench.core.runspec import RunSpec
 from fedbench.core.types import ClientResult, ClientState, LocalTraining, Metrics, Payload, RoundContext, derive_seed
 from fedbench.models import build_model
-from fedbench.training import ClientData, evaluate, get_weights, set_weights
+from fedbench.training import ClientData, average_weights, evaluate, get_weights, set_weights
 
 ServerState = dict[str, Any]
 """The server's state between rounds. Its optional key `round_metrics` (name -> float) holds numbers the
@@ -189,6 +189,30 @@ def make_algorithm(spec: RunSpec, input_shape: tuple[int, ...], num_classes: int
     return cls(cls.Config(**spec.algorithm.kwargs), builder, spec.scenario.num_clients, spec.seed, spec.rounds, training)
 
 
+NUM_SAMPLES = "num_samples"
+"""Uplink key of a client's training-set size, by which FedAvg-style averages weigh its model."""
+
+
 def sample_count(n: int) -> np.ndarray:
     """The uplink field carrying a client's training-set size (a real client sends it; it is metered)."""
     return np.array([n], dtype=np.int64)
+
+
+def counted(weights: Payload, n: int) -> Payload:
+    """A client's uplink: its model's weights and its training-set size."""
+    return {**weights, NUM_SAMPLES: sample_count(n)}
+
+
+def sample_counts(results: Sequence[ClientResult]) -> list[int]:
+    """The training-set sizes the results' uplinks carry, in their order."""
+    return [int(r.uplink[NUM_SAMPLES][0]) for r in results]
+
+
+def model_part(uplink: Payload, drop: Sequence[str] = ()) -> Payload:
+    """An uplink without its sample count (and without the method's other non-weight keys `drop`)."""
+    return {k: v for k, v in uplink.items() if k != NUM_SAMPLES and k not in drop}
+
+
+def average_uplinks(results: Sequence[ClientResult], part: Callable[[Payload], Payload] = model_part) -> Payload:
+    """FedAvg's average (McMahan et al. 2017) of the results' models, `part(uplink)` each, by their sample counts."""
+    return average_weights([part(r.uplink) for r in results], sample_counts(results))

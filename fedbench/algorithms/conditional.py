@@ -49,7 +49,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from fedbench.algorithms.base import Algorithm, AlgorithmConfig, ServerState, sample_count
+from fedbench.algorithms.base import Algorithm, AlgorithmConfig, ServerState, average_uplinks, counted
 from fedbench.algorithms.conditional_stats import (
     IDENTITY_MAX_DIM,
     Normalization,
@@ -62,7 +62,7 @@ from fedbench.core.errors import ConfigError
 from fedbench.core.registry import MODELS, register_algorithm
 from fedbench.core.runspec import RunSpec
 from fedbench.core.types import ClientResult, ClientState, Metrics, Payload, RoundContext, derive_seed
-from fedbench.training import ClientData, TrainHooks, average_weights, evaluate, get_weights, train_local
+from fedbench.training import ClientData, TrainHooks, evaluate, get_weights, train_local
 
 Forward = Callable[[nn.Module, torch.Tensor], torch.Tensor]
 CHUNK = 1024
@@ -179,9 +179,7 @@ class Conditional(Algorithm):
 
     def aggregate(self, round: int, state: ServerState, results: Sequence[ClientResult]) -> ServerState:
         if not self.config.centralized_pool:
-            weights = [{k: v for k, v in r.uplink.items() if k != "num_samples"} for r in results]
-            counts = [int(r.uplink["num_samples"][0]) for r in results]
-            return {**state, "global": average_weights(weights, counts)}
+            return {**state, "global": average_uplinks(results)}
         pool = dict(state.get("pool", {}))
         for r in results:
             if "pool_x" in r.uplink:
@@ -217,16 +215,16 @@ class Conditional(Algorithm):
         model = self.model_with(payload)
         # torch.tensor copies: on Ray the state arrives as read-only object-store memory
         metrics = train_local(model, data, ctx, TrainHooks(forward=with_cond(torch.tensor(state["stats"]))))
-        return {**get_weights(model), "num_samples": sample_count(data.num_train)}, state, metrics
+        return counted(get_weights(model), data.num_train), state, metrics
 
     def _pool_upload(self, payload: Payload, state: ClientState, data: ClientData, ctx: RoundContext) -> Payload:
         """Pooled protocol: the client's rows as the model sees them, labels and s_i, unless the server holds them."""
         key = np.frombuffer(bytes.fromhex(state["stats_key"]), dtype=np.uint8)
         if np.array_equal(payload["pool_key"], key):
-            return {"num_samples": sample_count(data.num_train)}
+            return counted({}, data.num_train)
         rows = [data.train_batch(idx)[0].numpy() for idx in torch.arange(data.num_train).split(CHUNK)]
-        return {"pool_x": np.concatenate(rows).astype(np.float32), "pool_y": data.train_y.numpy(), "stats": np.array(state["stats"]),
-                "pool_key": key, "num_samples": sample_count(data.num_train)}
+        return counted({"pool_x": np.concatenate(rows).astype(np.float32), "pool_y": data.train_y.numpy(),
+                        "stats": np.array(state["stats"]), "pool_key": key}, data.num_train)
 
     def client_evaluate(self, payload: Payload, state: ClientState, data: ClientData, ctx: RoundContext) -> Metrics:
         model = self.model_with(payload)

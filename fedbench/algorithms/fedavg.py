@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from fedbench.algorithms.base import Algorithm, ServerState, sample_count
+from fedbench.algorithms.base import Algorithm, ServerState, average_uplinks, counted
 from fedbench.core.registry import register_algorithm
 from fedbench.core.types import ClientResult, ClientState, Metrics, Payload, RoundContext
-from fedbench.training import ClientData, average_weights, get_weights, train_local
+from fedbench.training import ClientData, get_weights, train_local
 
 
 @register_algorithm("fedavg")
@@ -19,9 +19,7 @@ class FedAvg(Algorithm):
     ) -> tuple[Payload, ClientState, Metrics]:
         model = self.model_with(payload)
         metrics = train_local(model, data, ctx)
-        return {**get_weights(model), "num_samples": sample_count(data.num_train)}, state, metrics
+        return counted(get_weights(model), data.num_train), state, metrics
 
     def aggregate(self, round: int, state: ServerState, results: Sequence[ClientResult]) -> ServerState:
-        weights = [{k: v for k, v in r.uplink.items() if k != "num_samples"} for r in results]
-        counts = [int(r.uplink["num_samples"][0]) for r in results]
-        return {**state, "global": average_weights(weights, counts)}
+        return {**state, "global": average_uplinks(results)}

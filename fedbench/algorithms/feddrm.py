@@ -25,17 +25,18 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fedbench.algorithms.base import Algorithm, AlgorithmConfig, Assignment, ModelBuilder, ServerState, sample_count
+from fedbench.algorithms.base import (
+    Algorithm, AlgorithmConfig, Assignment, ModelBuilder, ServerState, average_uplinks, counted, model_part, sample_counts,
+)
 from fedbench.core.errors import ConfigError
 from fedbench.core.fields import signature_fields
 from fedbench.core.registry import MODELS, register_algorithm
 from fedbench.core.runspec import RunSpec
 from fedbench.core.types import ClientResult, ClientState, Metrics, Payload, RoundContext
-from fedbench.training import ClientData, TrainHooks, average_weights, get_weights, train_local
+from fedbench.training import ClientData, TrainHooks, get_weights, train_local
 
 LOCAL_PREFIX = "head."
 """Parameters that stay on the client: the final target layer (METHODS.md)."""
-COUNT = "num_samples"
 LOG_PI = "log_pi"
 """Evaluation-payload key: log of every client's share of the training data, for routing."""
 ROUTE_COUNTS = "route_counts"
@@ -123,11 +124,11 @@ class FedDRM(Algorithm):
         return {"global": shared_part(initial), "heads": {cid: head for cid in range(self.num_clients)}, "counts": {}}
 
     def aggregate(self, round: int, state: ServerState, results: Sequence[ClientResult]) -> ServerState:
-        shared = [shared_part({k: v for k, v in r.uplink.items() if k != COUNT}) for r in results]
-        counts = [int(r.uplink[COUNT][0]) for r in results]
+        counts = sample_counts(results)
         heads = {**state["heads"], **{r.client_id: local_part(r.uplink) for r in results}}
         known = {**state["counts"], **{r.client_id: n for r, n in zip(results, counts)}}
-        return {**state, "global": average_weights(shared, counts), "heads": heads, "counts": known}
+        shared = average_uplinks(results, lambda uplink: shared_part(model_part(uplink)))
+        return {**state, "global": shared, "heads": heads, "counts": known}
 
     def evaluation_payloads(self, state: ServerState, clients: Sequence[int]) -> dict[int, Payload]:
         """Client j's full model (the shared part and j's target layer) and every client's log pi."""
@@ -153,7 +154,7 @@ class FedDRM(Algorithm):
         model = self.model_with({**payload, **head})
         metrics = train_local(model, data, ctx, DualLoss(self.config.lam, ctx.client_id).hooks())
         weights = get_weights(model)
-        return {**weights, COUNT: sample_count(data.num_train)}, {**state, "head": local_part(weights)}, metrics
+        return counted(weights, data.num_train), {**state, "head": local_part(weights)}, metrics
 
     def client_predict(
         self, payload: Payload, state: ClientState, data: ClientData, ctx: RoundContext

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from fedbench.algorithms.base import AlgorithmConfig, sample_count
+from fedbench.algorithms.base import AlgorithmConfig, counted
 from fedbench.algorithms.fedavg import FedAvg
 from fedbench.core.errors import ConfigError
 from fedbench.core.registry import register_algorithm
@@ -52,4 +52,4 @@ class FedProx(FedAvg):
         model = self.model_with(payload)
         anchor = {name: p.detach().clone().to(ctx.device) for name, p in model.named_parameters()}
         metrics = train_local(model, data, ctx, TrainHooks(extra_loss=proximal_term(self.config.mu, anchor)))
-        return {**get_weights(model), "num_samples": sample_count(data.num_train)}, state, metrics
+        return counted(get_weights(model), data.num_train), state, metrics

@@ -40,7 +40,9 @@ import numpy as np
 import torch
 
 from fedbench.algorithms import feroma_profile as dpe
-from fedbench.algorithms.base import Algorithm, AlgorithmConfig, Assignment, ServerState, sample_count
+from fedbench.algorithms.base import (
+    NUM_SAMPLES, Algorithm, AlgorithmConfig, Assignment, ServerState, average_uplinks, counted, model_part, sample_counts,
+)
 from fedbench.core.errors import ConfigError
 from fedbench.core.registry import register_algorithm
 from fedbench.core.types import ClientResult, ClientState, Metrics, Payload, RoundContext, derive_seed
@@ -161,7 +163,7 @@ def _round_metrics(kinds: Sequence[str]) -> dict[str, float]:
 
 
 def _model_part(uplink: Payload) -> Payload:
-    return {k: v for k, v in uplink.items() if k not in ("num_samples", LATENT_RANGE, PROFILE)}
+    return model_part(uplink, drop=(LATENT_RANGE, PROFILE))
 
 
 def _train_part(data: ClientData) -> ClientData:
@@ -203,8 +205,7 @@ class Feroma(Algorithm):
 
     def aggregate(self, round: int, state: ServerState, results: Sequence[ClientResult]) -> ServerState:
         if round <= self.config.warmup_rounds:
-            counts = [int(r.uplink["num_samples"][0]) for r in results]
-            new = {**state, "global": average_weights([_model_part(r.uplink) for r in results], counts),
+            new = {**state, "global": average_uplinks(results, _model_part),
                    "round_metrics": _round_metrics(["global"] * len(results))}
             if round == self.config.warmup_rounds:  # freeze the extractor and the latent box (S1)
                 lower, upper = dpe.global_bounds([r.uplink[LATENT_RANGE] for r in results], self.config.bound_margin)
@@ -216,7 +217,7 @@ class Feroma(Algorithm):
     def _map(self, state: ServerState, results: Sequence[ClientResult]) -> ServerState:
         """DPM: each participant's model from the models returned this round, by profile distance."""
         current = {r.client_id: r.uplink[PROFILE].astype(np.float64) for r in results}
-        pool = [r for r in results if "num_samples" in r.uplink]  # models trained on the sender's previous data
+        pool = [r for r in results if NUM_SAMPLES in r.uplink]  # models trained on the sender's previous data
         scaler = state["scaler"]
         if scaler is None and self.config.variant == "released":  # fitted once, on the first mapping round
             profiles = np.stack(list(current.values()))
@@ -228,7 +229,7 @@ class Feroma(Algorithm):
         else:
             ids = [r.client_id for r in pool]
             models = [_model_part(r.uplink) for r in pool]
-            sizes = np.array([float(r.uplink["num_samples"][0]) for r in pool])
+            sizes = np.array(sample_counts(pool), dtype=np.float64)
             previous = np.stack([state["profiles"][j] for j in ids])
             receivers = sorted(current)
             now = np.stack([current[i] for i in receivers])
@@ -294,7 +295,7 @@ class Feroma(Algorithm):
         if ctx.round <= self.config.warmup_rounds:
             model = self.model_with(payload)
             metrics = train_local(model, data, ctx)
-            uplink = {**get_weights(model), "num_samples": sample_count(data.num_train)}
+            uplink = counted(get_weights(model), data.num_train)
             if ctx.round == self.config.warmup_rounds:  # S1, on the client's own round-W model as released
                 # (the frozen extractor is the average of these models and does not exist yet)
                 uplink[LATENT_RANGE] = dpe.latent_range(dpe.extract_latents(model, _train_inputs(data, ctx.device)))
@@ -308,8 +309,7 @@ class Feroma(Algorithm):
             pending: ClientData = state["pending"]
             model = self.model_with(payload)
             metrics = train_local(model, pending, ctx)
-            uplink.update(get_weights(model))
-            uplink["num_samples"] = sample_count(pending.num_train)
+            uplink.update(counted(get_weights(model), pending.num_train))
         else:
             metrics = {"train_loss": math.nan, "train_steps": 0.0, "train_samples": 0.0}
         labels = data.train_y.numpy()

@@ -56,20 +56,19 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fedbench.algorithms.base import Algorithm, AlgorithmConfig, ModelBuilder, ServerState, sample_count
+from fedbench.algorithms.base import Algorithm, AlgorithmConfig, ModelBuilder, ServerState, average_uplinks, counted
 from fedbench.algorithms.made_cache import DensityCache, digest
 from fedbench.core.errors import ConfigError
 from fedbench.core.registry import register_algorithm
 from fedbench.core.types import ClientResult, ClientState, Metrics, OptimizerSpec, Payload, RoundContext, derive_seed
 from fedbench.data.base import cache_dir
 from fedbench.models.made import MADE
-from fedbench.training import ClientData, TrainHooks, average_weights, get_weights, set_weights, train_local
+from fedbench.training import ClientData, TrainHooks, get_weights, set_weights, train_local
 
 MADE_PREFIX = "made."
 """Payload keys of the global MADE during the density phase."""
 FINAL_PREFIX = "made_final."
 """Payload keys of the final global MADE (a replayed cached phase, or the one-time send after the phase)."""
-COUNT = "num_samples"
 WEIGHTING = "weighting"
 """Client-state key: the client's local MADE, classifier and rescaling constants."""
 PHASE_DATA = "phase_data"
@@ -261,16 +260,14 @@ class MADEReweighting(Algorithm):
         return {cid: task if cid in state["made_sent"] else with_made for cid in sampled}
 
     def aggregate(self, round: int, state: ServerState, results: Sequence[ClientResult]) -> ServerState:
-        counts = [int(r.uplink[COUNT][0]) for r in results]
         if round > self.config.density_rounds:
-            weights = [{k: v for k, v in r.uplink.items() if k != COUNT} for r in results]
             sent = state["made_sent"] | {r.client_id for r in results}
-            return {**state, "global": average_weights(weights, counts), "made_sent": sent}
+            return {**state, "global": average_uplinks(results), "made_sent": sent}
         losses = {**state["losses"], **{f"{round}:{r.client_id}": r.metrics["train_loss"] for r in results}}
         state = {**state, "losses": losses}
         if state["replay"]:
             return state
-        made = average_weights([unprefixed(MADE_PREFIX, r.uplink) for r in results], counts)
+        made = average_uplinks(results, lambda uplink: unprefixed(MADE_PREFIX, uplink))
         state["made"] = made
         if round == 1 and self.config.cache and self.config.client_fraction == 1.0:
             state["phase_key"] = digest("made-phase", made, self._phase_settings())
@@ -292,20 +289,19 @@ class MADEReweighting(Algorithm):
         hook = self.sample_weights(state[WEIGHTING], ctx.device)
         model = self.model_with({k: v for k, v in payload.items() if not k.startswith(FINAL_PREFIX)})
         metrics = train_local(model, data, ctx, TrainHooks(sample_weight=hook))
-        return {**get_weights(model), COUNT: sample_count(data.num_train)}, state, metrics
+        return counted(get_weights(model), data.num_train), state, metrics
 
     def _density_round(self, payload: Payload, state: ClientState, data: ClientData, ctx: RoundContext):
         phase_data = state.get(PHASE_DATA, data)
         state = {**state, PHASE_DATA: phase_data}
-        count = sample_count(phase_data.num_train)
         final = unprefixed(FINAL_PREFIX, payload)
         if final:  # a cached phase is being replayed: echo the final MADE, report the loss this round had
             loss = self._cache().losses(self._final_id(final))[f"{ctx.round}:{ctx.client_id}"]
-            return {**prefixed(MADE_PREFIX, final), COUNT: count}, state, {"train_loss": loss}
+            return counted(prefixed(MADE_PREFIX, final), phase_data.num_train), state, {"train_loss": loss}
         made = self._made("global", unprefixed(MADE_PREFIX, payload))
         c = self.config
         loss = train_made(made, phase_data, c.made_epochs, c.made_lr, c.made_batch_size, ctx)
-        return {**prefixed(MADE_PREFIX, get_weights(made)), COUNT: count}, state, {"train_loss": loss}
+        return counted(prefixed(MADE_PREFIX, get_weights(made)), phase_data.num_train), state, {"train_loss": loss}
 
     def _fit_weighting(self, final: Payload, state: ClientState, data: ClientData, ctx: RoundContext) -> ClientState:
         """Local MADE, classifier and rescaling constants of this client (cached; see the module docstring).
@@ -353,10 +349,9 @@ class MADEReweighting(Algorithm):
     def sample_weights(self, weighting: dict[str, Payload], device: str) -> SampleWeights:
         """The weight function of a client's fitted weighting, on `device`."""
         local = self._made("local", weighting["local"]).to(device).eval()
-        dim = local.dim
-        if self._classifier is None or self._classifier.shift.shape[0] != dim:
+        if self._classifier is None:  # the MADE's dimension is fixed per run
             with torch.random.fork_rng(devices=[]):
-                self._classifier = RatioClassifier(dim, self.config.classifier_hidden)
+                self._classifier = RatioClassifier(local.dim, self.config.classifier_hidden)
         set_weights(self._classifier, weighting["classifier"])
         clf = self._classifier.to(device).eval()
         return SampleWeights(local, clf, self.config.features, self.config.rescale, weighting["scale"]["value"])

@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fedbench.algorithms.base import AlgorithmConfig, sample_count
+from fedbench.algorithms.base import AlgorithmConfig, counted
 from fedbench.algorithms.fedavg import FedAvg
 from fedbench.core.errors import ConfigError
 from fedbench.core.registry import register_algorithm
@@ -101,7 +101,7 @@ class MOON(FedAvg):
         hooks = ContrastiveHooks(self.config.mu, self.config.tau, global_model, previous).hooks()
         metrics = train_local(model, data, ctx, hooks)
         weights = get_weights(model)
-        return {**weights, "num_samples": sample_count(data.num_train)}, {**state, PREVIOUS: weights}, metrics
+        return counted(weights, data.num_train), {**state, PREVIOUS: weights}, metrics
 
     def _reference(self, role: str, weights: Payload, device: str) -> nn.Module:
         """A frozen eval-mode copy of the run's model with `weights` (one instance per role per process,

@@ -21,10 +21,10 @@ from typing import Sequence
 
 import numpy as np
 
-from fedbench.algorithms.base import Algorithm, Assignment, ServerState, sample_count
+from fedbench.algorithms.base import Algorithm, Assignment, ServerState, average_uplinks, counted, model_part
 from fedbench.core.registry import register_algorithm
 from fedbench.core.types import ClientResult, ClientState, Metrics, Payload, RoundContext
-from fedbench.training import ClientData, average_weights, get_weights, train_local
+from fedbench.training import ClientData, get_weights, train_local
 
 CLUSTER = "cluster"
 """Uplink key: the ground-truth distribution id the update was trained on (int64 [1])."""
@@ -46,8 +46,7 @@ class Oracle(Algorithm):
             members.setdefault(int(r.uplink[CLUSTER][0]), []).append(r)
         models = dict(state["models"])
         for cluster, group in members.items():
-            weights = [{k: v for k, v in r.uplink.items() if k not in ("num_samples", CLUSTER)} for r in group]
-            models[cluster] = average_weights(weights, [int(r.uplink["num_samples"][0]) for r in group])
+            models[cluster] = average_uplinks(group, lambda uplink: model_part(uplink, drop=(CLUSTER,)))
         cluster_of = {**state["cluster_of"], **{r.client_id: int(r.uplink[CLUSTER][0]) for r in results}}
         return {**state, "models": models, "cluster_of": cluster_of}
 
@@ -79,7 +78,7 @@ class Oracle(Algorithm):
     ) -> tuple[Payload, ClientState, Metrics]:
         model = self.model_with(payload)
         metrics = train_local(model, data, ctx)
-        uplink = {**get_weights(model), "num_samples": sample_count(data.num_train), CLUSTER: cluster_id(ctx)}
+        uplink = {**counted(get_weights(model), data.num_train), CLUSTER: cluster_id(ctx)}
         return uplink, state, metrics
 
     def client_describe(self, payload: Payload, data: ClientData, ctx: RoundContext) -> Payload:

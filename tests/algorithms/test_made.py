@@ -9,7 +9,8 @@ import torch
 
 from fedbench.algorithms import made as made_module
 from fedbench.algorithms.base import ModelBuilder
-from fedbench.algorithms.made import COUNT, FINAL_PREFIX, MADE_PREFIX, MADEReweighting, unprefixed
+from fedbench.algorithms.base import NUM_SAMPLES as COUNT
+from fedbench.algorithms.made import FINAL_PREFIX, MADE_PREFIX, MADEReweighting, unprefixed
 from fedbench.core import metrics as M
 from fedbench.core.errors import ConfigError
 from fedbench.core.types import ClientResult, OptimizerSpec, RoundContext
