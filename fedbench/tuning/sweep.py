@@ -15,6 +15,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from fedbench.core import metrics as M
 from fedbench.core.callbacks import RunResult
 from fedbench.core.errors import ConfigError
 from fedbench.tracking.paths import results_dir, tracking_uri
@@ -147,12 +148,18 @@ def _tuner(plan: SweepPlan, done: set, max_concurrent, driver_cpus, bridge, stor
     spec_of = plan.spec_of
     trainable = tune.with_resources(tune.with_parameters(run_trial, spec_of=spec_of),
                                     lambda config: placement(spec_of(config), driver_cpus or DRIVER_CPUS))
+    if plan.metric is not None:
+        # not every report carries the metric: rounds between evaluations (eval_every) have no accuracy, and
+        # only the last report has the final/* values. The scheduler and the searcher skip such reports.
+        os.environ["TUNE_DISABLE_STRICT_METRIC_CHECKING"] = "1"
     scheduler = None
     if plan.scheduler == "asha":
         from ray.tune.schedulers import ASHAScheduler
 
-        # time is the report count: one per round plus the run's final report
-        scheduler = ASHAScheduler(metric=plan.metric, mode=plan.mode, max_t=plan.max_rounds() + 1, grace_period=1)
+        # rounds report the bare name (acc_local_mean), the run's end final/acc_local_mean; time is the report
+        # count: one per round plus the final report
+        scheduler = ASHAScheduler(metric=plan.metric.removeprefix(M.FINAL_PREFIX), mode=plan.mode,
+                                  max_t=plan.max_rounds() + 1, grace_period=1)
     if plan.space is None:
         remaining = [s for s in plan.specs if s.run_hash not in done]
         if not remaining:
@@ -179,8 +186,6 @@ def _optuna(plan: SweepPlan, max_concurrent: int):
 
     from fedbench.tuning.final_metric_search import FinalMetricOptunaSearch
 
-    # reports before the last carry no final metric: let Tune accept them (the searcher reads the last one)
-    os.environ["TUNE_DISABLE_STRICT_METRIC_CHECKING"] = "1"
     search = FinalMetricOptunaSearch(space=plan.space.sample, metric=plan.metric, mode=plan.mode,
                                      storage=_study_storage(plan), study_name=plan.name,
                                      seed=int(plan.base.get("seed", 0)))

@@ -116,3 +116,19 @@ def test_an_interrupted_sweep_resumes_without_running_or_logging_finished_trials
     assert (children["status"] == "FINISHED").all() and children["metrics.final/acc_local_mean"].notna().all()
     assert finished_before <= set(children["run_id"])  # trials done before the interrupt kept their runs
     assert len(outcome.results) == 6 - outcome.resumed_done  # and were not run again
+
+
+def test_asha_schedules_on_the_per_round_metric_when_given_the_final_name(tmp_path, mlflow_store, ray_session):
+    """`--metric final/acc_local_mean` is what the leaderboard ranks by; the rounds report `acc_local_mean`, which
+    is what ASHA must compare (with the final name it never saw it and Tune failed the trials)."""
+    import mlflow
+
+    task = write_task(tmp_path, rounds=3, eval_every=2, grid={"optimizer.lr": [0.05, 0.0001]}, seeds=[0, 1])
+    plan = make_plan(load_task(task), metric="final/acc_local_mean", scheduler="asha")
+    outcome = run_sweep(plan, max_concurrent=2)
+    assert len(outcome.results) == 4 and not outcome.interrupted
+    mlflow.set_tracking_uri(f"sqlite:///{mlflow_store}")
+    runs = mlflow.search_runs(experiment_names=["sweep_test"])
+    children = runs[runs["tags.mlflow.parentRunId"] == outcome.parent_run_id]
+    assert len(children) == 4 and (children["status"] == "FINISHED").all()
+    assert children["metrics.final/acc_local_mean"].notna().all()
