@@ -32,31 +32,30 @@ def run_specs(specs: Sequence[RunSpec]) -> list[RunResult]:
     from fedbench.tracking.console import ProgressCallback
     from fedbench.tracking.mlflow_callback import MlflowCallback
 
-    ray_started_here, pool = False, None
+    ray_started_here, pools = False, None
     results = []
     try:
         for i, spec in enumerate(specs, 1):
-            if spec.resources.backend == "ray" and (pool is None or pool.resources != spec.resources):
+            pool = None
+            if spec.resources.backend == "ray":
                 import ray
 
-                from fedbench.runtime.ray_pool import RayWorkerPool
+                from fedbench.runtime.ray_pool import ReusedPool
 
                 ray_started_here = ray_started_here or not ray.is_initialized()
-                if pool is not None:
-                    pool.close()
-                pool = RayWorkerPool(spec.resources, max(s.scenario.num_clients for s in specs))
+                pools = pools or ReusedPool()
+                pool = pools.for_run(spec, max(s.scenario.num_clients for s in specs))
             callbacks = [MlflowCallback(), ProgressCallback(position=f"[{i}/{len(specs)}] ")]
-            result = Federation(spec, callbacks, pool=pool if spec.resources.backend == "ray" else None).run()
+            result = Federation(spec, callbacks, pool=pool).run()
             acc = result.final.get("final/acc_local_mean", float("nan"))
             status = "[green]ok" if result.status == "FINISHED" else f"[red]FAILED: {escape(result.reason)}"
             console.print(f"[{i}/{len(specs)}] {spec.label}: acc_local_mean={acc:.4f} {status}")
             results.append(result)
-            if result.status == "FAILED" and pool is not None:
-                pool.close()
-                pool = None
+            if pools is not None:
+                pools.after(result.status)
     finally:
-        if pool is not None:
-            pool.close()
+        if pools is not None:
+            pools.close()
         if ray_started_here:
             import ray
 

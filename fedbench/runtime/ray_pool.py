@@ -70,6 +70,32 @@ class RayWorkerPool:
         self.workers = []
 
 
+class ReusedPool:
+    """The one RayWorkerPool that consecutive runs share (a task's runs, or the trials a Tune process runs):
+    kept while the resource shape stays the same, replaced when it changes, and dropped after a failed run,
+    so a crashed actor cannot take later runs down with it."""
+
+    def __init__(self) -> None:
+        self.pool: RayWorkerPool | None = None
+
+    def for_run(self, spec: RunSpec, max_clients: int | None = None) -> RayWorkerPool:
+        """The pool for `spec`, started (sized for `max_clients`, default the run's clients) if needed."""
+        if self.pool is None or self.pool.resources != spec.resources:
+            self.close()
+            self.pool = RayWorkerPool(spec.resources, max_clients or spec.scenario.num_clients)
+        return self.pool
+
+    def after(self, status: str) -> None:
+        """Drop the pool after a FAILED run: a worker may be what failed."""
+        if status == "FAILED":
+            self.close()
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.close()
+            self.pool = None
+
+
 class RayBackend:
     """Client jobs on a pool of `ClientWorker` actors; one dispatch loop for every kind of job."""
 

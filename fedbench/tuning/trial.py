@@ -37,33 +37,24 @@ class TuneReporter(Callback):
                      "traceback": result.traceback})
 
 
-_pool = None
-"""This trial process's client workers. Tune reuses a trial's process (and its placement group) for the next
-trial with the same resources (`reuse_actors`), so the workers it started are reused too: starting a Python
-process with torch costs seconds per trial, more than a tiny trial's own work (bench/sweep_overhead.py)."""
-
-
-def worker_pool(spec: RunSpec):
-    """The process's pool, started (inside the trial's placement group) or replaced when the shape differs."""
-    global _pool
-    from fedbench.runtime.ray_pool import RayWorkerPool
-
-    if _pool is None or _pool.resources != spec.resources:
-        if _pool is not None:
-            _pool.close()
-        _pool = RayWorkerPool(spec.resources, spec.scenario.num_clients)
-    return _pool
+_pools = None
+"""This trial process's client workers (a `ReusedPool`). Tune reuses a trial's process (and its placement
+group) for the next trial with the same resources (`reuse_actors`), so the workers it started inside that
+group are reused too: starting a Python process with torch costs seconds per trial, more than a tiny
+trial's own work (bench/sweep_overhead.py)."""
 
 
 def run_trial(config: dict[str, Any], spec_of: Callable[[dict[str, Any]], RunSpec]) -> None:
     """Tune function trainable: `spec_of(config)` is the run (a grid point or an Optuna sample)."""
-    global _pool
+    global _pools
     import ray
 
     from fedbench.runtime import Federation
+    from fedbench.runtime.ray_pool import ReusedPool
 
     spec = spec_of(config)
-    pool = worker_pool(spec)
+    _pools = _pools or ReusedPool()
+    pool = _pools.for_run(spec)
 
     def tags() -> dict[str, str]:
         try:
@@ -77,6 +68,4 @@ def run_trial(config: dict[str, Any], spec_of: Callable[[dict[str, Any]], RunSpe
         }
 
     result = Federation(spec, callbacks=[TuneReporter(tags)], pool=pool).run()
-    if result.status == "FAILED":  # a worker may be what failed: the next trial starts fresh ones
-        pool.close()
-        _pool = None
+    _pools.after(result.status)  # a worker may be what failed: the next trial starts fresh ones
