@@ -16,6 +16,7 @@ import pandas as pd
 
 from fedbench.core import metrics as M
 from fedbench.core.errors import ConfigError
+from fedbench.tracking.tags import FAILURE_REASON_TAG
 
 DEFAULT_METRIC = M.FINAL_PREFIX + M.ACC_LOCAL_MEAN
 COSTS = {
@@ -59,7 +60,6 @@ def build_leaderboard(runs: pd.DataFrame, metric: str = DEFAULT_METRIC, group_by
                       mode: str = "max") -> Leaderboard:
     """Mean ± std and n over seeds per configuration, ranked within each group (1 = best)."""
     finished = runs[runs["status"] == "FINISHED"]
-    failed = runs[runs["status"] != "FINISHED"]
     column = f"metrics.{metric}"
     if column not in runs or finished[column].isna().all():
         known = sorted(c.removeprefix("metrics.") for c in runs if c.startswith("metrics.") and runs[c].notna().any())
@@ -69,17 +69,30 @@ def build_leaderboard(runs: pd.DataFrame, metric: str = DEFAULT_METRIC, group_by
     for name, (key, scale) in COSTS.items():
         frame[name] = finished.get(f"metrics.{key}", pd.Series(np.nan, index=finished.index)).astype(float) * scale
     stats = frame.groupby(["group", "configuration"], sort=False)
-    table = stats["value"].agg(mean="mean", std="std", n="count").reset_index()
-    table["std"] = table["std"].fillna(0.0)
+    table = seed_stats(stats)
     for name in COSTS:
         table[name] = stats[name].mean().to_numpy()
     table["rank"] = table.groupby("group")["mean"].rank(ascending=(mode == "min"), method="min").astype(int)
     table = table.sort_values(["group", "rank"]).reset_index(drop=True)
-    failed_rows = pd.DataFrame({
+    return Leaderboard(table[["group", "rank", "configuration", "mean", "std", "n", *COSTS]],
+                       failed_runs(runs)[["run", "reason"]], metric)
+
+
+def seed_stats(groups) -> pd.DataFrame:
+    """Mean, std (ddof 1; 0 for a single seed) and n of the `value` column of each group of seeds."""
+    table = groups["value"].agg(mean="mean", std="std", n="count").reset_index()
+    table["std"] = table["std"].fillna(0.0)
+    return table
+
+
+def failed_runs(runs: pd.DataFrame) -> pd.DataFrame:
+    """The runs that did not finish: run name, status and the reason they recorded."""
+    failed = runs[runs["status"] != "FINISHED"]
+    return pd.DataFrame({
         "run": failed.get("tags.mlflow.runName", pd.Series(dtype=str)),
-        "reason": failed.get("tags.failure_reason", pd.Series(dtype=str)),
-    })
-    return Leaderboard(table[["group", "rank", "configuration", "mean", "std", "n", *COSTS]], failed_rows.reset_index(drop=True), metric)
+        "status": failed["status"],
+        "reason": failed.get(f"tags.{FAILURE_REASON_TAG}", pd.Series(dtype=str)),
+    }).reset_index(drop=True)
 
 
 def write_leaderboard(board: Leaderboard, path: Path, fmt: str) -> Path:

@@ -16,6 +16,7 @@ from mlflow.tracking import MlflowClient
 from fedbench.core.callbacks import Callback, RoundRecord, RunResult
 from fedbench.core.runspec import RunSpec
 from fedbench.tracking.paths import tracking_uri
+from fedbench.tracking.tags import FAILURE_REASON_TAG
 
 MAX_PARAM_LENGTH = 6000
 
@@ -65,7 +66,7 @@ class MlflowCallback(Callback):
         step = len(result.history)
         self.client.log_batch(self.run_id, metrics=[Metric(k, float(v), now, step) for k, v in result.final.items()])
         if result.status == "FAILED":
-            self.client.log_batch(self.run_id, tags=[RunTag("failure_reason", result.reason[:5000])])
+            self.client.log_batch(self.run_id, tags=[RunTag(FAILURE_REASON_TAG, result.reason[:5000])])
             if result.traceback:
                 self.client.log_text(self.run_id, result.traceback, "traceback.txt")
         self.client.set_terminated(self.run_id, status=result.status)

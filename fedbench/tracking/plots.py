@@ -23,11 +23,10 @@ import pandas as pd
 
 from fedbench.core import metrics as M
 from fedbench.core.errors import ConfigError
-from fedbench.tracking.leaderboard import ALIASES, group_and_configuration, read_runs
+from fedbench.tracking.leaderboard import ALIASES, failed_runs, group_and_configuration, read_runs, seed_stats
+from fedbench.tracking.tags import latest_sweep_run
 
 DEFAULT_METRIC = M.ACC_LOCAL_MEAN
-SWEEP_TAG = "fedbench.sweep"
-"""Tag of a sweep's parent run, as `fedbench.tuning.sweep` writes it (tracking cannot import tuning)."""
 ARTIFACT_FOLDER = "plots"
 
 
@@ -44,8 +43,6 @@ class Plots:
         parent_run_id: the sweep parent run the PNGs were logged under, None when there is none.
     """
 
-    experiment: str
-    metric: str
     curves: pd.DataFrame
     heatmap: pd.DataFrame
     heatmap_metric: str
@@ -81,13 +78,7 @@ def plot_experiment(experiment: str, uri: str, out: Path, metric: str = DEFAULT_
     if f"metrics.{heatmap_metric}" not in finished or finished[f"metrics.{heatmap_metric}"].isna().all():
         heatmap_metric = metric
     heatmap = heatmap_table(labels, finished[f"metrics.{heatmap_metric}"].astype(float))
-    failed = runs[runs["status"] != "FINISHED"]
-    failed = pd.DataFrame({
-        "run": failed.get("tags.mlflow.runName", pd.Series(dtype=str)),
-        "status": failed["status"],
-        "reason": failed.get("tags.failure_reason", pd.Series(dtype=str)),
-    }).reset_index(drop=True)
-    plots = Plots(experiment, metric, curves, heatmap, heatmap_metric, failed)
+    plots = Plots(curves, heatmap, heatmap_metric, failed_runs(runs))
     out.mkdir(parents=True, exist_ok=True)
     name = metric.replace("/", "_")
     plots.files = [
@@ -95,7 +86,8 @@ def plot_experiment(experiment: str, uri: str, out: Path, metric: str = DEFAULT_
         draw_heatmap(heatmap, out / f"heatmap_{heatmap_metric.replace('/', '_')}.png",
                      f"{experiment}: {heatmap_metric}, mean over seeds"),
     ]
-    plots.parent_run_id = latest_sweep_run(client, experiment)
+    parent = latest_sweep_run(client, client.get_experiment_by_name(experiment).experiment_id)
+    plots.parent_run_id = parent.info.run_id if parent is not None else None
     if log_artifacts and plots.parent_run_id is not None:
         for path in plots.files:
             client.log_artifact(plots.parent_run_id, str(path), ARTIFACT_FOLDER)
@@ -129,10 +121,7 @@ def curve_table(labels: pd.DataFrame, histories: dict[str, pd.Series]) -> pd.Dat
     rows = [{"group": r.group, "configuration": r.configuration, "round": int(step), "value": value}
             for r in labels.itertuples(index=False) for step, value in histories[r.run_id].items()]
     frame = pd.DataFrame(rows, columns=["group", "configuration", "round", "value"])
-    table = frame.groupby(["group", "configuration", "round"], sort=True)["value"].agg(
-        mean="mean", std="std", n="count").reset_index()
-    table["std"] = table["std"].fillna(0.0)
-    return table
+    return seed_stats(frame.groupby(["group", "configuration", "round"], sort=True))
 
 
 def heatmap_table(labels: pd.DataFrame, values: pd.Series) -> pd.DataFrame:
@@ -141,15 +130,7 @@ def heatmap_table(labels: pd.DataFrame, values: pd.Series) -> pd.DataFrame:
     return frame.pivot_table(index="configuration", columns="group", values="value", aggfunc="mean", sort=True)
 
 
-def latest_sweep_run(client, experiment: str) -> str | None:
-    """The id of the experiment's most recently started sweep parent run, None if it has none."""
-    found = client.get_experiment_by_name(experiment)
-    runs = client.search_runs([found.experiment_id], f"tags.`{SWEEP_TAG}` LIKE '%'", order_by=["start_time DESC"],
-                              max_results=1)
-    return runs[0].info.run_id if runs else None
-
-
-def draw_curves(curves: pd.DataFrame, path: Path, title: str, ylabel: str = "") -> Path:
+def draw_curves(curves: pd.DataFrame, path: Path, title: str, ylabel: str) -> Path:
     """One panel per group, one line per configuration (same colour in every panel), shaded mean ± std."""
     from matplotlib.figure import Figure
     from matplotlib.ticker import MaxNLocator

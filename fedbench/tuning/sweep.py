@@ -19,10 +19,10 @@ from fedbench.core import metrics as M
 from fedbench.core.callbacks import RunResult
 from fedbench.core.errors import ConfigError
 from fedbench.tracking.paths import results_dir, tracking_uri
+from fedbench.tracking.tags import SWEEP_TAG, latest_sweep_run
 from fedbench.tuning.mlflow_bridge import TRIAL_KEY_TAG, MlflowBridge
 from fedbench.tuning.plan import SweepPlan
 
-SWEEP_TAG = "fedbench.sweep"
 ATTEMPTS_TAG = "fedbench.attempts"
 
 
@@ -118,15 +118,14 @@ def check_ray_address(address: str | None) -> None:
 
 def _parent_run(client, experiment: str, plan: SweepPlan, resume: bool):
     """The sweep's parent run and the keys of trials already done. Resuming deletes unfinished children."""
-    found = client.search_runs([experiment], f"tags.`{SWEEP_TAG}` = '{plan.name}'", order_by=["start_time DESC"], max_results=1)
     if not resume:
         run = client.create_run(experiment, run_name=f"sweep {plan.name}",
                                 tags={SWEEP_TAG: plan.name, "fedbench.trials": str(plan.trials)})
         return run, set()
-    if not found:
+    parent = latest_sweep_run(client, experiment, plan.name)
+    if parent is None:
         raise ConfigError("--resume", plan.name, "an interrupted sweep of this task and configuration: none is recorded "
                           "in this tracking store (run it once without --resume)")
-    parent = found[0]
     client.update_run(parent.info.run_id, status="RUNNING")
     children = client.search_runs([experiment], f"tags.mlflow.parentRunId = '{parent.info.run_id}'", max_results=50000)
     done = set()

@@ -12,7 +12,8 @@ from fedbench.cli import main
 from fedbench.core.errors import ConfigError
 from fedbench.runtime import run_spec
 from fedbench.tracking.mlflow_callback import MlflowCallback, experiment_id_for
-from fedbench.tracking.plots import SWEEP_TAG, plot_experiment
+from fedbench.tracking.plots import plot_experiment
+from fedbench.tracking.tags import SWEEP_TAG
 from tests.conftest import tiny_spec
 
 ALGORITHMS = ("fedavg", "local")
@@ -137,8 +138,3 @@ def test_plot_cli_on_plain_runs_writes_files_and_says_there_is_no_sweep(mlflow_s
     assert "--metric" in capsys.readouterr().out
     assert main(["plot"]) == 2
 
-
-def test_the_sweep_tag_is_the_one_sweeps_write():
-    from fedbench.tuning.sweep import SWEEP_TAG as WRITTEN
-
-    assert SWEEP_TAG == WRITTEN
