@@ -55,34 +55,18 @@ def local_part(weights: Payload) -> Payload:
     return {k: v for k, v in weights.items() if is_local(k)}
 
 
-class DualLoss:
-    """Training hooks for the FedDRM loss with one backbone pass per batch.
+def feddrm_hooks(lam: float, client_id: int) -> TrainHooks:
+    """The loop's hooks for lam * CE(class logits, y) + (1 - lam) * CE(client logits, client id), one
+    backbone pass per batch (004 Sec. 2.4). With lam = 1 there is no client term: the client path is left as
+    it is (no gradient, no weight decay)."""
+    if lam == 1.0:
+        return TrainHooks(trainable=lambda name: not name.startswith("client_head."))
 
-    `forward` runs both paths and keeps the client logits for `extra_loss`; the loop's cross-entropy on the
-    class logits is scaled by `sample_weight` = lam, and `extra_loss` adds (1 - lam) * CE(client logits, i).
-    """
+    def loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        class_logits, client_logits = model.both(x)
+        return lam * F.cross_entropy(class_logits, y) + (1.0 - lam) * F.cross_entropy(client_logits, torch.full_like(y, client_id))
 
-    def __init__(self, lam: float, client_id: int):
-        self.lam = lam
-        self.client_id = client_id
-        self._client_logits: torch.Tensor | None = None
-
-    def forward(self, model: nn.Module, x: torch.Tensor) -> torch.Tensor:
-        class_logits, self._client_logits = model.both(x)
-        return class_logits
-
-    def sample_weight(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        return torch.full(y.shape, self.lam, dtype=torch.float32, device=y.device)
-
-    def extra_loss(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
-        target = torch.full_like(y, self.client_id)
-        return (1.0 - self.lam) * F.cross_entropy(self._client_logits, target)
-
-    def hooks(self) -> TrainHooks:
-        if self.lam == 1.0:
-            # No client term in the objective: the client path is left as it is (no gradient, no weight decay).
-            return TrainHooks(trainable=lambda name: not name.startswith("client_head."))
-        return TrainHooks(extra_loss=self.extra_loss, sample_weight=self.sample_weight, forward=self.forward)
+    return TrainHooks(loss=loss)
 
 
 @register_algorithm("feddrm")
@@ -152,7 +136,7 @@ class FedDRM(Algorithm):
     ) -> tuple[Payload, ClientState, Metrics]:
         head = state["head"] if "head" in state else self.initial_head()
         model = self.model_with({**payload, **head})
-        metrics = train_local(model, data, ctx, DualLoss(self.config.lam, ctx.client_id).hooks())
+        metrics = train_local(model, data, ctx, feddrm_hooks(self.config.lam, ctx.client_id))
         weights = get_weights(model)
         return counted(weights, data.num_train), {**state, "head": local_part(weights)}, metrics
 
