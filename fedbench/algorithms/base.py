@@ -21,7 +21,7 @@ from fedbench.core.registry import ALGORITHMS
 from fedbench.core.runspec import RunSpec
 from fedbench.core.types import ClientResult, ClientState, LocalTraining, Metrics, Payload, RoundContext, derive_seed
 from fedbench.models import build_model
-from fedbench.training import ClientData, average_weights, evaluate, get_weights, set_weights
+from fedbench.training import ClientData, average_weights, evaluate, get_weights, predict, set_weights
 
 ServerState = dict[str, Any]
 """The server's state between rounds. Its optional key `round_metrics` (name -> float) holds numbers the
@@ -161,11 +161,7 @@ class Algorithm:
             `pred`: int64 [n_test] predicted classes; methods with a router add `route`: float [n_test,
             num_clients], scores whose argmax is the client whose model should answer (004 eq. 9).
         """
-        model = self.model_with(payload)
-        model.to(ctx.device).eval()
-        with torch.no_grad():
-            preds = [model(x).argmax(dim=1).cpu() for x, _ in data.test_batches(256, ctx.device)]
-        return {"pred": torch.cat(preds).numpy() if preds else np.zeros(0, dtype=np.int64)}
+        return {"pred": predict(self.model_with(payload), data, device=ctx.device).numpy()}
 
     # -- helpers for subclasses ----------------------------------------------------------------------
     def model_with(self, weights: Payload) -> nn.Module:

@@ -62,7 +62,7 @@ from fedbench.core.errors import ConfigError
 from fedbench.core.registry import MODELS, register_algorithm
 from fedbench.core.runspec import RunSpec
 from fedbench.core.types import ClientResult, ClientState, Metrics, Payload, RoundContext, derive_seed
-from fedbench.training import ClientData, TrainHooks, evaluate, get_weights, train_local
+from fedbench.training import ClientData, TrainHooks, evaluate, get_weights, predict, train_local
 
 Forward = Callable[[nn.Module, torch.Tensor], torch.Tensor]
 CHUNK = 1024
@@ -261,11 +261,7 @@ class Conditional(Algorithm):
         return stats
 
     def _predict(self, model: nn.Module, data: ClientData, ctx: RoundContext, stats: torch.Tensor) -> torch.Tensor:
-        model.to(ctx.device).eval()
-        forward = with_cond(stats)
-        with torch.no_grad():
-            preds = [forward(model, x).argmax(dim=1).cpu() for x, _ in data.test_batches(CHUNK, ctx.device)]
-        return torch.cat(preds) if preds else torch.zeros(0, dtype=torch.int64)
+        return predict(model, data, CHUNK, ctx.device, forward=with_cond(stats))
 
     def _encoder(self, device: str) -> nn.Module | None:
         """phi: None for the identity, else the run's random conv encoder (built once per process)."""

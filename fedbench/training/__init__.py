@@ -1,7 +1,7 @@
 """The one local-training loop, evaluation helpers, and moving weights between models and Payloads."""
 
 from fedbench.training.client_data import ClientData, materialize
-from fedbench.training.loop import TrainHooks, evaluate, train_local
+from fedbench.training.loop import TrainHooks, evaluate, predict, train_local
 from fedbench.training.weights import average_weights, get_weights, set_weights
 
 __all__ = [
@@ -11,6 +11,7 @@ __all__ = [
     "evaluate",
     "get_weights",
     "materialize",
+    "predict",
     "set_weights",
     "train_local",
 ]

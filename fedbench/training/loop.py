@@ -1,9 +1,9 @@
 """The one local-training loop. Algorithms change it through hooks, never by copying it.
 
 Hooks cover what the seed methods need: an extra loss term (FedProx's proximal term, MOON's contrastive
-loss, FedDRM's client-id loss), which parameters train (FedRep, FedBABU), per-sample weights (MADE), a
-forward pass with extra inputs (a conditioning vector), and an objective replacing the label cross-entropy
-(MADE's density model and ratio classifier).
+loss), which parameters train (FedRep, FedBABU), per-sample weights (MADE), a forward pass with extra
+inputs (a conditioning vector), and an objective replacing the label cross-entropy (FedDRM's two-term
+loss, MADE's density model and ratio classifier). `evaluate` and `predict` share the loop's `forward`.
 """
 
 from __future__ import annotations
@@ -51,8 +51,8 @@ def scheduled_lr(spec: OptimizerSpec, round: int, rounds: int) -> float:
     return spec.lr
 
 
-def make_optimizer(params: list[nn.Parameter], spec: OptimizerSpec, lr: float | None = None) -> torch.optim.Optimizer:
-    lr = spec.lr if lr is None else lr
+def make_optimizer(params: list[nn.Parameter], spec: OptimizerSpec, lr: float) -> torch.optim.Optimizer:
+    """`spec`'s optimizer at learning rate `lr` (the round's, from `scheduled_lr`)."""
     if spec.name == "adam":
         return torch.optim.Adam(params, lr=lr, weight_decay=spec.weight_decay)
     return torch.optim.SGD(params, lr=lr, momentum=spec.momentum, weight_decay=spec.weight_decay)
@@ -118,6 +118,21 @@ def train_local(model: nn.Module, data: ClientData, ctx: RoundContext, hooks: Tr
         total_loss += value
         steps += 1
     return {"train_loss": total_loss / max(steps, 1), "train_steps": float(steps), "train_samples": float(data.num_train)}
+
+
+@torch.no_grad()
+def predict(
+    model: nn.Module,
+    data: ClientData,
+    batch_size: int = 256,
+    device: str = "cpu",
+    forward: Callable[[nn.Module, torch.Tensor], torch.Tensor] | None = None,
+) -> torch.Tensor:
+    """The model's predicted classes (int64 [n_test], on the CPU) for the client's local test split."""
+    model.to(device).eval()
+    forward = forward or (lambda m, xb: m(xb))
+    preds = [forward(model, xb).argmax(dim=1).cpu() for xb, _ in data.test_batches(batch_size, device)]
+    return torch.cat(preds) if preds else torch.zeros(0, dtype=torch.int64)
 
 
 @torch.no_grad()
