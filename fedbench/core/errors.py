@@ -20,6 +20,19 @@ class ConfigError(FedbenchError, ValueError):
         self.field, self.value, self.allowed = field, value, allowed
         super().__init__(f"{field}: got {value!r}; allowed: {allowed}")
 
+    def under(self, prefix: str) -> ConfigError:
+        """The same error with `prefix` (the path of the section that holds the field) put in front.
+
+        A type checks its own fields and names them relative to itself (`sigma`); the parser, which knows
+        where the section sits in the task (`scenario.shifts[1]`), fills in the path on the way up.
+        """
+        if not prefix:
+            return self
+        field = f"{prefix}{self.field}" if self.field.startswith("[") else f"{prefix}.{self.field}"
+        error = ConfigError(field, self.value, self.allowed)
+        error.__cause__ = self.__cause__
+        return error
+
 
 class UnknownNameError(ConfigError):
     """A dataset, model, algorithm or partition name that no registry knows."""
