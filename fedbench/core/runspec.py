@@ -240,7 +240,10 @@ def _parse_component(path: str, raw: Any, registry, skip: int = 0) -> Component:
     target = getattr(entry, "Config", entry)
     params = resolve_params(path, f"{registry.kind} {name}", section, target, skip)
     if dataclasses.is_dataclass(target):
-        target(**dict(params))  # runs the Config's own range checks (__post_init__)
+        try:
+            target(**dict(params))  # runs the Config's own range checks (__post_init__)
+        except ConfigError as exc:
+            raise exc.under(path) from None
     return Component(name, params)
 
 
