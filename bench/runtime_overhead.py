@@ -29,6 +29,7 @@ import torch.nn.functional as F
 from fedbench.algorithms.base import ModelBuilder
 from fedbench.core import metrics as M
 from fedbench.core.errors import DataMissingError
+from fedbench.config import parse_run
 from fedbench.core.runspec import RunSpec
 from fedbench.core.types import derive_seed
 from fedbench.data import load_dataset
@@ -75,7 +76,7 @@ def choose_dataset() -> tuple[dict, str]:
 
 
 def make_spec(dataset: dict, backend: str, rounds: int, clients: int) -> RunSpec:
-    return RunSpec.from_dict({
+    return parse_run({
         "task": "bench_runtime_overhead",
         "dataset": dataset,
         "model": "lenet5",

@@ -13,6 +13,7 @@ import urllib.request
 
 import pytest
 
+from fedbench.config import parse_run
 from fedbench.core.runspec import RunSpec
 
 TINY = {
@@ -29,7 +30,7 @@ TINY = {
 
 def tiny_spec(**changes) -> RunSpec:
     """A small, fast RunSpec on digits; keyword arguments replace top-level fields."""
-    return RunSpec.from_dict({**TINY, **changes})
+    return parse_run({**TINY, **changes})
 
 
 @pytest.fixture(autouse=True)

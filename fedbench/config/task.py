@@ -23,7 +23,8 @@ from typing import Any, Sequence
 
 import yaml
 
-from fedbench.core.runspec import RunSpec, parse_dataset
+from fedbench.config.parse import parse_dataset, parse_run
+from fedbench.core.runspec import RunSpec
 from fedbench.core.errors import ConfigError
 
 TASK_KEYS = ("name", "description", "seeds", "grid")
@@ -68,13 +69,19 @@ def resolve_run(raw: dict[str, Any]) -> RunSpec:
     """One run's raw mapping -> RunSpec, with its scenario preset expanded and the scenario checked against
     the dataset's facts, so an impossible federation fails here, before any data is read."""
     from fedbench.data import dataset_facts
-    from fedbench.scenarios import check_scenario, expand_preset
+    from fedbench.scenarios import check_scenario, expand_preset, preset_normalization
 
-    dataset = parse_dataset(raw.get("dataset"))
+    if "dataset" not in raw:
+        raise ConfigError("dataset", None, "a value is required")
+    dataset = parse_dataset(raw["dataset"])
     facts = dataset_facts(dataset.name, **dataset.kwargs)
-    if isinstance(raw.get("scenario"), dict):
-        raw = {**raw, "scenario": expand_preset(raw["scenario"], facts)}
-    spec = RunSpec.from_dict(raw)
+    scenario = raw.get("scenario")
+    if isinstance(scenario, dict) and "preset" in scenario:
+        raw = {**raw, "scenario": expand_preset(scenario, facts)}
+        paper_normalization = preset_normalization(raw["scenario"]["preset"])
+        if "normalize" not in raw and paper_normalization is not None:
+            raw["normalize"] = paper_normalization
+    spec = parse_run(raw)
     check_scenario(spec.scenario, facts)
     return spec
 

@@ -1,4 +1,18 @@
-"""RunSpec: one fully resolved configuration, frozen, serializable, with a stable short hash (the run id)."""
+"""RunSpec: one fully resolved configuration, frozen, serializable, with a stable short hash (the run id).
+
+The types declare each field once. Serialisation (`to_dict`, `flat`), the run hash and every cache key are
+derived from the dataclass fields by `plain`, so adding a field is one edit and cannot drop out of the
+run's identity. Field metadata marks the exceptions, on the field itself:
+
+- `NOT_IDENTITY`: a field that does not change what a run computes (where it runs, where the data lives);
+  serialised, but left out of the run hash.
+- `INLINE`: a component whose parameters sit in its parent's section (`scenario: {partition: dirichlet,
+  alpha: 0.3}`), as task files write them.
+- `component(REGISTRY)`: a registered thing chosen by name, whose parameters the registry entry declares.
+
+Each type checks its own values in `__post_init__` and names fields relative to itself; the parser in
+`fedbench.config` turns a task's mapping into these types and fills in the path (`scenario.shifts[1].sigma`).
+"""
 
 from __future__ import annotations
 
@@ -6,21 +20,34 @@ import dataclasses
 import hashlib
 import json
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import yaml
 
-from fedbench.core.fields import coerce, resolve_params, signature_fields
 from fedbench.core.errors import ConfigError
-from fedbench.core.registry import ALGORITHMS, DATASETS, MODELS, PARTITIONS, SHIFTS
+from fedbench.core.registry import ALGORITHMS, DATASETS, MODELS, PARTITIONS, SHIFTS, Registry
 from fedbench.core.types import OptimizerSpec
 
 Params = tuple[tuple[str, Any], ...]
+
+NOT_IDENTITY = {"identity": False}
+"""Field metadata: serialised, but not part of the run hash (it does not change what the run computes)."""
+INLINE = "inline"
+"""Field metadata key: the component's name goes under the field's name, its parameters into the parent."""
+
+
+def component(registry: Registry, skip: int = 0, inline: bool = False) -> dict[str, Any]:
+    """Field metadata of a registered component: its registry, and how many leading positional parameters of
+    the registered callable are not user parameters (a model's `input_shape, num_classes`)."""
+    return {"registry": registry, "skip": skip, INLINE: inline}
 
 
 @dataclass(frozen=True)
 class Component:
     """A registered thing chosen by name (dataset, model, algorithm, partition) and its resolved parameters."""
+
+    SHORTHAND: ClassVar[str] = "name"
+    """A task may write the bare name (`algorithm: fedavg`) for a mapping of this field alone."""
 
     name: str
     params: Params = ()
@@ -29,21 +56,46 @@ class Component:
     def kwargs(self) -> dict[str, Any]:
         return dict(self.params)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, **_plain(self.kwargs)}
-
 
 @dataclass(frozen=True)
 class DatasetSpec(Component):
-    """A dataset by name; `data_root` says where its files are on this machine (not part of the run id)."""
+    """A dataset by name and its loader options; `data_root` says where its files are on this machine."""
 
-    data_root: str | None = None
+    data_root: str | None = field(default=None, metadata=NOT_IDENTITY)
 
-    def to_dict(self) -> dict[str, Any]:
-        out = super().to_dict()
-        if self.data_root is not None:
-            out["data_root"] = self.data_root
-        return out
+
+@dataclass(frozen=True)
+class Normalization:
+    """How image inputs are standardised, (x - mean) / std per channel, on the worker after the shift
+    transforms (so a colour or noise shift acts on the pixel values the paper describes).
+
+    The papers differ: FEROMA's code does not normalise, FedDRM uses Normalize(0.5, 0.5), common practice is
+    each dataset's mean and std (MNIST (0.1307, 0.3081)). Scenario presets default to their paper's choice.
+    Vector (non-image) datasets are never normalised.
+    """
+
+    SHORTHAND: ClassVar[str] = "mode"
+
+    mode: Literal["none", "dataset", "values"] = "dataset"
+    """none: x in [0, 1]; dataset: the loader's published per-channel mean and std (computed from the official
+    training split where none is published); values: `mean` and `std` as given."""
+    mean: tuple[float, ...] = ()
+    """Per-channel means (one value for every channel, or one per channel) for mode `values`."""
+    std: tuple[float, ...] = ()
+    """Per-channel standard deviations, > 0, for mode `values`."""
+
+    def __post_init__(self) -> None:
+        if self.mode != "values":
+            for name in ("mean", "std"):
+                if getattr(self, name):
+                    raise ConfigError(name, list(getattr(self, name)), f"empty unless mode is 'values' (mode is {self.mode!r})")
+            return
+        if len(self.mean) not in (1, 3):
+            raise ConfigError("mean", list(self.mean), "1 value (every channel) or 3 (one per RGB channel)")
+        if len(self.std) != len(self.mean):
+            raise ConfigError("std", list(self.std), f"{len(self.mean)} values, as many as mean")
+        if not all(s > 0 for s in self.std):
+            raise ConfigError("std", list(self.std), "standard deviations > 0")
 
 
 @dataclass(frozen=True)
@@ -62,16 +114,22 @@ class TestClientSpec:
     size: int | None = None
     """Samples per test client; None: as many as the matching training client's local test split."""
 
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.unseen_rate <= 1.0:
+            raise ConfigError("unseen_rate", self.unseen_rate, "a number in [0, 1]")
+        if self.labelled_per_class < 0:
+            raise ConfigError("labelled_per_class", self.labelled_per_class, "an integer >= 0")
+        if self.size is not None and self.size < 1:
+            raise ConfigError("size", self.size, "an integer >= 1 or null")
 
 
 @dataclass(frozen=True)
 class ScenarioSpec:
     """How the dataset becomes a federation: a partition, shifts layered on it, drift, test-time clients."""
 
-    partition: Component = Component("iid")
-    shifts: tuple[Component, ...] = ()
+    partition: Component = field(default=Component("iid"), metadata=component(PARTITIONS, inline=True))
+    """The partition's name; its parameters sit beside the scenario's own fields (`alpha: 0.3`)."""
+    shifts: tuple[Component, ...] = field(default=(), metadata=component(SHIFTS))
     """Feature and concept shifts, applied in order (transforms compose, label maps compose)."""
     num_clients: int = 10
     test_fraction: float = 0.2
@@ -89,20 +147,16 @@ class ScenarioSpec:
     preset: str | None = None
     """The named preset the section was expanded from, if any (for provenance; its values are filled in)."""
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            **({"preset": self.preset} if self.preset else {}),
-            "partition": self.partition.name,
-            **_plain(self.partition.kwargs),
-            "shifts": [s.to_dict() for s in self.shifts],
-            "num_clients": self.num_clients,
-            "test_fraction": self.test_fraction,
-            "source": self.source,
-            "local_test": self.local_test,
-            "drift_every": self.drift_every,
-            "copies": self.copies,
-            "test_clients": self.test_clients.to_dict(),
-        }
+    def __post_init__(self) -> None:
+        checks = [
+            ("num_clients", self.num_clients >= 1, "an integer >= 1"),
+            ("test_fraction", 0.0 <= self.test_fraction < 1.0, "a number in [0, 1)"),
+            ("drift_every", self.drift_every is None or self.drift_every >= 1, "an integer >= 1 or null (no drift)"),
+            ("copies", self.copies >= 1, "an integer >= 1"),
+        ]
+        for name, ok, allowed in checks:
+            if not ok:
+                raise ConfigError(name, getattr(self, name), allowed)
 
 
 @dataclass(frozen=True)
@@ -115,8 +169,13 @@ class ResourceSpec:
     num_workers: int | None = None
     """Client workers in the Ray pool; None: as many as the free CPUs (and GPU fractions) allow."""
 
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+    def __post_init__(self) -> None:
+        if self.client_cpus <= 0:
+            raise ConfigError("client_cpus", self.client_cpus, "a number > 0")
+        if self.client_gpus < 0:
+            raise ConfigError("client_gpus", self.client_gpus, "a number >= 0 (a fraction of a GPU is allowed)")
+        if self.num_workers is not None and self.num_workers < 1:
+            raise ConfigError("num_workers", self.num_workers, "an integer >= 1, or null for as many as fit")
 
 
 @dataclass(frozen=True)
@@ -124,9 +183,9 @@ class RunSpec:
     """One configuration: everything needed to reproduce a run. Defaults are FEROMA's setup (002 Sec. 5)."""
 
     task: str
-    dataset: DatasetSpec
-    model: Component
-    algorithm: Component = Component("fedavg")
+    dataset: DatasetSpec = field(metadata=component(DATASETS, skip=1))
+    model: Component = field(metadata=component(MODELS, skip=2))
+    algorithm: Component = field(default=Component("fedavg"), metadata=component(ALGORITHMS))
     scenario: ScenarioSpec = ScenarioSpec()
     rounds: int = 20
     local_epochs: int = 2
@@ -134,40 +193,31 @@ class RunSpec:
     """Mini-batch steps per round instead of `local_epochs` (004 trains 10 steps a round); None: epochs."""
     batch_size: int = 64
     optimizer: OptimizerSpec = OptimizerSpec()
+    normalize: Normalization = Normalization()
     seed: int = 0
     eval_every: int = 1
     """Evaluate every client's local test split every this many rounds (and always at the last round)."""
-    resources: ResourceSpec = field(default_factory=ResourceSpec)
+    resources: ResourceSpec = field(default_factory=ResourceSpec, metadata=NOT_IDENTITY)
+
+    def __post_init__(self) -> None:
+        for name in ("rounds", "local_epochs", "batch_size", "eval_every"):
+            if getattr(self, name) < 1:
+                raise ConfigError(name, getattr(self, name), "an integer >= 1")
+        if self.local_steps is not None and self.local_steps < 1:
+            raise ConfigError("local_steps", self.local_steps, "an integer >= 1, or null for local_epochs epochs")
 
     # -- serialization -------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "task": self.task,
-            "dataset": self.dataset.to_dict(),
-            "scenario": self.scenario.to_dict(),
-            "model": self.model.to_dict(),
-            "algorithm": self.algorithm.to_dict(),
-            "rounds": self.rounds,
-            "local_epochs": self.local_epochs,
-            "local_steps": self.local_steps,
-            "batch_size": self.batch_size,
-            "optimizer": dataclasses.asdict(self.optimizer),
-            "seed": self.seed,
-            "eval_every": self.eval_every,
-            "resources": self.resources.to_dict(),
-        }
+        """Every field as plain YAML/JSON values, as a task file writes them (what `fedbench.config` parses)."""
+        return plain(self)
 
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.to_dict(), sort_keys=False)
 
     @property
     def run_hash(self) -> str:
-        """10 hex digits identifying what the run computes (resources and data location left out)."""
-        identity = self.to_dict()
-        identity.pop("resources")
-        identity["dataset"].pop("data_root", None)
-        blob = json.dumps(identity, sort_keys=True, separators=(",", ":"))
-        return hashlib.sha1(blob.encode()).hexdigest()[:10]
+        """10 hex digits identifying what the run computes (fields marked NOT_IDENTITY left out)."""
+        return digest(plain(self, identity_only=True))[:10]
 
     def flat(self) -> dict[str, Any]:
         """Dotted keys to scalar values, for MLflow params and tables."""
@@ -180,140 +230,44 @@ class RunSpec:
     def label(self) -> str:
         return f"{self.algorithm.name}-{self.dataset.name}-s{self.seed}-{self.run_hash}"
 
-    # -- parsing -------------------------------------------------------------------------------------
-    @classmethod
-    def from_dict(cls, raw: dict[str, Any]) -> RunSpec:
-        """Validate a plain mapping (as written in a task file) into a RunSpec; errors name the field."""
-        raw = dict(raw)
-        allowed = [f.name for f in dataclasses.fields(cls)]
-        for key in raw:
-            if key not in allowed:
-                raise ConfigError(key, raw[key], "top-level fields are: " + ", ".join(allowed))
-        for required in ("task", "dataset", "model"):
-            if required not in raw:
-                raise ConfigError(required, None, "a value is required")
-        out: dict[str, Any] = {"task": coerce("task", raw["task"], str)}
-        out["dataset"] = parse_dataset(raw["dataset"])
-        out["model"] = _parse_component("model", raw["model"], MODELS, skip=2)
-        if "algorithm" in raw:
-            out["algorithm"] = _parse_component("algorithm", raw["algorithm"], ALGORITHMS)
-        else:
-            out["algorithm"] = _parse_component("algorithm", "fedavg", ALGORITHMS)
-        out["scenario"] = _parse_scenario(raw.get("scenario", {}))
-        for name in ("rounds", "local_epochs", "batch_size", "seed", "eval_every"):
-            if name in raw:
-                out[name] = coerce(name, raw[name], int)
-                if name != "seed" and out[name] < 1:
-                    raise ConfigError(name, raw[name], "an integer >= 1")
-        if raw.get("local_steps") is not None:
-            out["local_steps"] = coerce("local_steps", raw["local_steps"], int)
-            if out["local_steps"] < 1:
-                raise ConfigError("local_steps", raw["local_steps"], "an integer >= 1, or null for local_epochs epochs")
-        if "optimizer" in raw:
-            out["optimizer"] = _parse_dataclass("optimizer", raw["optimizer"], OptimizerSpec)
-            if out["optimizer"].name not in ("sgd", "adam"):
-                raise ConfigError("optimizer.name", out["optimizer"].name, "sgd, adam")
-        if "resources" in raw:
-            res = _parse_dataclass("resources", raw["resources"], ResourceSpec)
-            if res.client_cpus <= 0 or res.client_gpus < 0:
-                raise ConfigError("resources", raw["resources"], "client_cpus > 0 and client_gpus >= 0")
-            out["resources"] = res
-        spec = cls(**out)
-        ALGORITHMS.get(spec.algorithm.name).check_run(spec)  # a model the method cannot train, refused here
-        return spec
 
+def plain(value: Any, identity_only: bool = False) -> Any:
+    """A spec as plain JSON/YAML values, derived from its dataclass fields.
 
-def _section(path: str, raw: Any) -> dict[str, Any]:
-    if isinstance(raw, str):
-        return {"name": raw}
-    if not isinstance(raw, dict):
-        raise ConfigError(path, raw, "a name or a mapping with a 'name' key")
-    if "name" not in raw:
-        raise ConfigError(f"{path}.name", None, "a value is required")
-    return dict(raw)
-
-
-def _parse_component(path: str, raw: Any, registry, skip: int = 0) -> Component:
-    section = _section(path, raw)
-    name = section.pop("name")
-    entry = registry.get(name, field=f"{path}.name")
-    target = getattr(entry, "Config", entry)
-    params = resolve_params(path, f"{registry.kind} {name}", section, target, skip)
-    if dataclasses.is_dataclass(target):
-        try:
-            target(**dict(params))  # runs the Config's own range checks (__post_init__)
-        except ConfigError as exc:
-            raise exc.under(path) from None
-    return Component(name, params)
-
-
-def parse_dataset(raw: Any) -> DatasetSpec:
-    """The `dataset:` section: a name or a mapping of the loader's parameters (and `data_root`)."""
-    section = _section("dataset", raw)
-    data_root = section.pop("data_root", None)
-    component = _parse_component("dataset", section, DATASETS, skip=1)
-    return DatasetSpec(component.name, component.params, data_root=data_root)
-
-
-SCENARIO_FIELDS = ("num_clients", "test_fraction", "source", "local_test", "drift_every", "copies", "preset")
-
-
-def _parse_scenario(raw: Any) -> ScenarioSpec:
-    """The `scenario:` section; keys that are not scenario fields are the partition's parameters."""
-    if not isinstance(raw, dict):
-        raise ConfigError("scenario", raw, "a mapping")
-    section = dict(raw)
-    own: dict[str, Any] = {k: section.pop(k) for k in SCENARIO_FIELDS if k in section}
-    shifts = section.pop("shifts", [])
-    test_clients = section.pop("test_clients", {})
-    partition = {**_section("scenario.partition", section.pop("partition", "iid")), **section}
-    own["partition"] = _parse_component("scenario", partition, PARTITIONS)
-    if not isinstance(shifts, list):
-        raise ConfigError("scenario.shifts", shifts, "a list of shift names or mappings with a 'name' key")
-    own["shifts"] = tuple(_parse_component(f"scenario.shifts[{i}]", s, SHIFTS) for i, s in enumerate(shifts))
-    own["test_clients"] = _parse_dataclass("scenario.test_clients", test_clients, TestClientSpec)
-    spec = _parse_dataclass("scenario", own, ScenarioSpec)
-    checks = [
-        ("num_clients", spec.num_clients >= 1, "an integer >= 1"),
-        ("test_fraction", 0.0 <= spec.test_fraction < 1.0, "a number in [0, 1)"),
-        ("drift_every", spec.drift_every is None or spec.drift_every >= 1, "an integer >= 1 or null (no drift)"),
-        ("copies", spec.copies >= 1, "an integer >= 1"),
-        ("test_clients.unseen_rate", 0.0 <= spec.test_clients.unseen_rate <= 1.0, "a number in [0, 1]"),
-        ("test_clients.labelled_per_class", spec.test_clients.labelled_per_class >= 0, "an integer >= 0"),
-        ("test_clients.size", spec.test_clients.size is None or spec.test_clients.size >= 1, "an integer >= 1 or null"),
-    ]
-    for name, ok, allowed in checks:
-        if not ok:
-            value = getattr(spec.test_clients, name.split(".")[1]) if name.startswith("test_clients") else getattr(spec, name)
-            raise ConfigError(f"scenario.{name}", value, allowed)
-    return spec
-
-
-def _parse_dataclass(path: str, raw: Any, cls: type) -> Any:
-    if not isinstance(raw, dict):
-        raise ConfigError(path, raw, "a mapping")
-    fields = signature_fields(cls)
-    values = {}
-    for key, value in raw.items():
-        if key not in fields:
-            raise ConfigError(f"{path}.{key}", value, f"fields of {path} are: " + ", ".join(fields))
-        values[key] = value if _parsed(value) else coerce(f"{path}.{key}", value, fields[key][0])
-    return cls(**values)
-
-
-def _parsed(value: Any) -> bool:
-    """Already validated by its own parser (a component, a list of them, a nested spec)."""
-    if isinstance(value, tuple) and value and all(isinstance(v, Component) for v in value):
-        return True
-    return isinstance(value, Component) or dataclasses.is_dataclass(value)
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, tuple):
-        return [_plain(v) for v in value]
+    Args:
+        identity_only: leave out fields marked NOT_IDENTITY (what the run hash and cache keys cover).
+    """
+    if isinstance(value, Component):
+        out = {"name": value.name, **{k: plain(v) for k, v in value.params}}
+        out.update(_fields(value, identity_only, skip=("name", "params")))
+        return out
+    if dataclasses.is_dataclass(value):
+        return _fields(value, identity_only)
+    if isinstance(value, (tuple, list)):
+        return [plain(v, identity_only) for v in value]
     if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
+        return {k: plain(v, identity_only) for k, v in value.items()}
     return value
+
+
+def _fields(value: Any, identity_only: bool, skip: tuple[str, ...] = ()) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(value):
+        if f.name in skip or (identity_only and not f.metadata.get("identity", True)):
+            continue
+        item = plain(getattr(value, f.name), identity_only)
+        if f.metadata.get(INLINE):
+            out[f.name] = item.pop("name")
+            out.update(item)
+        else:
+            out[f.name] = item
+    return out
+
+
+def digest(tree: Any) -> str:
+    """A stable hex digest of plain values (key order does not matter), for run ids and cache keys."""
+    blob = json.dumps(tree, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha1(blob.encode()).hexdigest()
 
 
 def _flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -8,10 +8,13 @@ never travels in the simulated system: it lives in the runtime's state store bet
 from __future__ import annotations
 
 import hashlib
+import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
+
+from fedbench.core.errors import ConfigError
 
 Payload = dict[str, np.ndarray]
 ClientState = dict[str, Any]
@@ -36,13 +39,22 @@ def derive_seed(*parts: int | str) -> int:
 class OptimizerSpec:
     """The client optimizer. Defaults are FEROMA's (002 Sec. 5: SGD, lr 0.005, momentum 0.9)."""
 
-    name: str = "sgd"
+    name: Literal["sgd", "adam"] = "sgd"
     lr: float = 0.005
     momentum: float = 0.9
+    """SGD's momentum (ignored by adam)."""
     weight_decay: float = 0.0
     schedule: Literal["constant", "cosine"] = "constant"
     """The learning rate over rounds: constant, or cosine from `lr` in round 1 towards 0 after the last
     (004's schedule, METHODS.md: 0.01 to 0 over 800 rounds)."""
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.lr) and self.lr >= 0):
+            raise ConfigError("lr", self.lr, "a learning rate >= 0")
+        if not 0.0 <= self.momentum < 1.0:
+            raise ConfigError("momentum", self.momentum, "a number in [0, 1)")
+        if not (math.isfinite(self.weight_decay) and self.weight_decay >= 0):
+            raise ConfigError("weight_decay", self.weight_decay, "a number >= 0")
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from fedbench.config.parse import parse_run
 from fedbench.config.task import TaskSpec
 from fedbench.core import metrics as M
 from fedbench.core.errors import ConfigError
@@ -36,7 +37,7 @@ class TrialSpecs:
 
     def __call__(self, config: dict[str, Any]) -> RunSpec:
         if "run" in config:
-            return for_trial(RunSpec.from_dict(config["run"]))
+            return for_trial(parse_run(config["run"]))
         return for_trial(apply(self.base, config))
 
 

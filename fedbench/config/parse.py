@@ -1,0 +1,137 @@
+"""A task's plain mapping -> the spec types of `fedbench.core.runspec`, field by field, from their annotations.
+
+One idiom for every check: a type validates its own values (`__post_init__`, a registry entry's `Config`)
+and names fields relative to itself; this parser knows where each section sits in the task and fills in
+the path (`ConfigError.under`), so a message names exactly what the user wrote: `scenario.shifts[1].sigma`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from typing import Any
+
+from fedbench.core.errors import ConfigError
+from fedbench.core.fields import coerce, resolve_params
+from fedbench.core.registry import ALGORITHMS
+from fedbench.core.runspec import INLINE, Component, DatasetSpec, RunSpec, plain
+
+
+def parse_run(raw: Any) -> RunSpec:
+    """Validate a plain mapping (as written in a task file) into a RunSpec; errors name the field."""
+    spec = parse_spec(RunSpec, raw, "")
+    ALGORITHMS.get(spec.algorithm.name).check_run(spec)  # a model the method cannot train, refused here
+    return spec
+
+
+def parse_dataset(raw: Any) -> DatasetSpec:
+    """The `dataset:` section alone: a name or a mapping of the loader's options (and `data_root`)."""
+    return _parse_component(_field(RunSpec, "dataset"), DatasetSpec, raw, "dataset")
+
+
+def parse_spec(cls: type, raw: Any, path: str) -> Any:
+    """A dataclass `cls` from a mapping (or its shorthand, a string for the field `cls.SHORTHAND`).
+
+    Keys must be fields of `cls`, except for a type with an inline component (the scenario's partition),
+    which takes the keys it does not know as that component's parameters.
+    """
+    section = _mapping(cls, raw, path)
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    hints = typing.get_type_hints(cls)
+    inline = next((f for f in fields.values() if f.metadata.get(INLINE)), None)
+    if inline is not None:
+        own = {k: v for k, v in section.items() if k in fields and k != inline.name}
+        own[inline.name] = {**_section(section.get(inline.name, _default(inline)), _join(path, inline.name)),
+                            **{k: v for k, v in section.items() if k not in fields}}
+        section = own
+    for key, value in section.items():
+        if key not in fields:
+            owner = f"fields of {path}" if path else "top-level fields"
+            raise ConfigError(_join(path, key), value, f"{owner} are: " + ", ".join(fields))
+    values = {}
+    for name, f in fields.items():
+        where = _join(path, name)
+        if name in section:
+            values[name] = _parse_value(f, hints[name], section[name], where)
+        elif "registry" in f.metadata:  # a default component gets its parameters' defaults filled in too
+            values[name] = _parse_value(f, hints[name], _default(f), where)
+        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            raise ConfigError(where, None, "a value is required")
+    try:
+        return cls(**values)
+    except ConfigError as exc:
+        raise exc.under(path) from None
+
+
+def _parse_value(f: dataclasses.Field, annotation: Any, value: Any, path: str) -> Any:
+    if "registry" in f.metadata:
+        if typing.get_origin(annotation) is tuple:
+            if not isinstance(value, (list, tuple)):
+                raise ConfigError(path, value, f"a list of {f.metadata['registry'].kind} names or mappings with a 'name' key")
+            item_type = typing.get_args(annotation)[0]
+            return tuple(_parse_component(f, item_type, item, f"{path}[{i}]") for i, item in enumerate(value))
+        return _parse_component(f, annotation, value, path)
+    if isinstance(annotation, type) and dataclasses.is_dataclass(annotation):
+        return parse_spec(annotation, value, path)
+    return coerce(path, value, annotation)
+
+
+def _parse_component(f: dataclasses.Field, cls: type, raw: Any, path: str) -> Component:
+    """A registered component: its name looked up, its parameters checked against what the entry declares
+    (a registered function's signature or an algorithm's `Config`), defaults filled in.
+
+    An inline component's parameters sit in its parent's section, so they are named under the parent
+    (`scenario.alpha`) and its name under the field (`scenario.partition`).
+    """
+    registry, skip = f.metadata["registry"], f.metadata["skip"]
+    section = _section(raw, path)
+    params_path = path.rpartition(".")[0] if f.metadata.get(INLINE) else path
+    name_path = path if f.metadata.get(INLINE) else f"{path}.name"
+    hints = typing.get_type_hints(cls)
+    own = {k: coerce(_join(path, k), section.pop(k), hints[k])
+           for k in [x.name for x in dataclasses.fields(cls) if x.name not in ("name", "params")] if k in section}
+    name = coerce(name_path, section.pop("name"), str)
+    entry = registry.get(name, field=name_path)
+    target = getattr(entry, "Config", entry)
+    params = resolve_params(params_path, f"{registry.kind} {name}", section, target, skip)
+    if dataclasses.is_dataclass(target):
+        try:
+            target(**dict(params))  # runs the Config's own range checks (__post_init__)
+        except ConfigError as exc:
+            raise exc.under(params_path) from None
+    return cls(name, params, **own)
+
+
+def _field(cls: type, name: str) -> dataclasses.Field:
+    return next(f for f in dataclasses.fields(cls) if f.name == name)
+
+
+def _default(f: dataclasses.Field) -> Any:
+    """A field's default as a task would write it (a component's default is parsed like user input)."""
+    default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+    return plain(default)
+
+
+def _mapping(cls: type, raw: Any, path: str) -> dict[str, Any]:
+    shorthand = getattr(cls, "SHORTHAND", None)
+    if shorthand is not None and isinstance(raw, str):
+        return {shorthand: raw}
+    if not isinstance(raw, dict):
+        allowed = f"a mapping, or a {shorthand} alone" if shorthand else "a mapping"
+        raise ConfigError(path or "run", raw, allowed)
+    return dict(raw)
+
+
+def _section(raw: Any, path: str) -> dict[str, Any]:
+    """A component's section: a bare name, or a mapping with a 'name' key."""
+    if isinstance(raw, str):
+        return {"name": raw}
+    if not isinstance(raw, dict):
+        raise ConfigError(path, raw, "a name or a mapping with a 'name' key")
+    if "name" not in raw:
+        raise ConfigError(f"{path}.name", None, "a value is required")
+    return dict(raw)
+
+
+def _join(path: str, name: str) -> str:
+    return f"{path}.{name}" if path else name
