@@ -11,7 +11,8 @@ against the dataset (enough classes? a 'writer' column?) when the task is loaded
 from __future__ import annotations
 
 import dataclasses
-
+import functools
+import hashlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +25,7 @@ import torch
 from fedbench.core.errors import ConfigError, DataMissingError
 from fedbench.core.fields import coerce, signature_fields
 from fedbench.core.registry import DATASETS
+from fedbench.core.runspec import Normalization
 
 T = TypeVar("T")
 
@@ -40,6 +42,7 @@ class BaseDataset:
             dataset-specific columns (cifar100's 'coarse_label', synthetic's generating 'device').
         num_classes: number of classes of `y`.
         classes: class names, indexed by label.
+        options: the loader options it was loaded with (defaults filled in), set by `load_dataset`.
     """
 
     name: str
@@ -48,6 +51,7 @@ class BaseDataset:
     meta: pd.DataFrame
     num_classes: int
     classes: tuple[str, ...]
+    options: tuple[tuple[str, Any], ...] = ()
 
     def __post_init__(self) -> None:
         if not len(self.x) == len(self.y) == len(self.meta):
@@ -79,6 +83,35 @@ class BaseDataset:
         y.flags.writeable = False
         return cls(name, x, y, meta, len(classes), tuple(classes))
 
+    @functools.cached_property
+    def identity(self) -> dict[str, Any]:
+        """What scenarios built on this dataset depend on, for their cache keys: its name, loader options,
+        shape and a digest of its labels and metadata (two loads that differ in any of these never share
+        a scenario, whatever their options say)."""
+        content = hashlib.blake2b(np.ascontiguousarray(self.y).tobytes(), digest_size=16)
+        content.update(pd.util.hash_pandas_object(self.meta, index=True).to_numpy().tobytes())
+        return {
+            "name": self.name,
+            "options": [[k, list(v) if isinstance(v, tuple) else v] for k, v in self.options],
+            "shape": list(self.x.shape),
+            "dtype": str(self.x.dtype),
+            "content": content.hexdigest(),
+        }
+
+    @functools.cached_property
+    def train_channel_stats(self) -> tuple[tuple[float, ...], tuple[float, ...]]:
+        """Per-channel mean and std of the official training images in [0, 1], exact (from a histogram of
+        the uint8 values, so no float copy of the images is made)."""
+        train = self.x[(self.meta["split"] == "train").to_numpy()]
+        means, stds = [], []
+        for channel in range(train.shape[1]):
+            counts = np.bincount(train[:, channel].reshape(-1), minlength=256).astype(np.float64)
+            values = np.arange(256) / 255.0
+            mean = float(counts @ values / counts.sum())
+            means.append(mean)
+            stds.append(float(np.sqrt(counts @ (values - mean) ** 2 / counts.sum())))
+        return tuple(means), tuple(stds)
+
     @property
     def input_shape(self) -> tuple[int, ...]:
         return tuple(self.x.shape[1:])
@@ -103,6 +136,7 @@ class DatasetFacts:
         superclasses: class -> superclass id, where the dataset defines a grouping (CIFAR-10's vehicles
             and animals, CIFAR-100's 20 coarse labels); None otherwise.
         dataset: the registered name (filled in by `dataset_facts`), for messages and dataset-specific rules.
+        mean_std: published per-channel (mean, std) of the training images in [0, 1], where there is one.
     """
 
     num_classes: int
@@ -111,6 +145,9 @@ class DatasetFacts:
     meta_columns: tuple[str, ...] = ()
     superclasses: tuple[int, ...] | None = None
     dataset: str = ""
+    mean_std: tuple[tuple[float, ...], tuple[float, ...]] | None = None
+    """The per-channel mean and std of the training images as the dataset's users quote them (for
+    `normalize: dataset`); None where none is published, and the training split's own are computed."""
 
     def __post_init__(self) -> None:
         if self.superclasses is not None and len(self.superclasses) != self.num_classes:
@@ -183,8 +220,21 @@ def load_dataset(name: str, data_root: str | os.PathLike | None = None, **option
     root = resolve_root(data_root)
     key = (name, str(root), tuple(sorted(resolved.items())))
     if key not in _LOADED:
-        _LOADED[key] = loader(root, **resolved)
+        _LOADED[key] = dataclasses.replace(loader(root, **resolved), options=tuple(sorted(resolved.items())))
     return _LOADED[key]
+
+
+def normalization_values(normalize: Normalization, dataset: BaseDataset) -> tuple[tuple[float, ...], tuple[float, ...]] | None:
+    """The per-channel (mean, std) a run standardises its images with; None: the images stay in [0, 1].
+
+    Vector datasets are never normalised (their features are what the generating process gives).
+    """
+    if not dataset.is_image or normalize.mode == "none":
+        return None
+    if normalize.mode == "values":
+        return normalize.mean, normalize.std
+    published = dataset_facts(dataset.name, **dict(dataset.options)).mean_std if dataset.name in DATASETS else None
+    return published or dataset.train_channel_stats
 
 
 def to_float_batch(xb: torch.Tensor) -> torch.Tensor:

@@ -38,8 +38,14 @@ CIFAR100_COARSE_OF_FINE = (
 )  # fmt: skip
 
 
+CIFAR10_MEAN_STD = ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616))
+"""CIFAR-10's per-channel training-set mean and std (the std over all pixels, not the per-image 0.2023 often copied)."""
+CIFAR100_MEAN_STD = ((0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762))
+"""CIFAR-100's per-channel training-set mean and std."""
+
+
 @register_dataset("cifar10")
-@with_facts(DatasetFacts(10, 3, (32, 32), superclasses=CIFAR10_SUPERCLASSES))
+@with_facts(DatasetFacts(10, 3, (32, 32), superclasses=CIFAR10_SUPERCLASSES, mean_std=CIFAR10_MEAN_STD))
 def cifar10(root: Path) -> BaseDataset:
     """CIFAR-10: 50000 train + 10000 test colour images, 10 classes, from `<root>/cifar-10-batches-py/`."""
     train, test, meta = _load("cifar10", root, "CIFAR10", *_CIFAR10)
@@ -49,7 +55,8 @@ def cifar10(root: Path) -> BaseDataset:
 def _cifar100_facts(label: str) -> DatasetFacts:
     """100 fine classes grouped by the official table, or the 20 coarse ones; both labels always in meta."""
     fine = label == "fine"
-    return DatasetFacts(100 if fine else 20, 3, (32, 32), ("fine_label", "coarse_label"), CIFAR100_COARSE_OF_FINE if fine else None)
+    return DatasetFacts(100 if fine else 20, 3, (32, 32), ("fine_label", "coarse_label"), CIFAR100_COARSE_OF_FINE if fine else None,
+                        mean_std=CIFAR100_MEAN_STD)
 
 
 @register_dataset("cifar100")

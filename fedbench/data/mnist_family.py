@@ -7,6 +7,8 @@ the .gz files are parsed here directly. Images become uint8 [N, 1, 28, 28].
 
 from __future__ import annotations
 
+import dataclasses
+
 import gzip
 import math
 from pathlib import Path
@@ -28,17 +30,21 @@ _EMNIST_FILES = {
 }
 IMAGES_MAGIC, LABELS_MAGIC = 2051, 2049
 GRAY_28 = DatasetFacts(num_classes=10, channels=1, image_size=(28, 28))
+MNIST_FACTS = dataclasses.replace(GRAY_28, mean_std=((0.1307,), (0.3081,)))
+"""MNIST's mean and std, as PyTorch's MNIST example and most FL code bases normalise it."""
+FMNIST_FACTS = dataclasses.replace(GRAY_28, mean_std=((0.2860,), (0.3530,)))
+"""Fashion-MNIST's training-set mean and std."""
 
 
 @register_dataset("mnist")
-@with_facts(GRAY_28)
+@with_facts(MNIST_FACTS)
 def mnist(root: Path) -> BaseDataset:
     """MNIST handwritten digits (60000 train + 10000 test), from `<root>/MNIST/raw/`."""
     return BaseDataset.from_splits("mnist", DIGITS, *_load_idx("mnist", root, "MNIST", _MNIST_FILES))
 
 
 @register_dataset("fmnist")
-@with_facts(GRAY_28)
+@with_facts(FMNIST_FACTS)
 def fmnist(root: Path) -> BaseDataset:
     """Fashion-MNIST clothing images (60000 train + 10000 test), from `<root>/FashionMNIST/raw/`."""
     return BaseDataset.from_splits("fmnist", FASHION, *_load_idx("fmnist", root, "FashionMNIST", _MNIST_FILES))

@@ -17,7 +17,7 @@ import torch
 from fedbench.algorithms import make_algorithm
 from fedbench.core.runspec import RunSpec
 from fedbench.core.types import ClientResult, ClientState, Payload, RoundContext, derive_seed
-from fedbench.data import BaseDataset
+from fedbench.data import BaseDataset, normalization_values
 from fedbench.runtime.system_eval import system_counts, unbundle
 from fedbench.scenarios import ClientView, Scenario
 from fedbench.training import ClientData, materialize
@@ -53,6 +53,7 @@ class ClientWorker:
         use_cuda = spec.resources.client_gpus > 0 and torch.cuda.is_available()
         self.device = "cuda" if use_cuda else "cpu"
         self.threads = max(1, int(spec.resources.client_cpus))
+        self.normalization = normalization_values(spec.normalize, dataset)
 
     def _context(self, round: int, client_id: int, view: ClientView) -> RoundContext:
         return RoundContext(
@@ -121,7 +122,7 @@ class ClientWorker:
         else:
             view, labelled = self.scenario.view(round, client_id), None
         ctx = self._context(round, client_id, view)
-        data = materialize(self.dataset, view, self.scenario.input_shape, train=labelled)
+        data = materialize(self.dataset, view, self.scenario.input_shape, train=labelled, normalization=self.normalization)
         with torch_job_scope(derive_seed(self.spec.seed, round, client_id, purpose), self.threads):
             out = call(data, ctx)
         return out, time.perf_counter() - start

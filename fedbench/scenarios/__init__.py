@@ -2,7 +2,7 @@
 
 from fedbench.scenarios.artifact import ClientView, Scenario, TestClient
 from fedbench.scenarios.generator import build_scenario, check_scenario, facts_of
-from fedbench.scenarios.presets import PRESETS, expand_preset
+from fedbench.scenarios.presets import PRESETS, expand_preset, preset_normalization
 
 __all__ = [
     "PRESETS",
@@ -12,5 +12,6 @@ __all__ = [
     "build_scenario",
     "check_scenario",
     "expand_preset",
+    "preset_normalization",
     "facts_of",
 ]

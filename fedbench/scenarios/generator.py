@@ -8,16 +8,15 @@ test splits, then the test-time clients.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
+from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
 
 from fedbench.core.errors import ConfigError
 from fedbench.core.registry import DATASETS, PARTITIONS, SHIFTS
-from fedbench.core.runspec import ScenarioSpec
+from fedbench.core.runspec import ScenarioSpec, digest, plain
 from fedbench.core.types import derive_seed
 from fedbench.data import BaseDataset, DatasetFacts, dataset_facts
 from fedbench.scenarios.artifact import ClientView, Scenario
@@ -26,12 +25,17 @@ from fedbench.scenarios.pool import PoolContext, Split, allocate, class_queues, 
 from fedbench.scenarios.shifts import Bank, Shift
 from fedbench.scenarios.testtime import DistributionRecord, make_test_clients
 
-_CACHE: dict[str, Scenario] = {}
+CACHE_SIZE = 8
+"""Scenarios kept per process. A reused Tune trial process runs many configurations one after another, so
+the cache is bounded (least recently used first out) instead of growing with every scenario it meets."""
+_CACHE: OrderedDict[str, Scenario] = OrderedDict()
 
 
 def scenario_key(dataset: BaseDataset, spec: ScenarioSpec, seed: int, stages: int) -> str:
-    blob = json.dumps({"dataset": dataset.name, "n": len(dataset), "spec": spec.to_dict(), "seed": seed, "stages": stages}, sort_keys=True)
-    return hashlib.sha1(blob.encode()).hexdigest()[:12]
+    """Everything the generator reads: the dataset (its name, loader options and a fingerprint of its labels,
+    metadata and shape), the whole scenario spec, the seed and the number of drift stages."""
+    identity = {"dataset": dataset.identity, "spec": plain(spec), "seed": seed, "stages": stages}
+    return digest(identity)[:12]
 
 
 def num_stages(spec: ScenarioSpec, rounds: int) -> int:
@@ -43,8 +47,12 @@ def build_scenario(dataset: BaseDataset, spec: ScenarioSpec, seed: int, rounds: 
     """The federation for (dataset, spec, seed, rounds); identical inputs give identical indices on any process."""
     stages = num_stages(spec, rounds)
     key = scenario_key(dataset, spec, seed, stages)
-    if key not in _CACHE:
+    if key in _CACHE:
+        _CACHE.move_to_end(key)
+    else:
         _CACHE[key] = _generate(dataset, spec, seed, key, stages)
+        while len(_CACHE) > CACHE_SIZE:
+            _CACHE.popitem(last=False)
     return _CACHE[key]
 
 

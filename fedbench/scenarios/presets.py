@@ -37,6 +37,19 @@ FEROMA_CIFAR100_PERMUTATIONS = 120
 """m! is beyond listing for CIFAR-100's 40-80 swapped classes; we bank 120 random permutations (5!, MNIST high)."""
 
 
+PAPER_NORMALIZATION: dict[str, Any] = {
+    "feroma": "none",  # FEROMA's released code feeds the images in [0, 1], unnormalised
+    "feddrm": {"mode": "values", "mean": [0.5, 0.5, 0.5], "std": [0.5, 0.5, 0.5]},  # 004's Normalize(0.5, 0.5)
+}
+"""A preset family's input normalisation, where its paper fixes one; other presets (001, 003, which do not
+say) get the run's default, each dataset's published mean and std."""
+
+
+def preset_normalization(name: str) -> Any | None:
+    """The `normalize:` a run with scenario preset `name` defaults to (None: the run's own default)."""
+    return PAPER_NORMALIZATION.get(name.partition("/")[0])
+
+
 def preset(name: str):
     def register(fn):
         PRESETS[name] = fn

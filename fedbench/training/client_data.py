@@ -12,6 +12,7 @@ from typing import Callable, Iterator
 import numpy as np
 import torch
 
+from fedbench.core.errors import ConfigError
 from fedbench.data import BaseDataset, to_float_batch
 from fedbench.scenarios import ClientView
 from fedbench.scenarios.transforms import BatchTransform
@@ -23,6 +24,23 @@ Prepare = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 def untransformed(x: torch.Tensor, source_y: torch.Tensor) -> torch.Tensor:
     """The prepare step of a client without a feature transform."""
     return to_float_batch(x)
+
+
+@dataclass(frozen=True)
+class Standardized:
+    """A prepare step followed by (x - mean) / std per channel: the run's `normalize`, applied after the
+    client's shift transforms so that the shifts act on the pixel values their papers describe."""
+
+    prepare: Prepare
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+
+    def __call__(self, x: torch.Tensor, source_y: torch.Tensor) -> torch.Tensor:
+        batch = self.prepare(x, source_y)
+        shape = (1, len(self.mean), *([1] * (batch.dim() - 2)))
+        mean = torch.tensor(self.mean, dtype=batch.dtype, device=batch.device).view(shape)
+        std = torch.tensor(self.std, dtype=batch.dtype, device=batch.device).view(shape)
+        return (batch - mean) / std
 
 
 @dataclass(frozen=True, eq=False)
@@ -64,7 +82,11 @@ class ClientData:
 
 
 def materialize(
-    dataset: BaseDataset, view: ClientView, input_shape: tuple[int, ...] | None = None, train: np.ndarray | None = None
+    dataset: BaseDataset,
+    view: ClientView,
+    input_shape: tuple[int, ...] | None = None,
+    train: np.ndarray | None = None,
+    normalization: tuple[tuple[float, ...], tuple[float, ...]] | None = None,
 ) -> ClientData:
     """Gather a client's rows (a copy of its own samples only), apply its label map, attach its transform.
 
@@ -73,6 +95,10 @@ def materialize(
             None: the dataset's own.
         train: dataset indices to use as the training rows instead of `view.train` (a test-time client's
             few labelled samples, 002 App. E).
+        normalization: per-channel (mean, std) to standardise images with after the transform; None: none.
+
+    Raises:
+        ConfigError: the normalisation has neither one value nor one per channel of the scenario's images.
     """
 
     def take(indices: np.ndarray) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -85,4 +111,9 @@ def materialize(
     channels = (input_shape or dataset.input_shape)[0]
     needs_transform = dataset.x.ndim == 4 and (view.transform or channels != dataset.x.shape[1])
     prepare = BatchTransform(view.transform, channels) if needs_transform else untransformed
+    if normalization is not None:
+        mean, std = normalization
+        if len(mean) not in (1, channels):
+            raise ConfigError("normalize.mean", list(mean), f"1 value or {channels}, one per channel of this scenario's images")
+        prepare = Standardized(prepare, mean, std)
     return ClientData(train_x, train_y, test_x, test_y, train_source, test_source, prepare)

@@ -60,8 +60,8 @@ def ctx_for(client_id: int, round: int = 1, epochs: int = 1, batch: int = 32, lr
                         optimizer=OptimizerSpec(lr=lr, momentum=0.9), num_classes=10)
 
 
-def clients_of(scenario_section: dict, dataset) -> tuple[list[ClientData], list[int]]:
-    data, scenario = make(scenario_section, dataset)
+def clients_of(scenario_section: dict, dataset, seed: int = 0) -> tuple[list[ClientData], list[int]]:
+    data, scenario = make(scenario_section, dataset, seed=seed)
     views = [scenario.view(1, c) for c in range(scenario.num_clients)]
     return [materialize(data, v, scenario.input_shape) for v in views], [v.distribution_id for v in views]
 
@@ -109,14 +109,17 @@ def test_log1p_normalisation_compresses_raw_eigenvalues_and_keeps_order_and_zero
 def test_statistics_are_close_within_a_label_shift_cluster_and_apart_between_clusters(registered_cond_mlp):
     """001 E1 on digits (real images; synthetic_images would not do: its random class prototypes make every
     group of 5 classes look alike to PCA). 10 clients of about 115 samples, 5 per cluster."""
-    clients, ids = clients_of({"preset": "conditional/E1", "clusters": 2}, "digits")
-    alg = conditional("cond_mlp", (1, 8, 8), num_clients=len(clients))
-    s, ids = np.stack([alg.statistics(client, ctx_for(cid)).numpy() for cid, client in enumerate(clients)]), np.array(ids)
-    assert len(set(ids)) == 2 and s.shape == (len(clients), 32)
-    dist = np.linalg.norm(s[:, None] - s[None], axis=2)
-    same, other = ids[:, None] == ids[None], ~np.eye(len(ids), dtype=bool)
-    within, between = dist[same & other].mean(), dist[~same].mean()
-    assert between > 1.5 * within, (within, between)
+    within, between = [], []
+    for seed in range(3):  # one federation's ratio ranges 1.47 to 1.9 over seeds: judge a few
+        clients, ids = clients_of({"preset": "conditional/E1", "clusters": 2}, "digits", seed=seed)
+        alg = conditional("cond_mlp", (1, 8, 8), num_clients=len(clients))
+        s, ids = np.stack([alg.statistics(client, ctx_for(cid)).numpy() for cid, client in enumerate(clients)]), np.array(ids)
+        assert len(set(ids)) == 2 and s.shape == (len(clients), 32)
+        dist = np.linalg.norm(s[:, None] - s[None], axis=2)
+        same, other = ids[:, None] == ids[None], ~np.eye(len(ids), dtype=bool)
+        within.append(dist[same & other].mean())
+        between.append(dist[~same].mean())
+    assert np.mean(between) > 1.5 * np.mean(within), (within, between)
 
 
 def test_label_permutations_do_not_change_the_eigenvalues():

@@ -5,7 +5,7 @@ import sys
 import pytest
 import yaml
 
-from fedbench.config import load_task
+from fedbench.config import load_task, parse_run
 from fedbench.core.errors import ConfigError, UnknownNameError
 from fedbench.core.runspec import RunSpec
 from tests.conftest import TINY, tiny_spec
@@ -40,7 +40,7 @@ def test_set_overrides_every_run_and_replaces_grid_axes(tmp_path):
 
 def test_runspec_round_trips_and_is_frozen():
     spec = tiny_spec(algorithm={"name": "fedavg", "client_fraction": 0.5})
-    again = RunSpec.from_dict(yaml.safe_load(spec.to_yaml()))
+    again = parse_run(yaml.safe_load(spec.to_yaml()))
     assert again == spec and again.run_hash == spec.run_hash
     with pytest.raises(dataclasses.FrozenInstanceError):
         spec.rounds = 3  # type: ignore[misc]
@@ -74,7 +74,7 @@ def test_defaults_are_filled_into_the_runspec():
         ({"algorithm": {"name": "fedavg", "mu": 0.1}}, "algorithm.mu", "client_fraction"),
         ({"scenario": {"partition": "dirichlet", "alpha": "big"}}, "scenario.alpha", "a number"),
         ({"scenario": {"partition": "iid", "test_fraction": 1.5}}, "scenario.test_fraction", "[0, 1)"),
-        ({"optimizer": {"name": "lbfgs"}}, "optimizer.name", "sgd, adam"),
+        ({"optimizer": {"name": "lbfgs"}}, "optimizer.name", "'sgd', 'adam'"),
         ({"model": {"name": "mlp", "width": 3}}, "model.width", "hidden"),
         ({"local_steps": 0}, "local_steps", ">= 1"),
         ({"optimizer": {"name": "sgd", "schedule": "step"}}, "optimizer.schedule", "'cosine'"),
@@ -133,3 +133,23 @@ def test_the_papers_task_files_expand_to_their_grids():
     shifts = load_task("tasks/conditional_e2_e4.yaml").expand()  # E2b (K = 4), E3a, E3b (K = 2) x 5 sparsities x 5
     assert len(shifts) == 3 * 5 * 5 and {s.scenario.num_clients for s in shifts} >= {4 * 5, 2 * 100, 4 * 100}
     assert len(load_task("tasks/conditional_e4a.yaml").expand()) == 5 * 5
+
+
+@pytest.mark.parametrize(
+    "scenario, dataset, expected",
+    [
+        ({"preset": "feroma/label_skew/medium"}, "digits", {"mode": "none", "mean": [], "std": []}),
+        ({"preset": "feddrm/dir0.3"}, "digits", {"mode": "values", "mean": [0.5] * 3, "std": [0.5] * 3}),
+        ({"preset": "conditional/E1", "clusters": 2}, "digits", {"mode": "dataset", "mean": [], "std": []}),
+        ({"partition": "iid"}, "digits", {"mode": "dataset", "mean": [], "std": []}),
+    ],
+)
+def test_normalisation_defaults_to_what_the_presets_paper_used(scenario, dataset, expected):
+    from fedbench.config.task import task_from_dict
+
+    [spec] = task_from_dict({**TINY, "dataset": dataset, "scenario": scenario, "model": "lenet5"}).expand()
+    assert spec.to_dict()["normalize"] == expected
+    assert spec.flat()["normalize.mode"] == expected["mode"]  # recorded with the run's params
+    [own] = task_from_dict({**TINY, "dataset": dataset, "scenario": scenario, "model": "lenet5",
+                            "normalize": "dataset"}).expand()
+    assert own.normalize.mode == "dataset"  # the task's own choice wins over the preset's

@@ -49,11 +49,13 @@ def test_every_registered_dataset_declares_facts_at_its_defaults(name):
 @pytest.mark.parametrize(
     "name, params, expected",
     [
-        ("mnist", {}, GRAY_28),
-        ("fmnist", {}, GRAY_28),
+        ("mnist", {}, dataclasses.replace(GRAY_28, mean_std=((0.1307,), (0.3081,)))),
+        ("fmnist", {}, dataclasses.replace(GRAY_28, mean_std=((0.2860,), (0.3530,)))),
         ("emnist", {}, GRAY_28),
-        ("cifar10", {}, DatasetFacts(10, 3, (32, 32), (), (0, 0, 1, 1, 1, 1, 1, 1, 0, 0))),
-        ("cifar100", {"label": "coarse"}, DatasetFacts(20, 3, (32, 32), ("fine_label", "coarse_label"), None)),
+        ("cifar10", {}, DatasetFacts(10, 3, (32, 32), (), (0, 0, 1, 1, 1, 1, 1, 1, 0, 0),
+                                     mean_std=((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)))),
+        ("cifar100", {"label": "coarse"}, DatasetFacts(20, 3, (32, 32), ("fine_label", "coarse_label"), None,
+                                                     mean_std=((0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762)))),
         ("digits", {}, DatasetFacts(10, 1, (8, 8), (), None)),
         ("synthetic", {"num_devices": 3}, DatasetFacts(10, None, None, ("device",), None)),
         ("synthetic_images", {"channels": 3, "size": 32, "num_classes": 7}, DatasetFacts(7, 3, (32, 32), (), None)),

@@ -110,3 +110,51 @@ def test_label_maps_reach_the_labels_clients_see():
     assert set(seen_labels(data, parity)) == {0, 1} and set(seen_labels(data, half)) == {0, 1}
     assert np.array_equal(seen_labels(data, parity), data.y[parity.train] % 2)
     assert np.array_equal(seen_labels(data, half), (data.y[half.train] >= 5).astype(int))
+
+
+def test_loader_options_are_part_of_the_scenario_key():
+    """Regression: digits with test_fraction 0.2 and 0.5 once shared one cached scenario (its key held only the
+    dataset's name and length), so the 0.5 run's clients trained on rows of its official test split."""
+    from fedbench.data import load_dataset
+    from fedbench.scenarios import build_scenario
+    from fedbench.scenarios.generator import scenario_key
+    from tests.conftest import tiny_spec
+
+    spec = tiny_spec().scenario
+    for fraction in (0.2, 0.5):
+        data = load_dataset("digits", test_fraction=fraction)
+        scenario = build_scenario(data, spec, seed=0)
+        train_rows = np.flatnonzero(data.meta["split"].to_numpy() == "train")
+        for view in scenario.stages[0]:
+            assert np.isin(view.train, train_rows).all() and np.isin(view.test, train_rows).all(), fraction
+    keys = {scenario_key(load_dataset("digits", test_fraction=f), spec, 0, 1) for f in (0.2, 0.5)}
+    assert len(keys) == 2
+
+
+def test_same_name_and_length_but_other_labels_get_another_scenario():
+    import dataclasses
+
+    from fedbench.data import load_dataset
+    from fedbench.scenarios.generator import scenario_key
+    from tests.conftest import tiny_spec
+
+    data = load_dataset("digits")
+    relabelled = dataclasses.replace(data, y=(data.y + 1) % 10)
+    spec = tiny_spec().scenario
+    assert scenario_key(data, spec, 0, 1) != scenario_key(relabelled, spec, 0, 1)
+
+
+def test_the_scenario_cache_is_bounded_and_keeps_the_most_recent():
+    from fedbench.data import load_dataset
+    from fedbench.scenarios import build_scenario
+    from fedbench.scenarios import generator
+    from tests.conftest import tiny_spec
+
+    data = load_dataset("digits")
+    spec = tiny_spec().scenario
+    first = build_scenario(data, spec, seed=100)
+    for seed in range(101, 101 + generator.CACHE_SIZE * 2):
+        build_scenario(data, spec, seed=seed)
+        assert build_scenario(data, spec, seed=100) is first or seed > 100 + generator.CACHE_SIZE
+        assert len(generator._CACHE) <= generator.CACHE_SIZE
+    assert build_scenario(data, spec, seed=100) is first  # used each time, so never the least recent

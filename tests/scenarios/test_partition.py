@@ -50,7 +50,7 @@ def test_feroma_label_skew_divergence_grows_from_low_to_high():
     js = []
     for level in ("low", "medium", "high"):
         values = []
-        for seed in range(3):
+        for seed in range(10):  # the levels' means differ by about 0.02: a few seeds are within the noise
             data, s = make({"preset": f"feroma/label_skew/{level}", "drift_every": 1}, rounds=10, seed=seed)
             values += [mean_pairwise_js(histograms(data, stage, 10)) for stage in s.stages]
         js.append(np.mean(values))
