@@ -133,3 +133,12 @@ def test_the_papers_task_files_expand_to_their_grids():
     shifts = load_task("tasks/conditional_e2_e4.yaml").expand()  # E2b (K = 4), E3a, E3b (K = 2) x 5 sparsities x 5
     assert len(shifts) == 3 * 5 * 5 and {s.scenario.num_clients for s in shifts} >= {4 * 5, 2 * 100, 4 * 100}
     assert len(load_task("tasks/conditional_e4a.yaml").expand()) == 5 * 5
+
+
+def test_a_bad_value_of_a_later_shift_fails_the_task_at_load_naming_its_path(tmp_path):
+    body = {**{k: v for k, v in TINY.items() if k != "task"}, "name": "t", "model": "lenet5",
+            "dataset": {"name": "synthetic_images", "train_samples": 600, "test_samples": 100},
+            "scenario": {"partition": "iid", "shifts": [{"name": "rotation", "clusters": 2}, {"name": "noise", "sigma": -0.5}]}}
+    with pytest.raises(ConfigError) as info:
+        load_task(write_task(tmp_path, body))
+    assert info.value.field == "scenario.shifts[1].sigma"
