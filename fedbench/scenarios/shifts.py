@@ -107,6 +107,7 @@ def pattern_ops(angle: float, colour: int | None, classes: tuple[int, ...] | Non
 
 
 def pattern(angle: float, colour: int | None, classes: tuple[int, ...] | None = None) -> Mode:
+    """The bank mode of a (rotation, colour) pattern: its ops, described as `fedbench scenario show` prints them."""
     ops = pattern_ops(angle, colour, classes)
     return Mode(ops, None, describe_ops(ops), rgb=colour is not None)
 
