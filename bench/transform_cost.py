@@ -26,26 +26,25 @@ import torch
 import torch.nn.functional as F
 
 from fedbench.models import build_model
-from fedbench.scenarios.transforms import BatchTransform, describe_ops, validate_ops
+from fedbench.scenarios.transforms import BatchTransform, Canvas, Colour, Noise, Op, Photometric, Rotate, describe_ops
 from fedbench.tracking.paths import results_dir
 
 TARGET = 0.10
 """Transform time as a fraction of a local epoch's time, at most."""
 
-ANDA_TARGETED = list(range(8))  # FEROMA's P(X|Y): 8 of 10 classes get the pattern (002 I.2)
-PHOTOMETRIC = {"op": "photometric", "gamma": 0.6, "hue": -0.1, "saturation": 1.5}  # one of FedDRM's 8 (004 Sec. 5)
+ANDA_TARGETED = tuple(range(8))  # FEROMA's P(X|Y): 8 of 10 classes get the pattern (002 I.2)
+PHOTOMETRIC = Photometric(gamma=0.6, hue=-0.1, saturation=1.5)  # one of FedDRM's 8 (004 Sec. 5)
 
-CASES: dict[str, tuple[tuple[dict, ...], int, int]] = {
+CASES: dict[str, tuple[tuple[Op, ...], int, int]] = {
     # name: (descriptor, the scenario's channels, the data's channels)
     "identity (to_float_batch only)": ((), 1, 1),
-    "rotate 90 + colour": (({"op": "rotate", "angle": 90.0}, {"op": "colour", "channel": 0}), 3, 1),
-    "rotate 45": (({"op": "rotate", "angle": 45.0},), 1, 1),
-    "noise 0.25": (({"op": "noise", "sigma": 0.25},), 1, 1),
+    "rotate 90 + colour": ((Rotate(90.0), Colour(0)), 3, 1),
+    "rotate 45": ((Rotate(45.0),), 1, 1),
+    "noise 0.25": ((Noise(0.25),), 1, 1),
     "photometric, gray data": ((PHOTOMETRIC,), 3, 1),
     "photometric, RGB data": ((PHOTOMETRIC,), 3, 3),
-    "class-cond. rotate 90 + colour": (({"op": "rotate", "angle": 270.0, "classes": ANDA_TARGETED},
-                                        {"op": "colour", "channel": 2, "classes": ANDA_TARGETED}), 3, 1),
-    "class-cond. rotate 45": (({"op": "rotate", "angle": 45.0, "classes": ANDA_TARGETED},), 1, 1),
+    "class-cond. rotate 90 + colour": ((Rotate(270.0, classes=ANDA_TARGETED), Colour(2, classes=ANDA_TARGETED)), 3, 1),
+    "class-cond. rotate 45": ((Rotate(45.0, classes=ANDA_TARGETED),), 1, 1),
 }
 
 
@@ -100,7 +99,8 @@ def main() -> None:
 
     transforms = {}
     for name, (ops, channels, data_channels) in cases.items():
-        validate_ops(ops, channels, (data_channels, 28, 28))
+        for op in ops:
+            op.check(Canvas(channels, (28, 28)))
         transforms[name] = BatchTransform(ops, channels)
         for _ in range(5):  # warm-up: grids, class tensors and constants are built on first use
             transforms[name](data[data_channels][: args.batch_size], y[: args.batch_size])
@@ -118,7 +118,7 @@ def main() -> None:
         t, e = min(runs[name]["transform_s"]), min(runs[name]["epoch_s"])
         ratio = t / e
         verdict = "PASS" if ratio <= TARGET else "FAIL"
-        summary[name] = {"ops": list(ops), "channels": channels, "data_channels": data_channels,
+        summary[name] = {"ops": [op.to_dict() for op in ops], "channels": channels, "data_channels": data_channels,
                          "transform_s": t, "epoch_s": e, "ratio": ratio,
                          "verdict": verdict}
         print(f"{name:32s} {_short(describe_ops(ops)):36s} {t:11.4f} {e:8.3f} {ratio:7.2%}  {verdict}")

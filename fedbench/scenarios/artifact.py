@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
-Op = dict[str, Any]
-"""One transform step, e.g. {"op": "rotate", "angle": 90.0} (see `fedbench.scenarios.transforms`)."""
+from fedbench.scenarios.transforms import Op
 
 
 @dataclass(frozen=True, eq=False)
@@ -19,7 +17,7 @@ class ClientView:
         train: indices into the base dataset used for local training.
         test: indices of the client's local test split (same distribution as `train`).
         distribution_id: ground-truth id of the distribution (methods never see it; evaluation and Oracle do).
-        transform: feature-transform steps applied on the worker when a batch is formed (empty: none).
+        transform: feature-transform ops applied on the worker when a batch is formed (empty: none).
         label_map: array mapping original label -> label seen by the client (concept shift), or None.
         description: short human-readable summary of the distribution (for `fedbench scenario show`).
     """

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
+from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Iterator
 
 import numpy as np
 
@@ -24,6 +26,7 @@ from fedbench.scenarios.partition import Partition
 from fedbench.scenarios.pool import PoolContext, Split, allocate, class_queues, histogram, weights_demand
 from fedbench.scenarios.shifts import Bank, Shift
 from fedbench.scenarios.testtime import DistributionRecord, make_test_clients
+from fedbench.scenarios.transforms import Canvas
 
 CACHE_SIZE = 8
 """Scenarios kept per process. A reused Tune trial process runs many configurations one after another, so
@@ -76,27 +79,70 @@ def facts_of(dataset: BaseDataset) -> DatasetFacts:
 
 @dataclass(frozen=True)
 class Parts:
-    """The scenario's partition and shifts, instantiated from the spec."""
+    """The scenario's partition and shifts, instantiated from the spec.
+
+    Partitions and shifts name their fields relative to themselves; here they are put where the task
+    writes them: `scenario` for the partition (its parameters sit in the scenario section), and
+    `scenario.shifts[i]` for shift i. A preset writes these sections for the user, so an error there
+    names the preset too.
+    """
 
     partition: Partition
     shifts: tuple[Shift, ...]
 
     @classmethod
     def of(cls, spec: ScenarioSpec) -> Parts:
-        partition = PARTITIONS.get(spec.partition.name)(**spec.partition.kwargs)
-        return cls(partition, tuple(SHIFTS.get(s.name)(**s.kwargs) for s in spec.shifts))
+        partition_type = PARTITIONS.get(spec.partition.name, field="scenario.partition")
+        with _fields_under("scenario", spec.preset):
+            partition = partition_type(**spec.partition.kwargs)
+        shifts = []
+        for i, s in enumerate(spec.shifts):
+            shift_type = SHIFTS.get(s.name, field=f"scenario.shifts[{i}].name")
+            with _fields_under(f"scenario.shifts[{i}]", spec.preset):
+                shifts.append(shift_type(**s.kwargs))
+        return cls(partition, tuple(shifts))
 
     def check(self, spec: ScenarioSpec, facts: DatasetFacts) -> None:
-        """Reject an impossible scenario for this dataset before any data is read, saying what would work."""
-        self.partition.check(facts, spec.num_clients)
-        for shift in self.shifts:
-            shift.check(facts, spec.num_clients)
+        """Reject an impossible scenario for this dataset before any data is read, saying what would work:
+        the partition's and shifts' parameters, and every transform op a shift may produce."""
+        with _fields_under("scenario", spec.preset):
+            self.partition.check(facts, spec.num_clients)
+        canvas = self.canvas(facts)
+        for i, shift in enumerate(self.shifts):
+            with _fields_under(f"scenario.shifts[{i}]", spec.preset):
+                shift.check(facts, spec.num_clients)
+                if canvas is not None:
+                    shift.check_ops(canvas, spec.num_clients)
         if spec.test_clients.unseen_rate > 0 and not (self.partition.offers_unseen or any(s.offers_unseen for s in self.shifts)):
             raise ConfigError("scenario.test_clients.unseen_rate", spec.test_clients.unseen_rate,
                               "0 for this scenario, or a partition or shift with distributions outside training "
                               "(class_bank, dirichlet, feature_bank, rotation, noise, label_permutation, conditional_transform)")
         if spec.local_test == "official" and spec.source == "all":
             raise ConfigError("scenario.local_test", "official", "split when source is all (no official test data is left over)")
+
+    def canvas(self, facts: DatasetFacts) -> Canvas | None:
+        """The images the shifts' ops apply to (RGB once any shift colours them); None for vector data."""
+        if facts.channels is None or facts.image_size is None:
+            return None
+        return Canvas(3 if any(s.rgb for s in self.shifts) else facts.channels, tuple(facts.image_size))
+
+    def split(self, ctx: PoolContext, spec: ScenarioSpec, rng: np.random.Generator) -> Split:
+        """The partition's draw; the checks that need the pool's size (`Dirichlet.min_samples`) fail here."""
+        with _fields_under("scenario", spec.preset):
+            return self.partition.split(ctx, spec.num_clients, rng)
+
+
+@contextmanager
+def _fields_under(path: str, preset: str | None) -> Iterator[None]:
+    """Put a ConfigError's field, named relative to its section, under the section's path (and name the preset
+    that may have written the section)."""
+    try:
+        yield
+    except ConfigError as exc:
+        error = exc.under(path)
+        if preset:
+            error = ConfigError(error.field, error.value, f"{error.allowed} (scenario preset {preset} may have set it)")
+        raise error from None
 
 
 def check_scenario(spec: ScenarioSpec, facts: DatasetFacts) -> None:
@@ -121,7 +167,7 @@ def _generate(dataset: BaseDataset, spec: ScenarioSpec, seed: int, key: str, sta
         rng = np.random.default_rng(derive_seed(seed, "stage", stage, key))
         fresh = split is None or (split.redraws and stage > 0)
         if fresh:
-            split = parts.partition.split(ctx, spec.num_clients, rng)
+            split = parts.split(ctx, spec, rng)
         modes = [bank.draw(spec.num_clients, rng) if stage == 0 or bank.drifts else previous
                  for bank, previous in zip(banks, records[-1][1] if records else [None] * len(banks))]
         views = _stage_views(dataset, ctx, spec, split, banks, modes, registry, official_test, rng,

@@ -2,7 +2,8 @@
 
 Each partition is a frozen dataclass registered by name; its fields are the parameters a task's `scenario:`
 section sets (`partition: dirichlet, alpha: 0.3`). `check` rejects an impossible setting when the task is
-loaded, from the dataset's facts alone; `split` draws the assignment from a pool.
+loaded, from the dataset's facts alone; `split` draws the assignment from a pool. A partition names its
+fields relative to itself (`alpha`); its caller puts them under `scenario`, where the task writes them.
 """
 
 from __future__ import annotations
@@ -118,12 +119,12 @@ class Dirichlet(Partition):
 
     def __post_init__(self):
         if self.alpha <= 0:
-            raise ConfigError("scenario.alpha", self.alpha, "a number > 0")
+            raise ConfigError("alpha", self.alpha, "a number > 0")
 
     def split(self, ctx, num_clients, rng):
         if self.min_samples * num_clients > len(ctx.labels):
             raise ConfigError(
-                "scenario.min_samples", self.min_samples, f"at most {len(ctx.labels) // num_clients} for {num_clients} clients"
+                "min_samples", self.min_samples, f"at most {len(ctx.labels) // num_clients} for {num_clients} clients"
             )
         for _ in range(self.max_attempts):
             shares: list[list[np.ndarray]] = [[] for _ in range(num_clients)]
@@ -139,7 +140,7 @@ class Dirichlet(Partition):
                 return Split(parts, list(range(num_clients)), [f"Dir({self.alpha}) client {c}" for c in range(num_clients)],
                              class_weights=weights, unseen=unseen)
         raise ConfigError(
-            "scenario.alpha", self.alpha, f"a value for which every client gets >= {self.min_samples} samples (raise alpha or lower min_samples)"
+            "alpha", self.alpha, f"a value for which every client gets >= {self.min_samples} samples (raise alpha or lower min_samples)"
         )
 
 
@@ -155,7 +156,7 @@ class Shards(Partition):
         total = num_clients * self.shards_per_client
         if self.shards_per_client < 1 or total % facts.num_classes:
             raise ConfigError(
-                "scenario.shards_per_client", self.shards_per_client,
+                "shards_per_client", self.shards_per_client,
                 f"a value with num_clients x shards_per_client divisible by the {facts.num_classes} classes, so every shard holds "
                 f"one class ({num_clients} x {self.shards_per_client} = {total})",
             )
@@ -184,12 +185,12 @@ class Quantity(Partition):
 
     def __post_init__(self):
         if self.alpha <= 0:
-            raise ConfigError("scenario.alpha", self.alpha, "a number > 0")
+            raise ConfigError("alpha", self.alpha, "a number > 0")
 
     def split(self, ctx, num_clients, rng):
         spare = len(ctx.labels) - self.min_samples * num_clients
         if spare < 0:
-            raise ConfigError("scenario.min_samples", self.min_samples, f"at most {len(ctx.labels) // num_clients}")
+            raise ConfigError("min_samples", self.min_samples, f"at most {len(ctx.labels) // num_clients}")
         sizes = self.min_samples + np.floor(rng.dirichlet(np.full(num_clients, self.alpha)) * spare).astype(int)
         cuts = np.cumsum(sizes)[:-1]
         parts = [np.sort(p) for p in np.split(rng.permutation(len(ctx.labels))[: sizes.sum()], cuts)]
@@ -234,10 +235,10 @@ class ClassBank(Partition):
     def check(self, facts, num_clients):
         k, n = self.classes_per_client, facts.num_classes
         if not 1 <= k <= n:
-            raise ConfigError("scenario.classes_per_client", k, f"1..{n} (the dataset has {n} classes)")
+            raise ConfigError("classes_per_client", k, f"1..{n} (the dataset has {n} classes)")
         possible = math.comb(n, k)
         if not 1 <= self.banks <= possible:
-            raise ConfigError("scenario.banks", self.banks, f"1..{possible} distinct subsets of {k} of {n} classes")
+            raise ConfigError("banks", self.banks, f"1..{possible} distinct subsets of {k} of {n} classes")
 
     def _bank(self, num_classes: int, rng: np.random.Generator) -> list[tuple[int, ...]]:
         bank: list[tuple[int, ...]] = []
@@ -276,8 +277,8 @@ class ClassClusters(Partition):
 
     def check(self, facts, num_clients):
         if not 1 <= self.clusters <= facts.num_classes:
-            raise ConfigError("scenario.clusters", self.clusters, f"1..{facts.num_classes}: each cluster needs its own classes")
-        _check_clients(num_clients, self.clusters, "scenario.clusters", self.clusters)
+            raise ConfigError("clusters", self.clusters, f"1..{facts.num_classes}: each cluster needs its own classes")
+        _check_clients(num_clients, self.clusters, "clusters", self.clusters)
 
     def class_groups(self, facts: DatasetFacts) -> list[np.ndarray]:
         sup = facts.superclasses
@@ -305,8 +306,8 @@ class SubclassClusters(Partition):
     """What clients predict: the superclass (001 E2a) or the original class."""
 
     def check(self, facts, num_clients):
-        _check_subclasses(facts, self.clusters, "scenario.clusters")
-        _check_clients(num_clients, self.clusters, "scenario.clusters", self.clusters)
+        _check_subclasses(facts, self.clusters, "clusters")
+        _check_clients(num_clients, self.clusters, "clusters", self.clusters)
 
     def split(self, ctx, num_clients, rng):
         sets = subclass_sets(ctx.facts, self.clusters)
@@ -331,8 +332,8 @@ class ConceptCovariate(Partition):
     """C, covariate clusters per concept group (001 E4b: C in {2, 3, 4})."""
 
     def check(self, facts, num_clients):
-        _check_subclasses(facts, self.covariate_clusters, "scenario.covariate_clusters")
-        _check_clients(num_clients, 2 * self.covariate_clusters, "scenario.covariate_clusters", self.covariate_clusters)
+        _check_subclasses(facts, self.covariate_clusters, "covariate_clusters")
+        _check_clients(num_clients, 2 * self.covariate_clusters, "covariate_clusters", self.covariate_clusters)
 
     def split(self, ctx, num_clients, rng):
         c = self.covariate_clusters
@@ -362,7 +363,7 @@ class Natural(Partition):
     def check(self, facts, num_clients):
         if self.column not in facts.meta_columns:
             have = ", ".join(facts.meta_columns) or "none"
-            raise ConfigError("scenario.column", self.column, f"a metadata column of {facts.dataset or 'the dataset'} ({have})")
+            raise ConfigError("column", self.column, f"a metadata column of {facts.dataset or 'the dataset'} ({have})")
 
     def split(self, ctx, num_clients, rng):
         values = ctx.meta[self.column].to_numpy()

@@ -4,6 +4,8 @@ A shift builds a bank of modes (a transform, a label map, or both) once per scen
 reach clients: drawn at random in every drift stage (FEROMA's banks, 002 I.2), in contiguous cluster
 blocks (001's clusters), or cycling over clients (003's noise levels, 004's 8 photometric combinations).
 Modes outside the bank serve unseen test-time clients (002 I.7).
+
+A shift names its fields relative to itself (`sigma`); `Parts.check` puts them under `scenario.shifts[i]`.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass
-from typing import Literal
+from typing import Iterator, Literal
 
 import numpy as np
 
@@ -20,17 +22,18 @@ from fedbench.core.registry import register_shift
 from fedbench.scenarios.partition import second_concept, superclass_of
 from fedbench.data import DatasetFacts
 from fedbench.scenarios.pool import PoolContext
-from fedbench.scenarios.transforms import describe_ops
+from fedbench.scenarios.transforms import Canvas, Colour, Noise as NoiseOp, Op, Photometric as PhotometricOp, Rotate, describe_ops
 
 Assign = Literal["random", "blocks", "cycle"]
-COLOUR_NAMES = ("red", "green", "blue")
+OpSource = tuple[str, object, Op]
+"""(field, its value, an op that value makes): what `Shift.check_ops` blames when the op cannot apply."""
 
 
 @dataclass(frozen=True, eq=False)
 class Mode:
     """One entry of a shift's bank: what it does to a client's samples."""
 
-    ops: tuple[dict, ...] = ()
+    ops: tuple[Op, ...] = ()
     label_map: np.ndarray | None = None
     description: str = ""
     rgb: bool = False
@@ -62,34 +65,51 @@ class Shift:
 
     offers_unseen = True
     """Whether its bank has modes kept out of training (for unseen test-time clients)."""
+    rgb = False
+    """Whether its ops colour images, which makes the scenario's images RGB (3 output channels)."""
 
     def check(self, facts: DatasetFacts, num_clients: int) -> None:
-        """Raise ConfigError when the shift cannot apply to the dataset."""
+        """Raise ConfigError, naming the shift's own field, when the shift cannot apply to the dataset."""
+
+    def op_sources(self, num_clients: int) -> Iterator[OpSource]:
+        """Every op value the bank's modes may hold, seen and unseen, with the field that sets it.
+
+        Known from the parameters alone (no data, no random draw), so the ops are checked at task load.
+        """
+        return iter(())
+
+    def check_ops(self, canvas: Canvas, num_clients: int) -> None:
+        """Raise ConfigError when an op of the bank cannot apply to `canvas`, naming the field behind the op."""
+        for field, value, op in self.op_sources(num_clients):
+            try:
+                op.check(canvas)
+            except ConfigError as exc:
+                raise ConfigError(field, value, f"{exc.allowed} (its op {op.words()!r})") from None
 
     def bank(self, ctx: PoolContext, num_clients: int) -> Bank:
         raise NotImplementedError
 
 
 def _require_images(facts: DatasetFacts, name: str) -> None:
-    if facts.channels is None:
-        raise ConfigError("scenario.shifts", name, f"image datasets only ({facts.dataset} holds feature vectors)")
+    if facts.channels not in (1, 3):
+        holds = "feature vectors" if facts.channels is None else f"{facts.channels}-channel images"
+        raise ConfigError("name", name, f"image datasets with 1 or 3 channels ({facts.dataset or 'the dataset'} holds {holds})")
 
 
-def _require_square(facts: DatasetFacts, name: str, angles) -> None:
-    if facts.image_size and facts.image_size[0] != facts.image_size[1] and any(a % 180 == 90 for a in angles):
-        raise ConfigError("scenario.shifts", name, f"square images for 90-degree rotations (got {facts.image_size})")
+def pattern_ops(angle: float, colour: int | None, classes: tuple[int, ...] | None = None) -> tuple[Op, ...]:
+    """A (rotation, colour) pattern as ANDA draws them: rotate, then saturate one RGB channel (METHODS.md)."""
+    ops: list[Op] = []
+    if angle % 360:
+        ops.append(Rotate(float(angle), classes=classes))
+    if colour is not None:
+        ops.append(Colour(colour, classes=classes))
+    return tuple(ops)
 
 
 def pattern(angle: float, colour: int | None, classes: tuple[int, ...] | None = None) -> Mode:
-    """A (rotation, colour) pattern as ANDA draws them: rotate, then saturate one RGB channel (METHODS.md)."""
-    ops: list[dict] = []
-    if angle % 360:
-        ops.append({"op": "rotate", "angle": float(angle)})
-    if colour is not None:
-        ops.append({"op": "colour", "channel": colour})
-    if classes is not None:
-        ops = [{**op, "classes": list(classes)} for op in ops]
-    return Mode(tuple(ops), None, describe_ops(tuple(ops)), rgb=colour is not None)
+    """The bank mode of a (rotation, colour) pattern: its ops, described as `fedbench scenario show` prints them."""
+    ops = pattern_ops(angle, colour, classes)
+    return Mode(ops, None, describe_ops(ops), rgb=colour is not None)
 
 
 @register_shift("feature_bank")
@@ -106,18 +126,37 @@ class FeatureBank(Shift):
     colours: bool = False
     """Whether patterns also saturate one of R, G, B (002 Table 12: medium and high)."""
 
+    @property
+    def rgb(self) -> bool:
+        return self.colours
+
     def check(self, facts, num_clients):
         _require_images(facts, "feature_bank")
         if self.rotations < 1:
-            raise ConfigError("scenario.rotations", self.rotations, "an integer >= 1")
-        _require_square(facts, "feature_bank", [i * 360 / self.rotations for i in range(self.rotations)])
+            raise ConfigError("rotations", self.rotations, "an integer >= 1")
+
+    def _angles(self) -> tuple[list[float], list[float]]:
+        """The bank's rotations, and the unseen half-steps between them."""
+        angles = [i * 360 / self.rotations for i in range(self.rotations)]
+        return angles, [a + 180 / self.rotations for a in angles]
+
+    def _colours(self) -> list[int | None]:
+        return list(range(3)) if self.colours else [None]
+
+    def op_sources(self, num_clients):
+        seen, unseen = self._angles()
+        for angle in seen + unseen:
+            yield "rotations", self.rotations, Rotate(float(angle))
+        for colour in self._colours():
+            if colour is not None:
+                yield "colours", self.colours, Colour(colour)
 
     def bank(self, ctx, num_clients):
-        angles = [i * 360 / self.rotations for i in range(self.rotations)]
-        colours: list[int | None] = list(range(3)) if self.colours else [None]
+        angles, unseen_angles = self._angles()
+        colours = self._colours()
         modes = [pattern(a, c) for a, c in itertools.product(angles, colours)]
         # Unseen: the half-step rotations between the bank's, with the same colours.
-        unseen = [pattern(a + 180 / self.rotations, c) for a, c in itertools.product(angles, colours)]
+        unseen = [pattern(a, c) for a, c in itertools.product(unseen_angles, colours)]
         return Bank(modes, "random", unseen)
 
 
@@ -132,13 +171,21 @@ class Rotation(Shift):
     def check(self, facts, num_clients):
         _require_images(facts, "rotation")
         if not 1 <= self.clusters <= num_clients:
-            raise ConfigError("scenario.clusters", self.clusters, f"1..{num_clients} (num_clients)")
-        _require_square(facts, "rotation", [k * 360 / self.clusters for k in range(self.clusters)])
+            raise ConfigError("clusters", self.clusters, f"1..{num_clients} (num_clients)")
+
+    def _angles(self) -> tuple[list[float], list[float]]:
+        """Cluster k's rotation, and the unseen half-steps between them."""
+        step = 360 / self.clusters
+        return [k * step for k in range(self.clusters)], [k * step + step / 2 for k in range(self.clusters)]
+
+    def op_sources(self, num_clients):
+        seen, unseen = self._angles()
+        for angle in seen + unseen:
+            yield "clusters", self.clusters, Rotate(float(angle))
 
     def bank(self, ctx, num_clients):
-        step = 360 / self.clusters
-        return Bank([pattern(k * step, None) for k in range(self.clusters)], "blocks",
-                    [pattern(k * step + step / 2, None) for k in range(self.clusters)])
+        seen, unseen = self._angles()
+        return Bank([pattern(a, None) for a in seen], "blocks", [pattern(a, None) for a in unseen])
 
 
 @register_shift("noise")
@@ -151,17 +198,24 @@ class Noise(Shift):
 
     def check(self, facts, num_clients):
         _require_images(facts, "noise")
-        if self.sigma < 0:
-            raise ConfigError("scenario.sigma", self.sigma, "a number >= 0")
+
+    def _levels(self, num_clients: int) -> tuple[list[float], list[float]]:
+        """Client i (1-based) gets sigma * i / N, so the last client has the full sigma; unseen: the half-steps."""
+        return ([self.sigma * i / num_clients for i in range(1, num_clients + 1)],
+                [self.sigma * (i + 0.5) / num_clients for i in range(num_clients)])
+
+    def op_sources(self, num_clients):
+        seen, unseen = self._levels(num_clients)
+        for level in seen + unseen:
+            yield "sigma", self.sigma, NoiseOp(round(level, 6))
 
     def bank(self, ctx, num_clients):
         def mode(level: float) -> Mode:
-            ops = ({"op": "noise", "sigma": round(level, 6)},) if level > 0 else ()
+            ops = (NoiseOp(round(level, 6)),) if level > 0 else ()
             return Mode(ops, None, describe_ops(ops))
 
-        # Client i (1-based) gets sigma * i / N, so the last client has the full sigma.
-        return Bank([mode(self.sigma * i / num_clients) for i in range(1, num_clients + 1)], "cycle",
-                    [mode(self.sigma * (i + 0.5) / num_clients) for i in range(num_clients)])
+        seen, unseen = self._levels(num_clients)
+        return Bank([mode(level) for level in seen], "cycle", [mode(level) for level in unseen])
 
 
 @register_shift("photometric")
@@ -176,18 +230,20 @@ class Photometric(Shift):
     saturation: tuple[float, ...] = (0.5, 1.5)
     """Saturation factors (004: {0.5, 1.5})."""
 
+    rgb = True
+
     def check(self, facts, num_clients):
         _require_images(facts, "photometric")
-        if any(g <= 0 for g in self.gamma):
-            raise ConfigError("scenario.gamma", list(self.gamma), "gammas > 0")
-        if any(k < 0 for k in self.saturation):
-            raise ConfigError("scenario.saturation", list(self.saturation), "saturation factors >= 0")
-        if any(not -0.5 <= h <= 0.5 for h in self.hue):
-            raise ConfigError("scenario.hue", list(self.hue), "hue shifts in [-0.5, 0.5] (turns of the colour wheel)")
+
+    def op_sources(self, num_clients):
+        # Each value in an op of its own: a combination fails exactly when one of its values does.
+        yield from (("gamma", list(self.gamma), PhotometricOp(gamma=g)) for g in self.gamma)
+        yield from (("hue", list(self.hue), PhotometricOp(hue=h)) for h in self.hue)
+        yield from (("saturation", list(self.saturation), PhotometricOp(saturation=k)) for k in self.saturation)
 
     def bank(self, ctx, num_clients):
         def mode(g, h, s) -> Mode:
-            ops = ({"op": "photometric", "gamma": g, "hue": h, "saturation": s},)
+            ops = (PhotometricOp(g, h, s),)
             return Mode(ops, None, describe_ops(ops), rgb=True)
 
         modes = [mode(g, h, s) for g, h, s in itertools.product(self.gamma, self.hue, self.saturation)]
@@ -214,11 +270,11 @@ class LabelPermutation(Shift):
     def check(self, facts, num_clients):
         m = self.classes if self.classes is not None else facts.num_classes
         if not 2 <= m <= facts.num_classes:
-            raise ConfigError("scenario.classes", self.classes, f"2..{facts.num_classes} classes to permute")
+            raise ConfigError("classes", self.classes, f"2..{facts.num_classes} classes to permute")
         if self.permutations is None and m > 7:
-            raise ConfigError("scenario.permutations", None, f"a bank size: {m}! permutations are too many to list")
+            raise ConfigError("permutations", None, f"a bank size: {m}! permutations are too many to list")
         if self.permutations is not None and not 1 <= self.permutations <= math.factorial(min(m, 20)):
-            raise ConfigError("scenario.permutations", self.permutations, f"1..{m}! distinct permutations")
+            raise ConfigError("permutations", self.permutations, f"1..{m}! distinct permutations")
 
     def bank(self, ctx, num_clients):
         rng = ctx.bank_rng(2)
@@ -254,11 +310,11 @@ class Relabel(Shift):
     def check(self, facts, num_clients):
         for g in self.groupings:
             if g not in self.GROUPINGS:
-                raise ConfigError("scenario.groupings", g, ", ".join(self.GROUPINGS))
+                raise ConfigError("groupings", g, ", ".join(self.GROUPINGS))
         if "size" in self.groupings and facts.dataset != "cifar10":
-            raise ConfigError("scenario.groupings", "size", "only on cifar10 (001 E4b's size classes)")
+            raise ConfigError("groupings", "size", "only on cifar10 (001 E4b's size classes)")
         if not 1 <= len(self.groupings) <= num_clients:
-            raise ConfigError("scenario.groupings", list(self.groupings), f"1..{num_clients} groupings (one per cluster)")
+            raise ConfigError("groupings", list(self.groupings), f"1..{num_clients} groupings (one per cluster)")
 
     def bank(self, ctx, num_clients):
         n = ctx.num_classes
@@ -286,19 +342,28 @@ class ConditionalTransform(Shift):
     targeted: int | None = None
     """Classes each entry transforms; None: 80% of the classes (002 I.2: 8 of 10, 80 of 100)."""
 
+    PATTERNS = tuple(itertools.product([0.0, 90.0, 180.0, 270.0], range(3)))
+    """(rotation, colour) pairs an entry draws from (002 I.2: 4 rotations x 3 colours)."""
+    rgb = True
+
     def check(self, facts, num_clients):
         _require_images(facts, "conditional_transform")
-        _require_square(facts, "conditional_transform", [90])
         if self.banks < 1:
-            raise ConfigError("scenario.banks", self.banks, "an integer >= 1")
+            raise ConfigError("banks", self.banks, "an integer >= 1")
         if self.targeted is not None and not 1 <= self.targeted <= facts.num_classes:
-            raise ConfigError("scenario.targeted", self.targeted, f"1..{facts.num_classes}")
+            raise ConfigError("targeted", self.targeted, f"1..{facts.num_classes}")
+
+    def op_sources(self, num_clients):
+        # The patterns are fixed by the method, not by a field: the shift itself is what does not fit.
+        for angle, colour in self.PATTERNS:
+            for op in pattern_ops(angle, colour):
+                yield "name", "conditional_transform", op
 
     def bank(self, ctx, num_clients):
         rng = ctx.bank_rng(3)
         n = ctx.num_classes
         targeted = self.targeted or round(0.8 * n)
-        patterns = list(itertools.product([0.0, 90.0, 180.0, 270.0], range(3)))
+        patterns = list(self.PATTERNS)
 
         def entry() -> Mode:
             classes = tuple(int(c) for c in np.sort(rng.choice(n, targeted, replace=False)))

@@ -153,3 +153,12 @@ def test_normalisation_defaults_to_what_the_presets_paper_used(scenario, dataset
     [own] = task_from_dict({**TINY, "dataset": dataset, "scenario": scenario, "model": "lenet5",
                             "normalize": "dataset"}).expand()
     assert own.normalize.mode == "dataset"  # the task's own choice wins over the preset's
+
+
+def test_a_bad_value_of_a_later_shift_fails_the_task_at_load_naming_its_path(tmp_path):
+    body = {**{k: v for k, v in TINY.items() if k != "task"}, "name": "t", "model": "lenet5",
+            "dataset": {"name": "synthetic_images", "train_samples": 600, "test_samples": 100},
+            "scenario": {"partition": "iid", "shifts": [{"name": "rotation", "clusters": 2}, {"name": "noise", "sigma": -0.5}]}}
+    with pytest.raises(ConfigError) as info:
+        load_task(write_task(tmp_path, body))
+    assert info.value.field == "scenario.shifts[1].sigma"

@@ -1,9 +1,14 @@
-"""The generator: determinism, validity of indices and label maps, drift stages, local test splits."""
+"""The generator: determinism, validity of indices and label maps, drift stages, local test splits, and the
+checks at task load naming the path the task wrote."""
 
 import numpy as np
 import pytest
 
-from tests.scenarios.helpers import make, seen_labels
+from fedbench.core.errors import ConfigError
+from fedbench.core.runspec import Component, ScenarioSpec
+from fedbench.data import DatasetFacts
+from fedbench.scenarios import check_scenario
+from tests.scenarios.helpers import CIFAR100_LIKE, MNIST_LIKE, make, run_spec, seen_labels
 
 DRIFTING = {"preset": "feroma/conditional_label_skew/medium", "drift_every": 2}
 
@@ -158,3 +163,46 @@ def test_the_scenario_cache_is_bounded_and_keeps_the_most_recent():
         assert build_scenario(data, spec, seed=100) is first or seed > 100 + generator.CACHE_SIZE
         assert len(generator._CACHE) <= generator.CACHE_SIZE
     assert build_scenario(data, spec, seed=100) is first  # used each time, so never the least recent
+
+
+# ------------------------------------------------------------------------------------------ checks at task load
+
+
+def load_error(scenario: dict, dataset=MNIST_LIKE) -> ConfigError:
+    with pytest.raises(ConfigError) as err:
+        run_spec(scenario, dataset)
+    return err.value
+
+
+def test_a_bad_value_of_the_second_shift_is_named_where_the_task_wrote_it():
+    error = load_error({"partition": "iid", "shifts": ["rotation", {"name": "noise", "sigma": -0.5}]})
+    assert error.field == "scenario.shifts[1].sigma" and error.value == -0.5
+
+
+@pytest.mark.parametrize("shift, field", [
+    ({"name": "noise", "sigma": float("nan")}, "scenario.shifts[0].sigma"),
+    ({"name": "photometric", "gamma": [0.6, float("inf")]}, "scenario.shifts[0].gamma"),
+])
+def test_an_op_the_worker_could_not_apply_is_refused_at_load_naming_the_shift_field(shift, field):
+    # These values passed the shift's own checks and failed only on the worker, in the middle of a run.
+    error = load_error({"partition": "iid", "num_clients": 8, "shifts": [shift]})
+    assert error.field == field and "finite" in error.allowed
+
+
+def test_unseen_quarter_turns_on_non_square_images_are_refused_before_any_data_is_read():
+    # Two rotations (0, 180) fit 28x32 images, but unseen test clients get the half-steps 90 and 270.
+    spec = ScenarioSpec(shifts=(Component("feature_bank", (("rotations", 2),)),))
+    with pytest.raises(ConfigError) as err:
+        check_scenario(spec, DatasetFacts(num_classes=10, channels=1, image_size=(28, 32)))
+    assert err.value.field == "scenario.shifts[0].rotations" and "square" in err.value.allowed
+
+
+def test_a_bad_partition_value_is_named_in_the_scenario_section_where_the_task_wrote_it():
+    error = load_error({"partition": "dirichlet", "alpha": -1.0})
+    assert error.field == "scenario.alpha" and error.value == -1.0
+
+
+def test_a_shift_error_under_a_preset_names_the_preset():
+    error = load_error({"preset": "feddrm/dir0.3", "shifts": [{"name": "photometric", "hue": [0.7]}]},
+                       dataset=CIFAR100_LIKE)
+    assert error.field == "scenario.shifts[0].hue" and "feddrm/dir0.3" in error.allowed

@@ -1,7 +1,8 @@
 """Batch transforms on inputs whose right answer is known: exact rotations, saturated channels, noise levels,
-photometric identities and colour-wheel shifts, class restrictions, and the validation messages."""
+photometric identities and colour-wheel shifts, class restrictions, and each op's own checks."""
 
 import colorsys
+import dataclasses
 
 import numpy as np
 import pytest
@@ -9,7 +10,9 @@ import torch
 
 from fedbench.core.errors import ConfigError
 from fedbench.data.base import to_float_batch
-from fedbench.scenarios.transforms import BatchTransform, describe_ops, shift_hue, validate_ops
+from fedbench.scenarios.transforms import (
+    OPS, BatchTransform, Canvas, Colour, Noise, Photometric, Rotate, describe_ops, shift_hue,
+)
 
 
 def gray_batch(n=6, size=28, seed=0):
@@ -50,10 +53,10 @@ def test_gray_is_repeated_to_rgb_for_every_sample():
 
 
 @pytest.mark.parametrize("ops", [
-    [{"op": "rotate", "angle": 45}],
-    [{"op": "photometric", "gamma": 0.6, "hue": -0.1, "saturation": 1.5}],
-    [{"op": "rotate", "angle": 30}, {"op": "photometric", "gamma": 1.4, "hue": 0.1}, {"op": "colour", "channel": 1}],
-    [{"op": "rotate", "angle": 90}, {"op": "photometric", "gamma": 0.6, "saturation": 0.5, "classes": [1, 2]}],
+    [Rotate(angle=45)],
+    [Photometric(gamma=0.6, hue=-0.1, saturation=1.5)],
+    [Rotate(angle=30), Photometric(gamma=1.4, hue=0.1), Colour(channel=1)],
+    [Rotate(angle=90), Photometric(gamma=0.6, saturation=0.5, classes=(1, 2))],
 ])
 def test_gray_data_in_a_colour_scenario_equals_its_rgb_repeat(ops):
     # Gray batches stay one channel until an op tells the channels apart; the result must not show it.
@@ -65,14 +68,14 @@ def test_gray_data_in_a_colour_scenario_equals_its_rgb_repeat(ops):
 
 def test_noise_on_gray_data_in_a_colour_scenario_is_drawn_per_channel():
     torch.manual_seed(0)
-    out = apply([{"op": "rotate", "angle": 45}, {"op": "noise", "sigma": 0.2}], gray_batch(), channels=3)
+    out = apply([Rotate(angle=45), Noise(sigma=0.2)], gray_batch(), channels=3)
     assert not torch.equal(out[:, 0], out[:, 1]) and not torch.equal(out[:, 1], out[:, 2])
 
 
 def test_float_input_is_accepted_and_never_edited():
     x = torch.full((2, 3, 4, 4), 0.25)
     before = x.clone()
-    out = apply([{"op": "colour", "channel": 0}, {"op": "photometric", "gamma": 0.5}], x)
+    out = apply([Colour(channel=0), Photometric(gamma=0.5)], x)
     assert torch.equal(x, before)
     assert torch.allclose(out[:, 0], torch.ones(2, 4, 4)) and torch.allclose(out[:, 1:], torch.full((2, 2, 4, 4), 0.5))
 
@@ -82,16 +85,16 @@ def test_float_input_is_accepted_and_never_edited():
 
 def test_rotate_90_then_minus_90_restores_bit_for_bit():
     x = gray_batch()
-    assert torch.equal(apply([{"op": "rotate", "angle": 90}, {"op": "rotate", "angle": -90}], x), to_float_batch(x))
+    assert torch.equal(apply([Rotate(angle=90), Rotate(angle=-90)], x), to_float_batch(x))
     # also when the rotations run on floats, after another op
-    ops = [{"op": "noise", "sigma": 0.0}, {"op": "rotate", "angle": 270.0}, {"op": "rotate", "angle": 90.0}]
+    ops = [Noise(sigma=0.0), Rotate(angle=270.0), Rotate(angle=90.0)]
     assert torch.equal(apply(ops, x), to_float_batch(x))
 
 
 @pytest.mark.parametrize("angle, k", [(90, 1), (180.0, 2), (270, 3), (-90, 3), (450, 1)])
 def test_quarter_turns_equal_rot90_of_the_float_image(angle, k):
     x = gray_batch()
-    out = apply([{"op": "rotate", "angle": angle}], x)
+    out = apply([Rotate(angle)], x)
     assert torch.equal(out, torch.rot90(to_float_batch(x), k, dims=(2, 3)))
     assert not torch.equal(out, to_float_batch(x))
     assert out.is_contiguous()
@@ -100,7 +103,7 @@ def test_quarter_turns_equal_rot90_of_the_float_image(angle, k):
 def test_rotate_90_is_counter_clockwise():
     x = torch.zeros(1, 1, 5, 5, dtype=torch.uint8)
     x[0, 0, 2, 4] = 255  # a dot at the right edge ...
-    out = apply([{"op": "rotate", "angle": 90}], x)
+    out = apply([Rotate(angle=90)], x)
     assert out[0, 0, 0, 2] == 1.0  # ... ends at the top
 
 
@@ -112,7 +115,7 @@ def disk(size=28, radius=8.0):
 
 def test_rotate_45_leaves_a_centred_disk_unchanged_inside_and_outside():
     x, r = disk()
-    out = apply([{"op": "rotate", "angle": 45}], x)[0, 0]
+    out = apply([Rotate(angle=45)], x)[0, 0]
     assert torch.allclose(out[r <= 6.5], torch.ones(()), atol=1e-5)
     assert torch.allclose(out[r >= 9.5], torch.zeros(()), atol=1e-5)
 
@@ -122,11 +125,11 @@ def test_two_45_degree_rotations_match_one_quarter_turn_in_the_centre():
     yy, xx = torch.meshgrid(torch.linspace(-1, 1, 28), torch.linspace(-1, 1, 28), indexing="ij")
     img = (0.5 + 0.4 * torch.sin(2.0 * xx + 0.7) * torch.cos(1.3 * yy)) * 255
     x = img.round().to(torch.uint8).view(1, 1, 28, 28)
-    twice = apply([{"op": "rotate", "angle": 45}, {"op": "rotate", "angle": 45}], x)[0, 0]
-    quarter = apply([{"op": "rotate", "angle": 90}], x)[0, 0]
+    twice = apply([Rotate(angle=45), Rotate(angle=45)], x)[0, 0]
+    quarter = apply([Rotate(angle=90)], x)[0, 0]
     inside = (yy**2 + xx**2).sqrt() < 0.6
     assert (twice - quarter)[inside].abs().max() < 0.03
-    assert (apply([{"op": "rotate", "angle": -45}, {"op": "rotate", "angle": -45}], x)[0, 0]
+    assert (apply([Rotate(angle=-45), Rotate(angle=-45)], x)[0, 0]
             - quarter)[inside].abs().max() > 0.1
 
 
@@ -136,7 +139,7 @@ def test_two_45_degree_rotations_match_one_quarter_turn_in_the_centre():
 @pytest.mark.parametrize("channel", [0, 1, 2])
 def test_colour_saturates_one_channel_and_keeps_the_gray_values_elsewhere(channel):
     x = gray_batch()
-    out = apply([{"op": "colour", "channel": channel}], x, channels=3)
+    out = apply([Colour(channel)], x, channels=3)
     assert out.shape == (6, 3, 28, 28)
     assert torch.all(out[:, channel] == 1.0)
     for k in {0, 1, 2} - {channel}:
@@ -145,7 +148,7 @@ def test_colour_saturates_one_channel_and_keeps_the_gray_values_elsewhere(channe
 
 def test_rotate_then_colour_is_the_anda_pattern():
     x = gray_batch()
-    out = apply([{"op": "rotate", "angle": 90}, {"op": "colour", "channel": 1}], x, channels=3)
+    out = apply([Rotate(angle=90), Colour(channel=1)], x, channels=3)
     assert torch.all(out[:, 1] == 1.0)
     assert torch.equal(out[:, 0], torch.rot90(to_float_batch(x)[:, 0], 1, dims=(1, 2)))
 
@@ -155,13 +158,13 @@ def test_rotate_then_colour_is_the_anda_pattern():
 
 def test_noise_sigma_zero_is_identity():
     x = gray_batch()
-    assert torch.equal(apply([{"op": "noise", "sigma": 0}], x), to_float_batch(x))
+    assert torch.equal(apply([Noise(sigma=0)], x), to_float_batch(x))
 
 
 def test_noise_changes_the_batch_and_stays_in_the_unit_interval():
     x = gray_batch()
     torch.manual_seed(0)
-    out = apply([{"op": "noise", "sigma": 0.5}], x)
+    out = apply([Noise(sigma=0.5)], x)
     assert not torch.equal(out, to_float_batch(x))
     assert out.min() >= 0.0 and out.max() <= 1.0
     assert (out == 0).any() and (out == 1).any()  # clipped, not rescaled
@@ -169,7 +172,7 @@ def test_noise_changes_the_batch_and_stays_in_the_unit_interval():
 
 def test_noise_has_the_asked_standard_deviation_and_follows_the_global_seed():
     x = torch.full((64, 1, 28, 28), 128, dtype=torch.uint8)  # mid-gray: sigma 0.1 is almost never clipped
-    transform = BatchTransform(({"op": "noise", "sigma": 0.1},), 1)
+    transform = BatchTransform((Noise(sigma=0.1),), 1)
     torch.manual_seed(3)
     out = transform(x, labels(64))
     delta = out - to_float_batch(x)
@@ -182,8 +185,8 @@ def test_noise_has_the_asked_standard_deviation_and_follows_the_global_seed():
 # ------------------------------------------------------------------------------------------ photometric
 
 
-@pytest.mark.parametrize("op", [{"op": "photometric"},
-                                {"op": "photometric", "gamma": 1.0, "hue": 0.0, "saturation": 1.0}])
+@pytest.mark.parametrize("op", [Photometric(),
+                                Photometric(gamma=1.0, hue=0.0, saturation=1.0)])
 def test_photometric_identity_parameters_are_identity(op):
     x = rgb_batch()
     assert torch.equal(apply([op], x), to_float_batch(x))
@@ -191,7 +194,7 @@ def test_photometric_identity_parameters_are_identity(op):
 
 def test_saturation_zero_gives_the_luma_gray():
     x = rgb_batch()
-    out = apply([{"op": "photometric", "saturation": 0.0}], x)
+    out = apply([Photometric(saturation=0.0)], x)
     f = to_float_batch(x)
     luma = 0.299 * f[:, 0] + 0.587 * f[:, 1] + 0.114 * f[:, 2]
     for k in range(3):
@@ -202,28 +205,28 @@ def test_saturation_above_one_extrapolates_away_from_gray_and_clamps():
     x = rgb_batch()
     f = to_float_batch(x)
     gray = (0.299 * f[:, 0] + 0.587 * f[:, 1] + 0.114 * f[:, 2]).unsqueeze(1)
-    out = apply([{"op": "photometric", "saturation": 1.5}], x)
+    out = apply([Photometric(saturation=1.5)], x)
     assert torch.allclose(out, (gray + 1.5 * (f - gray)).clamp(0, 1), atol=1e-6)
 
 
 def test_hue_shift_by_half_twice_gives_back_the_original():
     x = rgb_batch()
-    out = apply([{"op": "photometric", "hue": 0.5}, {"op": "photometric", "hue": 0.5}], x)
+    out = apply([Photometric(hue=0.5), Photometric(hue=0.5)], x)
     assert torch.allclose(out, to_float_batch(x), atol=1e-5)
 
 
 def test_pure_red_shifted_by_a_third_is_green_and_back_by_a_third_is_blue():
     red = torch.zeros(1, 3, 2, 2)
     red[:, 0] = 1.0
-    green = apply([{"op": "photometric", "hue": 1 / 3}], red)
-    blue = apply([{"op": "photometric", "hue": -1 / 3}], red)
+    green = apply([Photometric(hue=0.3333333333333333)], red)
+    blue = apply([Photometric(hue=-0.3333333333333333)], red)
     assert torch.allclose(green[0, :, 0, 0], torch.tensor([0.0, 1.0, 0.0]), atol=1e-6)
     assert torch.allclose(blue[0, :, 0, 0], torch.tensor([0.0, 0.0, 1.0]), atol=1e-6)
 
 
 def test_hue_shift_matches_colorsys_pixel_by_pixel():
     x = rgb_batch(n=2, size=8, seed=4)
-    out = apply([{"op": "photometric", "hue": -0.1}], x)
+    out = apply([Photometric(hue=-0.1)], x)
     f = to_float_batch(x).permute(0, 2, 3, 1).reshape(-1, 3).double().numpy()
     expected = []
     for r, g, b in f:
@@ -243,30 +246,30 @@ def test_hue_shifts_wrap_around_the_wheel_and_leave_gray_gray():
 
 def test_gamma_half_on_a_quarter_gives_a_half():
     x = torch.full((1, 3, 2, 2), 0.25)
-    assert torch.allclose(apply([{"op": "photometric", "gamma": 0.5}], x), torch.full((1, 3, 2, 2), 0.5))
+    assert torch.allclose(apply([Photometric(gamma=0.5)], x), torch.full((1, 3, 2, 2), 0.5))
 
 
 @pytest.mark.parametrize("gamma", [0.1, 0.6, 1.4, 3.0])
 def test_gamma_matches_pow_and_keeps_black_black(gamma):
     x = torch.linspace(0, 1, 101).view(1, 1, 1, 101).expand(1, 3, 1, 101).contiguous()
-    out = apply([{"op": "photometric", "gamma": gamma}], x)
+    out = apply([Photometric(gamma=gamma)], x)
     assert torch.allclose(out, x**gamma, atol=1e-6)
     assert out[..., 0].max() <= 1e-12 and out[..., -1].min() == 1.0
 
 
 def test_photometric_order_is_saturation_then_hue_then_gamma():
     x = rgb_batch()
-    together = apply([{"op": "photometric", "gamma": 0.6, "hue": 0.1, "saturation": 1.5}], x)
-    steps = apply([{"op": "photometric", "saturation": 1.5}, {"op": "photometric", "hue": 0.1},
-                   {"op": "photometric", "gamma": 0.6}], x)
+    together = apply([Photometric(gamma=0.6, hue=0.1, saturation=1.5)], x)
+    steps = apply([Photometric(saturation=1.5), Photometric(hue=0.1),
+                   Photometric(gamma=0.6)], x)
     assert torch.equal(together, steps)
     assert together.min() >= 0 and together.max() <= 1
 
 
 @pytest.mark.parametrize("ops", [
-    [{"op": "photometric", "gamma": 0.6, "hue": -0.1, "saturation": 1.5}],
-    [{"op": "photometric", "hue": 0.2}],
-    [{"op": "photometric", "saturation": 0.5}],
+    [Photometric(gamma=0.6, hue=-0.1, saturation=1.5)],
+    [Photometric(hue=0.2)],
+    [Photometric(saturation=0.5)],
 ])
 def test_outputs_survive_later_batches_of_any_size(ops):
     # Temporaries are reused from batch to batch; what was handed out must never be among them.
@@ -286,21 +289,21 @@ def test_outputs_survive_later_batches_of_any_size(ops):
 def test_class_conditional_ops_change_only_the_listed_classes():
     x = gray_batch(n=10)
     y = torch.arange(10)
-    ops = [{"op": "rotate", "angle": 180, "classes": [1, 3, 5]}, {"op": "colour", "channel": 0, "classes": [1, 3, 5]}]
+    ops = [Rotate(angle=180, classes=(1, 3, 5)), Colour(channel=0, classes=(1, 3, 5))]
     out = apply(ops, x, channels=3, y=y)
     plain = to_float_batch(x).expand(-1, 3, -1, -1)
-    full = apply([op for op in [{"op": "rotate", "angle": 180}, {"op": "colour", "channel": 0}]], x, channels=3)
+    full = apply([op for op in [Rotate(angle=180), Colour(channel=0)]], x, channels=3)
     for i in range(10):
         assert torch.equal(out[i], full[i] if i in (1, 3, 5) else plain[i])
 
 
-@pytest.mark.parametrize("op", [{"op": "rotate", "angle": 30.0}, {"op": "noise", "sigma": 0.3},
-                                {"op": "photometric", "gamma": 0.6, "hue": 0.2, "saturation": 0.5}])
+@pytest.mark.parametrize("op", [Rotate(angle=30.0), Noise(sigma=0.3),
+                                Photometric(gamma=0.6, hue=0.2, saturation=0.5)])
 def test_class_restriction_works_for_every_op_on_floats(op):
     x = rgb_batch(n=8)
     y = torch.tensor([0, 1, 2, 3, 0, 1, 2, 3])
     torch.manual_seed(0)
-    out = apply([{"op": "noise", "sigma": 0.0}, {**op, "classes": [2]}], x, y=y)
+    out = apply([Noise(sigma=0.0), dataclasses.replace(op, classes=(2,))], x, y=y)
     hit = y == 2
     assert torch.equal(out[~hit], to_float_batch(x)[~hit])
     assert not torch.equal(out[hit], to_float_batch(x)[hit])
@@ -309,43 +312,48 @@ def test_class_restriction_works_for_every_op_on_floats(op):
 # ------------------------------------------------------------------------------------------ validation, text
 
 
-@pytest.mark.parametrize("ops, channels, shape, field", [
-    ([{"op": "blur"}], 1, (1, 28, 28), "scenario.transform.op"),
-    ([{"op": "colour", "channel": 3}], 3, (1, 28, 28), "scenario.transform.colour.channel"),
-    ([{"op": "colour", "channel": 0}], 1, (1, 28, 28), "scenario.transform.colour.channel"),
-    ([{"op": "noise", "sigma": -0.1}], 1, (1, 28, 28), "scenario.transform.noise.sigma"),
-    ([{"op": "photometric", "gamma": 0}], 3, (3, 32, 32), "scenario.transform.photometric.gamma"),
-    ([{"op": "photometric", "hue": 0.7}], 3, (3, 32, 32), "scenario.transform.photometric.hue"),
-    ([{"op": "photometric", "gamma": 0.6}], 1, (1, 28, 28), "scenario.transform.photometric"),
-    ([{"op": "rotate", "angle": 90}], 1, (1, 28, 32), "scenario.transform.rotate.angle"),
-    ([{"op": "rotate"}], 1, (1, 28, 28), "scenario.transform.rotate.angle"),
-    ([{"op": "rotate", "angel": 90}], 1, (1, 28, 28), "scenario.transform.rotate.angel"),
-    ([{"op": "rotate", "angle": "ninety"}], 1, (1, 28, 28), "scenario.transform.rotate.angle"),
-    ([{"op": "noise", "sigma": 0.1, "classes": "3"}], 1, (1, 28, 28), "scenario.transform.noise.classes"),
+@pytest.mark.parametrize("op, canvas, field", [
+    (Colour(channel=3), Canvas(3, (28, 28)), "channel"),
+    (Colour(channel=0), Canvas(1, (28, 28)), "channel"),
+    (Noise(sigma=-0.1), Canvas(1, (28, 28)), "sigma"),
+    (Noise(sigma=float("nan")), Canvas(1, (28, 28)), "sigma"),
+    (Photometric(gamma=0), Canvas(3, (32, 32)), "gamma"),
+    (Photometric(gamma=float("inf")), Canvas(3, (32, 32)), "gamma"),
+    (Photometric(hue=0.7), Canvas(3, (32, 32)), "hue"),
+    (Photometric(gamma=0.6), Canvas(1, (28, 28)), "op"),
+    (Rotate(angle=90), Canvas(1, (28, 32)), "angle"),
 ])
-def test_validate_ops_names_the_field_and_what_is_allowed(ops, channels, shape, field):
+def test_an_op_check_names_its_own_field_and_what_is_allowed(op, canvas, field):
+    # Relative to the op: the shift that made it names the task's path (tests/scenarios/test_generator.py).
     with pytest.raises(ConfigError) as err:
-        validate_ops(ops, channels, shape)
+        op.check(canvas)
     assert err.value.field == field
     assert str(err.value).startswith(field) and "allowed" in str(err.value)
 
 
-def test_valid_descriptors_pass_and_bad_ones_fail_at_construction():
-    validate_ops([{"op": "rotate", "angle": 180}], 1, (1, 28, 32))  # half turns keep non-square shapes
-    validate_ops([{"op": "rotate", "angle": 45}, {"op": "colour", "channel": 2, "classes": [0, 1]}], 3, (1, 28, 28))
-    with pytest.raises(ConfigError):
-        BatchTransform(({"op": "colour", "channel": 5},), 3)
+def test_valid_ops_pass_their_checks():
+    Rotate(angle=180).check(Canvas(1, (28, 32)))  # half turns keep non-square shapes
+    for op in [Rotate(angle=45), Colour(channel=2, classes=(0, 1)), Photometric(0.6, -0.1, 1.5)]:
+        op.check(Canvas(3, (28, 28)))
+
+
+def test_ops_are_small_hashable_values_with_a_plain_json_form():
+    op = Rotate(angle=90.0, classes=(1, 2))
+    assert op == Rotate(90.0, classes=(1, 2)) and hash(op) == hash(Rotate(90.0, classes=(1, 2)))
+    assert op.to_dict() == {"op": "rotate", "angle": 90.0, "classes": [1, 2]}
+    assert Photometric(0.6).to_dict() == {"op": "photometric", "gamma": 0.6, "hue": 0.0, "saturation": 1.0}
+    assert OPS[op.to_dict()["op"]] is Rotate
 
 
 @pytest.mark.parametrize("ops, text", [
     ((), "identity"),
-    (({"op": "rotate", "angle": 90.0}, {"op": "colour", "channel": 0}), "rot90 red"),
-    (({"op": "noise", "sigma": 0.25},), "noise 0.25"),
-    (({"op": "photometric", "gamma": 0.6, "hue": -0.1, "saturation": 1.5},), "gamma 0.6 hue -0.1 sat 1.5"),
-    (({"op": "rotate", "angle": 180, "classes": [1, 3, 5]},), "rot180 on classes 1,3,5"),
-    (({"op": "rotate", "angle": 270, "classes": [2]}, {"op": "colour", "channel": 2, "classes": [2]}),
+    ((Rotate(angle=90.0), Colour(channel=0)), "rot90 red"),
+    ((Noise(sigma=0.25),), "noise 0.25"),
+    ((Photometric(gamma=0.6, hue=-0.1, saturation=1.5),), "gamma 0.6 hue -0.1 sat 1.5"),
+    ((Rotate(angle=180, classes=(1, 3, 5)),), "rot180 on classes 1,3,5"),
+    ((Rotate(angle=270, classes=(2,)), Colour(channel=2, classes=(2,))),
      "rot270 blue on classes 2"),
-    (({"op": "rotate", "angle": 22.5},), "rot22.5"),
+    ((Rotate(angle=22.5),), "rot22.5"),
 ])
 def test_describe_ops(ops, text):
     assert describe_ops(ops) == text

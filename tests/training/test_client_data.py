@@ -13,6 +13,7 @@ from fedbench.core.errors import ConfigError
 from fedbench.core.runspec import Normalization
 from fedbench.data import load_dataset, normalization_values
 from fedbench.scenarios import ClientView
+from fedbench.scenarios.transforms.ops import Colour
 from fedbench.training import materialize
 
 
@@ -27,7 +28,7 @@ def test_dataset_normalisation_standardises_after_the_transform():
     standardised = materialize(data, view(), normalization=(mean, std)).train_batch(torch.arange(20))[0]
     assert torch.allclose(standardised, (raw - mean[0]) / std[0])
     # a colour op sets the red channel to 1 everywhere: normalised afterwards, it reads (1 - mean) / std
-    coloured = materialize(data, view([{"op": "colour", "channel": 0}]), (3, 8, 8), normalization=((0.5,), (0.25,)))
+    coloured = materialize(data, view([Colour(channel=0)]), (3, 8, 8), normalization=((0.5,), (0.25,)))
     red = coloured.train_batch(torch.arange(20))[0][:, 0]
     assert torch.allclose(red, torch.full_like(red, 2.0))
 
