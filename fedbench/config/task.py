@@ -76,7 +76,7 @@ def resolve_run(raw: dict[str, Any]) -> RunSpec:
     dataset = parse_dataset(raw["dataset"])
     facts = dataset_facts(dataset.name, **dataset.kwargs)
     scenario = raw.get("scenario")
-    if isinstance(scenario, dict) and "preset" in scenario:
+    if isinstance(scenario, dict) and scenario.get("preset") is not None:  # a serialised spec writes preset: null
         raw = {**raw, "scenario": expand_preset(scenario, facts)}
         paper_normalization = preset_normalization(raw["scenario"]["preset"])
         if "normalize" not in raw and paper_normalization is not None:

@@ -60,7 +60,7 @@ def preset(name: str):
 
 def expand_preset(section: dict[str, Any], facts: DatasetFacts) -> dict[str, Any]:
     """A `scenario:` section with its preset (if any) filled in; the user's own keys win."""
-    if "preset" not in section:
+    if section.get("preset") is None:
         return section
     section = dict(section)
     name = section.pop("preset")
