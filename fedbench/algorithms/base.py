@@ -30,14 +30,19 @@ server half computed this round (FEROMA's aggregation kinds); the runtime adds t
 
 @dataclass(frozen=True)
 class AlgorithmConfig:
-    """Hyperparameters every algorithm has; each method's Config extends this."""
+    """Hyperparameters every algorithm has; each method's Config extends this.
+
+    A range check in `__post_init__` names its field relative to the section (`client_fraction`): the task
+    parser puts the section's path in front (`algorithm.client_fraction`). `check_run` sees the whole RunSpec
+    and names absolute paths (`model.name`).
+    """
 
     client_fraction: float = 1.0
     """Share C of clients sampled per round (McMahan et al. 2017, Sec. 2; 002 Sec. 5 uses 100%)."""
 
     def __post_init__(self) -> None:
         if not 0.0 < self.client_fraction <= 1.0:
-            raise ConfigError("algorithm.client_fraction", self.client_fraction, "a number in (0, 1]")
+            raise ConfigError("client_fraction", self.client_fraction, "a number in (0, 1]")
 
 
 @dataclass(frozen=True)

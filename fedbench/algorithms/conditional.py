@@ -86,9 +86,9 @@ class ConditionalConfig(AlgorithmConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.num_eigenvalues < 1:
-            raise ConfigError("algorithm.num_eigenvalues", self.num_eigenvalues, "an integer >= 1")
+            raise ConfigError("num_eigenvalues", self.num_eigenvalues, "an integer >= 1")
         if self.pseudo_label_iterations < 0:
-            raise ConfigError("algorithm.pseudo_label_iterations", self.pseudo_label_iterations, "an integer >= 0")
+            raise ConfigError("pseudo_label_iterations", self.pseudo_label_iterations, "an integer >= 0")
 
 
 def conditioned_models() -> list[str]:

@@ -39,7 +39,7 @@ class FedAvgFT(FedAvg):
         def __post_init__(self) -> None:
             super().__post_init__()
             if self.ft_rounds < 0:
-                raise ConfigError("algorithm.ft_rounds", self.ft_rounds, "an integer >= 0 (0: no fine-tuning)")
+                raise ConfigError("ft_rounds", self.ft_rounds, "an integer >= 0 (0: no fine-tuning)")
 
     def fine_tuning(self, round: int) -> bool:
         """Whether `round` is one of the last `ft_rounds` rounds of the run."""

@@ -90,7 +90,7 @@ class FedDRM(Algorithm):
             if self.lam is None:
                 object.__setattr__(self, "lam", 0.8 if self.variant == "paper" else 0.9)
             if not 0.0 <= self.lam <= 1.0:
-                raise ConfigError("algorithm.lam", self.lam, "a number in [0, 1]")
+                raise ConfigError("lam", self.lam, "a number in [0, 1]")
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)

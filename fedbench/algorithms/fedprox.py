@@ -44,7 +44,7 @@ class FedProx(FedAvg):
         def __post_init__(self) -> None:
             super().__post_init__()
             if self.mu < 0:
-                raise ConfigError("algorithm.mu", self.mu, "a number >= 0")
+                raise ConfigError("mu", self.mu, "a number >= 0")
 
     def client_update(
         self, payload: Payload, state: ClientState, data: ClientData, ctx: RoundContext

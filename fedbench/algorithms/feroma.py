@@ -88,19 +88,19 @@ class FeromaConfig(AlgorithmConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.warmup_rounds < 1:
-            raise ConfigError("algorithm.warmup_rounds", self.warmup_rounds, "an integer >= 1")
+            raise ConfigError("warmup_rounds", self.warmup_rounds, "an integer >= 1")
         if self.masks < 1:
-            raise ConfigError("algorithm.masks", self.masks, "an integer >= 1")
+            raise ConfigError("masks", self.masks, "an integer >= 1")
         if not 0.0 < self.mask_prob <= 1.0:
-            raise ConfigError("algorithm.mask_prob", self.mask_prob, "a number in (0, 1]")
+            raise ConfigError("mask_prob", self.mask_prob, "a number in (0, 1]")
         if self.epsilon is not None and not self.epsilon > 0:
-            raise ConfigError("algorithm.epsilon", self.epsilon, "a number > 0 (inf or null: no noise)")
+            raise ConfigError("epsilon", self.epsilon, "a number > 0 (inf or null: no noise)")
         if self.tau is not None and self.tau != "mean" and not 0.0 <= self.tau <= 1.0:
-            raise ConfigError("algorithm.tau", self.tau, "a number in [0, 1], \"mean\" or null")
+            raise ConfigError("tau", self.tau, "a number in [0, 1], \"mean\" or null")
         if self.bound_margin < 1.0:
-            raise ConfigError("algorithm.bound_margin", self.bound_margin, "a number >= 1")
+            raise ConfigError("bound_margin", self.bound_margin, "a number >= 1")
         if self.pca_points < 2:
-            raise ConfigError("algorithm.pca_points", self.pca_points, "an integer >= 2")
+            raise ConfigError("pca_points", self.pca_points, "an integer >= 2")
 
 
 def distances(current: np.ndarray, previous: np.ndarray, metric: Literal["cosine", "euclidean"]) -> np.ndarray:

@@ -228,14 +228,14 @@ class MADEReweighting(Algorithm):
                         "classifier_batch_size": self.classifier_batch_size}
             for name, value in positive.items():
                 if value < 1:
-                    raise ConfigError(f"algorithm.{name}", value, "an integer >= 1")
+                    raise ConfigError(name, value, "an integer >= 1")
             if not self.made_hidden or any(h < 1 for h in self.made_hidden):
-                raise ConfigError("algorithm.made_hidden", list(self.made_hidden),
+                raise ConfigError("made_hidden", list(self.made_hidden),
                                   "a non-empty list of positive integers")
             if self.made_lr <= 0:
-                raise ConfigError("algorithm.made_lr", self.made_lr, "a number > 0")
+                raise ConfigError("made_lr", self.made_lr, "a number > 0")
             if self.classifier_hidden < 0:
-                raise ConfigError("algorithm.classifier_hidden", self.classifier_hidden,
+                raise ConfigError("classifier_hidden", self.classifier_hidden,
                                   "an integer >= 0 (0: logistic regression)")
 
     def __init__(self, *args, **kwargs):

@@ -84,9 +84,9 @@ class MOON(FedAvg):
         def __post_init__(self) -> None:
             super().__post_init__()
             if self.mu < 0:
-                raise ConfigError("algorithm.mu", self.mu, "a number >= 0")
+                raise ConfigError("mu", self.mu, "a number >= 0")
             if self.tau <= 0:
-                raise ConfigError("algorithm.tau", self.tau, "a number > 0")
+                raise ConfigError("tau", self.tau, "a number > 0")
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)

@@ -139,9 +139,9 @@ def test_payloads_of_the_two_phases():
 
 
 def test_config_is_validated():
-    with pytest.raises(ConfigError, match="algorithm.density_rounds"):
+    with pytest.raises(ConfigError, match="^density_rounds: "):
         MADEReweighting.Config(density_rounds=0)
-    with pytest.raises(ConfigError, match="algorithm.made_hidden"):
+    with pytest.raises(ConfigError, match="^made_hidden: "):
         MADEReweighting.Config(made_hidden=())
 
 

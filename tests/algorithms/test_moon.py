@@ -128,9 +128,9 @@ def test_previous_model_moves_the_update_away_from_itself():
 
 
 def test_config_rejects_bad_values():
-    with pytest.raises(ConfigError, match="algorithm.tau"):
+    with pytest.raises(ConfigError, match="^tau: "):
         MOON.Config(tau=0.0)
-    with pytest.raises(ConfigError, match="algorithm.mu"):
+    with pytest.raises(ConfigError, match="^mu: "):
         MOON.Config(mu=-1.0)
 
 
