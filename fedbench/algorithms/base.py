@@ -16,6 +16,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from fedbench.core import metrics as M
 from fedbench.core.errors import ConfigError
 from fedbench.core.registry import ALGORITHMS
 from fedbench.core.runspec import RunSpec
@@ -163,10 +164,10 @@ class Algorithm:
         """Predictions of the payload's model on `data`'s test split, for system accuracy (004 Sec. 5).
 
         Returns:
-            `pred`: int64 [n_test] predicted classes; methods with a router add `route`: float [n_test,
+            `M.PRED`: int64 [n_test] predicted classes; methods with a router add `M.ROUTE`: float [n_test,
             num_clients], scores whose argmax is the client whose model should answer (004 eq. 9).
         """
-        return {"pred": predict(self.model_with(payload), data, device=ctx.device).numpy()}
+        return {M.PRED: predict(self.model_with(payload), data, device=ctx.device).numpy()}
 
     # -- helpers for subclasses ----------------------------------------------------------------------
     def model_with(self, weights: Payload) -> nn.Module:

@@ -188,7 +188,7 @@ class Conditional(Algorithm):
                 pool[r.client_id] = {"rows": rows, "y": r.uplink["pool_y"], "key": r.uplink["pool_key"]}
         model = self.model_with(state["global"])
         metrics = train_local(model, pooled_data(pool), self._server_context(round), TrainHooks(forward=self._split_forward))
-        return {**state, "global": get_weights(model), "pool": pool, "round_metrics": {M.TRAIN_LOSS_MEAN: metrics["train_loss"]}}
+        return {**state, "global": get_weights(model), "pool": pool, "round_metrics": {M.TRAIN_LOSS_MEAN: metrics[M.TRAIN_LOSS]}}
 
     def _server_context(self, round: int) -> RoundContext:
         if self.training is None:
@@ -211,7 +211,7 @@ class Conditional(Algorithm):
         if state.get("stats_key") != key:
             state = {**state, "stats": self.statistics(data, ctx).numpy(), "stats_key": key}
         if self.config.centralized_pool:
-            return self._pool_upload(payload, state, data, ctx), state, {"train_loss": float("nan")}
+            return self._pool_upload(payload, state, data, ctx), state, {M.TRAIN_LOSS: float("nan")}
         model = self.model_with(payload)
         # torch.tensor copies: on Ray the state arrives as read-only object-store memory
         metrics = train_local(model, data, ctx, TrainHooks(forward=with_cond(torch.tensor(state["stats"]))))
@@ -233,7 +233,7 @@ class Conditional(Algorithm):
     def client_predict(self, payload: Payload, state: ClientState, data: ClientData, ctx: RoundContext) -> dict[str, np.ndarray]:
         model = self.model_with(payload)
         stats = self._evaluation_stats(model, state, data, ctx)
-        return {"pred": self._predict(model, data, ctx, stats).numpy()}
+        return {M.PRED: self._predict(model, data, ctx, stats).numpy()}
 
     def statistics(self, data: ClientData, ctx: RoundContext) -> torch.Tensor:
         """s_i from the client's training rows (as the model sees them) and their labels (001 Sec. III-A)."""

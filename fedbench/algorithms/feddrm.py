@@ -28,6 +28,7 @@ from torch import nn
 from fedbench.algorithms.base import (
     Algorithm, AlgorithmConfig, Assignment, ModelBuilder, ServerState, average_uplinks, counted, model_part, sample_counts,
 )
+from fedbench.core import metrics as M
 from fedbench.core.errors import ConfigError
 from fedbench.core.fields import signature_fields
 from fedbench.core.registry import MODELS, register_algorithm
@@ -146,7 +147,7 @@ class FedDRM(Algorithm):
         """The payload's class predictions and the routing scores client logits - log pi (same for every
         client's payload: the backbone and client path are shared)."""
         preds, routes = self.answer(self.model_with(payload), payload[LOG_PI], data, ctx)
-        return {"pred": preds, "route": routes}
+        return {M.PRED: preds, M.ROUTE: routes}
 
     # -- test time: the router picks the training client whose model a new client uses ----------------
     def describe_payloads(self, state: ServerState, test_clients: Sequence[int]) -> dict[int, Payload]:

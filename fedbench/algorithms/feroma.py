@@ -43,6 +43,7 @@ from fedbench.algorithms import feroma_profile as dpe
 from fedbench.algorithms.base import (
     NUM_SAMPLES, Algorithm, AlgorithmConfig, Assignment, ServerState, average_uplinks, counted, model_part, sample_counts,
 )
+from fedbench.core import metrics as M
 from fedbench.core.errors import ConfigError
 from fedbench.core.registry import register_algorithm
 from fedbench.core.types import ClientResult, ClientState, Metrics, Payload, RoundContext, derive_seed
@@ -311,7 +312,7 @@ class Feroma(Algorithm):
             metrics = train_local(model, pending, ctx)
             uplink.update(counted(get_weights(model), pending.num_train))
         else:
-            metrics = {"train_loss": math.nan, "train_steps": 0.0, "train_samples": 0.0}
+            metrics = {M.TRAIN_LOSS: math.nan, M.TRAIN_STEPS: 0.0, M.TRAIN_SAMPLES: 0.0}
         labels = data.train_y.numpy()
         uplink[PROFILE] = self._describe(state, _train_inputs(data, ctx.device), labels, data.num_train, ctx, "profile")
         state["pending"] = _train_part(data)

@@ -58,6 +58,7 @@ from torch import nn
 
 from fedbench.algorithms.base import Algorithm, AlgorithmConfig, ModelBuilder, ServerState, average_uplinks, counted
 from fedbench.algorithms.made_cache import DensityCache, digest
+from fedbench.core import metrics as M
 from fedbench.core.errors import ConfigError
 from fedbench.core.registry import register_algorithm
 from fedbench.core.types import ClientResult, ClientState, Metrics, OptimizerSpec, Payload, RoundContext, derive_seed
@@ -114,7 +115,7 @@ def nll_per_pixel(made: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Te
 def train_made(made: MADE, data: ClientData, epochs: int, lr: float, batch_size: int, ctx: RoundContext) -> float:
     """Fit `made` to the client's images with Adam by `train_local` on the negative log-likelihood per pixel;
     returns the mean batch loss. `ctx` seeds the shuffling (its seed, round and client) and names the device."""
-    return train_local(made, data, adam_job(ctx, epochs, batch_size, lr), TrainHooks(loss=nll_per_pixel))["train_loss"]
+    return train_local(made, data, adam_job(ctx, epochs, batch_size, lr), TrainHooks(loss=nll_per_pixel))[M.TRAIN_LOSS]
 
 
 def made_features(made: MADE, x: torch.Tensor, kind: str) -> torch.Tensor:
@@ -263,7 +264,7 @@ class MADEReweighting(Algorithm):
         if round > self.config.density_rounds:
             sent = state["made_sent"] | {r.client_id for r in results}
             return {**state, "global": average_uplinks(results), "made_sent": sent}
-        losses = {**state["losses"], **{f"{round}:{r.client_id}": r.metrics["train_loss"] for r in results}}
+        losses = {**state["losses"], **{f"{round}:{r.client_id}": r.metrics[M.TRAIN_LOSS] for r in results}}
         state = {**state, "losses": losses}
         if state["replay"]:
             return state
@@ -297,11 +298,11 @@ class MADEReweighting(Algorithm):
         final = unprefixed(FINAL_PREFIX, payload)
         if final:  # a cached phase is being replayed: echo the final MADE, report the loss this round had
             loss = self._cache().losses(self._final_id(final))[f"{ctx.round}:{ctx.client_id}"]
-            return counted(prefixed(MADE_PREFIX, final), phase_data.num_train), state, {"train_loss": loss}
+            return counted(prefixed(MADE_PREFIX, final), phase_data.num_train), state, {M.TRAIN_LOSS: loss}
         made = self._made("global", unprefixed(MADE_PREFIX, payload))
         c = self.config
         loss = train_made(made, phase_data, c.made_epochs, c.made_lr, c.made_batch_size, ctx)
-        return counted(prefixed(MADE_PREFIX, get_weights(made)), phase_data.num_train), state, {"train_loss": loss}
+        return counted(prefixed(MADE_PREFIX, get_weights(made)), phase_data.num_train), state, {M.TRAIN_LOSS: loss}
 
     def _fit_weighting(self, final: Payload, state: ClientState, data: ClientData, ctx: RoundContext) -> ClientState:
         """Local MADE, classifier and rescaling constants of this client (cached; see the module docstring).

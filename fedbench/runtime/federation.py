@@ -62,7 +62,7 @@ class Federation:
         except Exception as exc:  # a failed run is recorded, never propagated to the other runs
             reason = f"{type(exc).__name__}: {exc}".strip()
             result = RunResult(self.spec, "FAILED", history, summarize(history, time.perf_counter() - start), reason)
-            result.final["failed_round"] = float(len(history) + 1)
+            result.final[M.FAILED_ROUND] = float(len(history) + 1)
             result.traceback = traceback.format_exc()
         finally:
             if backend is not None:
@@ -85,7 +85,7 @@ class Federation:
             meter.uplink(results)
             agg_start = time.perf_counter()
             state = algorithm.aggregate(round, state, results)
-            record = {"round": float(round), M.TIME_AGGREGATE_S: time.perf_counter() - agg_start}
+            record = {M.ROUND: float(round), M.TIME_AGGREGATE_S: time.perf_counter() - agg_start}
             record.update(training_metrics(results))
             record.update(state.get("round_metrics", {}))
             if round % spec.eval_every == 0 or round == spec.rounds:

@@ -72,27 +72,27 @@ def system_counts(outputs: Sequence[dict[str, np.ndarray]], owners: np.ndarray, 
         owners: model index of every training client.
         labels: the split's labels.
     """
-    preds = np.stack([out["pred"] for out in outputs], axis=1)  # [n, models]
-    counts = {"system_samples": float(len(labels))}
-    if "route" in outputs[0]:
-        routed = np.asarray(outputs[0]["route"]).argmax(axis=1)  # the router is shared by all clients' models
+    preds = np.stack([out[M.PRED] for out in outputs], axis=1)  # [n, models]
+    counts = {M.SYSTEM_SAMPLES: float(len(labels))}
+    if M.ROUTE in outputs[0]:
+        routed = np.asarray(outputs[0][M.ROUTE]).argmax(axis=1)  # the router is shared by all clients' models
         answer = preds[np.arange(len(labels)), owners[routed]]
-        counts["routed_home"] = float((routed == client_id).sum())
+        counts[M.ROUTED_HOME] = float((routed == client_id).sum())
     else:
         votes = np.zeros((len(labels), num_classes), dtype=np.int64)
         for owner in owners:
             votes[np.arange(len(labels)), preds[:, owner]] += 1
         answer = votes.argmax(axis=1)  # argmax takes the first maximum: ties go to the smallest class id
-    counts["system_correct"] = float((answer == labels).sum())
+    counts[M.SYSTEM_CORRECT] = float((answer == labels).sum())
     return counts
 
 
 def system_metrics(results: Sequence[ClientResult]) -> dict[str, float]:
     """Pooled accuracy over all clients' test splits, and routing accuracy where a router answered."""
-    total = sum(r.metrics["system_samples"] for r in results)
+    total = sum(r.metrics[M.SYSTEM_SAMPLES] for r in results)
     if not total:
         return {}
-    record = {M.ACC_SYSTEM: sum(r.metrics["system_correct"] for r in results) / total}
-    if all("routed_home" in r.metrics for r in results):
-        record[M.ACC_ROUTING] = sum(r.metrics["routed_home"] for r in results) / total
+    record = {M.ACC_SYSTEM: sum(r.metrics[M.SYSTEM_CORRECT] for r in results) / total}
+    if all(M.ROUTED_HOME in r.metrics for r in results):
+        record[M.ACC_ROUTING] = sum(r.metrics[M.ROUTED_HOME] for r in results) / total
     return record

@@ -15,6 +15,7 @@ from typing import Callable, Iterator, TypeVar
 import torch
 
 from fedbench.algorithms import make_algorithm
+from fedbench.core import metrics as M
 from fedbench.core.runspec import RunSpec
 from fedbench.core.types import ClientResult, ClientState, Payload, RoundContext, derive_seed
 from fedbench.data import BaseDataset
@@ -80,7 +81,7 @@ class ClientWorker:
         metrics, seconds = self._job(
             "evaluate", round, client_id, lambda data, ctx: self.algorithm.client_evaluate(payload, state, data, ctx)
         )
-        return ClientResult(client_id, {}, {**metrics, "train_samples": float(len(self.scenario.view(round, client_id).train))}, seconds)
+        return ClientResult(client_id, {}, {**metrics, M.TRAIN_SAMPLES: float(len(self.scenario.view(round, client_id).train))}, seconds)
 
     def predict(self, round: int, client_id: int, bundle: Payload, state: ClientState) -> ClientResult:
         """System accuracy's share of this client: its test split answered by every client's model (004 Sec. 5)."""
