@@ -25,8 +25,8 @@ from fedbench.models import build_model
 from fedbench.training import ClientData, average_weights, evaluate, get_weights, predict, set_weights
 
 ServerState = dict[str, Any]
-"""The server's state between rounds. Its optional key `round_metrics` (name -> float) holds numbers the
-server half computed this round (FEROMA's aggregation kinds); the runtime adds them to the round record."""
+"""The server's state between rounds; its keys belong to the algorithm (the runtime reads it only through
+the algorithm's methods, `round_metrics` included)."""
 
 
 @dataclass(frozen=True)
@@ -127,6 +127,11 @@ class Algorithm:
     def aggregate(self, round: int, state: ServerState, results: Sequence[ClientResult]) -> ServerState:
         """The next server state from this round's results (given in client-id order)."""
         return state
+
+    def round_metrics(self, state: ServerState) -> Metrics:
+        """Numbers the server half computed in the `aggregate` that returned `state` (FEROMA's aggregation
+        kinds, Conditional's pooled training loss); the runtime adds them to the round record. None by default."""
+        return {}
 
     def evaluation_payloads(self, state: ServerState, clients: Sequence[int]) -> dict[int, Payload]:
         """What each client evaluates on its local test split (by default, the global model)."""

@@ -188,7 +188,11 @@ class Conditional(Algorithm):
                 pool[r.client_id] = {"rows": rows, "y": r.uplink["pool_y"], "key": r.uplink["pool_key"]}
         model = self.model_with(state["global"])
         metrics = train_local(model, pooled_data(pool), self._server_context(round), TrainHooks(forward=self._split_forward))
-        return {**state, "global": get_weights(model), "pool": pool, "round_metrics": {M.TRAIN_LOSS_MEAN: metrics[M.TRAIN_LOSS]}}
+        return {**state, "global": get_weights(model), "pool": pool, "pool_loss": metrics[M.TRAIN_LOSS]}
+
+    def round_metrics(self, state: ServerState) -> Metrics:
+        """Pooled: the server's training loss stands for the clients', which do not train."""
+        return {M.TRAIN_LOSS_MEAN: state["pool_loss"]} if self.config.centralized_pool else {}
 
     def _server_context(self, round: int) -> RoundContext:
         if self.training is None:

@@ -5,7 +5,7 @@ extractor (kept in the client state once received, never re-sent). From then on 
 data by a small profile (`feroma_profile`, DPE S1-S4), and the server gives client i the average of the
 models returned by the clients, each weighted by how close i's current profile is to the profile of the data
 that model was trained on (DPM, 002 eq. 3-5). Whether that is clustered, personalized or global aggregation
-emerges from the weights; the counts go to `state["round_metrics"]` every round.
+emerges from the weights; the counts are reported every round (`round_metrics`).
 
 Round timing. The paper's round has two exchanges: a client first sends the profile of its current data,
 then receives the model the server built for that profile and trains it (the released code runs two Flower
@@ -159,10 +159,6 @@ def association_weights(
     return w / w.sum(axis=1, keepdims=True), kinds
 
 
-def _round_metrics(kinds: Sequence[str]) -> dict[str, float]:
-    return {f"feroma_{kind}": float(sum(k == kind for k in kinds)) for kind in ("clustered", "personalized", "global")}
-
-
 def _model_part(uplink: Payload) -> Payload:
     return model_part(uplink, drop=(LATENT_RANGE, PROFILE))
 
@@ -193,9 +189,6 @@ class Feroma(Algorithm):
         self._projections: dict[tuple, dpe.Projection] = {}
 
     # -- server half ---------------------------------------------------------------------------------
-    def init_state(self) -> ServerState:
-        return {**super().init_state(), "round_metrics": {}}
-
     def configure(self, round: int, state: ServerState, sampled: Sequence[int]) -> dict[int, Payload]:
         """Warm-up: the global model. After it: a client's personalised model, or, at its first mapping
         round, the frozen extractor and bounds (one shared dict, shipped once)."""
@@ -206,8 +199,7 @@ class Feroma(Algorithm):
 
     def aggregate(self, round: int, state: ServerState, results: Sequence[ClientResult]) -> ServerState:
         if round <= self.config.warmup_rounds:
-            new = {**state, "global": average_uplinks(results, _model_part),
-                   "round_metrics": _round_metrics(["global"] * len(results))}
+            new = {**state, "global": average_uplinks(results, _model_part), "kinds": ["global"] * len(results)}
             if round == self.config.warmup_rounds:  # freeze the extractor and the latent box (S1)
                 lower, upper = dpe.global_bounds([r.uplink[LATENT_RANGE] for r in results], self.config.bound_margin)
                 new.update(extractor=new["global"], bounds=np.array([lower, upper]), profiles={}, personal={}, trained={},
@@ -244,7 +236,12 @@ class Feroma(Algorithm):
             new_global = average_weights(models, sizes)
             trained.update({j: (state["profiles"][j], m) for j, m in zip(ids, models)})
         return {**state, "global": new_global, "personal": personal, "trained": trained, "scaler": scaler,
-                "profiles": {**state["profiles"], **current}, "round_metrics": _round_metrics(kinds)}
+                "profiles": {**state["profiles"], **current}, "kinds": kinds}
+
+    def round_metrics(self, state: ServerState) -> Metrics:
+        """How many of this round's participants got a clustered, personalized or global model (`kinds`)."""
+        kinds = state["kinds"]
+        return {f"feroma_{kind}": float(kinds.count(kind)) for kind in ("clustered", "personalized", "global")}
 
     def evaluation_payloads(self, state: ServerState, clients: Sequence[int]) -> dict[int, Payload]:
         """Each client's personalised model for its current data (what it trains from next)."""

@@ -87,7 +87,7 @@ class Federation:
             state = algorithm.aggregate(round, state, results)
             record = {M.ROUND: float(round), M.TIME_AGGREGATE_S: time.perf_counter() - agg_start}
             record.update(training_metrics(results))
-            record.update(state.get("round_metrics", {}))
+            record.update(algorithm.round_metrics(state))
             if round % spec.eval_every == 0 or round == spec.rounds:
                 eval_payloads = algorithm.evaluation_payloads(state, clients)
                 meter.downlink(eval_payloads, channel=M.COMM_EVAL_DOWN_BYTES)

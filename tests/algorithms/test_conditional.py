@@ -289,7 +289,7 @@ def test_pooled_protocol_uploads_each_clients_rows_once_and_steps_on_their_union
             assert all(np.array_equal(up["stats"], s.numpy()) for up, s in zip(uplinks, stats))
         else:  # the server holds both clients' current rows: only the sample counts travel
             assert [sorted(up) for up in uplinks] == [["num_samples"]] * 2
-        assert math.isfinite(state["round_metrics"][M.TRAIN_LOSS_MEAN])
+        assert math.isfinite(alg.round_metrics(state)[M.TRAIN_LOSS_MEAN])
 
 
 def test_a_client_whose_data_changed_uploads_again_and_replaces_its_rows():
