@@ -52,7 +52,7 @@ class FedAvgFT(FedAvg):
     def configure(self, round: int, state: ServerState, sampled: Sequence[int]) -> dict[int, Payload]:
         if not self.fine_tuning(round):
             return super().configure(round, state, sampled)
-        return {cid: {} if cid in state["personal"] else state["global"] for cid in sampled}
+        return {cid: Payload() if cid in state["personal"] else state["global"] for cid in sampled}
 
     def aggregate(self, round: int, state: ServerState, results: Sequence[ClientResult]) -> ServerState:
         if not self.fine_tuning(round):
@@ -69,7 +69,7 @@ class FedAvgFT(FedAvg):
     ) -> tuple[Payload, ClientState, Metrics]:
         if not self.fine_tuning(ctx.round):
             return super().client_update(payload, state, data, ctx)
-        model = self.model_with(state["model"] if "model" in state else payload)
+        model = self.model_with(state["model"] if "model" in state else payload.weights)
         metrics = train_local(model, data, ctx)
         weights = get_weights(model)
-        return weights, {**state, "model": weights}, metrics
+        return Payload(weights), {**state, "model": weights}, metrics

@@ -49,7 +49,7 @@ class FedProx(FedAvg):
     def client_update(
         self, payload: Payload, state: ClientState, data: ClientData, ctx: RoundContext
     ) -> tuple[Payload, ClientState, Metrics]:
-        model = self.model_with(payload)
+        model = self.model_with(payload.weights)
         anchor = {name: p.detach().clone().to(ctx.device) for name, p in model.named_parameters()}
         metrics = train_local(model, data, ctx, TrainHooks(extra_loss=proximal_term(self.config.mu, anchor)))
         return counted(get_weights(model), data.num_train), state, metrics

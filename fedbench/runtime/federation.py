@@ -19,7 +19,7 @@ from fedbench.algorithms import make_algorithm
 from fedbench.core import metrics as M
 from fedbench.core.callbacks import Callback, RunResult
 from fedbench.core.runspec import RunSpec
-from fedbench.core.types import derive_seed
+from fedbench.core.types import Payload, derive_seed
 from fedbench.data import load_dataset
 from fedbench.runtime.backends import make_backend
 from fedbench.runtime.byte_meter import ByteMeter
@@ -112,7 +112,7 @@ class Federation:
         record: dict[str, float] = {}
         jobs: list = []
         personal = algorithm.evaluation_payloads(state, list(range(scenario.num_clients)))
-        if all(personal.values()):  # methods whose models live only on clients (Local) have no system answer
+        if all(p.sections for p in personal.values()):  # models that live only on clients (Local): no system answer
             shared = bundle(personal)
             payloads = {cid: shared for cid in personal}
             meter.downlink(payloads, channel=M.COMM_EVAL_DOWN_BYTES)
@@ -122,7 +122,7 @@ class Federation:
         if test_ids:
             no_state = StateStore()  # test-time clients never trained: they have no client state
             requests = algorithm.describe_payloads(state, test_ids)
-            descriptions = {tid: {} for tid in test_ids}
+            descriptions = {tid: Payload() for tid in test_ids}
             if requests:
                 meter.downlink(requests, channel=M.COMM_EVAL_DOWN_BYTES)
                 jobs += (described := backend.run("describe", round, requests, no_state))
