@@ -126,7 +126,7 @@ class Algorithm:
     def configure(self, round: int, state: ServerState, sampled: Sequence[int]) -> dict[int, Payload]:
         """Per-client downlink for this round (by default, the global model to every sampled client).
 
-        Return the same dict object for clients that receive the same payload: the runtime ships it once.
+        Return the same Payload object for clients that receive the same content: the runtime ships it once.
         """
         return {cid: state["global"] for cid in sampled}
 
