@@ -5,39 +5,51 @@ Client half (any worker, no shared memory with the server): `client_update`, `cl
 
 The runtime calls these; an algorithm never imports Ray, MLflow or the runtime, never counts bytes
 (the runtime meters every Payload) and never writes a training loop (it passes hooks to `train_local`).
+
+What travels is a `Payload`: the model being federated in its `weights` section, everything else (the
+sample count `counted` adds, profiles, cluster ids, a second model) in extra sections the method names.
+FedAvg-style averages (`average_uplinks`) read only `weights`, so an extra can never be averaged into a model.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar, Sequence
+from typing import Any, ClassVar, Sequence
 
 import numpy as np
 import torch
 from torch import nn
 
+from fedbench.core import metrics as M
 from fedbench.core.errors import ConfigError
 from fedbench.core.registry import ALGORITHMS
 from fedbench.core.runspec import RunSpec
-from fedbench.core.types import ClientResult, ClientState, LocalTraining, Metrics, Payload, RoundContext, derive_seed
+from fedbench.core.types import (
+    Arrays, ClientResult, ClientState, LocalTraining, Metrics, Payload, RoundContext, derive_seed,
+)
 from fedbench.models import build_model
 from fedbench.training import ClientData, average_weights, evaluate, get_weights, predict, set_weights
 
 ServerState = dict[str, Any]
-"""The server's state between rounds. Its optional key `round_metrics` (name -> float) holds numbers the
-server half computed this round (FEROMA's aggregation kinds); the runtime adds them to the round record."""
+"""The server's state between rounds; its keys belong to the algorithm (the runtime reads it only through
+the algorithm's methods, `round_metrics` included)."""
 
 
 @dataclass(frozen=True)
 class AlgorithmConfig:
-    """Hyperparameters every algorithm has; each method's Config extends this."""
+    """Hyperparameters every algorithm has; each method's Config extends this.
+
+    A range check in `__post_init__` names its field relative to the section (`client_fraction`): the task
+    parser puts the section's path in front (`algorithm.client_fraction`). `check_run` sees the whole RunSpec
+    and names absolute paths (`model.name`).
+    """
 
     client_fraction: float = 1.0
     """Share C of clients sampled per round (McMahan et al. 2017, Sec. 2; 002 Sec. 5 uses 100%)."""
 
     def __post_init__(self) -> None:
         if not 0.0 < self.client_fraction <= 1.0:
-            raise ConfigError("algorithm.client_fraction", self.client_fraction, "a number in (0, 1]")
+            raise ConfigError("client_fraction", self.client_fraction, "a number in (0, 1]")
 
 
 @dataclass(frozen=True)
@@ -109,18 +121,23 @@ class Algorithm:
     # -- server half ---------------------------------------------------------------------------------
     def init_state(self) -> ServerState:
         """The server's state before round 1 (by default, the initial global model)."""
-        return {"global": get_weights(self.builder.initial(self.seed))}
+        return {"global": Payload(get_weights(self.builder.initial(self.seed)))}
 
     def configure(self, round: int, state: ServerState, sampled: Sequence[int]) -> dict[int, Payload]:
         """Per-client downlink for this round (by default, the global model to every sampled client).
 
-        Return the same dict object for clients that receive the same payload: the runtime ships it once.
+        Return the same Payload object for clients that receive the same content: the runtime ships it once.
         """
         return {cid: state["global"] for cid in sampled}
 
     def aggregate(self, round: int, state: ServerState, results: Sequence[ClientResult]) -> ServerState:
         """The next server state from this round's results (given in client-id order)."""
         return state
+
+    def round_metrics(self, state: ServerState) -> Metrics:
+        """Numbers the server half computed in the `aggregate` that returned `state` (FEROMA's aggregation
+        kinds, Conditional's pooled training loss); the runtime adds them to the round record. None by default."""
+        return {}
 
     def evaluation_payloads(self, state: ServerState, clients: Sequence[int]) -> dict[int, Payload]:
         """What each client evaluates on its local test split (by default, the global model)."""
@@ -146,25 +163,25 @@ class Algorithm:
 
     def client_evaluate(self, payload: Payload, state: ClientState, data: ClientData, ctx: RoundContext) -> Metrics:
         """Accuracy of the payload's model (by default) on the client's local test split."""
-        model = self.model_with(payload)
+        model = self.model_with(payload.weights)
         return evaluate(model, data, device=ctx.device)
 
     def client_describe(self, payload: Payload, data: ClientData, ctx: RoundContext) -> Payload:
         """A test client's uplink for `assign`. Its `data.train` holds only the few labelled samples it may
         use (002 App. E; often none), `data.test` all its samples; labels of `data.test` are never to be used."""
-        return {}
+        return Payload()
 
     def client_predict(self, payload: Payload, state: ClientState, data: ClientData, ctx: RoundContext) -> dict[str, np.ndarray]:
         """Predictions of the payload's model on `data`'s test split, for system accuracy (004 Sec. 5).
 
         Returns:
-            `pred`: int64 [n_test] predicted classes; methods with a router add `route`: float [n_test,
+            `M.PRED`: int64 [n_test] predicted classes; methods with a router add `M.ROUTE`: float [n_test,
             num_clients], scores whose argmax is the client whose model should answer (004 eq. 9).
         """
-        return {"pred": predict(self.model_with(payload), data, device=ctx.device).numpy()}
+        return {M.PRED: predict(self.model_with(payload.weights), data, device=ctx.device).numpy()}
 
     # -- helpers for subclasses ----------------------------------------------------------------------
-    def model_with(self, weights: Payload) -> nn.Module:
+    def model_with(self, weights: Arrays) -> nn.Module:
         """This process's model instance with `weights` loaded (built once per process, then reused).
 
         Building it draws initial weights; that happens outside the job's random stream, so whether a worker
@@ -185,30 +202,21 @@ def make_algorithm(spec: RunSpec, input_shape: tuple[int, ...], num_classes: int
     return cls(cls.Config(**spec.algorithm.kwargs), builder, spec.scenario.num_clients, spec.seed, spec.rounds, training)
 
 
-NUM_SAMPLES = "num_samples"
-"""Uplink key of a client's training-set size, by which FedAvg-style averages weigh its model."""
+SAMPLES = "samples"
+"""Uplink section `{"n": int64 [1]}`: the client's training-set size, by which FedAvg-style averages weigh its
+model (a real client sends it, so it is metered)."""
 
 
-def sample_count(n: int) -> np.ndarray:
-    """The uplink field carrying a client's training-set size (a real client sends it; it is metered)."""
-    return np.array([n], dtype=np.int64)
-
-
-def counted(weights: Payload, n: int) -> Payload:
-    """A client's uplink: its model's weights and its training-set size."""
-    return {**weights, NUM_SAMPLES: sample_count(n)}
+def counted(weights: Arrays | None, n: int, extras: dict[str, Arrays] | None = None) -> Payload:
+    """A client's uplink: its model's weights (None: no model), its training-set size and the method's extras."""
+    return Payload(weights, {**(extras or {}), SAMPLES: {"n": np.array([n], dtype=np.int64)}})
 
 
 def sample_counts(results: Sequence[ClientResult]) -> list[int]:
     """The training-set sizes the results' uplinks carry, in their order."""
-    return [int(r.uplink[NUM_SAMPLES][0]) for r in results]
+    return [int(r.uplink[SAMPLES]["n"][0]) for r in results]
 
 
-def model_part(uplink: Payload, drop: Sequence[str] = ()) -> Payload:
-    """An uplink without its sample count (and without the method's other non-weight keys `drop`)."""
-    return {k: v for k, v in uplink.items() if k != NUM_SAMPLES and k not in drop}
-
-
-def average_uplinks(results: Sequence[ClientResult], part: Callable[[Payload], Payload] = model_part) -> Payload:
-    """FedAvg's average (McMahan et al. 2017) of the results' models, `part(uplink)` each, by their sample counts."""
-    return average_weights([part(r.uplink) for r in results], sample_counts(results))
+def average_uplinks(results: Sequence[ClientResult]) -> Arrays:
+    """FedAvg's average (McMahan et al. 2017) of the results' `weights` sections, by their sample counts."""
+    return average_weights([r.uplink.weights for r in results], sample_counts(results))

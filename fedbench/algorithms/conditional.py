@@ -67,6 +67,10 @@ from fedbench.training import ClientData, TrainHooks, evaluate, get_weights, pre
 Forward = Callable[[nn.Module, torch.Tensor], torch.Tensor]
 CHUNK = 1024
 """Rows per batch when a client encodes its data for the statistics or predicts for pseudo-labels."""
+POOL = "pool"
+"""Pooled protocol's payload section: downlink `{"key"}`, the digest of the client's rows the server holds
+(empty: none); uplink `{"x", "y", "stats", "key"}`, the client's rows as the model sees them, labels, s_i and
+their digest, only when the server does not hold them yet."""
 
 
 @dataclass(frozen=True)
@@ -86,9 +90,9 @@ class ConditionalConfig(AlgorithmConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.num_eigenvalues < 1:
-            raise ConfigError("algorithm.num_eigenvalues", self.num_eigenvalues, "an integer >= 1")
+            raise ConfigError("num_eigenvalues", self.num_eigenvalues, "an integer >= 1")
         if self.pseudo_label_iterations < 0:
-            raise ConfigError("algorithm.pseudo_label_iterations", self.pseudo_label_iterations, "an integer >= 0")
+            raise ConfigError("pseudo_label_iterations", self.pseudo_label_iterations, "an integer >= 0")
 
 
 def conditioned_models() -> list[str]:
@@ -175,20 +179,27 @@ class Conditional(Algorithm):
         if not self.config.centralized_pool:
             return super().configure(round, state, sampled)
         held = state.get("pool", {})
-        return {cid: {"pool_key": held[cid]["key"] if cid in held else np.zeros(0, np.uint8)} for cid in sampled}
+        return {cid: Payload(extras={POOL: {"key": held[cid]["key"] if cid in held else np.zeros(0, np.uint8)}})
+                for cid in sampled}
 
     def aggregate(self, round: int, state: ServerState, results: Sequence[ClientResult]) -> ServerState:
         if not self.config.centralized_pool:
-            return {**state, "global": average_uplinks(results)}
+            return {**state, "global": Payload(average_uplinks(results))}
         pool = dict(state.get("pool", {}))
         for r in results:
-            if "pool_x" in r.uplink:
-                rows = np.concatenate([r.uplink["pool_x"].reshape(len(r.uplink["pool_y"]), -1),
-                                       np.broadcast_to(r.uplink["stats"], (len(r.uplink["pool_y"]), len(r.uplink["stats"])))], axis=1)
-                pool[r.client_id] = {"rows": rows, "y": r.uplink["pool_y"], "key": r.uplink["pool_key"]}
-        model = self.model_with(state["global"])
+            if POOL in r.uplink:
+                upload = r.uplink[POOL]
+                n = len(upload["y"])
+                stats = np.broadcast_to(upload["stats"], (n, len(upload["stats"])))
+                rows = np.concatenate([upload["x"].reshape(n, -1), stats], axis=1)
+                pool[r.client_id] = {"rows": rows, "y": upload["y"], "key": upload["key"]}
+        model = self.model_with(state["global"].weights)
         metrics = train_local(model, pooled_data(pool), self._server_context(round), TrainHooks(forward=self._split_forward))
-        return {**state, "global": get_weights(model), "pool": pool, "round_metrics": {M.TRAIN_LOSS_MEAN: metrics["train_loss"]}}
+        return {**state, "global": Payload(get_weights(model)), "pool": pool, "pool_loss": metrics[M.TRAIN_LOSS]}
+
+    def round_metrics(self, state: ServerState) -> Metrics:
+        """Pooled: the server's training loss stands for the clients', which do not train."""
+        return {M.TRAIN_LOSS_MEAN: state["pool_loss"]} if self.config.centralized_pool else {}
 
     def _server_context(self, round: int) -> RoundContext:
         if self.training is None:
@@ -211,8 +222,8 @@ class Conditional(Algorithm):
         if state.get("stats_key") != key:
             state = {**state, "stats": self.statistics(data, ctx).numpy(), "stats_key": key}
         if self.config.centralized_pool:
-            return self._pool_upload(payload, state, data, ctx), state, {"train_loss": float("nan")}
-        model = self.model_with(payload)
+            return self._pool_upload(payload, state, data, ctx), state, {M.TRAIN_LOSS: float("nan")}
+        model = self.model_with(payload.weights)
         # torch.tensor copies: on Ray the state arrives as read-only object-store memory
         metrics = train_local(model, data, ctx, TrainHooks(forward=with_cond(torch.tensor(state["stats"]))))
         return counted(get_weights(model), data.num_train), state, metrics
@@ -220,20 +231,21 @@ class Conditional(Algorithm):
     def _pool_upload(self, payload: Payload, state: ClientState, data: ClientData, ctx: RoundContext) -> Payload:
         """Pooled protocol: the client's rows as the model sees them, labels and s_i, unless the server holds them."""
         key = np.frombuffer(bytes.fromhex(state["stats_key"]), dtype=np.uint8)
-        if np.array_equal(payload["pool_key"], key):
-            return counted({}, data.num_train)
+        if np.array_equal(payload[POOL]["key"], key):
+            return counted(None, data.num_train)
         rows = [data.train_batch(idx)[0].numpy() for idx in torch.arange(data.num_train).split(CHUNK)]
-        return counted({"pool_x": np.concatenate(rows).astype(np.float32), "pool_y": data.train_y.numpy(),
-                        "stats": np.array(state["stats"]), "pool_key": key}, data.num_train)
+        upload = {"x": np.concatenate(rows).astype(np.float32), "y": data.train_y.numpy(), "stats": np.array(state["stats"]),
+                  "key": key}
+        return counted(None, data.num_train, {POOL: upload})
 
     def client_evaluate(self, payload: Payload, state: ClientState, data: ClientData, ctx: RoundContext) -> Metrics:
-        model = self.model_with(payload)
+        model = self.model_with(payload.weights)
         return evaluate(model, data, device=ctx.device, forward=with_cond(self._evaluation_stats(model, state, data, ctx)))
 
     def client_predict(self, payload: Payload, state: ClientState, data: ClientData, ctx: RoundContext) -> dict[str, np.ndarray]:
-        model = self.model_with(payload)
+        model = self.model_with(payload.weights)
         stats = self._evaluation_stats(model, state, data, ctx)
-        return {"pred": self._predict(model, data, ctx, stats).numpy()}
+        return {M.PRED: self._predict(model, data, ctx, stats).numpy()}
 
     def statistics(self, data: ClientData, ctx: RoundContext) -> torch.Tensor:
         """s_i from the client's training rows (as the model sees them) and their labels (001 Sec. III-A)."""

@@ -17,9 +17,9 @@ class FedAvg(Algorithm):
     def client_update(
         self, payload: Payload, state: ClientState, data: ClientData, ctx: RoundContext
     ) -> tuple[Payload, ClientState, Metrics]:
-        model = self.model_with(payload)
+        model = self.model_with(payload.weights)
         metrics = train_local(model, data, ctx)
         return counted(get_weights(model), data.num_train), state, metrics
 
     def aggregate(self, round: int, state: ServerState, results: Sequence[ClientResult]) -> ServerState:
-        return {**state, "global": average_uplinks(results)}
+        return {**state, "global": Payload(average_uplinks(results))}

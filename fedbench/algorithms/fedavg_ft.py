@@ -39,7 +39,7 @@ class FedAvgFT(FedAvg):
         def __post_init__(self) -> None:
             super().__post_init__()
             if self.ft_rounds < 0:
-                raise ConfigError("algorithm.ft_rounds", self.ft_rounds, "an integer >= 0 (0: no fine-tuning)")
+                raise ConfigError("ft_rounds", self.ft_rounds, "an integer >= 0 (0: no fine-tuning)")
 
     def fine_tuning(self, round: int) -> bool:
         """Whether `round` is one of the last `ft_rounds` rounds of the run."""
@@ -52,7 +52,7 @@ class FedAvgFT(FedAvg):
     def configure(self, round: int, state: ServerState, sampled: Sequence[int]) -> dict[int, Payload]:
         if not self.fine_tuning(round):
             return super().configure(round, state, sampled)
-        return {cid: {} if cid in state["personal"] else state["global"] for cid in sampled}
+        return {cid: Payload() if cid in state["personal"] else state["global"] for cid in sampled}
 
     def aggregate(self, round: int, state: ServerState, results: Sequence[ClientResult]) -> ServerState:
         if not self.fine_tuning(round):
@@ -69,7 +69,7 @@ class FedAvgFT(FedAvg):
     ) -> tuple[Payload, ClientState, Metrics]:
         if not self.fine_tuning(ctx.round):
             return super().client_update(payload, state, data, ctx)
-        model = self.model_with(state["model"] if "model" in state else payload)
+        model = self.model_with(state["model"] if "model" in state else payload.weights)
         metrics = train_local(model, data, ctx)
         weights = get_weights(model)
-        return weights, {**state, "model": weights}, metrics
+        return Payload(weights), {**state, "model": weights}, metrics

@@ -4,8 +4,9 @@ each query to the client whose data it most likely comes from.
 Per client i the loss is lam * CE(class) + (1 - lam) * CE(client id = i) (004 Sec. 2.4, Algorithm 1).
 Everything but the final target layer (`head.*`) is averaged with weights n_i / sum n; each client keeps
 its own `head.*` (004 Fig. 2, Remark 2.3). For system-level inference the server needs every client's
-target layer, so clients upload it each round with the rest of their model (metered like all uplink) and
-the server keeps the latest one per client, along with n_i for the shares pi_i = n_i / sum n.
+target layer, so clients upload it each round next to the shared part (its own `HEAD` section, metered like
+all uplink, never averaged) and the server keeps the latest one per client, along with n_i for the shares
+pi_i = n_i / sum n.
 
 Routing (004 Sec. 3.2, METHODS.md): a query goes to argmax_i (client logit_i - log pi_i). The client head
 estimates P(client = i | x), proportional to pi_i p_i(x); subtracting log pi_i leaves the density ratio of
@@ -26,32 +27,36 @@ import torch.nn.functional as F
 from torch import nn
 
 from fedbench.algorithms.base import (
-    Algorithm, AlgorithmConfig, Assignment, ModelBuilder, ServerState, average_uplinks, counted, model_part, sample_counts,
+    Algorithm, AlgorithmConfig, Assignment, ModelBuilder, ServerState, average_uplinks, counted, sample_counts,
 )
+from fedbench.core import metrics as M
 from fedbench.core.errors import ConfigError
 from fedbench.core.fields import signature_fields
 from fedbench.core.registry import MODELS, register_algorithm
 from fedbench.core.runspec import RunSpec
-from fedbench.core.types import ClientResult, ClientState, Metrics, Payload, RoundContext
+from fedbench.core.types import Arrays, ClientResult, ClientState, Metrics, Payload, RoundContext
 from fedbench.training import ClientData, TrainHooks, get_weights, train_local
 
-LOCAL_PREFIX = "head."
-"""Parameters that stay on the client: the final target layer (METHODS.md)."""
-LOG_PI = "log_pi"
-"""Evaluation-payload key: log of every client's share of the training data, for routing."""
-ROUTE_COUNTS = "route_counts"
-"""A test client's uplink: how many of its samples route to each training client."""
+LOCAL_LAYER = "head."
+"""State-dict name prefix of the parameters that stay on the client: the final target layer (METHODS.md)."""
+HEAD = "head"
+"""Uplink section: the client's own target layer, which the server keeps for system inference."""
+ROUTING = "routing"
+"""Payload section `{"log_pi": float32 [num_clients]}`: log of every client's share of the training data."""
+ROUTES = "routes"
+"""A test client's uplink section `{"counts": int64 [num_clients]}`: how many of its samples route to each
+training client."""
 
 
 def is_local(name: str) -> bool:
-    return name.startswith(LOCAL_PREFIX)
+    return name.startswith(LOCAL_LAYER)
 
 
-def shared_part(weights: Payload) -> Payload:
+def shared_part(weights: Arrays) -> Arrays:
     return {k: v for k, v in weights.items() if not is_local(k)}
 
 
-def local_part(weights: Payload) -> Payload:
+def local_part(weights: Arrays) -> Arrays:
     return {k: v for k, v in weights.items() if is_local(k)}
 
 
@@ -90,12 +95,12 @@ class FedDRM(Algorithm):
             if self.lam is None:
                 object.__setattr__(self, "lam", 0.8 if self.variant == "paper" else 0.9)
             if not 0.0 <= self.lam <= 1.0:
-                raise ConfigError("algorithm.lam", self.lam, "a number in [0, 1]")
+                raise ConfigError("lam", self.lam, "a number in [0, 1]")
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.builder = with_client_path(self.builder, self.num_clients)
-        self._initial_head: Payload | None = None
+        self._initial_head: Arrays | None = None
 
     @classmethod
     def check_run(cls, spec: RunSpec) -> None:
@@ -105,19 +110,19 @@ class FedDRM(Algorithm):
     def init_state(self) -> ServerState:
         initial = get_weights(self.builder.initial(self.seed))
         head = local_part(initial)
-        return {"global": shared_part(initial), "heads": {cid: head for cid in range(self.num_clients)}, "counts": {}}
+        heads = {cid: head for cid in range(self.num_clients)}
+        return {"global": Payload(shared_part(initial)), "heads": heads, "counts": {}}
 
     def aggregate(self, round: int, state: ServerState, results: Sequence[ClientResult]) -> ServerState:
         counts = sample_counts(results)
-        heads = {**state["heads"], **{r.client_id: local_part(r.uplink) for r in results}}
+        heads = {**state["heads"], **{r.client_id: r.uplink[HEAD] for r in results}}
         known = {**state["counts"], **{r.client_id: n for r, n in zip(results, counts)}}
-        shared = average_uplinks(results, lambda uplink: shared_part(model_part(uplink)))
-        return {**state, "global": shared, "heads": heads, "counts": known}
+        return {**state, "global": Payload(average_uplinks(results)), "heads": heads, "counts": known}
 
     def evaluation_payloads(self, state: ServerState, clients: Sequence[int]) -> dict[int, Payload]:
         """Client j's full model (the shared part and j's target layer) and every client's log pi."""
-        log_pi = self.log_shares(state)
-        return {cid: {**state["global"], **state["heads"][cid], LOG_PI: log_pi} for cid in clients}
+        routing = {ROUTING: {"log_pi": self.log_shares(state)}}
+        return {cid: Payload({**state["global"].weights, **state["heads"][cid]}, routing) for cid in clients}
 
     def log_shares(self, state: ServerState) -> np.ndarray:
         """log pi_i = log(n_i / sum n) over all clients, float32 [num_clients].
@@ -135,34 +140,37 @@ class FedDRM(Algorithm):
         self, payload: Payload, state: ClientState, data: ClientData, ctx: RoundContext
     ) -> tuple[Payload, ClientState, Metrics]:
         head = state["head"] if "head" in state else self.initial_head()
-        model = self.model_with({**payload, **head})
+        model = self.model_with({**payload.weights, **head})
         metrics = train_local(model, data, ctx, feddrm_hooks(self.config.lam, ctx.client_id))
         weights = get_weights(model)
-        return counted(weights, data.num_train), {**state, "head": local_part(weights)}, metrics
+        uplink = counted(shared_part(weights), data.num_train, {HEAD: local_part(weights)})
+        return uplink, {**state, "head": local_part(weights)}, metrics
 
     def client_predict(
         self, payload: Payload, state: ClientState, data: ClientData, ctx: RoundContext
     ) -> dict[str, np.ndarray]:
         """The payload's class predictions and the routing scores client logits - log pi (same for every
         client's payload: the backbone and client path are shared)."""
-        preds, routes = self.answer(self.model_with(payload), payload[LOG_PI], data, ctx)
-        return {"pred": preds, "route": routes}
+        preds, routes = self.answer(self.model_with(payload.weights), payload[ROUTING]["log_pi"], data, ctx)
+        return {M.PRED: preds, M.ROUTE: routes}
 
     # -- test time: the router picks the training client whose model a new client uses ----------------
     def describe_payloads(self, state: ServerState, test_clients: Sequence[int]) -> dict[int, Payload]:
         """The shared part (backbone and client path) and log pi: what a test client needs to route its data."""
-        request = {**state["global"], LOG_PI: self.log_shares(state)}
+        request = state["global"].replace({ROUTING: {"log_pi": self.log_shares(state)}})
         return {tid: request for tid in test_clients}
 
     def client_describe(self, payload: Payload, data: ClientData, ctx: RoundContext) -> Payload:
         """How many of the test client's samples route to each training client (labels unused). It has no
         target layer of its own, so the initial one fills the model; routing does not read it."""
-        _, routes = self.answer(self.model_with({**payload, **self.initial_head()}), payload[LOG_PI], data, ctx)
-        return {ROUTE_COUNTS: np.bincount(routes.argmax(axis=1), minlength=self.num_clients).astype(np.int64)}
+        model = self.model_with({**payload.weights, **self.initial_head()})
+        _, routes = self.answer(model, payload[ROUTING]["log_pi"], data, ctx)
+        counts = np.bincount(routes.argmax(axis=1), minlength=self.num_clients).astype(np.int64)
+        return Payload(extras={ROUTES: {"counts": counts}})
 
     def assign(self, state: ServerState, descriptions: dict[int, Payload]) -> Assignment:
         """Each test client gets the model of the client most of its samples route to (ties: smallest id)."""
-        matched = {tid: int(np.argmax(d[ROUTE_COUNTS])) for tid, d in descriptions.items()}
+        matched = {tid: int(np.argmax(d[ROUTES]["counts"])) for tid, d in descriptions.items()}
         models = self.evaluation_payloads(state, sorted(set(matched.values())))
         return Assignment({tid: models[j] for tid, j in matched.items()}, matched)
 
@@ -180,7 +188,7 @@ class FedDRM(Algorithm):
                 routes.append((client_logits - shift).float().cpu())
         return torch.cat(preds).numpy(), torch.cat(routes).numpy()
 
-    def initial_head(self) -> Payload:
+    def initial_head(self) -> Arrays:
         """The run's initial target layer, rebuilt locally from the shared seed (nothing is downloaded)."""
         if self._initial_head is None:
             self._initial_head = local_part(get_weights(self.builder.initial(self.seed)))

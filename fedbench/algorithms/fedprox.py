@@ -44,12 +44,12 @@ class FedProx(FedAvg):
         def __post_init__(self) -> None:
             super().__post_init__()
             if self.mu < 0:
-                raise ConfigError("algorithm.mu", self.mu, "a number >= 0")
+                raise ConfigError("mu", self.mu, "a number >= 0")
 
     def client_update(
         self, payload: Payload, state: ClientState, data: ClientData, ctx: RoundContext
     ) -> tuple[Payload, ClientState, Metrics]:
-        model = self.model_with(payload)
+        model = self.model_with(payload.weights)
         anchor = {name: p.detach().clone().to(ctx.device) for name, p in model.named_parameters()}
         metrics = train_local(model, data, ctx, TrainHooks(extra_loss=proximal_term(self.config.mu, anchor)))
         return counted(get_weights(model), data.num_train), state, metrics

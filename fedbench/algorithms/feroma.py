@@ -5,7 +5,7 @@ extractor (kept in the client state once received, never re-sent). From then on 
 data by a small profile (`feroma_profile`, DPE S1-S4), and the server gives client i the average of the
 models returned by the clients, each weighted by how close i's current profile is to the profile of the data
 that model was trained on (DPM, 002 eq. 3-5). Whether that is clustered, personalized or global aggregation
-emerges from the weights; the counts go to `state["round_metrics"]` every round.
+emerges from the weights; the counts are reported every round (`round_metrics`).
 
 Round timing. The paper's round has two exchanges: a client first sends the profile of its current data,
 then receives the model the server built for that profile and trains it (the released code runs two Flower
@@ -41,21 +41,26 @@ import torch
 
 from fedbench.algorithms import feroma_profile as dpe
 from fedbench.algorithms.base import (
-    NUM_SAMPLES, Algorithm, AlgorithmConfig, Assignment, ServerState, average_uplinks, counted, model_part, sample_counts,
+    SAMPLES, Algorithm, AlgorithmConfig, Assignment, ServerState, average_uplinks, counted, sample_counts,
 )
+from fedbench.core import metrics as M
 from fedbench.core.errors import ConfigError
 from fedbench.core.registry import register_algorithm
 from fedbench.core.types import ClientResult, ClientState, Metrics, Payload, RoundContext, derive_seed
 from fedbench.training import ClientData, average_weights, get_weights, train_local
 
-EXTRACTOR = "extractor/"
-"""Prefix of the frozen extractor's weights in a payload."""
+EXTRACTOR = "extractor"
+"""Downlink section: the frozen extractor's weights, sent once to each client and to each test client."""
 BOUNDS = "extractor_bounds"
-"""[lower, upper] of the frozen latent box (S1)."""
-LATENT_RANGE = "latent_range"
+"""Downlink section `{"box": float64 [2]}`: [lower, upper] of the frozen latent box (S1), sent with the extractor."""
+LATENTS = "latent_range"
+"""Uplink section `{"min_max": [2]}` of the last warm-up round: the range of the client's latents (S1)."""
 PROFILE = "profile"
-MARGINAL = "profile_marginal"
-CONDITIONAL = "profile_conditional"
+"""Uplink section of a profile: `FULL` from a training client; `MARGINAL`, and `CONDITIONAL` where it has
+labelled samples, from a test client."""
+FULL = "full"
+MARGINAL = "marginal"
+CONDITIONAL = "conditional"
 BATCH = 256
 
 
@@ -88,19 +93,19 @@ class FeromaConfig(AlgorithmConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.warmup_rounds < 1:
-            raise ConfigError("algorithm.warmup_rounds", self.warmup_rounds, "an integer >= 1")
+            raise ConfigError("warmup_rounds", self.warmup_rounds, "an integer >= 1")
         if self.masks < 1:
-            raise ConfigError("algorithm.masks", self.masks, "an integer >= 1")
+            raise ConfigError("masks", self.masks, "an integer >= 1")
         if not 0.0 < self.mask_prob <= 1.0:
-            raise ConfigError("algorithm.mask_prob", self.mask_prob, "a number in (0, 1]")
+            raise ConfigError("mask_prob", self.mask_prob, "a number in (0, 1]")
         if self.epsilon is not None and not self.epsilon > 0:
-            raise ConfigError("algorithm.epsilon", self.epsilon, "a number > 0 (inf or null: no noise)")
+            raise ConfigError("epsilon", self.epsilon, "a number > 0 (inf or null: no noise)")
         if self.tau is not None and self.tau != "mean" and not 0.0 <= self.tau <= 1.0:
-            raise ConfigError("algorithm.tau", self.tau, "a number in [0, 1], \"mean\" or null")
+            raise ConfigError("tau", self.tau, "a number in [0, 1], \"mean\" or null")
         if self.bound_margin < 1.0:
-            raise ConfigError("algorithm.bound_margin", self.bound_margin, "a number >= 1")
+            raise ConfigError("bound_margin", self.bound_margin, "a number >= 1")
         if self.pca_points < 2:
-            raise ConfigError("algorithm.pca_points", self.pca_points, "an integer >= 2")
+            raise ConfigError("pca_points", self.pca_points, "an integer >= 2")
 
 
 def distances(current: np.ndarray, previous: np.ndarray, metric: Literal["cosine", "euclidean"]) -> np.ndarray:
@@ -158,14 +163,6 @@ def association_weights(
     return w / w.sum(axis=1, keepdims=True), kinds
 
 
-def _round_metrics(kinds: Sequence[str]) -> dict[str, float]:
-    return {f"feroma_{kind}": float(sum(k == kind for k in kinds)) for kind in ("clustered", "personalized", "global")}
-
-
-def _model_part(uplink: Payload) -> Payload:
-    return model_part(uplink, drop=(LATENT_RANGE, PROFILE))
-
-
 def _train_part(data: ClientData) -> ClientData:
     """The client's training rows only (its test split emptied): what it keeps to train on next round."""
     return dataclasses.replace(
@@ -176,6 +173,11 @@ def _train_part(data: ClientData) -> ClientData:
 def _train_inputs(data: ClientData, device: str) -> Iterator[torch.Tensor]:
     for start in range(0, data.num_train, BATCH):
         yield data.train_batch(torch.arange(start, min(start + BATCH, data.num_train)), device)[0]
+
+
+def _extractor_of(payload: Payload) -> ClientState:
+    """The frozen extractor and latent box a payload brings, as `_describe` reads them from a client state."""
+    return {"extractor": payload[EXTRACTOR], "bounds": payload[BOUNDS]["box"]}
 
 
 @register_algorithm("feroma")
@@ -192,9 +194,6 @@ class Feroma(Algorithm):
         self._projections: dict[tuple, dpe.Projection] = {}
 
     # -- server half ---------------------------------------------------------------------------------
-    def init_state(self) -> ServerState:
-        return {**super().init_state(), "round_metrics": {}}
-
     def configure(self, round: int, state: ServerState, sampled: Sequence[int]) -> dict[int, Payload]:
         """Warm-up: the global model. After it: a client's personalised model, or, at its first mapping
         round, the frozen extractor and bounds (one shared dict, shipped once)."""
@@ -205,19 +204,19 @@ class Feroma(Algorithm):
 
     def aggregate(self, round: int, state: ServerState, results: Sequence[ClientResult]) -> ServerState:
         if round <= self.config.warmup_rounds:
-            new = {**state, "global": average_uplinks(results, _model_part),
-                   "round_metrics": _round_metrics(["global"] * len(results))}
+            new = {**state, "global": Payload(average_uplinks(results)), "kinds": ["global"] * len(results)}
             if round == self.config.warmup_rounds:  # freeze the extractor and the latent box (S1)
-                lower, upper = dpe.global_bounds([r.uplink[LATENT_RANGE] for r in results], self.config.bound_margin)
-                new.update(extractor=new["global"], bounds=np.array([lower, upper]), profiles={}, personal={}, trained={},
-                           scaler=None)
+                ranges = [r.uplink[LATENTS]["min_max"] for r in results]
+                lower, upper = dpe.global_bounds(ranges, self.config.bound_margin)
+                new.update(extractor=new["global"].weights, bounds=np.array([lower, upper]), profiles={}, personal={},
+                           trained={}, scaler=None)
             return new
         return self._map(state, results)
 
     def _map(self, state: ServerState, results: Sequence[ClientResult]) -> ServerState:
         """DPM: each participant's model from the models returned this round, by profile distance."""
-        current = {r.client_id: r.uplink[PROFILE].astype(np.float64) for r in results}
-        pool = [r for r in results if NUM_SAMPLES in r.uplink]  # models trained on the sender's previous data
+        current = {r.client_id: r.uplink[PROFILE][FULL].astype(np.float64) for r in results}
+        pool = [r for r in results if SAMPLES in r.uplink]  # models trained on the sender's previous data
         scaler = state["scaler"]
         if scaler is None and self.config.variant == "released":  # fitted once, on the first mapping round
             profiles = np.stack(list(current.values()))
@@ -228,7 +227,7 @@ class Feroma(Algorithm):
             kinds = ["global"] * len(current)
         else:
             ids = [r.client_id for r in pool]
-            models = [_model_part(r.uplink) for r in pool]
+            models = [r.uplink.weights for r in pool]
             sizes = np.array(sample_counts(pool), dtype=np.float64)
             previous = np.stack([state["profiles"][j] for j in ids])
             receivers = sorted(current)
@@ -239,11 +238,16 @@ class Feroma(Algorithm):
             weights, kinds = association_weights(now, previous, sizes, c.variant, c.tau, self.size_weighting)
             for i, row in zip(receivers, weights):
                 used = np.flatnonzero(row > 0)
-                personal[i] = average_weights([models[j] for j in used], row[used])
-            new_global = average_weights(models, sizes)
-            trained.update({j: (state["profiles"][j], m) for j, m in zip(ids, models)})
+                personal[i] = Payload(average_weights([models[j] for j in used], row[used]))
+            new_global = Payload(average_weights(models, sizes))
+            trained.update({j: (state["profiles"][j], Payload(m)) for j, m in zip(ids, models)})
         return {**state, "global": new_global, "personal": personal, "trained": trained, "scaler": scaler,
-                "profiles": {**state["profiles"], **current}, "round_metrics": _round_metrics(kinds)}
+                "profiles": {**state["profiles"], **current}, "kinds": kinds}
+
+    def round_metrics(self, state: ServerState) -> Metrics:
+        """How many of this round's participants got a clustered, personalized or global model (`kinds`)."""
+        kinds = state["kinds"]
+        return {f"feroma_{kind}": float(kinds.count(kind)) for kind in ("clustered", "personalized", "global")}
 
     def evaluation_payloads(self, state: ServerState, clients: Sequence[int]) -> dict[int, Payload]:
         """Each client's personalised model for its current data (what it trains from next)."""
@@ -272,12 +276,13 @@ class Feroma(Algorithm):
             if state["scaler"] is not None:
                 profiles = state["scaler"](profiles)
         for tid, description in descriptions.items():
-            if not ids or MARGINAL not in description:
+            if not ids or PROFILE not in description:
                 payloads[tid] = state["global"]
                 continue
-            query = np.asarray(description[MARGINAL], dtype=np.float64)
-            if CONDITIONAL in description:
-                query = np.concatenate([query, np.asarray(description[CONDITIONAL], dtype=np.float64)])
+            profile = description[PROFILE]
+            query = np.asarray(profile[MARGINAL], dtype=np.float64)
+            if CONDITIONAL in profile:
+                query = np.concatenate([query, np.asarray(profile[CONDITIONAL], dtype=np.float64)])
             if state["scaler"] is not None:
                 query = state["scaler"](query[None])[0]
             best = ids[int(np.argmin(distances(query[None], profiles[:, : len(query)], "euclidean")[0]))]
@@ -286,51 +291,52 @@ class Feroma(Algorithm):
         return Assignment(payloads, matched)
 
     def _extractor_payload(self, state: ServerState) -> Payload:
-        return {**{EXTRACTOR + name: v for name, v in state["extractor"].items()}, BOUNDS: state["bounds"]}
+        return Payload(extras={EXTRACTOR: state["extractor"], BOUNDS: {"box": state["bounds"]}})
 
     # -- client half ---------------------------------------------------------------------------------
     def client_update(
         self, payload: Payload, state: ClientState, data: ClientData, ctx: RoundContext
     ) -> tuple[Payload, ClientState, Metrics]:
         if ctx.round <= self.config.warmup_rounds:
-            model = self.model_with(payload)
+            model = self.model_with(payload.weights)
             metrics = train_local(model, data, ctx)
             uplink = counted(get_weights(model), data.num_train)
             if ctx.round == self.config.warmup_rounds:  # S1, on the client's own round-W model as released
                 # (the frozen extractor is the average of these models and does not exist yet)
-                uplink[LATENT_RANGE] = dpe.latent_range(dpe.extract_latents(model, _train_inputs(data, ctx.device)))
+                latents = dpe.extract_latents(model, _train_inputs(data, ctx.device))
+                uplink = uplink.replace({LATENTS: {"min_max": dpe.latent_range(latents)}})
             return uplink, state, metrics
         state = dict(state)
-        if BOUNDS in payload:  # the first mapping round: keep the extractor, it is never sent again
-            state["extractor"] = {k[len(EXTRACTOR):]: v for k, v in payload.items() if k.startswith(EXTRACTOR)}
-            state["bounds"] = payload[BOUNDS]
-        uplink: Payload = {}
+        if EXTRACTOR in payload:  # the first mapping round: keep the extractor, it is never sent again
+            state.update(_extractor_of(payload))
+        trained = None
         if "pending" in state:  # train the model built for last round's profile on last round's data
             pending: ClientData = state["pending"]
-            model = self.model_with(payload)
+            model = self.model_with(payload.weights)
             metrics = train_local(model, pending, ctx)
-            uplink.update(counted(get_weights(model), pending.num_train))
+            trained = counted(get_weights(model), pending.num_train)
         else:
-            metrics = {"train_loss": math.nan, "train_steps": 0.0, "train_samples": 0.0}
+            metrics = {M.TRAIN_LOSS: math.nan, M.TRAIN_STEPS: 0.0, M.TRAIN_SAMPLES: 0.0}
         labels = data.train_y.numpy()
-        uplink[PROFILE] = self._describe(state, _train_inputs(data, ctx.device), labels, data.num_train, ctx, "profile")
+        full = self._describe(state, _train_inputs(data, ctx.device), labels, data.num_train, ctx, "profile")
+        profile = {PROFILE: {FULL: full}}
         state["pending"] = _train_part(data)
+        uplink = Payload(extras=profile) if trained is None else trained.replace(profile)
         return uplink, state, metrics
 
     def client_describe(self, payload: Payload, data: ClientData, ctx: RoundContext) -> Payload:
         """The label-free profile of all the test client's inputs (labels of `data.test` are never read),
         plus the class-conditional part from its labelled samples `data.train` when it has any (002 App. E)."""
-        if BOUNDS not in payload:
-            return {}
-        state = {"extractor": {k[len(EXTRACTOR):]: v for k, v in payload.items() if k.startswith(EXTRACTOR)},
-                 "bounds": payload[BOUNDS]}
+        if EXTRACTOR not in payload:
+            return Payload()
+        state = _extractor_of(payload)
         inputs = (x for x, _ in data.test_batches(BATCH, ctx.device))
-        out = {MARGINAL: self._describe(state, inputs, None, data.num_test, ctx, "test_profile")}
+        profile = {MARGINAL: self._describe(state, inputs, None, data.num_test, ctx, "test_profile")}
         if data.num_train > 0:
             labelled = _train_inputs(data, ctx.device)
-            out[CONDITIONAL] = self._describe(state, labelled, data.train_y.numpy(), data.num_train, ctx, "test_profile_labelled",
-                                              marginal=False)
-        return out
+            profile[CONDITIONAL] = self._describe(state, labelled, data.train_y.numpy(), data.num_train, ctx,
+                                                  "test_profile_labelled", marginal=False)
+        return Payload(extras={PROFILE: profile})
 
     def _describe(
         self, state: ClientState, inputs, labels, n: int, ctx: RoundContext, purpose: str, marginal: bool = True

@@ -20,17 +20,17 @@ class Local(Algorithm):
         return {}
 
     def configure(self, round: int, state: ServerState, sampled: Sequence[int]) -> dict[int, Payload]:
-        return {cid: {} for cid in sampled}
+        return {cid: Payload() for cid in sampled}
 
     def evaluation_payloads(self, state: ServerState, clients: Sequence[int]) -> dict[int, Payload]:
-        return {cid: {} for cid in clients}
+        return {cid: Payload() for cid in clients}
 
     def client_update(
         self, payload: Payload, state: ClientState, data: ClientData, ctx: RoundContext
     ) -> tuple[Payload, ClientState, Metrics]:
         model = self.model_with(state["model"]) if "model" in state else self._fresh_model()
         metrics = train_local(model, data, ctx)
-        return {}, {**state, "model": get_weights(model)}, metrics
+        return Payload(), {**state, "model": get_weights(model)}, metrics
 
     def client_evaluate(self, payload: Payload, state: ClientState, data: ClientData, ctx: RoundContext) -> Metrics:
         model = self.model_with(state["model"]) if "model" in state else self._fresh_model()

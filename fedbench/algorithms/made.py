@@ -39,7 +39,7 @@ results folder is relative to the working directory and belongs to tracking, whi
 import). The key is content-derived, as the algorithm never sees the scenario: the server's average after
 round 1, to which every client contributed (so cached only when every client takes part in every round,
 client_fraction = 1), plus the density settings and the seed. On a hit the server replays the cached final
-global MADE in rounds 2..density_rounds under `made_final.` keys; clients echo it without training and
+global MADE in rounds 2..density_rounds in the payload's `DENSITY` section; clients echo it without training and
 report their cached losses, so every payload has the bytes it had when the phase was computed (identical
 communication totals) and the run's numbers are identical; only round 1 is recomputed. Each client's local
 MADE and classifier are cached by (final global MADE, its images, its id, the weighting settings). The
@@ -58,17 +58,17 @@ from torch import nn
 
 from fedbench.algorithms.base import Algorithm, AlgorithmConfig, ModelBuilder, ServerState, average_uplinks, counted
 from fedbench.algorithms.made_cache import DensityCache, digest
+from fedbench.core import metrics as M
 from fedbench.core.errors import ConfigError
 from fedbench.core.registry import register_algorithm
-from fedbench.core.types import ClientResult, ClientState, Metrics, OptimizerSpec, Payload, RoundContext, derive_seed
+from fedbench.core.types import Arrays, ClientResult, ClientState, Metrics, OptimizerSpec, Payload, RoundContext, derive_seed
 from fedbench.data.base import cache_dir
 from fedbench.models.made import MADE
 from fedbench.training import ClientData, TrainHooks, get_weights, set_weights, train_local
 
-MADE_PREFIX = "made."
-"""Payload keys of the global MADE during the density phase."""
-FINAL_PREFIX = "made_final."
-"""Payload keys of the final global MADE (a replayed cached phase, or the one-time send after the phase)."""
+DENSITY = "density_model"
+"""Payload section of the final global MADE (a replayed cached phase, or the one-time send after the phase);
+while the density phase trains it, the global MADE is the payload's `weights`, averaged like any model."""
 WEIGHTING = "weighting"
 """Client-state key: the client's local MADE, classifier and rescaling constants."""
 PHASE_DATA = "phase_data"
@@ -77,14 +77,6 @@ FEATURE_CHUNK = 1024
 
 
 # ----------------------------------------------------------------------------------------------- helpers
-
-
-def prefixed(prefix: str, weights: Payload) -> Payload:
-    return {prefix + k: v for k, v in weights.items()}
-
-
-def unprefixed(prefix: str, payload: Payload) -> Payload:
-    return {k[len(prefix):]: v for k, v in payload.items() if k.startswith(prefix)}
 
 
 def all_inputs(data: ClientData, device: str) -> torch.Tensor:
@@ -114,7 +106,7 @@ def nll_per_pixel(made: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Te
 def train_made(made: MADE, data: ClientData, epochs: int, lr: float, batch_size: int, ctx: RoundContext) -> float:
     """Fit `made` to the client's images with Adam by `train_local` on the negative log-likelihood per pixel;
     returns the mean batch loss. `ctx` seeds the shuffling (its seed, round and client) and names the device."""
-    return train_local(made, data, adam_job(ctx, epochs, batch_size, lr), TrainHooks(loss=nll_per_pixel))["train_loss"]
+    return train_local(made, data, adam_job(ctx, epochs, batch_size, lr), TrainHooks(loss=nll_per_pixel))[M.TRAIN_LOSS]
 
 
 def made_features(made: MADE, x: torch.Tensor, kind: str) -> torch.Tensor:
@@ -228,14 +220,14 @@ class MADEReweighting(Algorithm):
                         "classifier_batch_size": self.classifier_batch_size}
             for name, value in positive.items():
                 if value < 1:
-                    raise ConfigError(f"algorithm.{name}", value, "an integer >= 1")
+                    raise ConfigError(name, value, "an integer >= 1")
             if not self.made_hidden or any(h < 1 for h in self.made_hidden):
-                raise ConfigError("algorithm.made_hidden", list(self.made_hidden),
+                raise ConfigError("made_hidden", list(self.made_hidden),
                                   "a non-empty list of positive integers")
             if self.made_lr <= 0:
-                raise ConfigError("algorithm.made_lr", self.made_lr, "a number > 0")
+                raise ConfigError("made_lr", self.made_lr, "a number > 0")
             if self.classifier_hidden < 0:
-                raise ConfigError("algorithm.classifier_hidden", self.classifier_hidden,
+                raise ConfigError("classifier_hidden", self.classifier_hidden,
                                   "an integer >= 0 (0: logistic regression)")
 
     def __init__(self, *args, **kwargs):
@@ -248,26 +240,26 @@ class MADEReweighting(Algorithm):
 
     # -- server half ---------------------------------------------------------------------------------
     def init_state(self) -> ServerState:
-        return {"global": get_weights(self.builder.initial(self.seed)), "made": self._initial_made(),
+        return {"global": Payload(get_weights(self.builder.initial(self.seed))), "made": self._initial_made(),
                 "losses": {}, "phase_key": None, "replay": False, "made_sent": frozenset()}
 
     def configure(self, round: int, state: ServerState, sampled: Sequence[int]) -> dict[int, Payload]:
         if round <= self.config.density_rounds:
-            payload = prefixed(FINAL_PREFIX if state["replay"] else MADE_PREFIX, state["made"])
+            payload = Payload(extras={DENSITY: state["made"]}) if state["replay"] else Payload(state["made"])
             return {cid: payload for cid in sampled}
         task = state["global"]
-        with_made = {**task, **prefixed(FINAL_PREFIX, state["made"])}
+        with_made = task.replace({DENSITY: state["made"]})
         return {cid: task if cid in state["made_sent"] else with_made for cid in sampled}
 
     def aggregate(self, round: int, state: ServerState, results: Sequence[ClientResult]) -> ServerState:
         if round > self.config.density_rounds:
             sent = state["made_sent"] | {r.client_id for r in results}
-            return {**state, "global": average_uplinks(results), "made_sent": sent}
-        losses = {**state["losses"], **{f"{round}:{r.client_id}": r.metrics["train_loss"] for r in results}}
+            return {**state, "global": Payload(average_uplinks(results)), "made_sent": sent}
+        losses = {**state["losses"], **{f"{round}:{r.client_id}": r.metrics[M.TRAIN_LOSS] for r in results}}
         state = {**state, "losses": losses}
         if state["replay"]:
             return state
-        made = average_uplinks(results, lambda uplink: unprefixed(MADE_PREFIX, uplink))
+        made = average_uplinks(results)
         state["made"] = made
         if round == 1 and self.config.cache and self.config.client_fraction == 1.0:
             state["phase_key"] = digest("made-phase", made, self._phase_settings())
@@ -285,25 +277,25 @@ class MADEReweighting(Algorithm):
         if ctx.round <= self.config.density_rounds:
             return self._density_round(payload, state, data, ctx)
         if WEIGHTING not in state:
-            state = self._fit_weighting(unprefixed(FINAL_PREFIX, payload), state, data, ctx)
+            state = self._fit_weighting(payload.sections.get(DENSITY, {}), state, data, ctx)
         hook = self.sample_weights(state[WEIGHTING], ctx.device)
-        model = self.model_with({k: v for k, v in payload.items() if not k.startswith(FINAL_PREFIX)})
+        model = self.model_with(payload.weights)
         metrics = train_local(model, data, ctx, TrainHooks(sample_weight=hook))
         return counted(get_weights(model), data.num_train), state, metrics
 
     def _density_round(self, payload: Payload, state: ClientState, data: ClientData, ctx: RoundContext):
         phase_data = state.get(PHASE_DATA, data)
         state = {**state, PHASE_DATA: phase_data}
-        final = unprefixed(FINAL_PREFIX, payload)
-        if final:  # a cached phase is being replayed: echo the final MADE, report the loss this round had
+        if DENSITY in payload:  # a cached phase is being replayed: echo the final MADE, report the loss this round had
+            final = payload[DENSITY]
             loss = self._cache().losses(self._final_id(final))[f"{ctx.round}:{ctx.client_id}"]
-            return counted(prefixed(MADE_PREFIX, final), phase_data.num_train), state, {"train_loss": loss}
-        made = self._made("global", unprefixed(MADE_PREFIX, payload))
+            return counted(final, phase_data.num_train), state, {M.TRAIN_LOSS: loss}
+        made = self._made("global", payload.weights)
         c = self.config
         loss = train_made(made, phase_data, c.made_epochs, c.made_lr, c.made_batch_size, ctx)
-        return counted(prefixed(MADE_PREFIX, get_weights(made)), phase_data.num_train), state, {"train_loss": loss}
+        return counted(get_weights(made), phase_data.num_train), state, {M.TRAIN_LOSS: loss}
 
-    def _fit_weighting(self, final: Payload, state: ClientState, data: ClientData, ctx: RoundContext) -> ClientState:
+    def _fit_weighting(self, final: Arrays, state: ClientState, data: ClientData, ctx: RoundContext) -> ClientState:
         """Local MADE, classifier and rescaling constants of this client (cached; see the module docstring).
 
         Seeded from (run seed, client) alone, so the result does not depend on the round it happens in.
@@ -324,7 +316,7 @@ class MADEReweighting(Algorithm):
                 self._cache().put_weighting(final_id, key, weighting)
         return {**{k: v for k, v in state.items() if k != PHASE_DATA}, WEIGHTING: weighting}
 
-    def fit_weighting(self, final: Payload, data: ClientData, ctx: RoundContext) -> dict[str, Payload]:
+    def fit_weighting(self, final: Arrays, data: ClientData, ctx: RoundContext) -> dict[str, Arrays]:
         """Train the local MADE from the global MADE's initial weights, then the classifier on both MADEs'
         features of the client's images, then the rescaling constants over those images.
 
@@ -346,7 +338,7 @@ class MADEReweighting(Algorithm):
         scale = [r.mean().item()] if c.rescale == "mean_clip" else [r.min().item(), r.max().item()]
         return {"local": get_weights(local), "classifier": get_weights(clf), "scale": {"value": np.array(scale)}}
 
-    def sample_weights(self, weighting: dict[str, Payload], device: str) -> SampleWeights:
+    def sample_weights(self, weighting: dict[str, Arrays], device: str) -> SampleWeights:
         """The weight function of a client's fitted weighting, on `device`."""
         local = self._made("local", weighting["local"]).to(device).eval()
         if self._classifier is None:  # the MADE's dimension is fixed per run
@@ -363,7 +355,7 @@ class MADEReweighting(Algorithm):
         `block` stands in for the round, also in a divergence error's message."""
         return replace(ctx, seed=derive_seed(self.seed, purpose), round=block)
 
-    def _made(self, role: str, weights: Payload) -> MADE:
+    def _made(self, role: str, weights: Arrays) -> MADE:
         """This process's MADE for `role` (global or local) with `weights` loaded."""
         if role not in self._mades:
             with torch.random.fork_rng(devices=[]):
@@ -371,7 +363,7 @@ class MADEReweighting(Algorithm):
         set_weights(self._mades[role], weights)
         return self._mades[role]
 
-    def _initial_made(self) -> Payload:
+    def _initial_made(self) -> Arrays:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(derive_seed(self.seed, "made-init") % (2**31))
             return get_weights(self.made_builder())
@@ -385,7 +377,7 @@ class MADEReweighting(Algorithm):
         c = self.config
         return (c.features, c.classifier_hidden, c.classifier_epochs, c.classifier_batch_size, c.rescale, self.seed)
 
-    def _final_id(self, made: Payload) -> str:
+    def _final_id(self, made: Arrays) -> str:
         return digest("made-final", made, self._phase_settings())
 
     def _cache(self) -> DensityCache:

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from fedbench.core.types import Payload
+from fedbench.core.types import Arrays
 
 
 def digest(*parts: object) -> str:
@@ -47,14 +47,14 @@ class DensityCache:
     def __init__(self, root: Path):
         self.root = root
 
-    def find_phase(self, key: str) -> tuple[str, Payload] | None:
+    def find_phase(self, key: str) -> tuple[str, Arrays] | None:
         index = self.root / "phase" / f"{key}.json"
         if not index.exists():
             return None
         final_id = json.loads(index.read_text())["final"]
         return final_id, load_npz(self.root / "final" / final_id / "global.npz")
 
-    def put_phase(self, key: str, final_id: str, made: Payload, losses: dict[str, float]) -> None:
+    def put_phase(self, key: str, final_id: str, made: Arrays, losses: dict[str, float]) -> None:
         folder = self.root / "final" / final_id
         self._write(folder / "global.npz", lambda f: np.savez(f, **made))
         self._write(folder / "losses.json", lambda f: f.write(json.dumps(losses).encode()))
@@ -67,11 +67,11 @@ class DensityCache:
                                     "here; the cache folder (FEDBENCH_CACHE) must be shared by the driver and workers")
         return json.loads(path.read_text())
 
-    def find_weighting(self, final_id: str, key: str) -> dict[str, Payload] | None:
+    def find_weighting(self, final_id: str, key: str) -> dict[str, Arrays] | None:
         path = self.root / "final" / final_id / f"w-{key}.npz"
         return unpack(load_npz(path)) if path.exists() else None
 
-    def put_weighting(self, final_id: str, key: str, weighting: dict[str, Payload]) -> None:
+    def put_weighting(self, final_id: str, key: str, weighting: dict[str, Arrays]) -> None:
         self._write(self.root / "final" / final_id / f"w-{key}.npz", lambda f: np.savez(f, **pack(weighting)))
 
     @staticmethod
@@ -83,17 +83,17 @@ class DensityCache:
         os.replace(tmp, path)
 
 
-def load_npz(path: Path) -> Payload:
+def load_npz(path: Path) -> Arrays:
     with np.load(path) as arrays:
         return dict(arrays)
 
 
-def pack(nested: dict[str, Payload]) -> Payload:
+def pack(nested: dict[str, Arrays]) -> Arrays:
     return {f"{group}/{name}": v for group, weights in nested.items() for name, v in weights.items()}
 
 
-def unpack(flat: Payload) -> dict[str, Payload]:
-    nested: dict[str, Payload] = {}
+def unpack(flat: Arrays) -> dict[str, Arrays]:
+    nested: dict[str, Arrays] = {}
     for key, value in flat.items():
         group, name = key.split("/", 1)
         nested.setdefault(group, {})[name] = value

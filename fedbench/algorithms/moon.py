@@ -29,7 +29,7 @@ from fedbench.algorithms.base import AlgorithmConfig, counted
 from fedbench.algorithms.fedavg import FedAvg
 from fedbench.core.errors import ConfigError
 from fedbench.core.registry import register_algorithm
-from fedbench.core.types import ClientState, Metrics, Payload, RoundContext
+from fedbench.core.types import Arrays, ClientState, Metrics, Payload, RoundContext
 from fedbench.training import ClientData, TrainHooks, get_weights, set_weights, train_local
 
 PREVIOUS = "previous"
@@ -84,9 +84,9 @@ class MOON(FedAvg):
         def __post_init__(self) -> None:
             super().__post_init__()
             if self.mu < 0:
-                raise ConfigError("algorithm.mu", self.mu, "a number >= 0")
+                raise ConfigError("mu", self.mu, "a number >= 0")
             if self.tau <= 0:
-                raise ConfigError("algorithm.tau", self.tau, "a number > 0")
+                raise ConfigError("tau", self.tau, "a number > 0")
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -95,15 +95,15 @@ class MOON(FedAvg):
     def client_update(
         self, payload: Payload, state: ClientState, data: ClientData, ctx: RoundContext
     ) -> tuple[Payload, ClientState, Metrics]:
-        global_model = self._reference("global", payload, ctx.device)
+        global_model = self._reference("global", payload.weights, ctx.device)
         previous = self._reference("previous", state[PREVIOUS], ctx.device) if PREVIOUS in state else None
-        model = self.model_with(payload)
+        model = self.model_with(payload.weights)
         hooks = ContrastiveHooks(self.config.mu, self.config.tau, global_model, previous).hooks()
         metrics = train_local(model, data, ctx, hooks)
         weights = get_weights(model)
         return counted(weights, data.num_train), {**state, PREVIOUS: weights}, metrics
 
-    def _reference(self, role: str, weights: Payload, device: str) -> nn.Module:
+    def _reference(self, role: str, weights: Arrays, device: str) -> nn.Module:
         """A frozen eval-mode copy of the run's model with `weights` (one instance per role per process,
         built outside the job's random stream like `model_with`'s)."""
         if role not in self._references:

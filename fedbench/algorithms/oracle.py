@@ -21,13 +21,13 @@ from typing import Sequence
 
 import numpy as np
 
-from fedbench.algorithms.base import Algorithm, Assignment, ServerState, average_uplinks, counted, model_part
+from fedbench.algorithms.base import Algorithm, Assignment, ServerState, average_uplinks, counted
 from fedbench.core.registry import register_algorithm
-from fedbench.core.types import ClientResult, ClientState, Metrics, Payload, RoundContext
+from fedbench.core.types import Arrays, ClientResult, ClientState, Metrics, Payload, RoundContext
 from fedbench.training import ClientData, get_weights, train_local
 
 CLUSTER = "cluster"
-"""Uplink key: the ground-truth distribution id the update was trained on (int64 [1])."""
+"""Uplink section `{"id": int64 [1]}`: the ground-truth distribution id the update was trained on."""
 
 
 @register_algorithm("oracle")
@@ -35,7 +35,7 @@ class Oracle(Algorithm):
     """FedAvg per ground-truth cluster; server state: `initial`, `models` {cluster: weights}, `cluster_of` {client: cluster}."""
 
     def init_state(self) -> ServerState:
-        return {"initial": get_weights(self.builder.initial(self.seed)), "models": {}, "cluster_of": {}}
+        return {"initial": Payload(get_weights(self.builder.initial(self.seed))), "models": {}, "cluster_of": {}}
 
     def configure(self, round: int, state: ServerState, sampled: Sequence[int]) -> dict[int, Payload]:
         return self._models_for(state, sampled)
@@ -43,18 +43,18 @@ class Oracle(Algorithm):
     def aggregate(self, round: int, state: ServerState, results: Sequence[ClientResult]) -> ServerState:
         members: dict[int, list[ClientResult]] = {}
         for r in results:
-            members.setdefault(int(r.uplink[CLUSTER][0]), []).append(r)
+            members.setdefault(reported_cluster(r.uplink), []).append(r)
         models = dict(state["models"])
         for cluster, group in members.items():
-            models[cluster] = average_uplinks(group, lambda uplink: model_part(uplink, drop=(CLUSTER,)))
-        cluster_of = {**state["cluster_of"], **{r.client_id: int(r.uplink[CLUSTER][0]) for r in results}}
+            models[cluster] = Payload(average_uplinks(group))
+        cluster_of = {**state["cluster_of"], **{r.client_id: reported_cluster(r.uplink) for r in results}}
         return {**state, "models": models, "cluster_of": cluster_of}
 
     def evaluation_payloads(self, state: ServerState, clients: Sequence[int]) -> dict[int, Payload]:
         return self._models_for(state, clients)
 
     def describe_payloads(self, state: ServerState, test_clients: Sequence[int]) -> dict[int, Payload]:
-        return {tid: {} for tid in test_clients}
+        return {tid: Payload() for tid in test_clients}
 
     def assign(self, state: ServerState, descriptions: dict[int, Payload]) -> Assignment:
         first_member = {}
@@ -62,7 +62,7 @@ class Oracle(Algorithm):
             first_member.setdefault(cluster, cid)
         payloads, matched = {}, {}
         for tid, uplink in descriptions.items():
-            cluster = int(uplink[CLUSTER][0])
+            cluster = reported_cluster(uplink)
             payloads[tid] = state["models"].get(cluster, state["initial"])
             if cluster in first_member:
                 matched[tid] = first_member[cluster]
@@ -76,21 +76,25 @@ class Oracle(Algorithm):
     def client_update(
         self, payload: Payload, state: ClientState, data: ClientData, ctx: RoundContext
     ) -> tuple[Payload, ClientState, Metrics]:
-        model = self.model_with(payload)
+        model = self.model_with(payload.weights)
         metrics = train_local(model, data, ctx)
-        uplink = {**counted(get_weights(model), data.num_train), CLUSTER: cluster_id(ctx)}
-        return uplink, state, metrics
+        return counted(get_weights(model), data.num_train, {CLUSTER: cluster_id(ctx)}), state, metrics
 
     def client_describe(self, payload: Payload, data: ClientData, ctx: RoundContext) -> Payload:
-        return {CLUSTER: cluster_id(ctx)}
+        return Payload(extras={CLUSTER: cluster_id(ctx)})
 
 
-def cluster_id(ctx: RoundContext) -> np.ndarray:
-    """The client's ground-truth distribution id as an uplink field.
+def reported_cluster(uplink: Payload) -> int:
+    """The distribution id an uplink reports."""
+    return int(uplink[CLUSTER]["id"][0])
+
+
+def cluster_id(ctx: RoundContext) -> Arrays:
+    """The client's ground-truth distribution id as the uplink's `CLUSTER` section.
 
     Raises:
         ValueError: the runtime did not say (-1): the Oracle would silently be FedAvg.
     """
     if ctx.distribution_id < 0:
         raise ValueError(f"client {ctx.client_id}: the oracle needs the ground-truth distribution id, and the runtime gave none")
-    return np.array([ctx.distribution_id], dtype=np.int64)
+    return {"id": np.array([ctx.distribution_id], dtype=np.int64)}

@@ -1,5 +1,31 @@
-"""Metric keys, defined once. Per-round keys are logged with step=round; final/total keys once per run."""
+"""Metric keys, defined once. Per-round keys are logged with step=round; final/total keys once per run.
 
+Client-level keys are what a client job reports to the runtime, which turns them into the round's keys.
+"""
+
+# -- client level: a job's metrics and predictions, read by the runtime ----------------------------------
+TRAIN_LOSS = "train_loss"
+"""Mean batch loss of a fit job (NaN for a job that did not train)."""
+TRAIN_STEPS = "train_steps"
+TRAIN_SAMPLES = "train_samples"
+"""The client's training-set size, by which 004's pi-weighted accuracy weighs its local accuracy."""
+ACCURACY = "accuracy"
+LOSS = "loss"
+TEST_SAMPLES = "test_samples"
+SYSTEM_SAMPLES = "system_samples"
+"""Test samples of a client that the system answered (004 Sec. 5's system accuracy)."""
+SYSTEM_CORRECT = "system_correct"
+"""Of those, the ones the system answered right."""
+ROUTED_HOME = "routed_home"
+"""Test samples a router sent back to the client they came from."""
+PRED = "pred"
+"""`client_predict` output: int64 [n_test] predicted classes."""
+ROUTE = "route"
+"""`client_predict` output of methods with a router: float [n_test, num_clients] routing scores."""
+
+# -- round level --------------------------------------------------------------------------------------------
+ROUND = "round"
+"""The round a record describes (1-based), the step its metrics are logged at."""
 TRAIN_LOSS_MEAN = "train_loss_mean"
 ACC_LOCAL_MEAN = "acc_local_mean"
 ACC_LOCAL_STD = "acc_local_std"
@@ -28,6 +54,8 @@ COMM_EVAL_DOWN_BYTES = "comm_eval_down_bytes"
 FINAL_PREFIX = "final/"
 TOTAL_PREFIX = "total/"
 TIME_RUN_S = "time_run_s"
+FAILED_ROUND = "failed_round"
+"""The round a FAILED run stopped in (its records cover the rounds before it)."""
 
 #: per-round keys whose run total is reported as `total/<key>`
 SUMMED = (TIME_CLIENT_COMPUTE_S, TIME_AGGREGATE_S, TIME_ROUND_S, COMM_UP_BYTES, COMM_DOWN_BYTES, COMM_EVAL_DOWN_BYTES)

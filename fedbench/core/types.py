@@ -1,8 +1,12 @@
 """The objects that cross layer boundaries: what travels, what stays, what comes back.
 
-A `Payload` is what crosses the simulated network: a flat dict of numpy arrays (the wire format; numpy
-moves through Ray's object store zero-copy). Only Payloads are counted as communication. A `ClientState`
-never travels in the simulated system: it lives in the runtime's state store between rounds.
+A `Payload` is what crosses the simulated network: named sections of numpy arrays (the wire format; numpy
+moves through Ray's object store zero-copy). Its `weights` section is the model a method federates, the
+only section FedAvg-style averages read; every other section is an extra the method declares by name (a
+sample count, a profile, latent bounds, a cluster id, a second model such as FEROMA's extractor, K cluster
+models), metered like the weights and never averaged by accident. Only Payloads are counted as
+communication. A `ClientState` never travels in the simulated system: it lives in the runtime's state store
+between rounds.
 """
 
 from __future__ import annotations
@@ -10,20 +14,69 @@ from __future__ import annotations
 import hashlib
 import math
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Iterator, Literal, Mapping
 
 import numpy as np
 
 from fedbench.core.errors import ConfigError
 
-Payload = dict[str, np.ndarray]
+Arrays = dict[str, np.ndarray]
+"""Named numpy arrays: a model's state dict, or one section of a Payload."""
 ClientState = dict[str, Any]
 Metrics = dict[str, float]
 
+WEIGHTS = "weights"
+"""The Payload section averages read: the model the method federates."""
 
-def payload_nbytes(payload: Payload) -> int:
-    """Bytes on the wire: the sum of numel * element size of every array in the payload."""
-    return int(sum(np.asarray(v).nbytes for v in payload.values()))
+
+@dataclass(frozen=True, eq=False, init=False, repr=False)
+class Payload:
+    """What crosses the simulated network: sections of named numpy arrays, `weights` among them.
+
+    `Payload(weights, {PROFILE: {...}})`: the model averages read, and the method's extras by section name.
+    Immutable and compared by identity: a server hands one object to every client that gets the same
+    content, and the runtime ships that object once. Arrays are shared, never copied, so a payload is never
+    changed in place (`replace` builds a new one).
+    """
+
+    sections: dict[str, Arrays]
+
+    def __init__(self, weights: Arrays | None = None, extras: Mapping[str, Arrays] | None = None):
+        """Args:
+            weights: the `weights` section; None: the payload carries no model to average.
+            extras: the other sections by name, never averaged (a `weights` entry here is the weights section).
+        """
+        sections = {} if weights is None else {WEIGHTS: weights}
+        object.__setattr__(self, "sections", {**sections, **(extras or {})})
+
+    @property
+    def weights(self) -> Arrays:
+        """The `weights` section (empty where the payload carries none)."""
+        return self.sections.get(WEIGHTS, {})
+
+    def __getitem__(self, section: str) -> Arrays:
+        return self.sections[section]
+
+    def __contains__(self, section: str) -> bool:
+        return section in self.sections
+
+    def replace(self, sections: Mapping[str, Arrays]) -> Payload:
+        """A new payload with `sections` added or replaced (`weights` too); the others are shared with this one."""
+        return Payload(extras={**self.sections, **sections})
+
+    def arrays(self) -> Iterator[np.ndarray]:
+        """Every array of every section."""
+        for arrays in self.sections.values():
+            yield from arrays.values()
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes on the wire: the sum of numel * element size of every array of every section."""
+        return int(sum(np.asarray(v).nbytes for v in self.arrays()))
+
+    def __repr__(self) -> str:
+        sizes = ", ".join(f"{name}: {len(arrays)} arrays" for name, arrays in self.sections.items())
+        return f"Payload({sizes}; {self.nbytes} bytes)"
 
 
 def derive_seed(*parts: int | str) -> int:

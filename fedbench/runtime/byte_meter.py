@@ -1,4 +1,4 @@
-"""The one place communication is counted: every Payload array, per client, per direction."""
+"""The one place communication is counted: every array of every Payload section, per client, per direction."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from collections import defaultdict
 from typing import Iterable, Mapping
 
 from fedbench.core import metrics as M
-from fedbench.core.types import ClientResult, Payload, payload_nbytes
+from fedbench.core.types import ClientResult, Payload
 
 
 class ByteMeter:
@@ -21,13 +21,13 @@ class ByteMeter:
 
     def downlink(self, payloads: Mapping[int, Payload], channel: str = M.COMM_DOWN_BYTES) -> None:
         for cid, payload in payloads.items():
-            n = payload_nbytes(payload)
+            n = payload.nbytes
             self._round[channel] += n
             self.per_client[(cid, channel)] += n
 
     def uplink(self, results: Iterable[ClientResult]) -> None:
         for result in results:
-            n = payload_nbytes(result.uplink)
+            n = result.uplink.nbytes
             self._round[M.COMM_UP_BYTES] += n
             self.per_client[(result.client_id, M.COMM_UP_BYTES)] += n
 

@@ -19,7 +19,7 @@ from fedbench.algorithms import make_algorithm
 from fedbench.core import metrics as M
 from fedbench.core.callbacks import Callback, RunResult
 from fedbench.core.runspec import RunSpec
-from fedbench.core.types import derive_seed
+from fedbench.core.types import Payload, derive_seed
 from fedbench.data import load_dataset
 from fedbench.runtime.backends import make_backend
 from fedbench.runtime.byte_meter import ByteMeter
@@ -62,7 +62,7 @@ class Federation:
         except Exception as exc:  # a failed run is recorded, never propagated to the other runs
             reason = f"{type(exc).__name__}: {exc}".strip()
             result = RunResult(self.spec, "FAILED", history, summarize(history, time.perf_counter() - start), reason)
-            result.final["failed_round"] = float(len(history) + 1)
+            result.final[M.FAILED_ROUND] = float(len(history) + 1)
             result.traceback = traceback.format_exc()
         finally:
             if backend is not None:
@@ -85,9 +85,9 @@ class Federation:
             meter.uplink(results)
             agg_start = time.perf_counter()
             state = algorithm.aggregate(round, state, results)
-            record = {"round": float(round), M.TIME_AGGREGATE_S: time.perf_counter() - agg_start}
+            record = {M.ROUND: float(round), M.TIME_AGGREGATE_S: time.perf_counter() - agg_start}
             record.update(training_metrics(results))
-            record.update(state.get("round_metrics", {}))
+            record.update(algorithm.round_metrics(state))
             if round % spec.eval_every == 0 or round == spec.rounds:
                 eval_payloads = algorithm.evaluation_payloads(state, clients)
                 meter.downlink(eval_payloads, channel=M.COMM_EVAL_DOWN_BYTES)
@@ -112,7 +112,7 @@ class Federation:
         record: dict[str, float] = {}
         jobs: list = []
         personal = algorithm.evaluation_payloads(state, list(range(scenario.num_clients)))
-        if all(personal.values()):  # methods whose models live only on clients (Local) have no system answer
+        if all(p.sections for p in personal.values()):  # models that live only on clients (Local): no system answer
             shared = bundle(personal)
             payloads = {cid: shared for cid in personal}
             meter.downlink(payloads, channel=M.COMM_EVAL_DOWN_BYTES)
@@ -122,7 +122,7 @@ class Federation:
         if test_ids:
             no_state = StateStore()  # test-time clients never trained: they have no client state
             requests = algorithm.describe_payloads(state, test_ids)
-            descriptions = {tid: {} for tid in test_ids}
+            descriptions = {tid: Payload() for tid in test_ids}
             if requests:
                 meter.downlink(requests, channel=M.COMM_EVAL_DOWN_BYTES)
                 jobs += (described := backend.run("describe", round, requests, no_state))

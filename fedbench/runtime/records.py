@@ -14,7 +14,7 @@ from fedbench.scenarios import Scenario
 
 def training_metrics(results: Sequence[ClientResult]) -> RoundRecord:
     return {
-        M.TRAIN_LOSS_MEAN: mean_of_finite([r.metrics["train_loss"] for r in results]),
+        M.TRAIN_LOSS_MEAN: mean_of_finite([r.metrics[M.TRAIN_LOSS] for r in results]),
         M.TIME_CLIENT_COMPUTE_S: float(sum(r.compute_s for r in results)),
         M.CLIENTS_SAMPLED: float(len(results)),
     }
@@ -23,13 +23,13 @@ def training_metrics(results: Sequence[ClientResult]) -> RoundRecord:
 def evaluation_metrics(results: Sequence[ClientResult]) -> RoundRecord:
     """Local test accuracy over clients: mean, std, min, and means weighted by test-set size and by the
     clients' shares of the training data (004's pi-weighted average accuracy)."""
-    acc = np.array([r.metrics["accuracy"] for r in results], dtype=np.float64)
+    acc = np.array([r.metrics[M.ACCURACY] for r in results], dtype=np.float64)
     return {
         M.ACC_LOCAL_MEAN: float(acc.mean()),
         M.ACC_LOCAL_STD: float(acc.std()),
         M.ACC_LOCAL_MIN: float(acc.min()),
-        M.ACC_LOCAL_WEIGHTED: weighted_mean(acc, [r.metrics["test_samples"] for r in results]),
-        M.ACC_LOCAL_PI_WEIGHTED: weighted_mean(acc, [r.metrics["train_samples"] for r in results]),
+        M.ACC_LOCAL_WEIGHTED: weighted_mean(acc, [r.metrics[M.TEST_SAMPLES] for r in results]),
+        M.ACC_LOCAL_PI_WEIGHTED: weighted_mean(acc, [r.metrics[M.TRAIN_SAMPLES] for r in results]),
     }
 
 
@@ -39,7 +39,7 @@ def test_time_metrics(results: Sequence[ClientResult], matched: Mapping[int, int
     clients whose distribution occurred in training)."""
     if not results:
         return {}
-    record = {M.ACC_TEST_TIME: float(np.mean([r.metrics["accuracy"] for r in results]))}
+    record = {M.ACC_TEST_TIME: float(np.mean([r.metrics[M.ACCURACY] for r in results]))}
     if matched:
         hits = {tid: scenario.view(round, j).distribution_id == scenario.test_clients[tid].view.distribution_id
                 for tid, j in matched.items()}

@@ -16,51 +16,57 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from fedbench.core import metrics as M
-from fedbench.core.types import ClientResult, Payload
+from fedbench.core.types import Arrays, ClientResult, Payload
 
 OWNERS = "owners"
-"""Bundle key: for client j, the index of the model it owns."""
+"""Bundle section `{"index": int64 [clients]}`: for client j, the index of the model it owns."""
 REFERENCE = "@"
-"""Suffix of a bundle key whose value names the earlier model carrying that array."""
+"""Suffix of a bundle array's name whose value names the earlier model carrying that array."""
 
 
 def bundle(payloads: Mapping[int, Payload]) -> Payload:
-    """One flat payload with every distinct model as `m<k>/<key>` and `owners[j]` = k for client j; an array
-    already shipped under the same key by model k0 becomes `m<k>/<key>@` = [k0]."""
+    """One payload with every distinct payload k's sections as `m<k>/<section>` and `owners`; an array already
+    shipped in the same section under the same name by model k0 becomes `<name>@` = [k0]."""
     models: dict[int, int] = {}  # id(payload) -> k
-    shipped: dict[tuple[str, int], int] = {}  # (key, id(array)) -> the model that carries it
-    flat: Payload = {}
+    shipped: dict[tuple[str, str, int], int] = {}  # (section, name, id(array)) -> the model that carries it
+    sections: dict[str, Arrays] = {}
     owners = np.zeros(len(payloads), dtype=np.int64)
     for j in sorted(payloads):
         payload = payloads[j]
         if id(payload) not in models:
             k = models[id(payload)] = len(models)
-            for key, value in payload.items():
-                first = shipped.setdefault((key, id(value)), k)
-                if first == k:
-                    flat[f"m{k}/{key}"] = value
-                else:
-                    flat[f"m{k}/{key}{REFERENCE}"] = np.array([first], dtype=np.int64)
+            for section, arrays in payload.sections.items():
+                out = sections[f"m{k}/{section}"] = {}
+                for name, value in arrays.items():
+                    first = shipped.setdefault((section, name, id(value)), k)
+                    if first == k:
+                        out[name] = value
+                    else:
+                        out[name + REFERENCE] = np.array([first], dtype=np.int64)
         owners[j] = models[id(payload)]
-    flat[OWNERS] = owners
-    return flat
+    return Payload(extras={**sections, OWNERS: {"index": owners}})
 
 
-def unbundle(flat: Payload) -> list[Payload]:
-    """The distinct models of a bundle, by index (a referenced array is the same object in both models)."""
-    count = int(flat[OWNERS].max()) + 1 if len(flat[OWNERS]) else 0
-    models: list[Payload] = [{} for _ in range(count)]
+def unbundle(flat: Payload) -> tuple[list[Payload], np.ndarray]:
+    """The distinct payloads of a bundle, by index (a referenced array is the same object in both), and the
+    index of the payload each client owns."""
+    owners = flat[OWNERS]["index"]
+    count = int(owners.max()) + 1 if len(owners) else 0
+    models: list[dict[str, Arrays]] = [{} for _ in range(count)]
     references = []
-    for name, value in flat.items():
-        if name != OWNERS:
-            k, key = name.split("/", 1)
-            if key.endswith(REFERENCE):
-                references.append((int(k[1:]), key[: -len(REFERENCE)], int(value[0])))
-            else:
-                models[int(k[1:])][key] = value
-    for k, key, first in references:
-        models[k][key] = models[first][key]
-    return models
+    for key, arrays in flat.sections.items():
+        if key == OWNERS:
+            continue
+        k, section = key.split("/", 1)
+        out = models[int(k[1:])][section] = {}
+        for name, value in arrays.items():
+            if name.endswith(REFERENCE):
+                name = name[: -len(REFERENCE)]
+                references.append((out, section, name, int(value[0])))
+            out[name] = value
+    for out, section, name, first in references:
+        out[name] = models[first][section][name]
+    return [Payload(extras=sections) for sections in models], owners
 
 
 def system_counts(outputs: Sequence[dict[str, np.ndarray]], owners: np.ndarray, labels: np.ndarray, client_id: int,
@@ -72,27 +78,27 @@ def system_counts(outputs: Sequence[dict[str, np.ndarray]], owners: np.ndarray, 
         owners: model index of every training client.
         labels: the split's labels.
     """
-    preds = np.stack([out["pred"] for out in outputs], axis=1)  # [n, models]
-    counts = {"system_samples": float(len(labels))}
-    if "route" in outputs[0]:
-        routed = np.asarray(outputs[0]["route"]).argmax(axis=1)  # the router is shared by all clients' models
+    preds = np.stack([out[M.PRED] for out in outputs], axis=1)  # [n, models]
+    counts = {M.SYSTEM_SAMPLES: float(len(labels))}
+    if M.ROUTE in outputs[0]:
+        routed = np.asarray(outputs[0][M.ROUTE]).argmax(axis=1)  # the router is shared by all clients' models
         answer = preds[np.arange(len(labels)), owners[routed]]
-        counts["routed_home"] = float((routed == client_id).sum())
+        counts[M.ROUTED_HOME] = float((routed == client_id).sum())
     else:
         votes = np.zeros((len(labels), num_classes), dtype=np.int64)
         for owner in owners:
             votes[np.arange(len(labels)), preds[:, owner]] += 1
         answer = votes.argmax(axis=1)  # argmax takes the first maximum: ties go to the smallest class id
-    counts["system_correct"] = float((answer == labels).sum())
+    counts[M.SYSTEM_CORRECT] = float((answer == labels).sum())
     return counts
 
 
 def system_metrics(results: Sequence[ClientResult]) -> dict[str, float]:
     """Pooled accuracy over all clients' test splits, and routing accuracy where a router answered."""
-    total = sum(r.metrics["system_samples"] for r in results)
+    total = sum(r.metrics[M.SYSTEM_SAMPLES] for r in results)
     if not total:
         return {}
-    record = {M.ACC_SYSTEM: sum(r.metrics["system_correct"] for r in results) / total}
-    if all("routed_home" in r.metrics for r in results):
-        record[M.ACC_ROUTING] = sum(r.metrics["routed_home"] for r in results) / total
+    record = {M.ACC_SYSTEM: sum(r.metrics[M.SYSTEM_CORRECT] for r in results) / total}
+    if all(M.ROUTED_HOME in r.metrics for r in results):
+        record[M.ACC_ROUTING] = sum(r.metrics[M.ROUTED_HOME] for r in results) / total
     return record

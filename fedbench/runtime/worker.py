@@ -15,6 +15,7 @@ from typing import Callable, Iterator, TypeVar
 import torch
 
 from fedbench.algorithms import make_algorithm
+from fedbench.core import metrics as M
 from fedbench.core.runspec import RunSpec
 from fedbench.core.types import ClientResult, ClientState, Payload, RoundContext, derive_seed
 from fedbench.data import BaseDataset, normalization_values
@@ -81,18 +82,19 @@ class ClientWorker:
         metrics, seconds = self._job(
             "evaluate", round, client_id, lambda data, ctx: self.algorithm.client_evaluate(payload, state, data, ctx)
         )
-        return ClientResult(client_id, {}, {**metrics, "train_samples": float(len(self.scenario.view(round, client_id).train))}, seconds)
+        train_samples = float(len(self.scenario.view(round, client_id).train))
+        return ClientResult(client_id, Payload(), {**metrics, M.TRAIN_SAMPLES: train_samples}, seconds)
 
     def predict(self, round: int, client_id: int, bundle: Payload, state: ClientState) -> ClientResult:
         """System accuracy's share of this client: its test split answered by every client's model (004 Sec. 5)."""
-        models = unbundle(bundle)
+        models, owners = unbundle(bundle)
 
         def count(data: ClientData, ctx: RoundContext) -> dict[str, float]:
             outputs = [self.algorithm.client_predict(payload, state, data, ctx) for payload in models]
-            return system_counts(outputs, bundle["owners"], data.test_y.numpy(), client_id, ctx.num_classes)
+            return system_counts(outputs, owners, data.test_y.numpy(), client_id, ctx.num_classes)
 
         metrics, seconds = self._job("predict", round, client_id, count)
-        return ClientResult(client_id, {}, metrics, seconds)
+        return ClientResult(client_id, Payload(), metrics, seconds)
 
     def describe(self, round: int, test_id: int, payload: Payload, state: ClientState) -> ClientResult:
         """A test-time client's uplink for `assign` (FEROMA's label-free profile)."""
@@ -106,7 +108,7 @@ class ClientWorker:
         metrics, seconds = self._job(
             "test", round, test_id, lambda data, ctx: self.algorithm.client_evaluate(payload, {}, data, ctx), test_time=True
         )
-        return ClientResult(test_id, {}, metrics, seconds)
+        return ClientResult(test_id, Payload(), metrics, seconds)
 
     def _job(
         self, purpose: str, round: int, client_id: int, call: Callable[[ClientData, RoundContext], T], test_time: bool = False

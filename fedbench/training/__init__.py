@@ -1,4 +1,4 @@
-"""The one local-training loop, evaluation helpers, and moving weights between models and Payloads."""
+"""The one local-training loop, evaluation helpers, and moving weights between models and numpy arrays."""
 
 from fedbench.training.client_data import ClientData, materialize
 from fedbench.training.loop import TrainHooks, evaluate, predict, train_local

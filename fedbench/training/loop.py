@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from fedbench.core import metrics as M
 from fedbench.core.errors import ClientDivergedError
 from fedbench.core.types import OptimizerSpec, RoundContext
 from fedbench.training.client_data import ClientData
@@ -117,7 +118,7 @@ def train_local(model: nn.Module, data: ClientData, ctx: RoundContext, hooks: Tr
         optimizer.step()
         total_loss += value
         steps += 1
-    return {"train_loss": total_loss / max(steps, 1), "train_steps": float(steps), "train_samples": float(data.num_train)}
+    return {M.TRAIN_LOSS: total_loss / max(steps, 1), M.TRAIN_STEPS: float(steps), M.TRAIN_SAMPLES: float(data.num_train)}
 
 
 @torch.no_grad()
@@ -152,4 +153,4 @@ def evaluate(
         loss_sum += F.cross_entropy(logits, yb, reduction="sum").item()
         correct += (logits.argmax(dim=1) == yb).sum().item()
     n = data.num_test
-    return {"accuracy": correct / n if n else float("nan"), "loss": loss_sum / n if n else float("nan"), "test_samples": float(n)}
+    return {M.ACCURACY: correct / n if n else float("nan"), M.LOSS: loss_sum / n if n else float("nan"), M.TEST_SAMPLES: float(n)}

@@ -16,8 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fedbench.algorithms.base import ModelBuilder
-from fedbench.algorithms.conditional import Conditional, ConditionalConfig, data_key, with_cond
+from fedbench.algorithms.base import SAMPLES, ModelBuilder
+from fedbench.algorithms.conditional import POOL, Conditional, ConditionalConfig, data_key, with_cond
 from fedbench.algorithms.conditional_stats import (
     client_statistics,
     encode_all,
@@ -31,7 +31,7 @@ from fedbench.config.task import resolve_run
 from fedbench.core import metrics as M
 from fedbench.core.errors import ConfigError
 from fedbench.core.registry import MODELS
-from fedbench.core.types import ClientResult, LocalTraining, OptimizerSpec, RoundContext
+from fedbench.core.types import WEIGHTS, ClientResult, LocalTraining, OptimizerSpec, RoundContext
 from fedbench.models.base import FedModel
 from fedbench.runtime import run_spec
 from fedbench.data import load_dataset
@@ -161,7 +161,7 @@ def test_models_without_cond_dim_and_bad_values_are_refused():
         Conditional(ConditionalConfig(), ModelBuilder("cnn_mnist", (1, 28, 28), 10, (("cond_dim", 16),)), 2, 0)
     with pytest.raises(ConfigError, match="algorithm.feature_map"):
         conditional("cnn_mnist", (784,), feature_map="random_conv")  # the encoder needs images
-    with pytest.raises(ConfigError, match="algorithm.num_eigenvalues"):
+    with pytest.raises(ConfigError, match="^num_eigenvalues: "):
         ConditionalConfig(num_eigenvalues=0)
 
 
@@ -188,12 +188,12 @@ def test_uplink_is_fedavgs_for_the_same_model_and_carries_no_statistics():
     cond = conditional()
     up, state, _ = cond.client_update(cond.init_state()["global"], {}, client, ctx_for(0))
     model = cond.builder()
-    assert set(up) == set(get_weights(model)) | {"num_samples"}
-    assert all(up[k].shape == v.shape for k, v in get_weights(model).items())
-    assert not any(v.shape == state["stats"].shape and np.allclose(v, state["stats"]) for v in up.values())
+    assert set(up.sections) == {WEIGHTS, SAMPLES} and set(up.weights) == set(get_weights(model))
+    assert all(up.weights[k].shape == v.shape for k, v in get_weights(model).items())
+    assert not any(v.shape == state["stats"].shape and np.allclose(v, state["stats"]) for v in up.arrays())
     plain = FedAvg(FedAvg.Config(), ModelBuilder("cnn_mnist", (1, 28, 28), 10), 2, 0)
     base, _, _ = plain.client_update(plain.init_state()["global"], {}, client, ctx_for(0))
-    extra = sum(v.nbytes for v in up.values()) - sum(v.nbytes for v in base.values())
+    extra = up.nbytes - base.nbytes
     assert extra == 32 * 128 * 4  # only the first FC layer's 32 extra input columns (001 Sec. III-B)
 
 
@@ -239,7 +239,7 @@ def test_the_model_uses_the_statistics_where_the_same_image_has_different_labels
     clients = conflicting_clients()
     alg = conditional("cond_mlp", (1, 28, 28), centralized_pool=True, training=LocalTraining(1, 32, OptimizerSpec(lr=0.05, momentum=0.9)))
     state, client_states = train(alg, clients, rounds=10, epochs=1)
-    model = alg.model_with(state["global"])
+    model = alg.model_with(state["global"].weights)
     stats = [torch.from_numpy(s["stats"]) for s in client_states]
     assert (stats[0] - stats[1]).norm() > 1.0
     scores = []
@@ -283,16 +283,16 @@ def test_pooled_protocol_uploads_each_clients_rows_once_and_steps_on_their_union
 
     state, client_states = alg.init_state(), [{}, {}]
     for r in (1, 2):
-        expected = one_step(state["global"])
+        expected = one_step(state["global"].weights)
         state, uplinks = pooled_round(alg, state, small, client_states, r)
         for name in expected:
-            assert np.allclose(state["global"][name], expected[name], atol=1e-6), (r, name)
+            assert np.allclose(state["global"].weights[name], expected[name], atol=1e-6), (r, name)
         if r == 1:
-            assert [up["pool_x"].shape for up in uplinks] == [(12, 1, 28, 28)] * 2
-            assert all(np.array_equal(up["stats"], s.numpy()) for up, s in zip(uplinks, stats))
+            assert [up[POOL]["x"].shape for up in uplinks] == [(12, 1, 28, 28)] * 2
+            assert all(np.array_equal(up[POOL]["stats"], s.numpy()) for up, s in zip(uplinks, stats))
         else:  # the server holds both clients' current rows: only the sample counts travel
-            assert [sorted(up) for up in uplinks] == [["num_samples"]] * 2
-        assert math.isfinite(state["round_metrics"][M.TRAIN_LOSS_MEAN])
+            assert [sorted(up.sections) for up in uplinks] == [[SAMPLES]] * 2
+        assert math.isfinite(alg.round_metrics(state)[M.TRAIN_LOSS_MEAN])
 
 
 def test_a_client_whose_data_changed_uploads_again_and_replaces_its_rows():
@@ -303,7 +303,7 @@ def test_a_client_whose_data_changed_uploads_again_and_replaces_its_rows():
     state, _ = pooled_round(alg, state, [first_rows(c, 10) for c in clients[:2]], client_states, 1)
     drifted = [first_rows(clients[0], 10), first_rows(clients[1], 20)]  # client 1's next stage holds 20 rows
     state, uplinks = pooled_round(alg, state, drifted, client_states, 2)
-    assert "pool_x" not in uplinks[0] and uplinks[1]["pool_x"].shape[0] == 20
+    assert POOL not in uplinks[0] and uplinks[1][POOL]["x"].shape[0] == 20
     assert [len(state["pool"][c]["y"]) for c in (0, 1)] == [10, 20]
 
 

@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 import torch
 
-from fedbench.algorithms.base import make_algorithm
-from fedbench.algorithms.feddrm import LOG_PI, ROUTE_COUNTS, FedDRM
+from fedbench.algorithms.base import counted, make_algorithm
+from fedbench.algorithms.feddrm import HEAD, ROUTES, ROUTING, FedDRM, local_part, shared_part
 from fedbench.core import metrics as M
 from fedbench.core.errors import ConfigError
-from fedbench.core.types import ClientResult, OptimizerSpec, RoundContext
+from fedbench.core.types import ClientResult, OptimizerSpec, Payload, RoundContext
 from fedbench.runtime import run_spec
 from fedbench.runtime.worker import torch_job_scope
 from fedbench.training import ClientData, materialize
@@ -76,7 +76,7 @@ def test_loss_is_lam_class_ce_plus_one_minus_lam_client_ce():
     for lam in (0.8, 0.3):
         alg = algorithm(num_clients=3, lam=lam)
         payload = alg.init_state()["global"]
-        model = alg.model_with({**payload, **alg.initial_head()})
+        model = alg.model_with({**payload.weights, **alg.initial_head()})
         with torch.no_grad():
             z, k = model.both(data.train_batch(torch.arange(4))[0])
         class_ce = (torch.logsumexp(z, dim=1) - z[torch.arange(4), y]).mean()
@@ -89,19 +89,21 @@ def test_loss_is_lam_class_ce_plus_one_minus_lam_client_ce():
 def test_only_the_final_target_layer_stays_local():
     alg = algorithm(num_clients=2)
     state = alg.init_state()
-    assert not any(k.startswith("head.") for k in state["global"])
-    assert any(k.startswith("client_head.") for k in state["global"])
-    initial = {**state["global"], **alg.initial_head()}
-    uplinks = [{k: v + shift for k, v in initial.items()} for shift in (1.0, 5.0)]
-    results = [ClientResult(cid, {**u, "num_samples": np.array([n])}) for cid, u, n in zip((0, 1), uplinks, (1, 3))]
+    shared = state["global"].weights
+    assert not any(k.startswith("head.") for k in shared)
+    assert any(k.startswith("client_head.") for k in shared)
+    initial = {**shared, **alg.initial_head()}
+    models = [{k: v + shift for k, v in initial.items()} for shift in (1.0, 5.0)]
+    results = [ClientResult(cid, counted(shared_part(m), n, {HEAD: local_part(m)}))
+               for cid, m, n in zip((0, 1), models, (1, 3))]
     state = alg.aggregate(1, state, results)
-    for k, v in state["global"].items():  # weighted by n_i / sum n: (1 * 1 + 3 * 5) / 4 = 4
+    for k, v in state["global"].weights.items():  # weighted by n_i / sum n: (1 * 1 + 3 * 5) / 4 = 4
         np.testing.assert_allclose(v, initial[k] + 4.0, rtol=1e-6)
     payloads = alg.evaluation_payloads(state, [0, 1])
     for cid, shift in ((0, 1.0), (1, 5.0)):
-        np.testing.assert_allclose(payloads[cid]["head.weight"], initial["head.weight"] + shift, rtol=1e-6)
-        assert all(payloads[cid][k] is state["global"][k] for k in state["global"])
-    np.testing.assert_allclose(payloads[0][LOG_PI], np.log([0.25, 0.75]), rtol=1e-6)
+        np.testing.assert_allclose(payloads[cid].weights["head.weight"], initial["head.weight"] + shift, rtol=1e-6)
+        assert all(payloads[cid].weights[k] is v for k, v in state["global"].weights.items())
+    np.testing.assert_allclose(payloads[0][ROUTING]["log_pi"], np.log([0.25, 0.75]), rtol=1e-6)
 
 
 def test_client_keeps_its_head_across_rounds_and_uploads_it():
@@ -109,12 +111,12 @@ def test_client_keeps_its_head_across_rounds_and_uploads_it():
     data, scenario = make({"partition": "iid", "num_clients": 2}, dataset="digits")
     client = materialize(data, scenario.view(1, 1), scenario.input_shape)
     downlink = alg.configure(1, alg.init_state(), [0, 1])[1]
-    assert not any(k.startswith("head.") for k in downlink)
+    assert not any(k.startswith("head.") for k in downlink.weights)
     uplink, state, _ = alg.client_update(downlink, {}, client, context(1))
-    assert all(np.array_equal(state["head"][k], uplink[k]) for k in ("head.weight", "head.bias"))
-    assert not np.array_equal(uplink["head.weight"], alg.initial_head()["head.weight"])
+    assert all(np.array_equal(state["head"][k], uplink[HEAD][k]) for k in ("head.weight", "head.bias"))
+    assert not np.array_equal(uplink[HEAD]["head.weight"], alg.initial_head()["head.weight"])
     again, _, _ = alg.client_update(downlink, state, client, context(1, round=2, lr=0.0))
-    assert np.array_equal(again["head.weight"], state["head"]["head.weight"])  # lr 0: starts from its own head
+    assert np.array_equal(again[HEAD]["head.weight"], state["head"]["head.weight"])  # lr 0: starts from its own head
 
 
 def test_shares_of_clients_not_heard_from_are_the_mean():
@@ -132,11 +134,12 @@ def test_routing_is_learned_and_lam_one_leaves_the_client_path_untrained():
     routed = {}
     for lam in (0.8, 1.0):
         alg = algorithm(3, lam=lam)
-        initial = alg.init_state()["global"]
+        initial = alg.init_state()["global"].weights
         state = run_rounds(alg, clients, rounds=12, weight_decay=5e-4)
         system, routed[lam] = system_and_routing(alg, state, clients)
-        unchanged = [np.array_equal(v, initial[k]) for k, v in state["global"].items() if k.startswith("client_head.")]
-        assert not np.array_equal(state["global"]["body.0.weight"], initial["body.0.weight"])
+        shared = state["global"].weights
+        unchanged = [np.array_equal(v, initial[k]) for k, v in shared.items() if k.startswith("client_head.")]
+        assert not np.array_equal(shared["body.0.weight"], initial["body.0.weight"])
         if lam == 1.0:
             assert all(unchanged)  # no gradient and no weight decay: the client path is not in the objective
         else:
@@ -150,11 +153,12 @@ def test_test_clients_get_the_model_their_samples_route_to():
     state = alg.init_state()
     state["heads"][2] = {k: v + 1.0 for k, v in state["heads"][2].items()}
     request = alg.describe_payloads(state, [0])[0]
-    assert LOG_PI in request and not any(k.startswith("head.") for k in request)
-    descriptions = {0: {ROUTE_COUNTS: np.array([1, 0, 5])}, 1: {ROUTE_COUNTS: np.array([2, 2, 0])}}
+    assert ROUTING in request and not any(k.startswith("head.") for k in request.weights)
+    descriptions = {0: Payload(extras={ROUTES: {"counts": np.array([1, 0, 5])}}),
+                    1: Payload(extras={ROUTES: {"counts": np.array([2, 2, 0])}})}
     assignment = alg.assign(state, descriptions)
     assert assignment.matched == {0: 2, 1: 0}  # a tie goes to the smallest client id
-    assert np.array_equal(assignment.payloads[0]["head.weight"], state["heads"][2]["head.weight"])
+    assert np.array_equal(assignment.payloads[0].weights["head.weight"], state["heads"][2]["head.weight"])
 
 
 def test_client_describe_counts_routes_without_labels():
@@ -162,7 +166,7 @@ def test_client_describe_counts_routes_without_labels():
     state = alg.init_state()
     data, scenario = make({"partition": "iid", "num_clients": 3}, dataset="digits")
     client = materialize(data, scenario.view(1, 0), scenario.input_shape)
-    counts = alg.client_describe(alg.describe_payloads(state, [0])[0], client, context(0))[ROUTE_COUNTS]
+    counts = alg.client_describe(alg.describe_payloads(state, [0])[0], client, context(0))[ROUTES]["counts"]
     assert counts.shape == (3,) and counts.sum() == client.num_test
 
 

@@ -53,20 +53,20 @@ def update(algorithm: dict):
     alg, client, ctx = client_setup(algorithm)
     state = alg.init_state()
     uplink, _, _ = alg.client_update(state["global"], {}, client, ctx)
-    return state["global"], uplink
+    return state["global"].weights, uplink
 
 
 def test_mu_zero_is_fedavg_bit_for_bit():
     _, prox = update({"name": "fedprox", "mu": 0.0})
     _, avg = update({"name": "fedavg"})
-    assert prox.keys() == avg.keys()
-    assert all(np.array_equal(prox[k], avg[k]) for k in avg)
+    assert prox.sections.keys() == avg.sections.keys()
+    assert all(np.array_equal(prox[s][k], avg[s][k]) for s in avg.sections for k in avg[s])
 
 
 def test_larger_mu_keeps_the_local_model_closer_to_the_global_one():
     def distance(mu: float) -> float:
         start, uplink = update({"name": "fedprox", "mu": mu})
-        return float(sum(((uplink[k] - start[k]) ** 2).sum() for k in start))
+        return float(sum(((uplink.weights[k] - start[k]) ** 2).sum() for k in start))
 
     free, pulled = distance(0.0), distance(1.0)
     assert pulled < 0.5 * free

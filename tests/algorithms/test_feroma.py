@@ -12,6 +12,7 @@ from fedbench.algorithms.base import ModelBuilder
 from fedbench.algorithms.feroma import (
     CONDITIONAL,
     EXTRACTOR,
+    FULL,
     MARGINAL,
     PROFILE,
     Feroma,
@@ -21,7 +22,7 @@ from fedbench.algorithms.feroma import (
 from fedbench.config.task import resolve_run
 from fedbench.core import metrics as M
 from fedbench.core.errors import ConfigError
-from fedbench.core.types import ClientResult, OptimizerSpec, RoundContext, payload_nbytes
+from fedbench.core.types import WEIGHTS, ClientResult, OptimizerSpec, Payload, RoundContext
 from fedbench.runtime import run_spec
 from fedbench.training import ClientData
 from tests.conftest import tiny_spec
@@ -64,7 +65,7 @@ def frozen_state(alg: Feroma, groups: dict[int, str]) -> dict:
 def test_warmup_end_freezes_the_global_model_and_a_box_from_the_clients_maxima():
     alg = algorithm()
     state = frozen_state(alg, {0: "A", 1: "B"})
-    assert state["extractor"] is state["global"]
+    assert state["extractor"] is state["global"].weights
     lower, upper = state["bounds"]
     assert lower == 0.0  # the inputs are non-negative
     x_max = max(float(client_data(g, seed=c).train_x.max()) for c, g in {0: "A", 1: "B"}.items())
@@ -82,12 +83,12 @@ def test_profile_has_2c_plus_2c2_values_and_costs_under_one_percent_of_a_lenet5_
     uplink, _, _ = alg.client_update(state["global"], {}, data, ctx(1))
     state = alg.aggregate(1, state, [ClientResult(0, uplink)])
     first, client_state, metrics = alg.client_update(alg.configure(2, state, [0])[0], {}, data, ctx(2))
-    assert set(first) == {PROFILE} and np.isnan(metrics["train_loss"])  # round W+1 only profiles
+    assert set(first.sections) == {PROFILE} and np.isnan(metrics["train_loss"])  # round W+1 only profiles
     state = alg.aggregate(2, state, [ClientResult(0, first)])
     uplink, _, _ = alg.client_update(alg.configure(3, state, [0])[0], client_state, data, ctx(3))
-    assert uplink[PROFILE].shape == (2 * 10 + 2 * 10**2,) and uplink[PROFILE].dtype == np.float32
-    model = {k: v for k, v in uplink.items() if k not in (PROFILE, "num_samples")}
-    overhead = (payload_nbytes(uplink) - payload_nbytes(model)) / payload_nbytes(model)
+    profile = uplink[PROFILE][FULL]
+    assert profile.shape == (2 * 10 + 2 * 10**2,) and profile.dtype == np.float32
+    overhead = (uplink.nbytes - Payload(uplink.weights).nbytes) / Payload(uplink.weights).nbytes
     assert overhead < 0.01
 
 
@@ -197,19 +198,20 @@ def test_drifted_client_gets_the_model_trained_on_its_new_distribution():
         uplink, client_states[cid], _ = alg.client_update(intro[cid], {}, client_data(group, seed=cid), ctx(2, cid))
         results.append(ClientResult(cid, uplink))
     state = alg.aggregate(2, state, results)
-    assert state["round_metrics"] == {"feroma_clustered": 0.0, "feroma_personalized": 0.0, "feroma_global": 3.0}
+    assert alg.round_metrics(state) == {"feroma_clustered": 0.0, "feroma_personalized": 0.0, "feroma_global": 3.0}
     payloads = alg.configure(3, state, [0, 1, 2])
-    assert not any(k.startswith(EXTRACTOR) for k in payloads[0])  # the extractor is sent once
+    assert EXTRACTOR not in payloads[0]  # the extractor is sent once
     results = []
     for cid, group in groups_now.items():
         uplink, _, _ = alg.client_update(payloads[cid], client_states[cid], client_data(group, seed=10 + cid), ctx(3, cid))
         fill = 1.0 if groups_before[cid] == "A" else 0.0  # mark each returned model by the data it trained on
-        uplink.update({k: np.full_like(v, fill) for k, v in uplink.items() if k.startswith(("body", "head"))})
+        uplink = uplink.replace({WEIGHTS: {k: np.full_like(v, fill) for k, v in uplink.weights.items()}})
         results.append(ClientResult(cid, uplink))
     state = alg.aggregate(3, state, results)
-    assert (state["personal"][2]["head.weight"] == 1.0).all()  # client 0's model
-    assert (state["personal"][1]["head.weight"] == 0.0).all()  # the B models
-    assert state["round_metrics"]["feroma_personalized"] == 2.0 and state["round_metrics"]["feroma_clustered"] == 1.0
+    assert (state["personal"][2].weights["head.weight"] == 1.0).all()  # client 0's model
+    assert (state["personal"][1].weights["head.weight"] == 0.0).all()  # the B models
+    metrics = alg.round_metrics(state)
+    assert metrics["feroma_personalized"] == 2.0 and metrics["feroma_clustered"] == 1.0
     assert alg.evaluation_payloads(state, [2])[2] is state["personal"][2]
 
 
@@ -221,12 +223,13 @@ def test_assign_gives_the_model_of_the_nearest_profile_on_the_parts_sent():
     pa = np.r_[marginal, np.full(2 * CLASSES * k, 1.0)]
     pb = np.r_[marginal + 5.0, np.full(2 * CLASSES * k, 1.0)]
     pc = np.r_[marginal, np.full(2 * CLASSES * k, -1.0)]  # same marginal as a, other conditional part
-    models = {j: {"head.weight": np.full((1,), float(j))} for j in range(3)}
-    state = {"global": {}, "scaler": None, "trained": {0: (pa, models[0]), 1: (pb, models[1]), 2: (pc, models[2])}}
+    models = {j: Payload({"head.weight": np.full((1,), float(j))}) for j in range(3)}
+    state = {"global": Payload(), "scaler": None, "trained": {0: (pa, models[0]), 1: (pb, models[1]), 2: (pc, models[2])}}
     descriptions = {
-        10: {MARGINAL: (marginal + 4.5).astype(np.float32)},
-        11: {MARGINAL: marginal.astype(np.float32), CONDITIONAL: np.full(2 * CLASSES * k, -0.9, dtype=np.float32)},
-        12: {},
+        10: Payload(extras={PROFILE: {MARGINAL: (marginal + 4.5).astype(np.float32)}}),
+        11: Payload(extras={PROFILE: {MARGINAL: marginal.astype(np.float32),
+                                      CONDITIONAL: np.full(2 * CLASSES * k, -0.9, dtype=np.float32)}}),
+        12: Payload(),
     }
     out = alg.assign(state, descriptions)
     assert out.matched == {10: 1, 11: 2}
@@ -242,17 +245,18 @@ def test_client_describe_profiles_test_inputs_without_their_labels_and_labelled_
                           data.train_source_y[:0], data.test_source_y)
     plain = alg.client_describe(request, ClientData(data.train_x[:0], data.train_y[:0], data.test_x, data.test_y,
                                                     data.train_source_y[:0], data.test_source_y), ctx(5))
-    assert set(plain) == {MARGINAL} and plain[MARGINAL].shape == (2 * CLASSES,)
-    np.testing.assert_array_equal(alg.client_describe(request, shuffled, ctx(5))[MARGINAL], plain[MARGINAL])
+    assert set(plain.sections) == {PROFILE} and set(plain[PROFILE]) == {MARGINAL}
+    assert plain[PROFILE][MARGINAL].shape == (2 * CLASSES,)
+    np.testing.assert_array_equal(alg.client_describe(request, shuffled, ctx(5))[PROFILE][MARGINAL], plain[PROFILE][MARGINAL])
     labelled = alg.client_describe(request, data, ctx(5))
-    assert labelled[CONDITIONAL].shape == (2 * CLASSES * CLASSES,)
+    assert labelled[PROFILE][CONDITIONAL].shape == (2 * CLASSES * CLASSES,)
 
 
 # -- configuration and whole runs -----------------------------------------------------------------------
 @pytest.mark.parametrize("field, value", [("warmup_rounds", 0), ("masks", 0), ("mask_prob", 0.0), ("epsilon", -1.0),
                                           ("tau", 1.5), ("bound_margin", 0.9), ("pca_points", 1)])
 def test_bad_config_values_are_refused(field, value):
-    with pytest.raises(ConfigError, match=f"algorithm.{field}"):
+    with pytest.raises(ConfigError, match=f"^{field}: "):
         FeromaConfig(**{field: value})
 
 

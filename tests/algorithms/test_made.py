@@ -8,12 +8,11 @@ import pytest
 import torch
 
 from fedbench.algorithms import made as made_module
-from fedbench.algorithms.base import ModelBuilder
-from fedbench.algorithms.base import NUM_SAMPLES as COUNT
-from fedbench.algorithms.made import FINAL_PREFIX, MADE_PREFIX, MADEReweighting, unprefixed
+from fedbench.algorithms.base import ModelBuilder, counted
+from fedbench.algorithms.made import DENSITY, MADEReweighting
 from fedbench.core import metrics as M
 from fedbench.core.errors import ConfigError
-from fedbench.core.types import ClientResult, OptimizerSpec, RoundContext
+from fedbench.core.types import WEIGHTS, ClientResult, OptimizerSpec, RoundContext
 from fedbench.data import load_dataset
 from fedbench.models import build_model, count_parameters
 from fedbench.runtime import run_spec
@@ -121,27 +120,29 @@ def test_payloads_of_the_two_phases():
     alg = make(density_rounds=2)
     state = alg.init_state()
     down = alg.configure(1, state, [0, 1])
-    assert down[0] is down[1] and all(k.startswith(MADE_PREFIX) for k in down[0])
+    assert down[0] is down[1] and set(down[0].sections) == {WEIGHTS}  # the MADE is the model being federated
     # FedAvg of the MADE, weighted by sample counts
-    made = unprefixed(MADE_PREFIX, down[0])
-    ups = [ClientResult(cid, {**{MADE_PREFIX + k: np.full_like(v, cid + 1.0) for k, v in made.items()},
-                              COUNT: np.array([n])}, {"train_loss": 0.5}) for cid, n in ((0, 1), (1, 3))]
+    made = down[0].weights
+    ups = [ClientResult(cid, counted({k: np.full_like(v, cid + 1.0) for k, v in made.items()}, n), {M.TRAIN_LOSS: 0.5})
+           for cid, n in ((0, 1), (1, 3))]
     state = alg.aggregate(1, state, ups)
     assert all(np.allclose(v, 1.75) for v in state["made"].values())
     # after the phase: the task model to everyone, the final MADE only to clients that have not had it
-    task = set(state["global"])
+    task = set(state["global"].weights)
     first = alg.configure(3, state, [0, 1])
-    assert set(first[0]) == task | {FINAL_PREFIX + k for k in made}
-    uplinks = [ClientResult(0, {**state["global"], COUNT: np.array([5])}, {"train_loss": 1.0})]
+    assert set(first[0].sections) == {WEIGHTS, DENSITY}
+    assert set(first[0].weights) == task and set(first[0][DENSITY]) == set(made)
+    uplinks = [ClientResult(0, counted(state["global"].weights, 5), {M.TRAIN_LOSS: 1.0})]
     state = alg.aggregate(3, state, uplinks)
     later = alg.configure(4, state, [0, 1])
-    assert set(later[0]) == task and set(later[1]) == set(first[1])
+    assert set(later[0].sections) == {WEIGHTS} and set(later[0].weights) == task
+    assert set(later[1].sections) == set(first[1].sections)
 
 
 def test_config_is_validated():
-    with pytest.raises(ConfigError, match="algorithm.density_rounds"):
+    with pytest.raises(ConfigError, match="^density_rounds: "):
         MADEReweighting.Config(density_rounds=0)
-    with pytest.raises(ConfigError, match="algorithm.made_hidden"):
+    with pytest.raises(ConfigError, match="^made_hidden: "):
         MADEReweighting.Config(made_hidden=())
 
 

@@ -10,7 +10,7 @@ from fedbench.algorithms.base import ModelBuilder
 from fedbench.algorithms.fedavg import FedAvg
 from fedbench.algorithms.moon import MOON, PREVIOUS, ContrastiveHooks, model_contrastive_loss
 from fedbench.core.errors import ConfigError
-from fedbench.core.types import OptimizerSpec, RoundContext
+from fedbench.core.types import OptimizerSpec, Payload, RoundContext
 from fedbench.data import load_dataset
 from fedbench.models import build_model
 from fedbench.runtime import run_spec
@@ -90,16 +90,16 @@ def ctx(round=2):
 def test_mu_zero_is_fedavg_bit_for_bit_and_mu_one_is_not():
     data = digits_client()
     fedavg, moon0, moon1 = make(FedAvg), make(MOON, mu=0.0), make(MOON, mu=1.0)
-    payload = get_weights(fedavg.builder.initial(0))
+    payload = Payload(get_weights(fedavg.builder.initial(0)))
     other = fedavg.builder()
     previous = get_weights(other)  # a previous local model unlike the global one: l_con has a real gradient
     reference, _, _ = fedavg.client_update(payload, {}, data, ctx())
     zero, state, _ = moon0.client_update(payload, {PREVIOUS: previous}, data, ctx())
     one, _, _ = moon1.client_update(payload, {PREVIOUS: previous}, data, ctx())
-    assert all(np.array_equal(reference[k], zero[k]) for k in reference)
-    assert not all(np.array_equal(reference[k], one[k]) for k in reference)
+    assert all(np.array_equal(reference.weights[k], zero.weights[k]) for k in reference.weights)
+    assert not all(np.array_equal(reference.weights[k], one.weights[k]) for k in reference.weights)
     # the new previous model is the locally trained one
-    assert all(np.array_equal(state[PREVIOUS][k], zero[k]) for k in state[PREVIOUS])
+    assert all(np.array_equal(state[PREVIOUS][k], zero.weights[k]) for k in state[PREVIOUS])
 
 
 def test_previous_model_moves_the_update_away_from_itself():
@@ -107,9 +107,9 @@ def test_previous_model_moves_the_update_away_from_itself():
     than FedAvg's does: the term does what it is for."""
     data = digits_client()
     fedavg, moon = make(FedAvg), make(MOON, mu=5.0)
-    payload = get_weights(fedavg.builder.initial(0))
+    payload = Payload(get_weights(fedavg.builder.initial(0)))
     prev_model = fedavg.builder()
-    set_weights(prev_model, payload)
+    set_weights(prev_model, payload.weights)
     with torch.no_grad():
         for p in prev_model.parameters():
             p.add_(0.3 * torch.randn_like(p))
@@ -118,9 +118,9 @@ def test_previous_model_moves_the_update_away_from_itself():
     contrast, _, _ = moon.client_update(payload, {PREVIOUS: previous}, data, ctx())
     x, _ = data.train_batch(torch.arange(data.num_train))
 
-    def mean_cos(weights, ref):
+    def mean_cos(uplink, ref):
         model = fedavg.builder()
-        set_weights(model, {k: v for k, v in weights.items() if k != "num_samples"})
+        set_weights(model, uplink.weights)
         with torch.no_grad():
             return torch.nn.functional.cosine_similarity(model.represent(x), ref.represent(x), dim=1).mean().item()
 
@@ -128,9 +128,9 @@ def test_previous_model_moves_the_update_away_from_itself():
 
 
 def test_config_rejects_bad_values():
-    with pytest.raises(ConfigError, match="algorithm.tau"):
+    with pytest.raises(ConfigError, match="^tau: "):
         MOON.Config(tau=0.0)
-    with pytest.raises(ConfigError, match="algorithm.mu"):
+    with pytest.raises(ConfigError, match="^mu: "):
         MOON.Config(mu=-1.0)
 
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fedbench.algorithms.base import ModelBuilder
+from fedbench.algorithms.base import SAMPLES, ModelBuilder
 from fedbench.algorithms.oracle import CLUSTER, Oracle
 from fedbench.config.task import resolve_run
 from fedbench.core import metrics as M
-from fedbench.core.types import ClientResult, OptimizerSpec, RoundContext
+from fedbench.core.types import WEIGHTS, ClientResult, OptimizerSpec, Payload, RoundContext
 from fedbench.runtime import run_spec
 from fedbench.training import average_weights, materialize
 from tests.scenarios.helpers import make
@@ -50,14 +50,16 @@ def test_clients_of_a_cluster_share_one_model_and_clusters_differ():
     # Round 1: everyone starts from the initial model; round 2: each client gets its cluster's model.
     models = alg.evaluation_payloads(state, [0, 1, 2, 3])
     assert models[0] is models[1] and models[2] is models[3]
-    assert not np.allclose(models[0]["head.weight"], models[2]["head.weight"])
+    assert not np.allclose(models[0].weights["head.weight"], models[2].weights["head.weight"])
     # A cluster's model is FedAvg over exactly its members' updates.
     last = uplinks[-1]
-    members = [{k: v for k, v in r.uplink.items() if k not in ("num_samples", CLUSTER)} for r in last[:2]]
-    expected = average_weights(members, [int(r.uplink["num_samples"][0]) for r in last[:2]])
-    assert all(np.array_equal(models[0][k], expected[k]) for k in expected)
+    members = [r.uplink.weights for r in last[:2]]
+    expected = average_weights(members, [int(r.uplink[SAMPLES]["n"][0]) for r in last[:2]])
+    assert all(np.array_equal(models[0].weights[k], expected[k]) for k in expected)
     # The uplink is FedAvg's plus the one-int cluster id.
-    assert [int(r.uplink[CLUSTER][0]) for r in last] == ids and last[0].uplink[CLUSTER].nbytes == 8
+    assert set(last[0].uplink.sections) == {WEIGHTS, SAMPLES, CLUSTER}
+    assert [int(r.uplink[CLUSTER]["id"][0]) for r in last] == ids
+    assert Payload(extras={CLUSTER: last[0].uplink[CLUSTER]}).nbytes == 8
 
 
 def test_first_round_sends_the_initial_model_to_everyone():
@@ -71,7 +73,8 @@ def test_test_clients_get_their_clusters_model_and_unseen_ones_the_initial_model
     clients, ids = label_shift_clients()
     alg = oracle()
     state, _ = play(alg, clients, ids, rounds=1)
-    descriptions = {0: alg.client_describe({}, clients[3], ctx_for(0, 1)), 1: alg.client_describe({}, clients[0], ctx_for(1, 7))}
+    descriptions = {0: alg.client_describe(Payload(), clients[3], ctx_for(0, 1)),
+                    1: alg.client_describe(Payload(), clients[0], ctx_for(1, 7))}
     assignment = alg.assign(state, descriptions)
     assert assignment.payloads[0] is state["models"][1] and assignment.matched == {0: 2}
     assert assignment.payloads[1] is state["initial"]

@@ -4,7 +4,11 @@ import os
 
 import pytest
 
+from fedbench.algorithms import make_algorithm
+from fedbench.data import load_dataset
 from fedbench.runtime import Federation
+from fedbench.runtime.state_store import StateStore
+from fedbench.scenarios import build_scenario
 from tests.conftest import tiny_spec
 
 pytestmark = pytest.mark.ray
@@ -60,3 +64,23 @@ def test_a_shared_pool_serves_consecutive_runs_with_the_same_numbers(ray_session
         pool.close()
     fresh = Federation(spec).run()
     assert deterministic(shared.history) == deterministic(fresh.history)
+
+
+def test_a_payload_shared_by_several_clients_is_put_once(ray_session, monkeypatch):
+    from fedbench.runtime.ray_pool import RayBackend
+
+    spec = tiny_spec(resources={"backend": "ray", "num_workers": 2})
+    dataset = load_dataset("digits")
+    scenario = build_scenario(dataset, spec.scenario, spec.seed, spec.rounds)
+    algorithm = make_algorithm(spec, scenario.input_shape, dataset.num_classes)
+    state = algorithm.init_state()
+    payloads = algorithm.configure(1, state, [0, 1, 2, 3])
+    backend = RayBackend(dataset, scenario, spec)
+    try:
+        put, shipped = ray_session.put, []
+        monkeypatch.setattr(ray_session, "put", lambda value, **kwargs: shipped.append(value) or put(value, **kwargs))
+        results = backend.run("fit", 1, payloads, StateStore())
+    finally:
+        backend.close()
+    assert shipped == [state["global"]]  # one object for the four clients
+    assert [r.client_id for r in results] == [0, 1, 2, 3] and all(r.uplink.weights for r in results)

@@ -3,34 +3,37 @@
 import numpy as np
 
 from fedbench.core import metrics as M
-from fedbench.core.types import ClientResult
+from fedbench.core.types import ClientResult, Payload
 from fedbench.runtime import run_spec
 from fedbench.runtime.system_eval import bundle, system_counts, system_metrics, unbundle
 from tests.conftest import tiny_spec
 
 
 def test_a_bundle_ships_each_distinct_model_once_and_unbundles_to_the_same_arrays():
-    shared = {"w": np.arange(3.0)}
-    own = {"w": np.full(3, 7.0)}
+    shared = Payload({"w": np.arange(3.0)}, {"extra": {"e": np.ones(2)}})
+    own = Payload({"w": np.full(3, 7.0)})
     flat = bundle({0: shared, 1: own, 2: shared})
-    assert flat["owners"].tolist() == [0, 1, 0]
-    models = unbundle(flat)
+    models, owners = unbundle(flat)
+    assert owners.tolist() == [0, 1, 0]
     assert len(models) == 2
-    np.testing.assert_array_equal(models[0]["w"], shared["w"])
-    np.testing.assert_array_equal(models[1]["w"], own["w"])
+    np.testing.assert_array_equal(models[0].weights["w"], shared.weights["w"])
+    np.testing.assert_array_equal(models[0]["extra"]["e"], shared["extra"]["e"])
+    np.testing.assert_array_equal(models[1].weights["w"], own.weights["w"])
+    assert set(models[1].sections) == set(own.sections)
 
 
 def test_an_array_shared_by_several_models_travels_once():
     backbone = np.arange(1000.0)  # FedDRM: one shared part, a target layer of its own per client
-    payloads = {j: {"backbone": backbone, "head": np.full(2, float(j))} for j in range(3)}
+    payloads = {j: Payload({"backbone": backbone, "head": np.full(2, float(j))}) for j in range(3)}
     flat = bundle(payloads)
-    assert sum(v.nbytes for v in flat.values()) < backbone.nbytes + 200
-    models = unbundle(flat)
+    assert flat.nbytes < backbone.nbytes + 200
+    models, _ = unbundle(flat)
     for j, model in enumerate(models):
-        np.testing.assert_array_equal(model["backbone"], backbone)
-        np.testing.assert_array_equal(model["head"], np.full(2, float(j)))
-    equal_but_distinct = bundle({0: {"w": np.zeros(3)}, 1: {"w": np.zeros(3)}})  # only the same object is shared
-    assert {"m0/w", "m1/w"} <= set(equal_but_distinct)
+        np.testing.assert_array_equal(model.weights["backbone"], backbone)
+        np.testing.assert_array_equal(model.weights["head"], np.full(2, float(j)))
+    # only the same object is shared
+    equal_but_distinct = bundle({0: Payload({"w": np.zeros(3)}), 1: Payload({"w": np.zeros(3)})})
+    assert equal_but_distinct.nbytes == 2 * np.zeros(3).nbytes + 2 * 8  # both arrays travel, and 2 owner ids
 
 
 def test_majority_vote_counts_every_owner_and_breaks_ties_to_the_smallest_class():
@@ -50,7 +53,7 @@ def test_a_router_sends_each_sample_to_its_best_scoring_client_whose_model_answe
     outputs = [{"pred": np.array([0, 0, 0]), "route": route}, {"pred": np.array([1, 1, 1]), "route": route}]
     counts = system_counts(outputs, np.array([0, 1]), labels, client_id=0, num_classes=2)
     assert counts == {"system_samples": 3.0, "routed_home": 2.0, "system_correct": 2.0}
-    record = system_metrics([ClientResult(0, {}, counts), ClientResult(1, {}, {**counts, "routed_home": 0.0})])
+    record = system_metrics([ClientResult(0, Payload(), counts), ClientResult(1, Payload(), {**counts, "routed_home": 0.0})])
     assert record == {M.ACC_SYSTEM: 4 / 6, M.ACC_ROUTING: 2 / 6}
 
 

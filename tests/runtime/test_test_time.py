@@ -6,6 +6,7 @@ from fedbench.algorithms import Assignment
 from fedbench.algorithms.fedavg import FedAvg
 from fedbench.core import metrics as M
 from fedbench.core.registry import ALGORITHMS
+from fedbench.core.types import Payload
 from fedbench.runtime import run_spec
 from tests.conftest import TINY, tiny_spec
 
@@ -14,15 +15,15 @@ class Matchmaker(FedAvg):
     """Matches test client t to training client t: the right answer under test-client mode "own"."""
 
     def describe_payloads(self, state, test_clients):
-        return {tid: {"ask": np.zeros(1)} for tid in test_clients}
+        return {tid: Payload(extras={"ask": {"x": np.zeros(1)}}) for tid in test_clients}
 
     def client_describe(self, payload, data, ctx):
         # its training rows are only its labelled samples (2 per class here): a failed check fails the run
         assert 0 < data.num_train <= 2 * ctx.num_classes < data.num_test
-        return {"id": np.array([ctx.client_id])}
+        return Payload(extras={"id": {"id": np.array([ctx.client_id])}})
 
     def assign(self, state, descriptions):
-        matched = {tid: int(d["id"][0]) for tid, d in descriptions.items()}  # own distribution under mode "own"
+        matched = {tid: int(d["id"]["id"][0]) for tid, d in descriptions.items()}  # own distribution under mode "own"
         return Assignment({tid: state["global"] for tid in descriptions}, matched)
 
 
