@@ -24,7 +24,7 @@ import pandas as pd
 from fedbench.core import metrics as M
 from fedbench.core.errors import ConfigError
 from fedbench.tracking.leaderboard import ALIASES, failed_runs, group_and_configuration, read_runs, seed_stats
-from fedbench.tracking.tags import latest_sweep_run
+from fedbench.tracking.sweep_runs import latest_sweep_run
 
 DEFAULT_METRIC = M.ACC_LOCAL_MEAN
 ARTIFACT_FOLDER = "plots"

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from mlflow.entities import RunTag
 from ray import tune
 from ray.tune.result import AUTO_RESULT_KEYS
 
@@ -16,13 +15,10 @@ from fedbench.core.callbacks import RunResult
 from fedbench.core.runspec import RunSpec
 from fedbench.runtime.records import summarize
 from fedbench.tracking.mlflow_callback import MlflowCallback
+from fedbench.tracking.tags import STOPPED_EARLY_TAG, TRIAL_KEY_TAG
 from fedbench.tuning.trial import EVENT
 
-TRIAL_KEY_TAG = "fedbench.trial_key"
-"""Which trial a child run records: a grid trial's run hash, a search trial's Tune id (what `--resume` counts)."""
-
 TUNE_KEYS = {"status", "reason", "traceback", EVENT}
-STOPPED_EARLY_TAG = "fedbench.stopped_early"
 
 
 class MlflowBridge(tune.Callback):
@@ -40,7 +36,7 @@ class MlflowBridge(tune.Callback):
         tags = _trial_tags(trial, trial.placement_group_factory)
         tags[TRIAL_KEY_TAG] = spec.run_hash if "run" in trial.config else trial.trial_id
         tags.update({f"search.{k}": str(v) for k, v in trial.config.items() if k != "run"})
-        callback.client.log_batch(callback.run_id, tags=[RunTag(k, v) for k, v in tags.items()])
+        callback.set_tags(tags)
         self.runs[trial.trial_id] = (spec, callback, [])
 
     def on_trial_result(self, iteration, trials, trial, result: dict[str, Any], **info) -> None:
@@ -51,8 +47,7 @@ class MlflowBridge(tune.Callback):
             callback.on_round_end(spec, metrics)
         elif result.get(EVENT) == "end":
             final = {k: v for k, v in metrics.items() if k.startswith(("final/", "total/"))}
-            tags = {k: str(v) for k, v in result.items() if k.startswith("trial.")}
-            callback.client.log_batch(callback.run_id, tags=[RunTag(k, v) for k, v in tags.items()])
+            callback.set_tags({k: str(v) for k, v in result.items() if k.startswith("trial.")})
             outcome = RunResult(spec, result["status"], history, final, result.get("reason", ""), result.get("traceback", ""))
             self._finish(trial.trial_id, outcome)
 
@@ -60,7 +55,7 @@ class MlflowBridge(tune.Callback):
         """A trial that ends without its final report was stopped early by the scheduler (ASHA)."""
         if trial.trial_id in self.runs:
             spec, callback, history = self.runs[trial.trial_id]
-            callback.client.set_tag(callback.run_id, STOPPED_EARLY_TAG, f"after round {len(history)}")
+            callback.set_tags({STOPPED_EARLY_TAG: f"after round {len(history)}"})
             seconds = sum(record.get(M.TIME_ROUND_S, 0.0) for record in history)
             self._finish(trial.trial_id, RunResult(spec, "FINISHED", history, summarize(history, seconds)))
 

@@ -4,7 +4,8 @@ import pytest
 
 from fedbench.cli import main
 from fedbench.core.errors import ConfigError
-from fedbench.tuning.sweep import check_ray_address, check_tracking_uri
+from fedbench.tracking.paths import check_tracking_uri
+from fedbench.tuning.sweep import check_ray_address
 from tests.conftest import free_port
 
 
