@@ -5,7 +5,7 @@ All MLflow writes happen here, in the driver, through the same `MlflowCallback` 
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
 
 from ray import tune
 from ray.tune.result import AUTO_RESULT_KEYS
@@ -16,6 +16,7 @@ from fedbench.core.runspec import RunSpec
 from fedbench.runtime.records import summarize
 from fedbench.tracking.mlflow_callback import MlflowCallback
 from fedbench.tracking.tags import STOPPED_EARLY_TAG, TRIAL_KEY_TAG
+from fedbench.tuning.plan import TrialSpecs
 from fedbench.tuning.trial import EVENT
 
 TUNE_KEYS = {"status", "reason", "traceback", EVENT}
@@ -24,7 +25,7 @@ TUNE_KEYS = {"status", "reason", "traceback", EVENT}
 class MlflowBridge(tune.Callback):
     """One MLflow child run per trial, nested under `parent_run_id`, written as reports arrive."""
 
-    def __init__(self, uri: str, experiment: str, parent_run_id: str, spec_of: Callable[[dict[str, Any]], RunSpec]):
+    def __init__(self, uri: str, experiment: str, parent_run_id: str, spec_of: TrialSpecs):
         self.uri, self.experiment, self.parent_run_id, self.spec_of = uri, experiment, parent_run_id, spec_of
         self.runs: dict[str, tuple[RunSpec, MlflowCallback, list[dict[str, float]]]] = {}
         self.outcomes: dict[str, RunResult] = {}
@@ -34,8 +35,8 @@ class MlflowBridge(tune.Callback):
         callback = MlflowCallback(self.uri, self.experiment, self.parent_run_id)
         callback.on_run_start(spec)
         tags = _trial_tags(trial, trial.placement_group_factory)
-        tags[TRIAL_KEY_TAG] = spec.run_hash if "run" in trial.config else trial.trial_id
-        tags.update({f"search.{k}": str(v) for k, v in trial.config.items() if k != "run"})
+        tags[TRIAL_KEY_TAG] = self.spec_of.trial_key(trial.config, trial.trial_id)
+        tags.update({f"search.{k}": str(v) for k, v in self.spec_of.sampled(trial.config).items()})
         callback.set_tags(tags)
         self.runs[trial.trial_id] = (spec, callback, [])
 

@@ -21,7 +21,7 @@ from fedbench.core.errors import ConfigError
 from fedbench.tracking.paths import check_tracking_uri, results_dir, tracking_uri
 from fedbench.tracking.sweep_runs import SweepParent, SweepRuns
 from fedbench.tuning.mlflow_bridge import MlflowBridge
-from fedbench.tuning.plan import SweepPlan
+from fedbench.tuning.plan import GRID_KEY, SweepPlan
 
 
 @dataclass
@@ -136,7 +136,7 @@ def _tuner(plan: SweepPlan, done: set, max_concurrent, driver_cpus, bridge, stor
         remaining = [s for s in plan.specs if s.run_hash not in done]
         if not remaining:
             return None, 0
-        param_space = {"run": tune.grid_search([s.to_dict() for s in remaining])}
+        param_space = {GRID_KEY: tune.grid_search([s.to_dict() for s in remaining])}
         search_alg, samples, expected = None, 1, len(remaining)
     else:
         samples = expected = plan.num_samples - len(done)
@@ -187,10 +187,11 @@ def _best_sample(plan: SweepPlan) -> tuple[dict[str, Any] | None, float | None]:
 
 
 def _fitting_trials(plan: SweepPlan, driver_cpus: float) -> int:
-    """How many trials the cluster's CPUs hold at once (the default concurrency of a search)."""
+    """How many trials of a search (each the base run with its own samples) the cluster's CPUs hold at once:
+    the search's default concurrency."""
     import ray
 
-    spec = plan.spec_of({}) if plan.space else plan.spec_of({"run": plan.specs[0].to_dict()})
+    spec = plan.spec_of({})
     need = driver_cpus + spec.resources.client_cpus * spec.resources.num_workers
     return max(1, int(ray.cluster_resources().get("CPU", 1) // need))
 
