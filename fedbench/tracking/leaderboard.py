@@ -120,9 +120,14 @@ def to_markdown(board: Leaderboard) -> str:
 
 
 def group_and_configuration(runs: pd.DataFrame, group_by: Sequence[str]) -> tuple[pd.Series, pd.Series]:
-    """Each run's group label and configuration label (the varying fields outside the groups; seeds pooled)."""
+    """Each run's group label and configuration label (the varying fields outside the groups; seeds pooled).
+
+    Raises:
+        ConfigError: a group-by name that is neither an alias nor a field the runs record.
+    """
     varying = varying_params(runs)
-    groups = expand_group_by(group_by, varying)
+    recorded = [c.removeprefix("params.") for c in runs if c.startswith("params.")]
+    groups = expand_group_by(group_by, varying, recorded)
     config = [f for f in varying if f not in groups]
     return label_runs(runs, groups), label_runs(runs, config)
 
@@ -133,11 +138,15 @@ def varying_params(runs: pd.DataFrame) -> list[str]:
     return sorted(f for f in fields if f not in IGNORED and not f.startswith("resources.") and runs[f"params.{f}"].nunique(dropna=False) > 1)
 
 
-def expand_group_by(group_by: Sequence[str], varying: list[str]) -> list[str]:
-    """The varying fields a group-by list names: an alias (`scenario`) stands for every field of its section."""
+def expand_group_by(group_by: Sequence[str], varying: list[str], recorded: list[str]) -> list[str]:
+    """The varying fields a group-by list names: an alias (`scenario`) stands for every field of its section,
+    a field name (or the start of one) for itself. A name no `recorded` field answers to is refused: it
+    would group every run as "all" without a word."""
     out: list[str] = []
     for name in group_by:
         prefixes = ALIASES.get(name, (name,))
+        if name not in ALIASES and not any(f.startswith(prefixes) for f in recorded):
+            raise ConfigError("--group-by", name, f"{', '.join(ALIASES)} or a RunSpec field such as scenario.alpha")
         out += [f for f in varying if f.startswith(prefixes) or f == name]
     return list(dict.fromkeys(out))
 

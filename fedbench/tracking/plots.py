@@ -23,7 +23,7 @@ import pandas as pd
 
 from fedbench.core import metrics as M
 from fedbench.core.errors import ConfigError
-from fedbench.tracking.leaderboard import ALIASES, failed_runs, group_and_configuration, read_runs, seed_stats
+from fedbench.tracking.leaderboard import failed_runs, group_and_configuration, read_runs, seed_stats
 from fedbench.tracking.sweep_runs import latest_sweep_run
 
 DEFAULT_METRIC = M.ACC_LOCAL_MEAN
@@ -68,7 +68,6 @@ def plot_experiment(experiment: str, uri: str, out: Path, metric: str = DEFAULT_
                           f"fedbench runs, none FINISHED)")
     metric = metric.removeprefix(M.FINAL_PREFIX)
     check_metric(finished, metric)
-    check_group_by(finished, group_by)
     client = MlflowClient(uri)
     group, configuration = group_and_configuration(finished, group_by)
     labels = pd.DataFrame({"run_id": finished["run_id"], "group": group, "configuration": configuration})
@@ -101,13 +100,6 @@ def check_metric(finished: pd.DataFrame, metric: str) -> None:
         known = sorted(c.removeprefix("metrics.") for c in finished
                        if c.startswith("metrics.") and "/" not in c.removeprefix("metrics.") and finished[c].notna().any())
         raise ConfigError("--metric", metric, "a per-round metric the finished runs report: " + ", ".join(known))
-
-
-def check_group_by(finished: pd.DataFrame, group_by: Sequence[str]) -> None:
-    fields = [c.removeprefix("params.") for c in finished if c.startswith("params.")]
-    for name in group_by:
-        if name not in ALIASES and not any(f == name or f.startswith(name) for f in fields):
-            raise ConfigError("--group-by", name, f"{', '.join(ALIASES)} or a RunSpec field such as scenario.alpha")
 
 
 def metric_history(client, run_id: str, metric: str) -> pd.Series:
