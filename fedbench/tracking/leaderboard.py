@@ -13,6 +13,8 @@ from typing import Sequence
 
 import numpy as np
 import pandas as pd
+from rich.markup import escape
+from rich.table import Table
 
 from fedbench.core import metrics as M
 from fedbench.core.errors import ConfigError
@@ -117,6 +119,18 @@ def to_markdown(board: Leaderboard) -> str:
     if len(board.failed):
         lines += ["", "Failed runs:", ""] + [f"- {r.run}: {r.reason}" for r in board.failed.itertuples(index=False)]
     return "\n".join(lines) + "\n"
+
+
+def to_table(board: Leaderboard, title: str) -> Table:
+    """The board for the console: mean and std to 4 places, costs to 2, every cell escaped for rich."""
+    table = Table(title=title)
+    columns = list(board.table.columns)
+    for column in columns:
+        table.add_column(column, justify="left" if column in ("group", "configuration") else "right")
+    for row in board.table.to_dict("records"):
+        cells = {**row, "mean": f"{row['mean']:.4f}", "std": f"{row['std']:.4f}", **{c: f"{row[c]:.2f}" for c in COSTS}}
+        table.add_row(*(escape(str(cells[c])) for c in columns))
+    return table
 
 
 def group_and_configuration(runs: pd.DataFrame, group_by: Sequence[str]) -> tuple[pd.Series, pd.Series]:

@@ -20,6 +20,8 @@ from typing import Sequence
 
 import numpy as np
 import pandas as pd
+from rich.markup import escape
+from rich.table import Table
 
 from fedbench.core import metrics as M
 from fedbench.core.errors import ConfigError
@@ -91,6 +93,17 @@ def plot_experiment(experiment: str, uri: str, out: Path, metric: str = DEFAULT_
         for path in plots.files:
             client.log_artifact(plots.parent_run_id, str(path), ARTIFACT_FOLDER)
     return plots
+
+
+def heatmap_console_table(plots: Plots, title: str) -> Table:
+    """The heatmap's numbers for the console: configurations (rows) × groups, "-" where one did not run."""
+    table = Table(title=title)
+    table.add_column("configuration")
+    for group in plots.heatmap.columns:
+        table.add_column(escape(str(group)), justify="right")
+    for configuration, row in plots.heatmap.iterrows():
+        table.add_row(escape(str(configuration)), *("-" if math.isnan(value) else f"{value:.4f}" for value in row))
+    return table
 
 
 def check_metric(finished: pd.DataFrame, metric: str) -> None:

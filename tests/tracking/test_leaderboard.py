@@ -5,10 +5,12 @@ import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
 
-from fedbench.cli import main, run_specs
+from fedbench.cli import main
 from fedbench.config.task import task_from_dict
 from fedbench.core.errors import ConfigError
+from fedbench.runtime.session import run_specs
 from fedbench.tracking.leaderboard import build_leaderboard, read_runs
+from fedbench.tracking.mlflow_callback import MlflowCallback
 from tests.conftest import TINY
 
 
@@ -20,7 +22,7 @@ def recorded(mlflow_store):
     raw.pop("task")
     specs = task_from_dict(raw).expand()
     bad = task_from_dict({**raw, "grid": {}, "seeds": [5], "optimizer": {"lr": 1e30}}).expand()
-    run_specs(specs + bad)
+    run_specs(specs + bad, lambda i, spec: [MlflowCallback()])
     return f"sqlite:///{mlflow_store}", specs
 
 
