@@ -17,6 +17,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from fedbench.config import load_task
+from fedbench.core import metrics as M
 from fedbench.core.callbacks import Callback
 from fedbench.core.errors import ConfigError, FedbenchError
 from fedbench.core.registry import ALGORITHMS, DATASETS, MODELS, PARTITIONS, SHIFTS
@@ -209,7 +210,7 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--address", default=None, help="Ray cluster address (auto or HOST:PORT); default: a local Ray")
     sweep.add_argument("--search", default=None, metavar="SPACE.yaml", help="Optuna (TPE) search space, e.g. search_spaces/feroma_tau.yaml")
     sweep.add_argument("--num-samples", type=int, default=None, metavar="N", help="Optuna samples to run (with --search)")
-    sweep.add_argument("--metric", default=None, help="metric to optimise (with --search or --scheduler), e.g. final/acc_test_time")
+    sweep.add_argument("--metric", default=None, help=f"metric to optimise (with --search or --scheduler), e.g. {M.FINAL_PREFIX}{M.ACC_TEST_TIME}")
     sweep.add_argument("--mode", choices=["max", "min"], default="max", help="whether larger metric values are better")
     sweep.add_argument("--scheduler", default=None, choices=["asha"], help="stop poor trials early (needs a per-round --metric)")
     sweep.add_argument("--resume", action="store_true", help="continue the interrupted sweep of this task and configuration")
@@ -217,7 +218,8 @@ def build_parser() -> argparse.ArgumentParser:
     board = sub.add_parser("leaderboard", help="rank configurations from the runs recorded in MLflow")
     board.add_argument("--experiment", default=None, help="MLflow experiment name (a task's name)")
     board.add_argument("--task", default=None, help="or the task file whose experiment to read")
-    board.add_argument("--metric", default="final/acc_local_mean", help="metric to rank by (default final/acc_local_mean)")
+    ranked = M.FINAL_PREFIX + M.ACC_LOCAL_MEAN
+    board.add_argument("--metric", default=ranked, help=f"metric to rank by (default {ranked})")
     board.add_argument("--mode", choices=["max", "min"], default="max", help="whether larger metric values are better")
     board.add_argument("--group-by", default="dataset,scenario",
                        help="comma-separated fields whose values form groups (dataset, scenario, or dotted fields)")
@@ -228,8 +230,8 @@ def build_parser() -> argparse.ArgumentParser:
     plot = sub.add_parser("plot", help="plot a metric per round and a final-metric heatmap from the runs in MLflow")
     plot.add_argument("--experiment", default=None, help="MLflow experiment name (a task's name)")
     plot.add_argument("--task", default=None, help="or the task file whose experiment to read")
-    plot.add_argument("--metric", default="acc_local_mean",
-                      help="per-round metric to plot (default acc_local_mean); the heatmap shows final/<metric>")
+    plot.add_argument("--metric", default=M.ACC_LOCAL_MEAN,
+                      help=f"per-round metric to plot (default {M.ACC_LOCAL_MEAN}); the heatmap shows {M.FINAL_PREFIX}<metric>")
     plot.add_argument("--group-by", default="scenario",
                       help="comma-separated fields whose values form the panels and heatmap columns (default scenario)")
     plot.add_argument("--out", default=None, metavar="DIR", help="folder for the PNGs (default: results/plots/<experiment>)")

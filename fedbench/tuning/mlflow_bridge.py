@@ -47,7 +47,7 @@ class MlflowBridge(tune.Callback):
             history.append(metrics)
             callback.on_round_end(spec, metrics)
         elif result.get(EVENT) == "end":
-            final = {k: v for k, v in metrics.items() if k.startswith(("final/", "total/"))}
+            final = {k: v for k, v in metrics.items() if k.startswith((M.FINAL_PREFIX, M.TOTAL_PREFIX))}
             callback.set_tags({k: str(v) for k, v in result.items() if k.startswith("trial.")})
             outcome = RunResult(spec, result["status"], history, final, result.get("reason", ""), result.get("traceback", ""))
             self._finish(trial.trial_id, outcome)
