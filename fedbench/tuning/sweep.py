@@ -3,9 +3,10 @@
 The sweep is one MLflow parent run in the task's experiment; every trial is a nested child run written by
 this process (the one writer). MLflow is also what `--resume` trusts: a trial counts as done when its
 child run ended (FINISHED or FAILED); children left RUNNING by an interrupted sweep are deleted and their
-trials run again, so every trial ends with exactly one child run. Tune's own folders live under
-`results/ray_results/<sweep>-<attempt>`; an Optuna search keeps its study in `results/optuna/<sweep>.log`,
-so a resumed search goes on with what TPE learnt.
+trials run again, so every trial ends with exactly one child run (`tracking.sweep_runs` keeps those
+runs; nothing here imports MLflow). Tune's own folders live under `results/ray_results/<sweep>-<attempt>`;
+an Optuna search keeps its study in `results/optuna/<sweep>.log`, so a resumed search goes on with what
+TPE learnt.
 """
 
 from __future__ import annotations
