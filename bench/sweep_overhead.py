@@ -123,13 +123,13 @@ def serial(specs, experiment: str) -> dict:
 
 def sweep(task_path: Path, max_concurrent: int) -> dict:
     import ray
-    from mlflow.tracking import MlflowClient
     from ray import tune
     from ray.tune.execution.tune_controller import TuneController
 
     from fedbench.config import load_task
     from fedbench.core import metrics as M
     from fedbench.tracking.paths import tracking_uri
+    from fedbench.tracking.sweep_runs import SweepRuns
     from fedbench.tuning import make_plan, run_sweep
     from fedbench.tuning.mlflow_bridge import MlflowBridge
 
@@ -151,9 +151,8 @@ def sweep(task_path: Path, max_concurrent: int) -> dict:
     ray_shutdown = time.perf_counter() - before_shutdown
     wall = time.perf_counter() - start - warm["measuring_s"]  # the warm-Ray micro-measurements are not the sweep's
 
-    client = MlflowClient(tracking_uri())
-    experiment = client.get_experiment_by_name(plan.task).experiment_id
-    children = client.search_runs([experiment], f"tags.mlflow.parentRunId = '{outcome.parent_run_id}'", max_results=1000)
+    runs = SweepRuns(tracking_uri(), plan.task)
+    client, children = runs.client, runs.children(outcome.parent_run_id)
     requested = timer.marks["_schedule_trial_actor"]
     trials = []
     for c in children:

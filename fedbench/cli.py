@@ -1,5 +1,9 @@
-"""The `fedbench` command: `run` a task's RunSpecs one after another, `list` what is registered, `scenario
-show` the federation a task generates (tables and a heatmap PNG) before spending compute on it."""
+"""The `fedbench` command: `run` a task's RunSpecs one after another, `sweep` them on Ray Tune, rank them
+(`leaderboard`) and `plot` them from MLflow, `list` what is registered, `scenario show` the federation a
+task generates before spending compute on it.
+
+Here are the arguments and what each command prints; the work is done by the layers it calls.
+"""
 
 from __future__ import annotations
 
@@ -8,13 +12,13 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-import yaml
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from fedbench.config import load_task
-from fedbench.core.callbacks import RunResult
+from fedbench.core import metrics as M
+from fedbench.core.callbacks import Callback
 from fedbench.core.errors import ConfigError, FedbenchError
 from fedbench.core.registry import ALGORITHMS, DATASETS, MODELS, PARTITIONS, SHIFTS
 from fedbench.core.runspec import RunSpec
@@ -22,49 +26,10 @@ from fedbench.core.runspec import RunSpec
 console = Console(width=None if sys.stdout.isatty() else 140)
 
 
-def run_specs(specs: Sequence[RunSpec]) -> list[RunResult]:
-    """Run RunSpecs in order, each logged to MLflow; a failed run is reported and the others go on.
-
-    Runs on the ray backend share one pool of client actors (started once, not per run); the pool is
-    replaced after a failed run, so a crashed actor cannot take later runs down with it.
-    """
-    from fedbench.runtime import Federation
-    from fedbench.tracking.console import ProgressCallback
-    from fedbench.tracking.mlflow_callback import MlflowCallback
-
-    ray_started_here, pools = False, None
-    results = []
-    try:
-        for i, spec in enumerate(specs, 1):
-            pool = None
-            if spec.resources.backend == "ray":
-                import ray
-
-                from fedbench.runtime.ray_pool import ReusedPool
-
-                ray_started_here = ray_started_here or not ray.is_initialized()
-                pools = pools or ReusedPool()
-                pool = pools.for_run(spec, max(s.scenario.num_clients for s in specs))
-            callbacks = [MlflowCallback(), ProgressCallback(position=f"[{i}/{len(specs)}] ")]
-            result = Federation(spec, callbacks, pool=pool).run()
-            acc = result.final.get("final/acc_local_mean", float("nan"))
-            status = "[green]ok" if result.status == "FINISHED" else f"[red]FAILED: {escape(result.reason)}"
-            console.print(f"[{i}/{len(specs)}] {spec.label}: acc_local_mean={acc:.4f} {status}")
-            results.append(result)
-            if pools is not None:
-                pools.after(result.status)
-    finally:
-        if pools is not None:
-            pools.close()
-        if ray_started_here:
-            import ray
-
-            ray.shutdown()
-    return results
-
-
 def cmd_run(args: argparse.Namespace) -> int:
-    from fedbench.tracking.console import failures_table, results_table
+    from fedbench.runtime.session import run_specs
+    from fedbench.tracking.console import ProgressCallback, ResultLine, failures_table, results_table
+    from fedbench.tracking.mlflow_callback import MlflowCallback
     from fedbench.tracking.paths import tracking_uri
 
     overrides = [*args.set, *([f"resources.backend={args.backend}"] if args.backend else [])]
@@ -72,7 +37,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     specs = task.expand()
     backends = ", ".join(sorted({s.resources.backend for s in specs}))
     console.print(f"task [bold]{task.name}[/]: {len(specs)} runs, backend {backends}, tracking {tracking_uri()}")
-    results = run_specs(specs)
+
+    def callbacks(i: int, spec: RunSpec) -> list[Callback]:
+        position = f"[{i}/{len(specs)}] "
+        return [MlflowCallback(), ProgressCallback(position=position), ResultLine(console, position)]
+
+    results = run_specs(specs, callbacks)
     console.print(results_table(results))
     failures = failures_table(results)
     if failures is not None:
@@ -81,7 +51,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from fedbench.tracking.console import failures_table, results_table
+    from fedbench.tracking.console import configurations_table, failures_table, results_table
     from fedbench.tracking.paths import tracking_uri
     from fedbench.tuning import load_search_space, make_plan
 
@@ -96,7 +66,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             console.print(f"task [bold]{task.name}[/]: {plan.num_samples} Optuna samples of {space.name} on its first "
                           f"configuration, optimising {plan.metric} ({plan.mode}); the space checks out (nothing was run)")
         return 0
-    from fedbench.tuning import run_sweep
+    from fedbench.tuning import run_sweep, write_best_task
 
     what = f"{plan.num_samples} Optuna samples of {space.name}" if space else f"{plan.trials} trials"
     console.print(f"task [bold]{task.name}[/]: sweeping {what} on Ray Tune, tracking {tracking_uri()}")
@@ -119,53 +89,20 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     return 1 if failures is not None else 0
 
 
-def write_best_task(task, sample: dict, plan) -> Path:
-    """The best sample as a task file: the task's first configuration with the sampled fields, over its seeds."""
-    from fedbench.tracking.paths import results_dir
-    from fedbench.tuning.search_space import apply
-
-    run = apply(plan.base, sample).to_dict()
-    for key in ("task", "seed"):
-        run.pop(key, None)
-    name = f"{task.name}-best-{plan.space.name}"
-    body = {"name": name, "description": f"best of {plan.num_samples} Optuna samples of {plan.space.name} "
-            f"({plan.metric}, {plan.mode})", **run, "seeds": list(task.seeds)}
-    path = results_dir() / "best" / f"{name}.yaml"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(yaml.safe_dump(body, sort_keys=False))
-    return path
-
-
-def configurations_table(specs: Sequence[RunSpec]) -> Table:
-    """What a task expands to, one row per RunSpec (`fedbench sweep --dry-run`)."""
-    table = Table(title=f"{len(specs)} configurations")
-    for column in ("#", "run", "algorithm", "dataset", "scenario", "rounds", "seed"):
-        table.add_column(column)
-    for i, spec in enumerate(specs):
-        scenario = spec.scenario.preset or spec.scenario.partition.name
-        if spec.scenario.drift_every:
-            scenario += f", drift every {spec.scenario.drift_every}"
-        algorithm = " ".join([spec.algorithm.name] + [f"{k}={v}" for k, v in spec.algorithm.params])
-        table.add_row(str(i), spec.run_hash, escape(algorithm), spec.dataset.name, escape(scenario), str(spec.rounds), str(spec.seed))
-    return table
+def experiment_of(args: argparse.Namespace) -> str:
+    """The MLflow experiment `--experiment` names, or the one of the task `--task` names (exactly one given)."""
+    if (args.experiment is None) == (args.task is None):
+        raise ConfigError("--experiment/--task", None, "exactly one of them")
+    return args.experiment or load_task(args.task).name
 
 
 def cmd_leaderboard(args: argparse.Namespace) -> int:
-    from fedbench.tracking.leaderboard import COSTS, build_leaderboard, read_runs, write_leaderboard
+    from fedbench.tracking.leaderboard import build_leaderboard, read_runs, to_table, write_leaderboard
     from fedbench.tracking.paths import results_dir, tracking_uri
 
-    if (args.experiment is None) == (args.task is None):
-        raise ConfigError("--experiment/--task", None, "exactly one of them")
-    experiment = args.experiment or load_task(args.task).name
+    experiment = experiment_of(args)
     board = build_leaderboard(read_runs(experiment, tracking_uri()), args.metric, args.group_by.split(","), args.mode)
-    table = Table(title=f"{experiment}: {board.metric}, mean ± std over seeds, ranked per group")
-    columns = list(board.table.columns)
-    for column in columns:
-        table.add_column(column, justify="left" if column in ("group", "configuration") else "right")
-    for row in board.table.to_dict("records"):
-        cells = {**row, "mean": f"{row['mean']:.4f}", "std": f"{row['std']:.4f}", **{c: f"{row[c]:.2f}" for c in COSTS}}
-        table.add_row(*(escape(str(cells[c])) for c in columns))
-    console.print(table)
+    console.print(to_table(board, f"{experiment}: {board.metric}, mean ± std over seeds, ranked per group"))
     for run, reason in board.failed.itertuples(index=False):
         console.print(f"[red]failed[/] {escape(str(run))}: {escape(str(reason))}")
     folder = results_dir() / "leaderboards"
@@ -179,23 +116,13 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
-    import math
-
     from fedbench.tracking.paths import results_dir, tracking_uri
-    from fedbench.tracking.plots import plot_experiment
+    from fedbench.tracking.plots import heatmap_console_table, plot_experiment
 
-    if (args.experiment is None) == (args.task is None):
-        raise ConfigError("--experiment/--task", None, "exactly one of them")
-    experiment = args.experiment or load_task(args.task).name
+    experiment = experiment_of(args)
     out = Path(args.out) if args.out else results_dir() / "plots" / experiment
     plots = plot_experiment(experiment, tracking_uri(), out, args.metric, args.group_by.split(","))
-    table = Table(title=f"{experiment}: {plots.heatmap_metric}, mean over seeds")
-    table.add_column("configuration")
-    for group in plots.heatmap.columns:
-        table.add_column(escape(str(group)), justify="right")
-    for configuration, row in plots.heatmap.iterrows():
-        table.add_row(escape(str(configuration)), *("-" if math.isnan(value) else f"{value:.4f}" for value in row))
-    console.print(table)
+    console.print(heatmap_console_table(plots, f"{experiment}: {plots.heatmap_metric}, mean over seeds"))
     if len(plots.failed):
         runs = f"{len(plots.failed)} run{'s' if len(plots.failed) != 1 else ''}"
         console.print(f"[red]left out {runs} that did not finish:[/]")
@@ -240,9 +167,7 @@ def cmd_scenario_show(args: argparse.Namespace) -> int:
     from fedbench.data import load_dataset
     from fedbench.scenarios import build_scenario
     from fedbench.scenarios.plot import plot_scenario
-    from fedbench.scenarios.report import (
-        class_histograms, default_rounds, histogram_text, mean_pairwise_js, round_summary, test_client_histograms,
-    )
+    from fedbench.scenarios.report import default_rounds, describe_scenario
     from fedbench.tracking.paths import results_dir
 
     task = load_task(args.task, args.set)
@@ -258,48 +183,11 @@ def cmd_scenario_show(args: argparse.Namespace) -> int:
 
     dataset = load_dataset(spec.dataset.name, spec.dataset.data_root, **spec.dataset.kwargs)
     scenario = build_scenario(dataset, spec.scenario, spec.seed, spec.rounds)
-    labels, k = dataset.y, dataset.num_classes
     rounds = rounds or default_rounds(scenario, spec.rounds)
-
-    first_of_stage: dict[int, int] = {}
-    for r in rounds:
-        s = scenario.stage_of(r)
-        stage = f", stage {s}" if len(scenario.stages) > 1 else ""
-        same = f" (same data as round {first_of_stage[s]})" if s in first_of_stage else ""
-        first_of_stage.setdefault(s, r)
-        table = Table(title=f"round {r}{stage}{same}", title_justify="left")
-        for column in ("client", "train", "test", "dist", "description", "classes (label:count)"):
-            table.add_column(column, justify="right" if column in ("client", "train", "test", "dist") else "left")
-        for row in round_summary(labels, scenario, r, k):
-            table.add_row(str(row.client), str(row.train), str(row.test), f"d{row.distribution_id}",
-                          escape(row.description), histogram_text(row.counts))
-        console.print(table)
-    if scenario.test_clients:
-        table = Table(title="test clients", title_justify="left")
-        for column in ("client", "size", "labelled", "origin", "dist", "description", "classes (label:count)"):
-            table.add_column(column, justify="left" if column in ("description", "classes (label:count)") else "right")
-        for i, (tc, counts) in enumerate(zip(scenario.test_clients, test_client_histograms(labels, scenario, k))):
-            dist = f"d{tc.view.distribution_id}" + ("" if tc.seen else " [red]unseen[/]")
-            table.add_row(f"t{i}", str(len(tc.view.test)), str(len(tc.labelled)),
-                          f"c{tc.origin}" if tc.origin >= 0 else "-", dist, escape(tc.view.description),
-                          histogram_text(counts))
-        console.print(table)
-    else:
-        console.print("no test clients")
-
-    trained = {int(d) for d in scenario.distribution_ids(spec.rounds).ravel()}
-    tested = {tc.view.distribution_id for tc in scenario.test_clients}
-    js = mean_pairwise_js(class_histograms(labels, scenario, 1, k))
-    console.print(
-        f"{scenario.num_clients} clients, {len(scenario.stages)} stage{'s' if len(scenario.stages) > 1 else ''}, "
-        f"{len(trained)} distinct distributions in training"
-        + (f" ({len(trained | tested)} with the test clients), " if tested - trained else ", ")
-        + f"{'duplicated' if scenario.duplicated else 'not duplicated'}, input shape {scenario.input_shape}"
-    )
-    console.print(f"label skew: mean pairwise Jensen-Shannon divergence of round 1's class histograms {js:.3f} "
-                  "(0: identical, ln 2 = 0.693: disjoint classes)")
+    for part in describe_scenario(dataset.y, scenario, rounds, spec.rounds, dataset.num_classes):
+        console.print(part)
     out = Path(args.out) if args.out else results_dir() / "scenarios" / f"{task.name}-{spec.run_hash}.png"
-    path = plot_scenario(labels, scenario, rounds, k, dataset.classes, out,
+    path = plot_scenario(dataset.y, scenario, rounds, dataset.num_classes, dataset.classes, out,
                          title=f"{task.name} run {args.run}: {spec.dataset.name}, {scenario.num_clients} clients, "
                                f"seed {spec.seed} ({spec.run_hash})")
     console.print(f"heatmap: {escape(str(path))}")
@@ -322,7 +210,7 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--address", default=None, help="Ray cluster address (auto or HOST:PORT); default: a local Ray")
     sweep.add_argument("--search", default=None, metavar="SPACE.yaml", help="Optuna (TPE) search space, e.g. search_spaces/feroma_tau.yaml")
     sweep.add_argument("--num-samples", type=int, default=None, metavar="N", help="Optuna samples to run (with --search)")
-    sweep.add_argument("--metric", default=None, help="metric to optimise (with --search or --scheduler), e.g. final/acc_test_time")
+    sweep.add_argument("--metric", default=None, help=f"metric to optimise (with --search or --scheduler), e.g. {M.FINAL_PREFIX}{M.ACC_TEST_TIME}")
     sweep.add_argument("--mode", choices=["max", "min"], default="max", help="whether larger metric values are better")
     sweep.add_argument("--scheduler", default=None, choices=["asha"], help="stop poor trials early (needs a per-round --metric)")
     sweep.add_argument("--resume", action="store_true", help="continue the interrupted sweep of this task and configuration")
@@ -330,7 +218,8 @@ def build_parser() -> argparse.ArgumentParser:
     board = sub.add_parser("leaderboard", help="rank configurations from the runs recorded in MLflow")
     board.add_argument("--experiment", default=None, help="MLflow experiment name (a task's name)")
     board.add_argument("--task", default=None, help="or the task file whose experiment to read")
-    board.add_argument("--metric", default="final/acc_local_mean", help="metric to rank by (default final/acc_local_mean)")
+    ranked = M.FINAL_PREFIX + M.ACC_LOCAL_MEAN
+    board.add_argument("--metric", default=ranked, help=f"metric to rank by (default {ranked})")
     board.add_argument("--mode", choices=["max", "min"], default="max", help="whether larger metric values are better")
     board.add_argument("--group-by", default="dataset,scenario",
                        help="comma-separated fields whose values form groups (dataset, scenario, or dotted fields)")
@@ -341,8 +230,8 @@ def build_parser() -> argparse.ArgumentParser:
     plot = sub.add_parser("plot", help="plot a metric per round and a final-metric heatmap from the runs in MLflow")
     plot.add_argument("--experiment", default=None, help="MLflow experiment name (a task's name)")
     plot.add_argument("--task", default=None, help="or the task file whose experiment to read")
-    plot.add_argument("--metric", default="acc_local_mean",
-                      help="per-round metric to plot (default acc_local_mean); the heatmap shows final/<metric>")
+    plot.add_argument("--metric", default=M.ACC_LOCAL_MEAN,
+                      help=f"per-round metric to plot (default {M.ACC_LOCAL_MEAN}); the heatmap shows {M.FINAL_PREFIX}<metric>")
     plot.add_argument("--group-by", default="scenario",
                       help="comma-separated fields whose values form the panels and heatmap columns (default scenario)")
     plot.add_argument("--out", default=None, metavar="DIR", help="folder for the PNGs (default: results/plots/<experiment>)")

@@ -1,15 +1,20 @@
-"""What a scenario looks like, as numbers: per-client class histograms, table rows and label-skew summaries.
+"""What a scenario looks like, as numbers (per-client class histograms, table rows, label-skew summaries)
+and as the tables and summary `fedbench scenario show` prints (`describe_scenario`).
 
-Used by `fedbench scenario show` (and `fedbench.scenarios.plot`); numpy only. Histograms count labels as
-the client sees them, i.e. after its `label_map` (concept shift), so a relabelled client shows up as a
-different class mix.
+Histograms count labels as the client sees them, i.e. after its `label_map` (concept shift), so a
+relabelled client shows up as a different class mix. `fedbench.scenarios.plot` draws the same numbers.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from typing import Sequence
+
 import numpy as np
+from rich.console import RenderableType
+from rich.markup import escape
+from rich.table import Table
 
 from fedbench.scenarios.artifact import ClientView, Scenario
 
@@ -115,3 +120,59 @@ def histogram_text(counts: np.ndarray, top: int = 10) -> str:
     shown = " ".join(f"{k}:{counts[k]}" for k in largest)
     return f"{len(present)} cls, top {shown} +{len(present) - top} more"
 
+
+
+def describe_scenario(labels: np.ndarray, scenario: Scenario, rounds: Sequence[int], total_rounds: int,
+                      num_classes: int) -> list[RenderableType]:
+    """What `fedbench scenario show` prints, in order: a table per round in `rounds` (a round of a stage
+    already shown says so), the test clients, and a summary of the federation and its label skew."""
+    return [*round_tables(labels, scenario, rounds, num_classes), table_of_test_clients(labels, scenario, num_classes),
+            *summary_lines(labels, scenario, total_rounds, num_classes)]
+
+
+def round_tables(labels: np.ndarray, scenario: Scenario, rounds: Sequence[int], num_classes: int) -> list[Table]:
+    tables = []
+    first_of_stage: dict[int, int] = {}
+    for r in rounds:
+        s = scenario.stage_of(r)
+        stage = f", stage {s}" if len(scenario.stages) > 1 else ""
+        same = f" (same data as round {first_of_stage[s]})" if s in first_of_stage else ""
+        first_of_stage.setdefault(s, r)
+        table = Table(title=f"round {r}{stage}{same}", title_justify="left")
+        for column in ("client", "train", "test", "dist", "description", "classes (label:count)"):
+            table.add_column(column, justify="right" if column in ("client", "train", "test", "dist") else "left")
+        for row in round_summary(labels, scenario, r, num_classes):
+            table.add_row(str(row.client), str(row.train), str(row.test), f"d{row.distribution_id}",
+                          escape(row.description), histogram_text(row.counts))
+        tables.append(table)
+    return tables
+
+
+def table_of_test_clients(labels: np.ndarray, scenario: Scenario, num_classes: int) -> RenderableType:
+    if not scenario.test_clients:
+        return "no test clients"
+    table = Table(title="test clients", title_justify="left")
+    for column in ("client", "size", "labelled", "origin", "dist", "description", "classes (label:count)"):
+        table.add_column(column, justify="left" if column in ("description", "classes (label:count)") else "right")
+    for i, (tc, counts) in enumerate(zip(scenario.test_clients, test_client_histograms(labels, scenario, num_classes))):
+        dist = f"d{tc.view.distribution_id}" + ("" if tc.seen else " [red]unseen[/]")
+        table.add_row(f"t{i}", str(len(tc.view.test)), str(len(tc.labelled)), f"c{tc.origin}" if tc.origin >= 0 else "-",
+                      dist, escape(tc.view.description), histogram_text(counts))
+    return table
+
+
+def summary_lines(labels: np.ndarray, scenario: Scenario, total_rounds: int, num_classes: int) -> list[str]:
+    """The federation in one line (clients, stages, distinct distributions, duplication, input shape) and
+    round 1's label skew in another."""
+    trained = {int(d) for d in scenario.distribution_ids(total_rounds).ravel()}
+    tested = {tc.view.distribution_id for tc in scenario.test_clients}
+    js = mean_pairwise_js(class_histograms(labels, scenario, 1, num_classes))
+    federation = (
+        f"{scenario.num_clients} clients, {len(scenario.stages)} stage{'s' if len(scenario.stages) > 1 else ''}, "
+        f"{len(trained)} distinct distributions in training"
+        + (f" ({len(trained | tested)} with the test clients), " if tested - trained else ", ")
+        + f"{'duplicated' if scenario.duplicated else 'not duplicated'}, input shape {scenario.input_shape}"
+    )
+    skew = (f"label skew: mean pairwise Jensen-Shannon divergence of round 1's class histograms {js:.3f} "
+            "(0: identical, ln 2 = 0.693: disjoint classes)")
+    return [federation, skew]

@@ -1,1 +1,2 @@
-"""Recording and reporting: the MLflow callback, the console progress bar, results tables."""
+"""Recording and reporting: the MLflow callback, a sweep's MLflow runs, the console progress bar, results
+tables, leaderboards and plots."""

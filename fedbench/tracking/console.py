@@ -1,4 +1,5 @@
-"""Console output: a per-run progress bar (only on a terminal) and the results tables."""
+"""Console output: a per-run progress bar (only on a terminal), a line per finished run, and the tables of
+what a task runs and how its runs ended."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Sequence
 
 import numpy as np
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -49,6 +51,34 @@ class ProgressCallback(Callback):
         if self.progress is not None:
             self.progress.stop()
             self.progress = None
+
+
+class ResultLine(Callback):
+    """One line per finished run, whether or not there is a terminal: its label, final local accuracy and
+    status (with the reason when it failed)."""
+
+    def __init__(self, console: Console, position: str = ""):
+        self.console = console
+        self.position = position
+
+    def on_run_end(self, result: RunResult) -> None:
+        acc = result.final.get(M.FINAL_PREFIX + M.ACC_LOCAL_MEAN, float("nan"))
+        status = "[green]ok" if result.status == "FINISHED" else f"[red]FAILED: {escape(result.reason)}"
+        self.console.print(f"{self.position}{result.spec.label}: {M.ACC_LOCAL_MEAN}={acc:.4f} {status}")
+
+
+def configurations_table(specs: Sequence[RunSpec]) -> Table:
+    """What a task expands to, one row per RunSpec (`fedbench sweep --dry-run`)."""
+    table = Table(title=f"{len(specs)} configurations")
+    for column in ("#", "run", "algorithm", "dataset", "scenario", "rounds", "seed"):
+        table.add_column(column)
+    for i, spec in enumerate(specs):
+        scenario = spec.scenario.preset or spec.scenario.partition.name
+        if spec.scenario.drift_every:
+            scenario += f", drift every {spec.scenario.drift_every}"
+        algorithm = " ".join([spec.algorithm.name] + [f"{k}={v}" for k, v in spec.algorithm.params])
+        table.add_row(str(i), spec.run_hash, escape(algorithm), spec.dataset.name, escape(scenario), str(spec.rounds), str(spec.seed))
+    return table
 
 
 def varying_fields(specs: Sequence[RunSpec]) -> list[str]:

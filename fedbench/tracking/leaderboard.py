@@ -13,6 +13,8 @@ from typing import Sequence
 
 import numpy as np
 import pandas as pd
+from rich.markup import escape
+from rich.table import Table
 
 from fedbench.core import metrics as M
 from fedbench.core.errors import ConfigError
@@ -119,10 +121,27 @@ def to_markdown(board: Leaderboard) -> str:
     return "\n".join(lines) + "\n"
 
 
+def to_table(board: Leaderboard, title: str) -> Table:
+    """The board for the console: mean and std to 4 places, costs to 2, every cell escaped for rich."""
+    table = Table(title=title)
+    columns = list(board.table.columns)
+    for column in columns:
+        table.add_column(column, justify="left" if column in ("group", "configuration") else "right")
+    for row in board.table.to_dict("records"):
+        cells = {**row, "mean": f"{row['mean']:.4f}", "std": f"{row['std']:.4f}", **{c: f"{row[c]:.2f}" for c in COSTS}}
+        table.add_row(*(escape(str(cells[c])) for c in columns))
+    return table
+
+
 def group_and_configuration(runs: pd.DataFrame, group_by: Sequence[str]) -> tuple[pd.Series, pd.Series]:
-    """Each run's group label and configuration label (the varying fields outside the groups; seeds pooled)."""
+    """Each run's group label and configuration label (the varying fields outside the groups; seeds pooled).
+
+    Raises:
+        ConfigError: a group-by name that is neither an alias nor a field the runs record.
+    """
     varying = varying_params(runs)
-    groups = expand_group_by(group_by, varying)
+    recorded = [c.removeprefix("params.") for c in runs if c.startswith("params.")]
+    groups = expand_group_by(group_by, varying, recorded)
     config = [f for f in varying if f not in groups]
     return label_runs(runs, groups), label_runs(runs, config)
 
@@ -133,11 +152,15 @@ def varying_params(runs: pd.DataFrame) -> list[str]:
     return sorted(f for f in fields if f not in IGNORED and not f.startswith("resources.") and runs[f"params.{f}"].nunique(dropna=False) > 1)
 
 
-def expand_group_by(group_by: Sequence[str], varying: list[str]) -> list[str]:
-    """The varying fields a group-by list names: an alias (`scenario`) stands for every field of its section."""
+def expand_group_by(group_by: Sequence[str], varying: list[str], recorded: list[str]) -> list[str]:
+    """The varying fields a group-by list names: an alias (`scenario`) stands for every field of its section,
+    a field name (or the start of one) for itself. A name no `recorded` field answers to is refused: it
+    would group every run as "all" without a word."""
     out: list[str] = []
     for name in group_by:
         prefixes = ALIASES.get(name, (name,))
+        if name not in ALIASES and not any(f.startswith(prefixes) for f in recorded):
+            raise ConfigError("--group-by", name, f"{', '.join(ALIASES)} or a RunSpec field such as scenario.alpha")
         out += [f for f in varying if f.startswith(prefixes) or f == name]
     return list(dict.fromkeys(out))
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Mapping
 
 from mlflow.entities import Metric, Param, RunTag
 from mlflow.tracking import MlflowClient
@@ -16,7 +17,7 @@ from mlflow.tracking import MlflowClient
 from fedbench.core.callbacks import Callback, RoundRecord, RunResult
 from fedbench.core.runspec import RunSpec
 from fedbench.tracking.paths import tracking_uri
-from fedbench.tracking.tags import FAILURE_REASON_TAG
+from fedbench.tracking.tags import FAILURE_REASON_TAG, PARENT_RUN_TAG
 
 MAX_PARAM_LENGTH = 6000
 
@@ -47,13 +48,17 @@ class MlflowCallback(Callback):
         experiment_id = experiment_id_for(self.client, self.experiment or spec.task)
         tags = {"fedbench.run_hash": spec.run_hash, "fedbench.algorithm": spec.algorithm.name}
         if self.parent_run_id:
-            tags["mlflow.parentRunId"] = self.parent_run_id
+            tags[PARENT_RUN_TAG] = self.parent_run_id
         run = self.client.create_run(experiment_id, run_name=spec.label, tags=tags)
         self.run_id = run.info.run_id
         params = [Param(k, str(v)[:MAX_PARAM_LENGTH]) for k, v in spec.flat().items()]
         params.append(Param("run_hash", spec.run_hash))
         self.client.log_batch(self.run_id, params=params)
         self.client.log_text(self.run_id, spec.to_yaml(), "runspec.yaml")
+
+    def set_tags(self, tags: Mapping[str, str]) -> None:
+        """Tag the run with what the caller knows about it (a sweep: where its trial ran, what it sampled)."""
+        self.client.log_batch(self.run_id, tags=[RunTag(k, v) for k, v in tags.items()])
 
     def on_round_end(self, spec: RunSpec, record: RoundRecord) -> None:
         step = int(record["round"])

@@ -1,9 +1,12 @@
-"""Where results go: `results/` under the working directory unless FEDBENCH_RESULTS says otherwise."""
+"""Where results go (`results/` under the working directory unless FEDBENCH_RESULTS says otherwise) and where
+runs are tracked (MLFLOW_TRACKING_URI, else an sqlite store in there)."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+
+from fedbench.core.errors import ConfigError
 
 
 def results_dir() -> Path:
@@ -16,3 +19,15 @@ def tracking_uri() -> str:
     """MLFLOW_TRACKING_URI if set, else the embedded sqlite store `results/mlflow.db` (always absolute:
     a relative sqlite URI would follow the working directory, which Ray Tune changes per trial)."""
     return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{results_dir() / 'mlflow.db'}"
+
+
+def check_tracking_uri(uri: str) -> None:
+    """Fail at once when a tracking server does not answer (MLflow itself retries for minutes)."""
+    if not uri.startswith(("http://", "https://")):
+        return
+    import urllib.request
+
+    try:
+        urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=5).close()
+    except OSError as exc:  # URLError, HTTPError and timeouts are all OSErrors
+        raise ConfigError("MLFLOW_TRACKING_URI", uri, f"a reachable MLflow tracking server ({exc})") from exc

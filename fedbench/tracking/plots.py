@@ -20,11 +20,13 @@ from typing import Sequence
 
 import numpy as np
 import pandas as pd
+from rich.markup import escape
+from rich.table import Table
 
 from fedbench.core import metrics as M
 from fedbench.core.errors import ConfigError
-from fedbench.tracking.leaderboard import ALIASES, failed_runs, group_and_configuration, read_runs, seed_stats
-from fedbench.tracking.tags import latest_sweep_run
+from fedbench.tracking.leaderboard import failed_runs, group_and_configuration, read_runs, seed_stats
+from fedbench.tracking.sweep_runs import latest_sweep_run
 
 DEFAULT_METRIC = M.ACC_LOCAL_MEAN
 ARTIFACT_FOLDER = "plots"
@@ -68,7 +70,6 @@ def plot_experiment(experiment: str, uri: str, out: Path, metric: str = DEFAULT_
                           f"fedbench runs, none FINISHED)")
     metric = metric.removeprefix(M.FINAL_PREFIX)
     check_metric(finished, metric)
-    check_group_by(finished, group_by)
     client = MlflowClient(uri)
     group, configuration = group_and_configuration(finished, group_by)
     labels = pd.DataFrame({"run_id": finished["run_id"], "group": group, "configuration": configuration})
@@ -94,6 +95,17 @@ def plot_experiment(experiment: str, uri: str, out: Path, metric: str = DEFAULT_
     return plots
 
 
+def heatmap_console_table(plots: Plots, title: str) -> Table:
+    """The heatmap's numbers for the console: configurations (rows) × groups, "-" where one did not run."""
+    table = Table(title=title)
+    table.add_column("configuration")
+    for group in plots.heatmap.columns:
+        table.add_column(escape(str(group)), justify="right")
+    for configuration, row in plots.heatmap.iterrows():
+        table.add_row(escape(str(configuration)), *("-" if math.isnan(value) else f"{value:.4f}" for value in row))
+    return table
+
+
 def check_metric(finished: pd.DataFrame, metric: str) -> None:
     """`metric` must be logged per round by some finished run; the error lists those that are."""
     column = f"metrics.{metric}"
@@ -101,13 +113,6 @@ def check_metric(finished: pd.DataFrame, metric: str) -> None:
         known = sorted(c.removeprefix("metrics.") for c in finished
                        if c.startswith("metrics.") and "/" not in c.removeprefix("metrics.") and finished[c].notna().any())
         raise ConfigError("--metric", metric, "a per-round metric the finished runs report: " + ", ".join(known))
-
-
-def check_group_by(finished: pd.DataFrame, group_by: Sequence[str]) -> None:
-    fields = [c.removeprefix("params.") for c in finished if c.startswith("params.")]
-    for name in group_by:
-        if name not in ALIASES and not any(f == name or f.startswith(name) for f in fields):
-            raise ConfigError("--group-by", name, f"{', '.join(ALIASES)} or a RunSpec field such as scenario.alpha")
 
 
 def metric_history(client, run_id: str, metric: str) -> pd.Series:

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+PARENT_RUN_TAG = "mlflow.parentRunId"
+"""On a sweep's child run: its parent run's id (MLflow's own tag, so its UI nests the children)."""
 SWEEP_TAG = "fedbench.sweep"
 """On a sweep's parent run: the sweep's name."""
+TRIALS_TAG = "fedbench.trials"
+"""On a sweep's parent run: how many trials the sweep plans."""
+ATTEMPTS_TAG = "fedbench.attempts"
+"""On a sweep's parent run: how many times the sweep was started (1, then one more per `--resume`)."""
+TRIAL_KEY_TAG = "fedbench.trial_key"
+"""On a sweep's child run: which trial it records (what `--resume` counts as done)."""
+STOPPED_EARLY_TAG = "fedbench.stopped_early"
+"""On a sweep's child run that a scheduler stopped: after which round."""
 FAILURE_REASON_TAG = "failure_reason"
 """On a FAILED run: why it failed (the exception's type and message)."""
-
-
-def latest_sweep_run(client, experiment_id: str, name: str | None = None):
-    """The experiment's most recently started sweep parent run (of sweep `name`, or of any sweep); None if none."""
-    where = f"tags.`{SWEEP_TAG}` = '{name}'" if name is not None else f"tags.`{SWEEP_TAG}` LIKE '%'"
-    runs = client.search_runs([experiment_id], where, order_by=["start_time DESC"], max_results=1)
-    return runs[0] if runs else None

@@ -5,9 +5,8 @@ All MLflow writes happen here, in the driver, through the same `MlflowCallback` 
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
 
-from mlflow.entities import RunTag
 from ray import tune
 from ray.tune.result import AUTO_RESULT_KEYS
 
@@ -16,19 +15,17 @@ from fedbench.core.callbacks import RunResult
 from fedbench.core.runspec import RunSpec
 from fedbench.runtime.records import summarize
 from fedbench.tracking.mlflow_callback import MlflowCallback
+from fedbench.tracking.tags import STOPPED_EARLY_TAG, TRIAL_KEY_TAG
+from fedbench.tuning.plan import TrialSpecs
 from fedbench.tuning.trial import EVENT
 
-TRIAL_KEY_TAG = "fedbench.trial_key"
-"""Which trial a child run records: a grid trial's run hash, a search trial's Tune id (what `--resume` counts)."""
-
 TUNE_KEYS = {"status", "reason", "traceback", EVENT}
-STOPPED_EARLY_TAG = "fedbench.stopped_early"
 
 
 class MlflowBridge(tune.Callback):
     """One MLflow child run per trial, nested under `parent_run_id`, written as reports arrive."""
 
-    def __init__(self, uri: str, experiment: str, parent_run_id: str, spec_of: Callable[[dict[str, Any]], RunSpec]):
+    def __init__(self, uri: str, experiment: str, parent_run_id: str, spec_of: TrialSpecs):
         self.uri, self.experiment, self.parent_run_id, self.spec_of = uri, experiment, parent_run_id, spec_of
         self.runs: dict[str, tuple[RunSpec, MlflowCallback, list[dict[str, float]]]] = {}
         self.outcomes: dict[str, RunResult] = {}
@@ -38,9 +35,9 @@ class MlflowBridge(tune.Callback):
         callback = MlflowCallback(self.uri, self.experiment, self.parent_run_id)
         callback.on_run_start(spec)
         tags = _trial_tags(trial, trial.placement_group_factory)
-        tags[TRIAL_KEY_TAG] = spec.run_hash if "run" in trial.config else trial.trial_id
-        tags.update({f"search.{k}": str(v) for k, v in trial.config.items() if k != "run"})
-        callback.client.log_batch(callback.run_id, tags=[RunTag(k, v) for k, v in tags.items()])
+        tags[TRIAL_KEY_TAG] = self.spec_of.trial_key(trial.config, trial.trial_id)
+        tags.update({f"search.{k}": str(v) for k, v in self.spec_of.sampled(trial.config).items()})
+        callback.set_tags(tags)
         self.runs[trial.trial_id] = (spec, callback, [])
 
     def on_trial_result(self, iteration, trials, trial, result: dict[str, Any], **info) -> None:
@@ -50,9 +47,8 @@ class MlflowBridge(tune.Callback):
             history.append(metrics)
             callback.on_round_end(spec, metrics)
         elif result.get(EVENT) == "end":
-            final = {k: v for k, v in metrics.items() if k.startswith(("final/", "total/"))}
-            tags = {k: str(v) for k, v in result.items() if k.startswith("trial.")}
-            callback.client.log_batch(callback.run_id, tags=[RunTag(k, v) for k, v in tags.items()])
+            final = {k: v for k, v in metrics.items() if k.startswith((M.FINAL_PREFIX, M.TOTAL_PREFIX))}
+            callback.set_tags({k: str(v) for k, v in result.items() if k.startswith("trial.")})
             outcome = RunResult(spec, result["status"], history, final, result.get("reason", ""), result.get("traceback", ""))
             self._finish(trial.trial_id, outcome)
 
@@ -60,7 +56,7 @@ class MlflowBridge(tune.Callback):
         """A trial that ends without its final report was stopped early by the scheduler (ASHA)."""
         if trial.trial_id in self.runs:
             spec, callback, history = self.runs[trial.trial_id]
-            callback.client.set_tag(callback.run_id, STOPPED_EARLY_TAG, f"after round {len(history)}")
+            callback.set_tags({STOPPED_EARLY_TAG: f"after round {len(history)}"})
             seconds = sum(record.get(M.TIME_ROUND_S, 0.0) for record in history)
             self._finish(trial.trial_id, RunResult(spec, "FINISHED", history, summarize(history, seconds)))
 

@@ -29,16 +29,33 @@ def known_metrics() -> list[str]:
     return [*M.LAST, *(M.FINAL_PREFIX + key for key in M.LAST)]
 
 
+GRID_KEY = "run"
+"""A grid trial's config holds its whole RunSpec (as a dict) under this one key."""
+
+
 @dataclass(frozen=True)
 class TrialSpecs:
-    """A trial's config -> its RunSpec, as the trial runs it. Picklable: Tune ships it to every trial."""
+    """A trial's config -> its RunSpec, as the trial runs it. Picklable: Tune ships it to every trial.
+
+    The one place that tells the two kinds of trial apart: a grid's (no `base`) config carries the whole
+    RunSpec under `GRID_KEY`; a search's config carries the sampled fields, applied on top of `base`.
+    """
 
     base: dict[str, Any] | None = None
 
     def __call__(self, config: dict[str, Any]) -> RunSpec:
-        if "run" in config:
-            return for_trial(parse_run(config["run"]))
+        if self.base is None:
+            return for_trial(parse_run(config[GRID_KEY]))
         return for_trial(apply(self.base, config))
+
+    def sampled(self, config: dict[str, Any]) -> dict[str, Any]:
+        """The fields a search sampled for this trial; none for a grid point."""
+        return {} if self.base is None else dict(config)
+
+    def trial_key(self, config: dict[str, Any], trial_id: str) -> str:
+        """What `--resume` counts a trial as done by: a grid point's run hash (the same in every attempt), a
+        search trial's Tune id (each sample is new)."""
+        return self(config).run_hash if self.base is None else trial_id
 
 
 @dataclass(frozen=True)

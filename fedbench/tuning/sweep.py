@@ -3,9 +3,10 @@
 The sweep is one MLflow parent run in the task's experiment; every trial is a nested child run written by
 this process (the one writer). MLflow is also what `--resume` trusts: a trial counts as done when its
 child run ended (FINISHED or FAILED); children left RUNNING by an interrupted sweep are deleted and their
-trials run again, so every trial ends with exactly one child run. Tune's own folders live under
-`results/ray_results/<sweep>-<attempt>`; an Optuna search keeps its study in `results/optuna/<sweep>.log`,
-so a resumed search goes on with what TPE learnt.
+trials run again, so every trial ends with exactly one child run (`tracking.sweep_runs` keeps those
+runs; nothing here imports MLflow). Tune's own folders live under `results/ray_results/<sweep>-<attempt>`;
+an Optuna search keeps its study in `results/optuna/<sweep>.log`, so a resumed search goes on with what
+TPE learnt.
 """
 
 from __future__ import annotations
@@ -18,12 +19,10 @@ from typing import Any
 from fedbench.core import metrics as M
 from fedbench.core.callbacks import RunResult
 from fedbench.core.errors import ConfigError
-from fedbench.tracking.paths import results_dir, tracking_uri
-from fedbench.tracking.tags import SWEEP_TAG, latest_sweep_run
-from fedbench.tuning.mlflow_bridge import TRIAL_KEY_TAG, MlflowBridge
-from fedbench.tuning.plan import SweepPlan
-
-ATTEMPTS_TAG = "fedbench.attempts"
+from fedbench.tracking.paths import check_tracking_uri, results_dir, tracking_uri
+from fedbench.tracking.sweep_runs import SweepParent, SweepRuns
+from fedbench.tuning.mlflow_bridge import MlflowBridge
+from fedbench.tuning.plan import GRID_KEY, SweepPlan
 
 
 @dataclass
@@ -49,10 +48,8 @@ def run_sweep(
 ) -> SweepOutcome:
     """Run the plan's trials on Tune, logging to MLflow from here; `resume` continues an interrupted sweep."""
     import ray
-    from mlflow.tracking import MlflowClient
 
     from fedbench.runtime.ray_pool import ensure_ray
-    from fedbench.tracking.mlflow_callback import experiment_id_for
 
     uri = tracking_uri()
     check_tracking_uri(uri)
@@ -62,22 +59,19 @@ def run_sweep(
         ensure_ray(address)
     except (ConnectionError, RuntimeError, ValueError) as exc:
         raise ConfigError("--address", address, f"a reachable Ray cluster (auto or HOST:PORT): {exc}") from exc
-    client = MlflowClient(uri)
-    experiment = experiment_id_for(client, plan.task)
-    parent, done = _parent_run(client, experiment, plan, resume)
-    attempt = int(parent.data.tags.get(ATTEMPTS_TAG, "0")) + 1
-    client.set_tag(parent.info.run_id, ATTEMPTS_TAG, str(attempt))
-    bridge = MlflowBridge(uri, plan.task, parent.info.run_id, plan.spec_of)
+    runs = SweepRuns(uri, plan.task)
+    parent, done = _parent_run(runs, plan, resume)
+    bridge = MlflowBridge(uri, plan.task, parent.run_id, plan.spec_of)
     storage = str(results_dir() / "ray_results")
-    outcome = SweepOutcome(plan.name, parent.info.run_id, f"{storage}/{plan.name}-{attempt}", resumed_done=len(done))
+    outcome = SweepOutcome(plan.name, parent.run_id, f"{storage}/{plan.name}-{parent.attempt}", resumed_done=len(done))
     try:
-        tuner, expected = _tuner(plan, done, max_concurrent, driver_cpus, bridge, storage, attempt)
+        tuner, expected = _tuner(plan, done, max_concurrent, driver_cpus, bridge, storage, parent.attempt)
         if tuner is not None:
             tuner.fit()  # returns after Ctrl-C too (Tune stops gracefully): count what ended
             outcome.interrupted = len(bridge.outcomes) < expected
-        client.set_terminated(parent.info.run_id, "KILLED" if outcome.interrupted else "FINISHED")
+        runs.end_parent(parent.run_id, interrupted=outcome.interrupted)
     except BaseException:
-        client.set_terminated(parent.info.run_id, "KILLED")
+        runs.end_parent(parent.run_id, interrupted=True)
         raise
     finally:
         if started_here:
@@ -86,18 +80,6 @@ def run_sweep(
     if plan.space is not None:
         outcome.best, outcome.best_value = _best_sample(plan)
     return outcome
-
-
-def check_tracking_uri(uri: str) -> None:
-    """Fail before any trial when the tracking server does not answer (MLflow itself retries for minutes)."""
-    if not uri.startswith(("http://", "https://")):
-        return
-    import urllib.request
-
-    try:
-        urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=5).close()
-    except OSError as exc:  # URLError, HTTPError and timeouts are all OSErrors
-        raise ConfigError("MLFLOW_TRACKING_URI", uri, f"a reachable MLflow tracking server ({exc})") from exc
 
 
 def check_ray_address(address: str | None) -> None:
@@ -116,24 +98,16 @@ def check_ray_address(address: str | None) -> None:
         raise ConfigError("--address", address, f"a reachable Ray cluster (auto or HOST:PORT): {exc}") from exc
 
 
-def _parent_run(client, experiment: str, plan: SweepPlan, resume: bool):
+def _parent_run(runs: SweepRuns, plan: SweepPlan, resume: bool) -> tuple[SweepParent, set[str]]:
     """The sweep's parent run and the keys of trials already done. Resuming deletes unfinished children."""
     if not resume:
-        run = client.create_run(experiment, run_name=f"sweep {plan.name}",
-                                tags={SWEEP_TAG: plan.name, "fedbench.trials": str(plan.trials)})
-        return run, set()
-    parent = latest_sweep_run(client, experiment, plan.name)
+        return runs.start_parent(plan.name, plan.trials), set()
+    parent = runs.reopen_parent(plan.name)
     if parent is None:
         raise ConfigError("--resume", plan.name, "an interrupted sweep of this task and configuration: none is recorded "
                           "in this tracking store (run it once without --resume)")
-    client.update_run(parent.info.run_id, status="RUNNING")
-    children = client.search_runs([experiment], f"tags.mlflow.parentRunId = '{parent.info.run_id}'", max_results=50000)
-    done = set()
-    for child in children:
-        if child.info.status in ("FINISHED", "FAILED"):
-            done.add(child.data.tags.get(TRIAL_KEY_TAG))
-        else:
-            client.delete_run(child.info.run_id)
+    done = runs.finished_trials(parent.run_id)
+    runs.drop_unfinished_children(parent.run_id)
     return parent, done
 
 
@@ -163,7 +137,7 @@ def _tuner(plan: SweepPlan, done: set, max_concurrent, driver_cpus, bridge, stor
         remaining = [s for s in plan.specs if s.run_hash not in done]
         if not remaining:
             return None, 0
-        param_space = {"run": tune.grid_search([s.to_dict() for s in remaining])}
+        param_space = {GRID_KEY: tune.grid_search([s.to_dict() for s in remaining])}
         search_alg, samples, expected = None, 1, len(remaining)
     else:
         samples = expected = plan.num_samples - len(done)
@@ -214,10 +188,11 @@ def _best_sample(plan: SweepPlan) -> tuple[dict[str, Any] | None, float | None]:
 
 
 def _fitting_trials(plan: SweepPlan, driver_cpus: float) -> int:
-    """How many trials the cluster's CPUs hold at once (the default concurrency of a search)."""
+    """How many trials of a search (each the base run with its own samples) the cluster's CPUs hold at once:
+    the search's default concurrency."""
     import ray
 
-    spec = plan.spec_of({}) if plan.space else plan.spec_of({"run": plan.specs[0].to_dict()})
+    spec = plan.spec_of({})
     need = driver_cpus + spec.resources.client_cpus * spec.resources.num_workers
     return max(1, int(ray.cluster_resources().get("CPU", 1) // need))
 

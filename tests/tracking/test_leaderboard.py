@@ -5,10 +5,12 @@ import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
 
-from fedbench.cli import main, run_specs
+from fedbench.cli import main
 from fedbench.config.task import task_from_dict
 from fedbench.core.errors import ConfigError
+from fedbench.runtime.session import run_specs
 from fedbench.tracking.leaderboard import build_leaderboard, read_runs
+from fedbench.tracking.mlflow_callback import MlflowCallback
 from tests.conftest import TINY
 
 
@@ -20,7 +22,7 @@ def recorded(mlflow_store):
     raw.pop("task")
     specs = task_from_dict(raw).expand()
     bad = task_from_dict({**raw, "grid": {}, "seeds": [5], "optimizer": {"lr": 1e30}}).expand()
-    run_specs(specs + bad)
+    run_specs(specs + bad, lambda i, spec: [MlflowCallback()])
     return f"sqlite:///{mlflow_store}", specs
 
 
@@ -57,3 +59,20 @@ def test_a_metric_no_run_reports_is_refused_naming_the_known_ones(recorded):
     with pytest.raises(ConfigError) as err:
         build_leaderboard(read_runs("board", uri), metric="final/acc_nope")
     assert "final/acc_local_mean" in str(err.value)
+
+
+def test_an_unknown_group_by_is_refused_naming_what_is_allowed():
+    """It used to group every run as "all" and rank across datasets and scenarios without a word."""
+    runs = pd.DataFrame({
+        "status": ["FINISHED"] * 4,
+        "metrics.final/acc_local_mean": [0.5, 0.6, 0.7, 0.8],
+        "params.algorithm.name": ["fedavg", "local"] * 2,
+        "params.scenario.alpha": ["0.3", "0.3", "3.0", "3.0"],
+        "params.dataset.name": ["digits"] * 4,
+    })
+    with pytest.raises(ConfigError) as err:
+        build_leaderboard(runs, group_by=["scenery"])
+    assert err.value.field == "--group-by" and err.value.value == "scenery"
+    assert "scenario" in err.value.allowed and "scenario.alpha" in err.value.allowed
+    board = build_leaderboard(runs, group_by=["dataset.name"])  # a recorded field that does not vary: one group
+    assert set(board.table["group"]) == {"all"} and len(board.table) == 4

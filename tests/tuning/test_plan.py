@@ -4,7 +4,8 @@ import pytest
 
 from fedbench.cli import main
 from fedbench.core.errors import ConfigError
-from fedbench.tuning.sweep import check_ray_address, check_tracking_uri
+from fedbench.tracking.paths import check_tracking_uri
+from fedbench.tuning.sweep import check_ray_address
 from tests.conftest import free_port
 
 
@@ -35,3 +36,22 @@ def test_an_unreachable_ray_address_is_refused_before_any_trial(capsys):
     with pytest.raises(ConfigError, match="HOST:PORT"):
         check_ray_address("no-port-here")
     check_ray_address("auto")  # left to Ray, which answers at once
+
+
+def test_a_trial_is_told_grid_or_search_by_its_plan_alone(tmp_path):
+    import yaml
+
+    from fedbench.config import load_task
+    from fedbench.tuning import load_search_space, make_plan
+
+    task = load_task("tasks/quickstart.yaml")
+    grid = make_plan(task).spec_of
+    spec = task.expand()[0]
+    assert grid.trial_key({"run": spec.to_dict()}, "trial_1") == spec.run_hash  # the same in every attempt
+    assert grid.sampled({"run": spec.to_dict()}) == {}
+    space = tmp_path / "space.yaml"
+    space.write_text(yaml.safe_dump({"name": "lr", "space": {"optimizer.lr": {"loguniform": [0.001, 0.1]}}}))
+    search = make_plan(task, load_search_space(space), num_samples=2, metric="final/acc_local_mean").spec_of
+    assert search.trial_key({"optimizer.lr": 0.01}, "trial_1") == "trial_1"
+    assert search.sampled({"optimizer.lr": 0.01}) == {"optimizer.lr": 0.01}
+    assert search({"optimizer.lr": 0.01}).optimizer.lr == 0.01

@@ -59,8 +59,7 @@ SPACE = {"name": "prox_or_avg", "space": {"algorithm": {"fedprox": {"mu": {"logu
 def test_an_optuna_search_logs_one_child_per_sample_to_a_real_mlflow_server(tmp_path, mlflow_server, monkeypatch, ray_session):
     from mlflow.tracking import MlflowClient
 
-    from fedbench.cli import write_best_task
-    from fedbench.tuning import load_search_space
+    from fedbench.tuning import load_search_space, write_best_task
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_server)
     task = load_task(write_task(tmp_path, grid={}))

@@ -1,0 +1,79 @@
+"""A sweep's runs in MLflow: one parent run per sweep, one nested child run per trial.
+
+The parent is what `--resume` finds again (by the sweep's name) and the children are what it trusts: a
+trial whose child run ended is done, one left RUNNING by an interrupted sweep is deleted and run again.
+The sweep (tuning/) asks for these steps by name and never talks to MLflow itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mlflow.entities import Run
+from mlflow.tracking import MlflowClient
+
+from fedbench.tracking.mlflow_callback import experiment_id_for
+from fedbench.tracking.search_filter import where
+from fedbench.tracking.tags import ATTEMPTS_TAG, PARENT_RUN_TAG, SWEEP_TAG, TRIAL_KEY_TAG, TRIALS_TAG
+
+ENDED = ("FINISHED", "FAILED")
+"""Statuses of a child run whose trial is done: it failed for a reason a rerun would not change."""
+
+
+@dataclass(frozen=True)
+class SweepParent:
+    """A sweep's parent run, and which attempt (1, then one more per `--resume`) now runs under it."""
+
+    run_id: str
+    attempt: int
+
+
+def latest_sweep_run(client: MlflowClient, experiment_id: str, name: str | None = None) -> Run | None:
+    """The experiment's most recently started sweep parent run (of sweep `name`, or of any sweep); None if none."""
+    runs = client.search_runs([experiment_id], where({f"tags.{SWEEP_TAG}": name}), order_by=["start_time DESC"],
+                              max_results=1)
+    return runs[0] if runs else None
+
+
+class SweepRuns:
+    """The sweeps of experiment `experiment` (created if needed) in the tracking store at `uri`."""
+
+    def __init__(self, uri: str, experiment: str):
+        self.client = MlflowClient(uri)
+        self.experiment_id = experiment_id_for(self.client, experiment)
+
+    def start_parent(self, sweep: str, trials: int) -> SweepParent:
+        """A new parent run for sweep `sweep` of `trials` trials, as its first attempt."""
+        run = self.client.create_run(self.experiment_id, run_name=f"sweep {sweep}",
+                                     tags={SWEEP_TAG: sweep, TRIALS_TAG: str(trials), ATTEMPTS_TAG: "1"})
+        return SweepParent(run.info.run_id, 1)
+
+    def reopen_parent(self, sweep: str) -> SweepParent | None:
+        """The latest parent run of sweep `sweep`, RUNNING again as its next attempt; None when there is none."""
+        run = latest_sweep_run(self.client, self.experiment_id, sweep)
+        if run is None:
+            return None
+        attempt = int(run.data.tags.get(ATTEMPTS_TAG, "0")) + 1
+        self.client.update_run(run.info.run_id, status="RUNNING")
+        self.client.set_tag(run.info.run_id, ATTEMPTS_TAG, str(attempt))
+        return SweepParent(run.info.run_id, attempt)
+
+    def children(self, parent_run_id: str) -> list[Run]:
+        """Every child run of the parent, one per trial that started."""
+        return self.client.search_runs([self.experiment_id], where({f"tags.{PARENT_RUN_TAG}": parent_run_id}),
+                                       max_results=50000)
+
+    def finished_trials(self, parent_run_id: str) -> set[str]:
+        """The trial keys of the children that ended: a resumed sweep does not run those trials again."""
+        return {run.data.tags.get(TRIAL_KEY_TAG) for run in self.children(parent_run_id) if run.info.status in ENDED}
+
+    def drop_unfinished_children(self, parent_run_id: str) -> int:
+        """Delete the children an interrupted sweep left unended (their trials run again); how many there were."""
+        unfinished = [run for run in self.children(parent_run_id) if run.info.status not in ENDED]
+        for run in unfinished:
+            self.client.delete_run(run.info.run_id)
+        return len(unfinished)
+
+    def end_parent(self, parent_run_id: str, interrupted: bool) -> None:
+        """Mark the parent KILLED when trials are left to run (a `--resume` continues it), else FINISHED."""
+        self.client.set_terminated(parent_run_id, "KILLED" if interrupted else "FINISHED")
