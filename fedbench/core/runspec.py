@@ -88,7 +88,8 @@ class Normalization:
         if self.mode != "values":
             for name in ("mean", "std"):
                 if getattr(self, name):
-                    raise ConfigError(name, list(getattr(self, name)), f"empty unless mode is 'values' (mode is {self.mode!r})")
+                    raise ConfigError(name, list(getattr(self, name)),
+                                      f"only with mode: values (mode is {self.mode!r}); write mode: values to give your own")
             return
         if len(self.mean) not in (1, 3):
             raise ConfigError("mean", list(self.mean), "1 value (every channel) or 3 (one per RGB channel)")
