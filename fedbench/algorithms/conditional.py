@@ -62,6 +62,7 @@ from fedbench.core.errors import ConfigError
 from fedbench.core.registry import MODELS, register_algorithm
 from fedbench.core.runspec import RunSpec
 from fedbench.core.types import ClientResult, ClientState, Metrics, Payload, RoundContext, derive_seed
+from fedbench.data import dataset_facts
 from fedbench.training import ClientData, TrainHooks, evaluate, get_weights, predict, train_local
 
 Forward = Callable[[nn.Module, torch.Tensor], torch.Tensor]
@@ -163,12 +164,13 @@ class Conditional(Algorithm):
         if config.centralized_pool and spec.local_steps is not None:
             raise ConfigError("local_steps", spec.local_steps, "null with algorithm.centralized_pool (the server "
                               "trains local_epochs whole epochs on the pool each round)")
+        facts = dataset_facts(spec.dataset.name, **spec.dataset.kwargs)
+        if config.feature_map == "random_conv" and not (facts.image_size and min(facts.image_size) >= 4):
+            raise ConfigError("algorithm.feature_map", "random_conv", f"identity or auto for {facts.dataset} "
+                              "(the encoder takes images [C, H, W] with H, W >= 4)")
 
     def _resolve_feature_map(self, shape: tuple[int, ...]) -> str:
         is_image = len(shape) == 3 and min(shape[1:]) >= 4
-        if self.config.feature_map == "random_conv" and not is_image:
-            raise ConfigError("algorithm.feature_map", "random_conv", f"identity or auto for inputs of shape {shape} "
-                              "(the encoder takes images [C, H, W] with H, W >= 4)")
         if self.config.feature_map != "auto":
             return self.config.feature_map
         return "random_conv" if is_image and math.prod(shape) > IDENTITY_MAX_DIM else "identity"

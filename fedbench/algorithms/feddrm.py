@@ -2,8 +2,8 @@
 each query to the client whose data it most likely comes from.
 
 Per client i the loss is lam * CE(class) + (1 - lam) * CE(client id = i) (004 Sec. 2.4, Algorithm 1).
-Everything but the final target layer (`head.*`) is averaged with weights n_i / sum n; each client keeps
-its own `head.*` (004 Fig. 2, Remark 2.3). For system-level inference the server needs every client's
+Everything but the final target layer (the model's `head` part) is averaged with weights n_i / sum n; each client keeps
+its own `head` (004 Fig. 2, Remark 2.3). For system-level inference the server needs every client's
 target layer, so clients upload it each round next to the shared part (its own `HEAD` section, metered like
 all uplink, never averaged) and the server keeps the latest one per client, along with n_i for the shares
 pi_i = n_i / sum n.
@@ -35,10 +35,11 @@ from fedbench.core.fields import signature_fields
 from fedbench.core.registry import MODELS, register_algorithm
 from fedbench.core.runspec import RunSpec
 from fedbench.core.types import Arrays, ClientResult, ClientState, Metrics, Payload, RoundContext
+from fedbench.models.base import in_part, select_parts, without_parts
 from fedbench.training import ClientData, TrainHooks, get_weights, train_local
 
-LOCAL_LAYER = "head."
-"""State-dict name prefix of the parameters that stay on the client: the final target layer (METHODS.md)."""
+LOCAL_PART = "head"
+"""The model part that stays on the client: the final target layer (METHODS.md)."""
 HEAD = "head"
 """Uplink section: the client's own target layer, which the server keeps for system inference."""
 ROUTING = "routing"
@@ -48,16 +49,12 @@ ROUTES = "routes"
 training client."""
 
 
-def is_local(name: str) -> bool:
-    return name.startswith(LOCAL_LAYER)
-
-
 def shared_part(weights: Arrays) -> Arrays:
-    return {k: v for k, v in weights.items() if not is_local(k)}
+    return without_parts(weights, LOCAL_PART)
 
 
 def local_part(weights: Arrays) -> Arrays:
-    return {k: v for k, v in weights.items() if is_local(k)}
+    return select_parts(weights, LOCAL_PART)
 
 
 def feddrm_hooks(lam: float, client_id: int) -> TrainHooks:
@@ -65,7 +62,7 @@ def feddrm_hooks(lam: float, client_id: int) -> TrainHooks:
     backbone pass per batch (004 Sec. 2.4). With lam = 1 there is no client term: the client path is left as
     it is (no gradient, no weight decay)."""
     if lam == 1.0:
-        return TrainHooks(trainable=lambda name: not name.startswith("client_head."))
+        return TrainHooks(trainable=lambda name: not in_part(name, "client_head"))
 
     def loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         class_logits, client_logits = model.both(x)

@@ -15,7 +15,7 @@ what methods with local heads select on.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping, TypeVar
 
 import torch
 from torch import nn
@@ -23,6 +23,8 @@ from torch import nn
 from fedbench.core.errors import ConfigError
 from fedbench.core.fields import resolve_params
 from fedbench.core.registry import MODELS
+
+T = TypeVar("T")
 
 
 class FedModel(nn.Module):
@@ -72,6 +74,22 @@ class FedModel(nn.Module):
             raise ValueError(f"this model is conditioned: pass cond of shape [B, {self.cond_dim}]")
         if cond.shape != (x.shape[0], self.cond_dim):
             raise ValueError(f"cond must have shape [{x.shape[0]}, {self.cond_dim}], got {list(cond.shape)}")
+
+
+def in_part(name: str, *parts: str) -> bool:
+    """Whether state-dict entry `name` belongs to one of the model's named parts (`features`, `body`, `head`,
+    or a model's own, such as FedDRM's `client_head`): what methods with local or frozen layers select on."""
+    return name.split(".", 1)[0] in parts
+
+
+def select_parts(weights: Mapping[str, T], *parts: str) -> dict[str, T]:
+    """The entries of `weights` (a state dict or a Payload section) in the named parts."""
+    return {k: v for k, v in weights.items() if in_part(k, *parts)}
+
+
+def without_parts(weights: Mapping[str, T], *parts: str) -> dict[str, T]:
+    """The entries of `weights` outside the named parts."""
+    return {k: v for k, v in weights.items() if not in_part(k, *parts)}
 
 
 def build_model(name: str, input_shape: tuple[int, ...], num_classes: int, **options: Any) -> FedModel:

@@ -37,6 +37,7 @@ from fedbench.runtime import run_spec
 from fedbench.data import load_dataset
 from fedbench.scenarios import ClientView, build_scenario
 from fedbench.training import ClientData, evaluate, get_weights, materialize
+from tests.conftest import tiny_spec
 from tests.scenarios.helpers import make
 
 SYNTHETIC_28 = {"name": "synthetic_images", "train_samples": 1000, "test_samples": 300}
@@ -159,8 +160,8 @@ def test_models_without_cond_dim_and_bad_values_are_refused():
         conditional("lenet5")
     with pytest.raises(ConfigError, match="model.cond_dim"):
         Conditional(ConditionalConfig(), ModelBuilder("cnn_mnist", (1, 28, 28), 10, (("cond_dim", 16),)), 2, 0)
-    with pytest.raises(ConfigError, match="algorithm.feature_map"):
-        conditional("cnn_mnist", (784,), feature_map="random_conv")  # the encoder needs images
+    with pytest.raises(ConfigError, match="^algorithm.feature_map"):  # the encoder needs images: refused at task load
+        tiny_spec(dataset="synthetic", model="mlp", algorithm={"name": "conditional", "feature_map": "random_conv"})
     with pytest.raises(ConfigError, match="^num_eigenvalues: "):
         ConditionalConfig(num_eigenvalues=0)
 
