@@ -16,6 +16,7 @@ from rich.table import Table
 from fedbench.core import metrics as M
 from fedbench.core.callbacks import Callback, RoundRecord, RunResult
 from fedbench.core.runspec import RunSpec
+from fedbench.tracking.leaderboard import STD_NOTE
 
 
 class ProgressCallback(Callback):
@@ -96,7 +97,7 @@ def results_table(results: Sequence[RunResult]) -> Table:
     for r in finished:
         flat = r.spec.flat()
         groups[tuple(str(flat.get(f)) for f in fields)].append(r)
-    table = Table(title="fedbench results: final round, mean ± std over seeds")
+    table = Table(title="fedbench results: final round, mean ± std over seeds", caption=STD_NOTE)
     for f in fields:
         table.add_column(f.removesuffix(".name"))
     for col in ("acc mean", "acc min", "compute s", "MB up", "MB down", "n"):
@@ -104,7 +105,7 @@ def results_table(results: Sequence[RunResult]) -> Table:
 
     def stat(runs: list[RunResult], key: str, scale: float = 1.0, digits: int = 3) -> str:
         values = np.array([r.final.get(key, np.nan) for r in runs]) * scale
-        return f"{values.mean():.{digits}f} ± {values.std():.{digits}f}" if len(values) > 1 else f"{values[0]:.{digits}f}"
+        return f"{values.mean():.{digits}f} ± {values.std(ddof=1):.{digits}f}" if len(values) > 1 else f"{values[0]:.{digits}f}"
 
     for key, runs in sorted(groups.items(), key=lambda kv: -np.mean([r.final.get(M.FINAL_PREFIX + M.ACC_LOCAL_MEAN, 0) for r in kv[1]])):
         table.add_row(

@@ -58,10 +58,24 @@ def read_runs(experiment: str, uri: str) -> pd.DataFrame:
     return runs[runs["params.run_hash"].notna()].reset_index(drop=True)
 
 
+def latest_finished(runs: pd.DataFrame) -> pd.DataFrame:
+    """The finished runs, each run hash once (its latest run): a RunSpec run twice is one seed, not two."""
+    finished = runs[runs["status"] == "FINISHED"]
+    if "params.run_hash" not in finished:
+        return finished
+    if "start_time" in finished:
+        finished = finished.sort_values("start_time")
+    return finished.drop_duplicates("params.run_hash", keep="last").sort_index()
+
+
 def build_leaderboard(runs: pd.DataFrame, metric: str = DEFAULT_METRIC, group_by: Sequence[str] = ("dataset", "scenario"),
                       mode: str = "max") -> Leaderboard:
-    """Mean ± std and n over seeds per configuration, ranked within each group (1 = best)."""
-    finished = runs[runs["status"] == "FINISHED"]
+    """Mean, sample std and n over seeds per configuration, ranked within each group (1 = best).
+
+    A configuration none of whose runs report the metric (`local` has no system accuracy) keeps its row,
+    with the value missing and no rank.
+    """
+    finished = latest_finished(runs)
     column = f"metrics.{metric}"
     if column not in runs or finished[column].isna().all():
         known = sorted(c.removeprefix("metrics.") for c in runs if c.startswith("metrics.") and runs[c].notna().any())
@@ -74,16 +88,20 @@ def build_leaderboard(runs: pd.DataFrame, metric: str = DEFAULT_METRIC, group_by
     table = seed_stats(stats)
     for name in COSTS:
         table[name] = stats[name].mean().to_numpy()
-    table["rank"] = table.groupby("group")["mean"].rank(ascending=(mode == "min"), method="min").astype(int)
+    table["rank"] = table.groupby("group")["mean"].rank(ascending=(mode == "min"), method="min").astype("Int64")
     table = table.sort_values(["group", "rank"]).reset_index(drop=True)
     return Leaderboard(table[["group", "rank", "configuration", "mean", "std", "n", *COSTS]],
                        failed_runs(runs)[["run", "reason"]], metric)
 
 
+STD_NOTE = "std: sample standard deviation over seeds (ddof 1; 0 for one seed); n: seeds"
+"""fedbench's one std convention, said wherever a std is shown."""
+
+
 def seed_stats(groups) -> pd.DataFrame:
-    """Mean, std (ddof 1; 0 for a single seed) and n of the `value` column of each group of seeds."""
+    """Mean, sample std (ddof 1; 0 for a single seed) and n of the `value` column of each group of seeds."""
     table = groups["value"].agg(mean="mean", std="std", n="count").reset_index()
-    table["std"] = table["std"].fillna(0.0)
+    table.loc[table["n"] == 1, "std"] = 0.0
     return table
 
 
@@ -110,12 +128,14 @@ def write_leaderboard(board: Leaderboard, path: Path, fmt: str) -> Path:
 
 
 def to_markdown(board: Leaderboard) -> str:
-    header = ["group", "rank", "configuration", board.metric, "n", *COSTS]
+    header = ["group", "rank", "configuration", f"{board.metric} (mean ± std)", "n", *COSTS]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for row in board.table.to_dict("records"):
-        costs = [f"{row[c]:.2f}" for c in COSTS]
-        cells = [row["group"], row["rank"], row["configuration"], f"{row['mean']:.4f} ± {row['std']:.4f}", row["n"], *costs]
+        costs = [number(row[c], 2) for c in COSTS]
+        value = f"{number(row['mean'], 4)} ± {number(row['std'], 4)}" if pd.notna(row["mean"]) else MISSING
+        cells = [row["group"], number(row["rank"]), row["configuration"], value, row["n"], *costs]
         lines.append("| " + " | ".join(map(str, cells)) + " |")
+    lines += ["", STD_NOTE + "."]
     if len(board.failed):
         lines += ["", "Failed runs:", ""] + [f"- {r.run}: {r.reason}" for r in board.failed.itertuples(index=False)]
     return "\n".join(lines) + "\n"
@@ -123,14 +143,26 @@ def to_markdown(board: Leaderboard) -> str:
 
 def to_table(board: Leaderboard, title: str) -> Table:
     """The board for the console: mean and std to 4 places, costs to 2, every cell escaped for rich."""
-    table = Table(title=title)
+    table = Table(title=title, caption=STD_NOTE)
     columns = list(board.table.columns)
     for column in columns:
         table.add_column(column, justify="left" if column in ("group", "configuration") else "right")
     for row in board.table.to_dict("records"):
-        cells = {**row, "mean": f"{row['mean']:.4f}", "std": f"{row['std']:.4f}", **{c: f"{row[c]:.2f}" for c in COSTS}}
+        cells = {**row, "rank": number(row["rank"]), "mean": number(row["mean"], 4), "std": number(row["std"], 4),
+                 **{c: number(row[c], 2) for c in COSTS}}
         table.add_row(*(escape(str(cells[c])) for c in columns))
     return table
+
+
+MISSING = "–"
+"""How a missing value reads in tables: a metric a configuration does not report, a cost it has no record of."""
+
+
+def number(value, digits: int | None = None) -> str:
+    """`value` to `digits` places (an integer as it is), or MISSING when it is NaN or NA."""
+    if pd.isna(value):
+        return MISSING
+    return str(value) if digits is None else f"{value:.{digits}f}"
 
 
 def group_and_configuration(runs: pd.DataFrame, group_by: Sequence[str]) -> tuple[pd.Series, pd.Series]:
@@ -166,8 +198,21 @@ def expand_group_by(group_by: Sequence[str], varying: list[str], recorded: list[
 
 
 def label_runs(runs: pd.DataFrame, fields: list[str]) -> pd.Series:
-    """'field=value, ...' per run over `fields` (a trailing `.name` dropped), or 'all' when there are none."""
+    """A readable label per run over the varying `fields` that apply to it, or 'all' when there are none.
+
+    A parameter another algorithm has (missing for this run) is left out, and the algorithm reads as its name
+    followed by its own parameters: `fedprox mu=0.01`, `feroma epsilon=0.1 tau=mean, scenario.alpha=0.1`.
+    """
     if not fields:
         return pd.Series("all", index=runs.index)
-    return runs[[f"params.{f}" for f in fields]].astype(str).apply(
-        lambda row: ", ".join(f"{f.removesuffix('.name')}={v}" for f, v in zip(fields, row)), axis=1)
+    return runs[[f"params.{f}" for f in fields]].apply(lambda row: label(dict(zip(fields, row))), axis=1)
+
+
+def label(values: dict[str, object]) -> str:
+    """'algorithm k=v, field=value, ...' from a run's varying fields, those without a value left out."""
+    present = {f: v for f, v in values.items() if not pd.isna(v)}
+    algorithm = [str(present.pop("algorithm.name"))] if "algorithm.name" in present else []
+    algorithm += [f"{f.removeprefix('algorithm.')}={present.pop(f)}" for f in list(present) if f.startswith("algorithm.")]
+    parts = [" ".join(algorithm)] if algorithm else []
+    parts += [f"{f.removesuffix('.name')}={v}" for f, v in present.items()]
+    return ", ".join(parts) or "all"

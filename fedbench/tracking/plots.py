@@ -25,7 +25,7 @@ from rich.table import Table
 
 from fedbench.core import metrics as M
 from fedbench.core.errors import ConfigError
-from fedbench.tracking.leaderboard import failed_runs, group_and_configuration, read_runs, seed_stats
+from fedbench.tracking.leaderboard import failed_runs, group_and_configuration, latest_finished, read_runs, seed_stats
 from fedbench.tracking.sweep_runs import latest_sweep_run
 
 DEFAULT_METRIC = M.ACC_LOCAL_MEAN
@@ -64,7 +64,7 @@ def plot_experiment(experiment: str, uri: str, out: Path, metric: str = DEFAULT_
     from mlflow.tracking import MlflowClient
 
     runs = read_runs(experiment, uri)
-    finished = runs[runs["status"] == "FINISHED"] if len(runs) else runs
+    finished = latest_finished(runs) if len(runs) else runs
     if finished.empty:
         raise ConfigError("--experiment", experiment, f"an experiment with finished fedbench runs (it has {len(runs)} "
                           f"fedbench runs, none FINISHED)")

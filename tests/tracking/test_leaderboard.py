@@ -9,7 +9,7 @@ from fedbench.cli import main
 from fedbench.config.task import task_from_dict
 from fedbench.core.errors import ConfigError
 from fedbench.runtime.session import run_specs
-from fedbench.tracking.leaderboard import build_leaderboard, read_runs
+from fedbench.tracking.leaderboard import build_leaderboard, read_runs, to_markdown
 from fedbench.tracking.mlflow_callback import MlflowCallback
 from tests.conftest import TINY
 
@@ -33,7 +33,7 @@ def test_leaderboard_numbers_equal_the_runs_metrics_read_back(recorded):
     client = MlflowClient(uri)
     experiment = client.get_experiment_by_name("board").experiment_id
     for row in board.table.to_dict("records"):
-        algorithm = row["configuration"].split("algorithm=")[1]
+        algorithm = row["configuration"].split(",")[0]
         alpha = float(row["group"].split("scenario.alpha=")[1])
         values = [r.data.metrics["final/acc_local_mean"] for r in client.search_runs([experiment])
                   if r.data.params.get("algorithm.name") == algorithm and float(r.data.params["scenario.alpha"]) == alpha
@@ -76,3 +76,43 @@ def test_an_unknown_group_by_is_refused_naming_what_is_allowed():
     assert "scenario" in err.value.allowed and "scenario.alpha" in err.value.allowed
     board = build_leaderboard(runs, group_by=["dataset.name"])  # a recorded field that does not vary: one group
     assert set(board.table["group"]) == {"all"} and len(board.table) == 4
+
+
+def synthetic_runs(rows: list[dict]) -> pd.DataFrame:
+    """Runs as `mlflow.search_runs` returns them: params a run does not have are NaN."""
+    return pd.DataFrame([{"status": "FINISHED", "start_time": i, **row} for i, row in enumerate(rows)])
+
+
+def test_labels_show_only_what_varies_and_applies_to_each_algorithm():
+    runs = synthetic_runs([
+        {"params.run_hash": "a", "params.algorithm.name": "fedavg", "params.algorithm.client_fraction": "1.0",
+         "metrics.final/acc_local_mean": 0.5},
+        {"params.run_hash": "b", "params.algorithm.name": "fedprox", "params.algorithm.client_fraction": "1.0",
+         "params.algorithm.mu": "0.01", "metrics.final/acc_local_mean": 0.6},
+        {"params.run_hash": "c", "params.algorithm.name": "feroma", "params.algorithm.client_fraction": "1.0",
+         "params.algorithm.tau": "mean", "params.algorithm.epsilon": "0.1", "metrics.final/acc_local_mean": 0.7},
+    ])
+    board = build_leaderboard(runs, group_by=[])
+    assert sorted(board.table["configuration"]) == ["fedavg", "fedprox mu=0.01", "feroma epsilon=0.1 tau=mean"]
+    assert not board.table["configuration"].str.contains("nan").any()
+
+
+def test_a_metric_some_configurations_lack_is_shown_missing_not_a_crash():
+    runs = synthetic_runs([
+        {"params.run_hash": "a", "params.algorithm.name": "fedavg", "metrics.final/acc_system": 0.8},
+        {"params.run_hash": "b", "params.algorithm.name": "local", "metrics.final/acc_system": np.nan},
+    ])
+    board = build_leaderboard(runs, metric="final/acc_system", group_by=[])
+    local = board.table[board.table["configuration"] == "local"].iloc[0]
+    assert pd.isna(local["mean"]) and pd.isna(local["rank"])
+    assert "| all | – | local | – | 0 |" in to_markdown(board)  # no run of it reports the metric
+
+
+def test_a_rerun_of_the_same_runspec_is_one_seed_not_two():
+    runs = synthetic_runs([
+        {"params.run_hash": "a", "params.algorithm.name": "fedavg", "metrics.final/acc_local_mean": 0.5},
+        {"params.run_hash": "a", "params.algorithm.name": "fedavg", "metrics.final/acc_local_mean": 0.7},  # the rerun
+        {"params.run_hash": "b", "params.algorithm.name": "fedavg", "metrics.final/acc_local_mean": 0.6},
+    ])
+    [row] = build_leaderboard(runs, group_by=[]).table.to_dict("records")
+    assert row["n"] == 2 and row["mean"] == pytest.approx(0.65)  # the latest run of hash a, and hash b

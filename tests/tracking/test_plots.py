@@ -67,7 +67,7 @@ def test_curves_and_heatmap_equal_the_logged_values_and_land_under_the_latest_sw
 
     assert len(plots.curves) == len(ALGORITHMS) * len(ALPHAS) * ROUNDS
     for row in plots.curves.to_dict("records"):
-        algorithm = row["configuration"].removeprefix("algorithm=")
+        algorithm = row["configuration"]
         alpha = row["group"].removeprefix("scenario.alpha=")
         values = [logged[(algorithm, alpha, s)][row["round"]] for s in SEEDS if row["round"] in logged[(algorithm, alpha, s)]]
         assert row["n"] == len(values) == (2 if (algorithm, alpha, row["round"]) == ("local", "0.3", 2) else 3)
@@ -78,7 +78,7 @@ def test_curves_and_heatmap_equal_the_logged_values_and_land_under_the_latest_sw
     for algorithm in ALGORITHMS:
         for alpha in ALPHAS:
             finals = [list(logged[(algorithm, alpha, s)].values())[-1] for s in SEEDS]
-            assert plots.heatmap.loc[f"algorithm={algorithm}", f"scenario.alpha={alpha}"] == pytest.approx(np.mean(finals))
+            assert plots.heatmap.loc[algorithm, f"scenario.alpha={alpha}"] == pytest.approx(np.mean(finals))
 
     assert len(plots.failed) == 1 and plots.failed["status"][0] == "FAILED"
     assert [p.name for p in plots.files] == ["curves_acc_local_mean.png", "heatmap_final_acc_local_mean.png"]
@@ -130,7 +130,7 @@ def test_plot_cli_on_plain_runs_writes_files_and_says_there_is_no_sweep(mlflow_s
         per_round = np.array([[m.value for m in sorted(client.get_metric_history(r.info.run_id, "acc_local_mean"),
                                                        key=lambda m: m.step)] for r in runs])
         assert per_round.shape == (2, 2)
-        curve = plots.curves[plots.curves["configuration"] == f"algorithm={algorithm}"].sort_values("round")
+        curve = plots.curves[plots.curves["configuration"] == algorithm].sort_values("round")
         assert curve["mean"].to_numpy() == pytest.approx(per_round.mean(axis=0))
         assert curve["std"].to_numpy() == pytest.approx(per_round.std(axis=0, ddof=1))
 
