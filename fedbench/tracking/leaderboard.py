@@ -49,9 +49,13 @@ def read_runs(experiment: str, uri: str) -> pd.DataFrame:
     """The experiment's fedbench runs (sweep parent runs left out), as `mlflow.search_runs` returns them."""
     import mlflow
 
+    where = (f"the tracking store {uri} (results go to results/ under the folder fedbench runs in, or to "
+             "FEDBENCH_RESULTS or MLFLOW_TRACKING_URI when set)")
+    if uri.startswith("sqlite:///") and not Path(uri.removeprefix("sqlite:///")).is_file():
+        raise ConfigError("--experiment", experiment, f"an experiment in {where}; that store does not exist")
     mlflow.set_tracking_uri(uri)
     if mlflow.get_experiment_by_name(experiment) is None:
-        raise ConfigError("--experiment", experiment, "an experiment in the tracking store (see `mlflow experiments`)")
+        raise ConfigError("--experiment", experiment, f"an experiment in {where}")
     runs = mlflow.search_runs(experiment_names=[experiment])
     if "params.run_hash" not in runs:
         return runs.iloc[0:0]

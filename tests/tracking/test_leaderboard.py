@@ -116,3 +116,11 @@ def test_a_rerun_of_the_same_runspec_is_one_seed_not_two():
     ])
     [row] = build_leaderboard(runs, group_by=[]).table.to_dict("records")
     assert row["n"] == 2 and row["mean"] == pytest.approx(0.65)  # the latest run of hash a, and hash b
+
+
+def test_a_missing_store_is_named_and_not_created(tmp_path):
+    store = tmp_path / "elsewhere" / "mlflow.db"
+    with pytest.raises(ConfigError) as info:
+        read_runs("board", f"sqlite:///{store}")
+    assert str(store) in str(info.value) and "does not exist" in str(info.value)
+    assert not store.exists()
