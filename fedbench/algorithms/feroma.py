@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import warnings
 from dataclasses import dataclass
 from typing import Iterator, Literal, Sequence
 
@@ -46,6 +47,7 @@ from fedbench.algorithms.base import (
 from fedbench.core import metrics as M
 from fedbench.core.errors import ConfigError
 from fedbench.core.registry import register_algorithm
+from fedbench.core.runspec import RunSpec
 from fedbench.core.types import ClientResult, ClientState, Metrics, Payload, RoundContext, derive_seed
 from fedbench.training import ClientData, average_weights, get_weights, train_local
 
@@ -192,6 +194,14 @@ class Feroma(Algorithm):
         config = self.config
         self.size_weighting = config.size_weighting if config.size_weighting is not None else config.variant == "released"
         self._projections: dict[tuple, dpe.Projection] = {}
+
+    @classmethod
+    def check_run(cls, spec: RunSpec) -> None:
+        """Warn when the warm-up covers the whole run: its profile mapping never starts, it is FedAvg."""
+        warmup = cls.Config(**spec.algorithm.kwargs).warmup_rounds
+        if warmup >= spec.rounds:
+            warnings.warn(f"algorithm.warmup_rounds: {warmup} >= rounds ({spec.rounds}): FEROMA never leaves its "
+                          "FedAvg warm-up, so this run is FedAvg; lower warmup_rounds or raise rounds", stacklevel=2)
 
     # -- server half ---------------------------------------------------------------------------------
     def configure(self, round: int, state: ServerState, sampled: Sequence[int]) -> dict[int, Payload]:

@@ -66,6 +66,8 @@ def coerce(path: str, value: Any, annotation: Any) -> Any:
             raise ConfigError(path, value, "an integer")
         return value
     if annotation is float:
+        if isinstance(value, str):
+            value = _float_literal(value)  # YAML 1.1 reads 1e-3 (no dot) as a string
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(path, value, "a number")
         return float(value)
@@ -74,6 +76,14 @@ def coerce(path: str, value: Any, annotation: Any) -> Any:
             raise ConfigError(path, value, "a string")
         return value
     return _freeze(value)
+
+
+def _float_literal(text: str) -> float | str:
+    """`text` as a float when it is written as one (`1e-3`, `5E+2`), else unchanged."""
+    try:
+        return float(text) if text.strip().lstrip("+-")[:1].isdigit() or text.strip()[:1] == "." else text
+    except ValueError:
+        return text
 
 
 def _freeze(value: Any) -> Any:

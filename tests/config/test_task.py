@@ -162,3 +162,17 @@ def test_a_bad_value_of_a_later_shift_fails_the_task_at_load_naming_its_path(tmp
     with pytest.raises(ConfigError) as info:
         load_task(write_task(tmp_path, body))
     assert info.value.field == "scenario.shifts[1].sigma"
+
+
+def test_scientific_notation_is_a_number_in_task_files_and_overrides(tmp_path):
+    path = tmp_path / "t.yaml"
+    path.write_text(yaml.safe_dump({**TINY, "optimizer": {"name": "sgd", "lr": "1e-2"}}).replace("'1e-2'", "1e-2"))
+    [spec] = load_task(path, ["optimizer.weight_decay=5e-4"]).expand()
+    assert spec.optimizer.lr == 0.01 and spec.optimizer.weight_decay == 0.0005
+    with pytest.raises(ConfigError, match="^optimizer.lr: got 'fast'"):
+        load_task(path, ["optimizer.lr=fast"])
+
+
+def test_feroma_whose_warmup_covers_the_run_warns_at_task_load():
+    with pytest.warns(UserWarning, match="warmup_rounds"):
+        tiny_spec(algorithm={"name": "feroma", "warmup_rounds": 5}, rounds=5, model="lenet5")
