@@ -87,5 +87,5 @@ def test_sweep_dry_run_lists_the_configurations_and_their_count(capsys):
 
     assert main(["sweep", "tasks/feroma_drift.yaml", "--dry-run", "--set", "seeds=[42]"]) == 0
     out = capsys.readouterr().out
-    assert "72 configurations (nothing was run)" in out  # 12 presets x 3 drift frequencies x 2 algorithms
+    assert "108 configurations (nothing was run)" in out  # 12 presets x 3 drift frequencies x 3 algorithms
     assert "feroma/label_skew/medium, drift every 2" in out

@@ -125,7 +125,8 @@ def test_shipped_quickstart_task_expands():
 
 def test_the_papers_task_files_expand_to_their_grids():
     feroma = load_task("tasks/feroma_drift.yaml").expand()
-    assert len(feroma) == 12 * 3 * 2 * 5  # 4 types x 3 levels x 3 drift frequencies x 2 algorithms x 5 seeds
+    assert len(feroma) == 12 * 3 * 3 * 5  # 4 types x 3 levels x 3 drift frequencies x 3 algorithms x 5 seeds
+    assert {s.algorithm.name for s in feroma} == {"feroma", "fedavg", "local"}  # the paper's grid runs the paper's method
     assert {s.scenario.num_clients for s in feroma} == {20} and {s.scenario.drift_every for s in feroma} == {1, 2, 4}
     e1 = load_task("tasks/conditional_e1.yaml").expand()
     assert len(e1) == 4 * 5 * 5 and max(s.scenario.num_clients for s in e1) == 10 * 100
