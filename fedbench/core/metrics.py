@@ -46,6 +46,10 @@ ACC_ROUTING = "acc_routing"
 CLIENTS_SAMPLED = "clients_sampled"
 TIME_ROUND_S = "time_round_s"
 TIME_CLIENT_COMPUTE_S = "time_client_compute_s"
+"""Seconds the clients' jobs took (training, evaluation), summed over jobs; worker start-up is not in it."""
+TIME_STARTUP_S = "time_startup_s"
+"""Seconds to start, load and warm up the run's workers (round 1 only): the cost of the first job's torch
+warm-up, which would otherwise double round 1's compute depending on which run warmed the worker."""
 TIME_AGGREGATE_S = "time_aggregate_s"
 COMM_UP_BYTES = "comm_up_bytes"
 COMM_DOWN_BYTES = "comm_down_bytes"
@@ -58,7 +62,8 @@ FAILED_ROUND = "failed_round"
 """The round a FAILED run stopped in (its records cover the rounds before it)."""
 
 #: per-round keys whose run total is reported as `total/<key>`
-SUMMED = (TIME_CLIENT_COMPUTE_S, TIME_AGGREGATE_S, TIME_ROUND_S, COMM_UP_BYTES, COMM_DOWN_BYTES, COMM_EVAL_DOWN_BYTES)
+SUMMED = (TIME_CLIENT_COMPUTE_S, TIME_STARTUP_S, TIME_AGGREGATE_S, TIME_ROUND_S, COMM_UP_BYTES, COMM_DOWN_BYTES,
+          COMM_EVAL_DOWN_BYTES)
 #: per-round keys whose last evaluated value is reported as `final/<key>`
 LAST = (ACC_LOCAL_MEAN, ACC_LOCAL_STD, ACC_LOCAL_MIN, ACC_LOCAL_WEIGHTED, ACC_LOCAL_PI_WEIGHTED, TRAIN_LOSS_MEAN,
         ACC_TEST_TIME, ACC_ASSOCIATION, ACC_ASSOCIATION_KNOWN, ACC_SYSTEM, ACC_ROUTING)

@@ -55,9 +55,10 @@ class Federation:
             dataset = load_dataset(self.spec.dataset.name, self.spec.dataset.data_root, **self.spec.dataset.kwargs)
             scenario = build_scenario(dataset, self.spec.scenario, self.spec.seed, self.spec.rounds)
             algorithm = make_algorithm(self.spec, scenario.input_shape, dataset.num_classes)
+            startup = time.perf_counter()
             backend = make_backend(self.backend_name, dataset, scenario, self.spec, self.pool)
             self.worker_pids = backend.worker_pids()
-            self._loop(algorithm, backend, scenario, history)
+            self._loop(algorithm, backend, scenario, history, time.perf_counter() - startup)
             result = RunResult(self.spec, "FINISHED", history, summarize(history, time.perf_counter() - start))
         except Exception as exc:  # a failed run is recorded, never propagated to the other runs
             reason = f"{type(exc).__name__}: {exc}".strip()
@@ -71,7 +72,8 @@ class Federation:
             cb.on_run_end(result)
         return result
 
-    def _loop(self, algorithm, backend, scenario, history: list[dict[str, float]]) -> None:
+    def _loop(self, algorithm, backend, scenario, history: list[dict[str, float]], startup_s: float) -> None:
+        """The rounds; `startup_s` (workers started, loaded and warmed up) is reported with round 1."""
         spec = self.spec
         clients = list(range(spec.scenario.num_clients))
         store, meter = StateStore(), ByteMeter()
@@ -85,7 +87,8 @@ class Federation:
             meter.uplink(results)
             agg_start = time.perf_counter()
             state = algorithm.aggregate(round, state, results)
-            record = {M.ROUND: float(round), M.TIME_AGGREGATE_S: time.perf_counter() - agg_start}
+            record = {M.ROUND: float(round), M.TIME_AGGREGATE_S: time.perf_counter() - agg_start,
+                      M.TIME_STARTUP_S: startup_s if round == 1 else 0.0}
             record.update(training_metrics(results))
             record.update(algorithm.round_metrics(state))
             if round % spec.eval_every == 0 or round == spec.rounds:

@@ -22,6 +22,7 @@ from fedbench.data import BaseDataset, normalization_values
 from fedbench.runtime.system_eval import system_counts, unbundle
 from fedbench.scenarios import ClientView, Scenario
 from fedbench.training import ClientData, materialize
+from fedbench.training.loop import make_optimizer
 
 T = TypeVar("T")
 
@@ -55,6 +56,19 @@ class ClientWorker:
         self.device = "cuda" if use_cuda else "cpu"
         self.threads = max(1, int(spec.resources.client_cpus))
         self.normalization = normalization_values(spec.normalize, dataset)
+        self._warm_up()
+
+    def _warm_up(self) -> None:
+        """One optimizer step of a throwaway model on a zero batch, so that torch's first-call costs (the
+        optimizer's lazy imports, thread pools, kernel selection) count as the run's start-up, not as the
+        first client's compute. Its own seeded scope: no job's random draws or weights are touched."""
+        with torch_job_scope(0, self.threads):
+            model = self.algorithm.builder().to(self.device)
+            optimizer = make_optimizer(list(model.parameters()), self.spec.optimizer, self.spec.optimizer.lr)
+            x = torch.zeros((2, *self.scenario.input_shape), device=self.device)
+            cond = torch.zeros((2, model.cond_dim), device=self.device) if getattr(model, "cond_dim", 0) else None
+            model(x, cond).float().sum().backward()
+            optimizer.step()
 
     def _context(self, round: int, client_id: int, view: ClientView) -> RoundContext:
         return RoundContext(

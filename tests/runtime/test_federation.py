@@ -106,3 +106,10 @@ def test_a_worker_runs_the_specs_local_steps_at_the_rounds_scheduled_learning_ra
     result, _ = worker.fit(3, 0, payload, {})
     assert result.metrics["train_steps"] == 3.0
     assert run_spec(spec).status == "FINISHED"
+
+
+def test_worker_start_up_is_its_own_cost_reported_once_not_client_compute():
+    result = run_spec(tiny_spec(rounds=3))
+    startups = [record[M.TIME_STARTUP_S] for record in result.history]
+    assert startups[0] > 0 and startups[1:] == [0.0, 0.0]
+    assert result.final[M.TOTAL_PREFIX + M.TIME_STARTUP_S] == startups[0]
