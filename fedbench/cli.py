@@ -137,14 +137,37 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
+    """Every kind with a line per entry; `list KIND` the same for one kind; `list KIND NAME` its parameters."""
+    from fedbench import catalog
     from fedbench.scenarios import PRESETS
 
-    entries = [(f"{r.kind}s", {name: r.get(name) for name in r.names()}) for r in (DATASETS, MODELS, ALGORITHMS, PARTITIONS, SHIFTS)]
-    for title, named in entries + [("scenario presets", PRESETS)]:
-        table = Table(title=title, show_header=False)
-        for name, obj in sorted(named.items()):
-            doc = (obj.__doc__ or "").strip().splitlines()
-            table.add_row(name, escape(doc[0]) if doc else "")
+    if args.name:
+        kind = catalog.resolve_kind(args.kind)
+        entry = catalog.KINDS[kind][0].get(args.name, field=f"list {kind}")
+        table = Table(title=f"{kind[:-1]} {args.name}: {escape(catalog.summary(entry))}", title_justify="left")
+        for column in ("parameter", "type", "default", "what it is (paper section)"):
+            table.add_column(column, overflow="fold")
+        params = catalog.parameters(kind, args.name)
+        for p in params:
+            table.add_row(p.name, escape(p.type), escape(p.default), escape(p.doc))
+        console.print(table if params else f"{kind[:-1]} {args.name}: {escape(catalog.summary(entry))} (no parameters)")
+        return 0
+    kinds = [catalog.resolve_kind(args.kind)] if args.kind else list(catalog.KINDS)
+    for kind in kinds:
+        registry = catalog.KINDS[kind][0]
+        table = Table(title=f"{kind} (fedbench list {kind} NAME: its parameters)", title_justify="left")
+        for column in ("name", "parameters", "what it is"):
+            table.add_column(column, overflow="fold")
+        for name in registry.names():
+            params = ", ".join(p.name for p in catalog.parameters(kind, name))
+            table.add_row(name, escape(params), escape(catalog.summary(registry.get(name))))
+        console.print(table)
+    if not args.kind:
+        table = Table(title="scenario presets", title_justify="left")
+        for column in ("name", "what it is"):
+            table.add_column(column, overflow="fold")
+        for name, fn in sorted(PRESETS.items()):
+            table.add_row(name, escape(catalog.summary(fn)))
         console.print(table)
     return 0
 
@@ -236,7 +259,10 @@ def build_parser() -> argparse.ArgumentParser:
                       help="comma-separated fields whose values form the panels and heatmap columns (default scenario)")
     plot.add_argument("--out", default=None, metavar="DIR", help="folder for the PNGs (default: results/plots/<experiment>)")
     plot.set_defaults(func=cmd_plot)
-    lst = sub.add_parser("list", help="list datasets, models, algorithms and partitions")
+    lst = sub.add_parser("list", help="list datasets, models, algorithms, partitions, shifts and presets, "
+                         "or one entry's parameters (fedbench list algorithms feroma)")
+    lst.add_argument("kind", nargs="?", help="datasets, models, algorithms, partitions or shifts")
+    lst.add_argument("name", nargs="?", help="one entry of that kind: its parameters, defaults and their papers' sections")
     lst.set_defaults(func=cmd_list)
     scenario = sub.add_parser("scenario", help="inspect the federation a task generates")
     scenario_sub = scenario.add_subparsers(dest="scenario_command", required=True)

@@ -89,3 +89,20 @@ def test_sweep_dry_run_lists_the_configurations_and_their_count(capsys):
     out = capsys.readouterr().out
     assert "108 configurations (nothing was run)" in out  # 12 presets x 3 drift frequencies x 3 algorithms
     assert "feroma/label_skew/medium, drift every 2" in out
+
+
+def test_list_shows_each_parameter_with_its_default_and_paper_section(capsys):
+    from fedbench.cli import main
+
+    assert main(["list", "algorithms", "feroma"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "warmup_rounds" in out and "002 App. B.5" in out and "client_fraction" in out
+    assert main(["list", "partition", "dirichlet"]) == 0  # singular kinds work too
+    out = " ".join(capsys.readouterr().out.split())
+    assert "alpha" in out and "0.5" in out and "004 Sec. 5: 0.3" in out
+    assert main(["list", "datasets", "digits"]) == 0
+    assert "share of each class marked 'test'" in " ".join(capsys.readouterr().out.split())
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    assert "scenario presets" in out and "test_fraction" in out
+    assert main(["list", "algorithms", "nosuch"]) == 2

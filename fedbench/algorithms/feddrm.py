@@ -8,7 +8,7 @@ target layer, so clients upload it each round next to the shared part (its own `
 all uplink, never averaged) and the server keeps the latest one per client, along with n_i for the shares
 pi_i = n_i / sum n.
 
-Routing (004 Sec. 3.2, METHODS.md): a query goes to argmax_i (client logit_i - log pi_i). The client head
+Routing (004 Sec. 3.2, docs/methods.md): a query goes to argmax_i (client logit_i - log pi_i). The client head
 estimates P(client = i | x), proportional to pi_i p_i(x); subtracting log pi_i leaves the density ratio of
 eq. (4), so a query goes to the client whose data distribution it fits best, not to the largest client.
 Test-time clients (002's protocol, which 004 does not have) are routed the same way, as a whole: each
@@ -39,7 +39,7 @@ from fedbench.models.base import in_part, select_parts, without_parts
 from fedbench.training import ClientData, TrainHooks, get_weights, train_local
 
 LOCAL_PART = "head"
-"""The model part that stays on the client: the final target layer (METHODS.md)."""
+"""The model part that stays on the client: the final target layer (docs/methods.md)."""
 HEAD = "head"
 """Uplink section: the client's own target layer, which the server keeps for system inference."""
 ROUTING = "routing"
@@ -82,10 +82,10 @@ class FedDRM(Algorithm):
     @dataclass(frozen=True)
     class Config(AlgorithmConfig):
         variant: Literal["paper", "released"] = "paper"
-        """paper: 004 as written; released: the authors' code (METHODS.md). They differ only in lam's default."""
+        """paper: 004 as written; released: the authors' code (docs/methods.md). They differ only in lam's default."""
         lam: float | None = None
         """Weight of the class loss, 1 - lam of the client loss (004 Sec. 2.4). None: the variant's, 0.8 for
-        paper (the best system accuracy of 004's sweep, Fig. 4), 0.9 for released (METHODS.md)."""
+        paper (the best system accuracy of 004's sweep, Fig. 4), 0.9 for released (docs/methods.md)."""
 
         def __post_init__(self) -> None:
             super().__post_init__()

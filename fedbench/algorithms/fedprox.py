@@ -39,7 +39,7 @@ class FedProx(FedAvg):
     class Config(AlgorithmConfig):
         mu: float = 0.01
         """Proximal weight (Li et al. 2020, Sec. 3, tuned over {0.001, 0.01, 0.1, 1}); 0.01 as in 004 Sec. 3.1's
-        FedProx(FT) baseline (METHODS.md). mu = 0 is FedAvg."""
+        FedProx(FT) baseline (docs/methods.md). mu = 0 is FedAvg."""
 
         def __post_init__(self) -> None:
             super().__post_init__()

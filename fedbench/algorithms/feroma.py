@@ -10,7 +10,7 @@ emerges from the weights; the counts are reported every round (`round_metrics`).
 Round timing. The paper's round has two exchanges: a client first sends the profile of its current data,
 then receives the model the server built for that profile and trains it (the released code runs two Flower
 fit calls per round). The runtime has one exchange per round, so a client job of round t carries the second
-half of round t-1 and the first half of round t, as in METHODS.md ("each client sends back its model trained
+half of round t-1 and the first half of round t, as in docs/methods.md ("each client sends back its model trained
 on last round's data together with a profile of its current data"):
 
     job t:        train the received model on the data of the client's previous round (kept in its
@@ -71,10 +71,10 @@ class FeromaConfig(AlgorithmConfig):
     """FEROMA's hyperparameters; defaults reproduce the paper (002 Sec. 3, App. B.3-B.4, I.8-I.10)."""
 
     warmup_rounds: int = 5
-    """FedAvg rounds before profiles are used; the round-W global model is the frozen extractor (002 App. B.5; METHODS.md)."""
+    """FedAvg rounds before profiles are used; the round-W global model is the frozen extractor (002 App. B.5; docs/methods.md)."""
     variant: Literal["paper", "released"] = "paper"
     """paper: Bernoulli masks, softmax(-cosine) weights; released: pooled 50% subsets, 1/(D+1e-8) Euclidean
-    weights times data size, per-block min-max scaling of profiles (METHODS.md)."""
+    weights times data size, per-block min-max scaling of profiles (docs/methods.md)."""
     masks: int = 3
     """M: Bernoulli masks averaged (paper) or subsets pooled (released) per profile (002 B.4 S3, I.8; released: 3)."""
     mask_prob: float = 0.5
@@ -90,7 +90,7 @@ class FeromaConfig(AlgorithmConfig):
     pca_points: int = 200
     """Synthetic uniform points the shared PCA is fitted on (002 B.4 S2)."""
     sentinel: float = -1.0
-    """Value of a class moment estimated on fewer than 2 samples (released code: -1; METHODS.md)."""
+    """Value of a class moment estimated on fewer than 2 samples (released code: -1; docs/methods.md)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -1,4 +1,4 @@
-"""MADE density-ratio reweighting (seed 003 Sec. II-D; the FedDisk method of arXiv 2401.02586; METHODS.md).
+"""MADE density-ratio reweighting (seed 003 Sec. II-D; the FedDisk method of arXiv 2401.02586; docs/methods.md).
 
 Each client i weights its loss by alpha_i(x) ~ p(x) / q_i(x), the ratio of the global data density to its
 own, so that locally over-represented samples count less and locally rare ones more (003 Sec. IV).
@@ -20,7 +20,7 @@ Choices the papers leave open (003 gives no formula past alpha = h/(1-h); FedDis
   whose sum is 003's u_i(x) = log q_i(x); `"outputs"` uses the sigmoid outputs q(x_d = 1 | x_<d), as
   FedDisk's code does. The weight of x is h applied to the *local* MADE's features of x (003: h(u) with
   u = u_i(x); FedDisk's code likewise predicts on the local MADE's outputs).
-- Rescaling to [0, 2] (METHODS.md): `mean_clip` divides the ratio by its mean over the client's training
+- Rescaling to [0, 2] (docs/methods.md): `mean_clip` divides the ratio by its mean over the client's training
   set (a density ratio has mean 1 under the local distribution, so the loss keeps its scale) and clips to
   [0, 2]; `minmax` maps the client's smallest ratio to 0 and largest to 2, as FedDisk's code normalises.
 - The local MADE starts from the global MADE's initial weights and follows its schedule (density_rounds
@@ -208,7 +208,7 @@ class MADEReweighting(Algorithm):
         classifier_batch_size: int = 32
         """Batch size of h (FedDisk's code: 32)."""
         rescale: Literal["mean_clip", "minmax"] = "mean_clip"
-        """How ratios become weights in [0, 2] (METHODS.md; module docstring): divide by the client mean and clip,
+        """How ratios become weights in [0, 2] (docs/methods.md; module docstring): divide by the client mean and clip,
         or FedDisk's min-max map."""
         cache: bool = True
         """Reuse density phases and weightings cached on disk (fedbench; results are identical either way)."""

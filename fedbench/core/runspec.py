@@ -107,7 +107,7 @@ class TestClientSpec:
 
     mode: Literal["feroma", "own", "next", "none"] = "feroma"
     """feroma: drawn from all clients' last-stage distributions, the client's own for P(Y|X) concept shift
-    (METHODS.md, ANDA); own: each client's last distribution; next: its next drifted one; none: no test clients."""
+    (docs/methods.md, ANDA); own: each client's last distribution; next: its next drifted one; none: no test clients."""
     unseen_rate: float = 0.0
     """Share of test clients given a distribution no client trained on (002 I.7: 0% to 100%)."""
     labelled_per_class: int = 0

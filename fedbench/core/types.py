@@ -99,7 +99,7 @@ class OptimizerSpec:
     weight_decay: float = 0.0
     schedule: Literal["constant", "cosine"] = "constant"
     """The learning rate over rounds: constant, or cosine from `lr` in round 1 towards 0 after the last
-    (004's schedule, METHODS.md: 0.01 to 0 over 800 rounds)."""
+    (004's schedule, docs/methods.md: 0.01 to 0 over 800 rounds)."""
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.lr) and self.lr >= 0):

@@ -56,7 +56,7 @@ class FedDRMNet(FedModel):
 
 
 def projection(width: int, hidden: int) -> nn.Sequential:
-    """Linear -> LayerNorm -> ReLU, the first layer of both paths (METHODS.md, FedDRM's released code)."""
+    """Linear -> LayerNorm -> ReLU, the first layer of both paths (docs/methods.md, FedDRM's released code)."""
     return nn.Sequential(nn.Linear(width, hidden), nn.LayerNorm(hidden), nn.ReLU())
 
 

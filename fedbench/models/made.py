@@ -3,7 +3,7 @@
 MADE is not a classifier, so it is not a `FedModel` (it has no features/body/head split and its output is
 one Bernoulli mean per input dimension, not class logits). It is registered in the model zoo so that
 `build_model("made", input_shape, num_classes, hidden=...)` builds it like any model (`num_classes` is
-accepted for the common signature and ignored); the MADE density-ratio method (seed 003, METHODS.md) uses
+accepted for the common signature and ignored); the MADE density-ratio method (seed 003, docs/methods.md) uses
 it as its auxiliary density model, while the task model stays whatever the run's `model` says.
 
 Inputs are flattened to D = prod(input_shape) values in [0, 1] (pixels scaled as `to_float_batch` does);

@@ -11,7 +11,7 @@ from fedbench.core.registry import register_model
 from fedbench.models.base import FedModel, image_shape
 
 GROUPS = 16
-"""GroupNorm groups: FedDRM's released code uses 16 (METHODS.md); every ResNet-18 width (64..512) divides."""
+"""GroupNorm groups: FedDRM's released code uses 16 (docs/methods.md); every ResNet-18 width (64..512) divides."""
 
 NORMS = {"batch": nn.BatchNorm2d, "group": partial(nn.GroupNorm, GROUPS)}
 

@@ -3,7 +3,7 @@
 Every training client's personal model (its `evaluation_payloads` entry) travels to every client as one
 bundle; each client answers its own test split with all of them, so no test sample leaves its client.
 With a router (FedDRM's client head) the sample goes to the client it scores highest and that client's
-model answers; without one, the personal models vote (ties to the smallest class id, METHODS.md).
+model answers; without one, the personal models vote (ties to the smallest class id, docs/methods.md).
 Clients sharing one payload object (FedAvg's global model) share one entry of the bundle, and an array
 that several models share (FedDRM's backbone next to each client's own target layer) travels once: the
 other models carry a one-number reference to the model that holds it.

@@ -24,7 +24,7 @@ SPARSITY_CLIENTS_PER_CLUSTER = {"rich": 5, "medium": 10, "sparse": 20, "very_spa
 ~200-300); the three levels between are our reading of its five-level sweep."""
 
 FEROMA_LEVELS = {
-    # 002 Table 12 (and METHODS.md, ANDA): per level, for each non-IID type.
+    # 002 Table 12 (and docs/methods.md, ANDA): per level, for each non-IID type.
     "feature_skew": {"low": dict(rotations=4, colours=False), "medium": dict(rotations=2, colours=True),
                      "high": dict(rotations=4, colours=True)},
     "label_skew": {"low": 4, "medium": 6, "high": 8},

@@ -97,7 +97,7 @@ def _require_images(facts: DatasetFacts, name: str) -> None:
 
 
 def pattern_ops(angle: float, colour: int | None, classes: tuple[int, ...] | None = None) -> tuple[Op, ...]:
-    """A (rotation, colour) pattern as ANDA draws them: rotate, then saturate one RGB channel (METHODS.md)."""
+    """A (rotation, colour) pattern as ANDA draws them: rotate, then saturate one RGB channel (docs/methods.md)."""
     ops: list[Op] = []
     if angle % 360:
         ops.append(Rotate(float(angle), classes=classes))

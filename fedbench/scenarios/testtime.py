@@ -1,6 +1,6 @@
 """Test-time clients: clients a run is evaluated on after training (002 Sec. 3.3, App. E, I.7).
 
-By default as FEROMA's generator does it (METHODS.md): each test client takes the last-stage distribution
+By default as FEROMA's generator does it (docs/methods.md): each test client takes the last-stage distribution
 of a random training client, or its own for P(Y|X) concept shift, where a label-free match cannot tell
 relabellings apart. Also: each client's own last distribution, its next (drifted) one, and a share of
 distributions that no client trained on. Samples come from the official test split where there is one.

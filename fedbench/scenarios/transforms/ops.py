@@ -155,7 +155,7 @@ class Rotate(Op):
 @register_op("colour")
 @dataclass(frozen=True)
 class Colour(Op):
-    """Sets RGB channel `channel` to 1 everywhere: ANDA's saturated background (002 App. I.2; METHODS.md
+    """Sets RGB channel `channel` to 1 everywhere: ANDA's saturated background (002 App. I.2; docs/methods.md
     "ANDA semantics")."""
 
     channel: int
