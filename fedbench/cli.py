@@ -121,7 +121,10 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
     experiment = experiment_of(args)
     out = Path(args.out) if args.out else results_dir() / "plots" / experiment
-    plots = plot_experiment(experiment, tracking_uri(), out, args.metric, args.group_by.split(","))
+    if not 10 <= args.dpi <= 1200:
+        raise ConfigError("--dpi", args.dpi, "a resolution from 10 to 1200 dots per inch")
+    plots = plot_experiment(experiment, tracking_uri(), out, args.metric, args.group_by.split(","),
+                            formats=parse_formats(args.format), dpi=args.dpi)
     console.print(heatmap_console_table(plots, f"{experiment}: {plots.heatmap_metric}, mean over seeds"))
     if len(plots.failed):
         runs = f"{len(plots.failed)} run{'s' if len(plots.failed) != 1 else ''}"
@@ -134,6 +137,17 @@ def cmd_plot(args: argparse.Namespace) -> int:
     else:
         console.print(f"no sweep parent run in experiment {escape(experiment)} (plain `fedbench run`): files written only")
     return 0
+
+
+def parse_formats(text: str) -> list[str]:
+    """`--format png,pdf` -> ['png', 'pdf'], each one of the figure formats (ConfigError naming the option)."""
+    from fedbench.tracking.plots import FORMATS
+
+    formats = [f.strip().lower() for f in text.split(",") if f.strip()]
+    bad = [f for f in formats if f not in FORMATS]
+    if bad or not formats:
+        raise ConfigError("--format", text, "comma-separated figure formats among " + ", ".join(FORMATS))
+    return formats
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -257,7 +271,9 @@ def build_parser() -> argparse.ArgumentParser:
                       help=f"per-round metric to plot (default {M.ACC_LOCAL_MEAN}); the heatmap shows {M.FINAL_PREFIX}<metric>")
     plot.add_argument("--group-by", default="scenario",
                       help="comma-separated fields whose values form the panels and heatmap columns (default scenario)")
-    plot.add_argument("--out", default=None, metavar="DIR", help="folder for the PNGs (default: results/plots/<experiment>)")
+    plot.add_argument("--out", default=None, metavar="DIR", help="folder for the figures (default: results/plots/<experiment>)")
+    plot.add_argument("--format", default="png", help="comma-separated figure formats: png, pdf, svg (default png)")
+    plot.add_argument("--dpi", type=int, default=110, help="resolution of PNGs (default 110; 300 for print)")
     plot.set_defaults(func=cmd_plot)
     lst = sub.add_parser("list", help="list datasets, models, algorithms, partitions, shifts and presets, "
                          "or one entry's parameters (fedbench list algorithms feroma)")

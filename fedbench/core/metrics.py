@@ -67,3 +67,31 @@ SUMMED = (TIME_CLIENT_COMPUTE_S, TIME_STARTUP_S, TIME_AGGREGATE_S, TIME_ROUND_S,
 #: per-round keys whose last evaluated value is reported as `final/<key>`
 LAST = (ACC_LOCAL_MEAN, ACC_LOCAL_STD, ACC_LOCAL_MIN, ACC_LOCAL_WEIGHTED, ACC_LOCAL_PI_WEIGHTED, TRAIN_LOSS_MEAN,
         ACC_TEST_TIME, ACC_ASSOCIATION, ACC_ASSOCIATION_KNOWN, ACC_SYSTEM, ACC_ROUTING)
+
+
+DISPLAY_NAMES = {
+    ACC_LOCAL_MEAN: "local test accuracy (mean over clients)",
+    ACC_LOCAL_STD: "local test accuracy (std over clients)",
+    ACC_LOCAL_MIN: "local test accuracy (worst client)",
+    ACC_LOCAL_WEIGHTED: "local test accuracy (sample-weighted)",
+    ACC_LOCAL_PI_WEIGHTED: "local test accuracy (pi-weighted)",
+    TRAIN_LOSS_MEAN: "training loss (mean over clients)",
+    ACC_TEST_TIME: "test-time client accuracy",
+    ACC_ASSOCIATION: "test-time association accuracy",
+    ACC_SYSTEM: "system accuracy (pooled test sets)",
+    ACC_ROUTING: "routing accuracy",
+    TIME_CLIENT_COMPUTE_S: "client compute (s)",
+    TIME_STARTUP_S: "worker start-up (s)",
+    TIME_ROUND_S: "round wall time (s)",
+    COMM_UP_BYTES: "uplink bytes",
+    COMM_DOWN_BYTES: "downlink bytes",
+}
+"""How figures and tables name a metric for readers; a metric without an entry shows its key."""
+
+
+def display_name(key: str) -> str:
+    """A readable name for metric `key` (`final/` and `total/` prefixes said in words)."""
+    for prefix, words in ((FINAL_PREFIX, "final "), (TOTAL_PREFIX, "total ")):
+        if key.startswith(prefix):
+            return words + DISPLAY_NAMES.get(key.removeprefix(prefix), key.removeprefix(prefix))
+    return DISPLAY_NAMES.get(key, key)

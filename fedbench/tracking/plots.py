@@ -53,9 +53,18 @@ class Plots:
     parent_run_id: str | None = None
 
 
+FORMATS = ("png", "pdf", "svg")
+"""Figure formats: PNG to look at, PDF and SVG for papers."""
+
+
 def plot_experiment(experiment: str, uri: str, out: Path, metric: str = DEFAULT_METRIC,
-                    group_by: Sequence[str] = ("scenario",), log_artifacts: bool = True) -> Plots:
+                    group_by: Sequence[str] = ("scenario",), log_artifacts: bool = True,
+                    formats: Sequence[str] = ("png",), dpi: int = 110) -> Plots:
     """Draw the curves and the heatmap of `experiment` into folder `out`, and log them under its latest sweep run.
+
+    Args:
+        formats: file formats to write each figure in (of FORMATS).
+        dpi: resolution of raster formats.
 
     Raises:
         ConfigError: unknown experiment, no finished run, a metric no finished run reports per round, or a
@@ -78,14 +87,18 @@ def plot_experiment(experiment: str, uri: str, out: Path, metric: str = DEFAULT_
     heatmap_metric = M.FINAL_PREFIX + metric
     if f"metrics.{heatmap_metric}" not in finished or finished[f"metrics.{heatmap_metric}"].isna().all():
         heatmap_metric = metric
-    heatmap = heatmap_table(labels, finished[f"metrics.{heatmap_metric}"].astype(float))
+    values = finished[f"metrics.{heatmap_metric}"].astype(float)
+    heatmap, spread = heatmap_table(labels, values), heatmap_table(labels, values, "std")
     plots = Plots(curves, heatmap, heatmap_metric, failed_runs(runs))
     out.mkdir(parents=True, exist_ok=True)
     name = metric.replace("/", "_")
+    curves_figure = draw_curves(curves, f"{experiment}: {M.display_name(metric)} per round, mean ± std over seeds",
+                                M.display_name(metric))
+    heatmap_figure = draw_heatmap(heatmap, spread, f"{experiment}: {M.display_name(heatmap_metric)}, mean ± std over seeds",
+                                  xlabel=", ".join(dict.fromkeys(g.split("=")[0] for g in heatmap.columns)))
     plots.files = [
-        draw_curves(curves, out / f"curves_{name}.png", f"{experiment}: {metric} per round, mean ± std over seeds", metric),
-        draw_heatmap(heatmap, out / f"heatmap_{heatmap_metric.replace('/', '_')}.png",
-                     f"{experiment}: {heatmap_metric}, mean over seeds"),
+        *save(curves_figure, out / f"curves_{name}", formats, dpi),
+        *save(heatmap_figure, out / f"heatmap_{heatmap_metric.replace('/', '_')}", formats, dpi),
     ]
     parent = latest_sweep_run(client, client.get_experiment_by_name(experiment).experiment_id)
     plots.parent_run_id = parent.info.run_id if parent is not None else None
@@ -129,13 +142,23 @@ def curve_table(labels: pd.DataFrame, histories: dict[str, pd.Series]) -> pd.Dat
     return seed_stats(frame.groupby(["group", "configuration", "round"], sort=True))
 
 
-def heatmap_table(labels: pd.DataFrame, values: pd.Series) -> pd.DataFrame:
-    """Configurations × groups, the mean over seeds of `values` (NaN where a configuration did not run)."""
+def heatmap_table(labels: pd.DataFrame, values: pd.Series, statistic: str = "mean") -> pd.DataFrame:
+    """Configurations × groups, the mean (or sample std) over seeds of `values` (NaN where one did not run)."""
     frame = labels.assign(value=values.to_numpy())
-    return frame.pivot_table(index="configuration", columns="group", values="value", aggfunc="mean", sort=True)
+    return frame.pivot_table(index="configuration", columns="group", values="value", aggfunc=statistic, sort=True,
+                             dropna=False)
 
 
-def draw_curves(curves: pd.DataFrame, path: Path, title: str, ylabel: str) -> Path:
+def save(figure, stem: Path, formats: Sequence[str], dpi: int) -> list[Path]:
+    """Write `figure` as `stem.<format>` for every format; returns the paths."""
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    paths = [stem.with_name(f"{stem.name}.{fmt}") for fmt in formats]
+    for path in paths:
+        figure.savefig(path, dpi=dpi)
+    return paths
+
+
+def draw_curves(curves: pd.DataFrame, title: str, ylabel: str):
     """One panel per group, one line per configuration (same colour in every panel), shaded mean ± std."""
     from matplotlib.figure import Figure
     from matplotlib.ticker import MaxNLocator
@@ -172,18 +195,16 @@ def draw_curves(curves: pd.DataFrame, path: Path, title: str, ylabel: str) -> Pa
                 names.append(name)
     fig.legend(handles, names, loc="outside lower center", fontsize=8, ncols=1 if len(names) > 6 else min(2, len(names)))
     fig.suptitle(title, fontsize=10)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    return path
+    return fig
 
 
-def draw_heatmap(heatmap: pd.DataFrame, path: Path, title: str) -> Path:
-    """Configurations (rows) × groups (columns), each cell annotated with its value."""
+def draw_heatmap(heatmap: pd.DataFrame, spread: pd.DataFrame, title: str, xlabel: str):
+    """Configurations (rows) × groups (columns), each cell annotated with its mean ± std over seeds."""
     from matplotlib.figure import Figure
 
     values = heatmap.to_numpy(dtype=float)
     n_rows, n_cols = values.shape
-    fig = Figure(figsize=(2.0 + 1.6 * n_cols + 0.06 * max(map(len, heatmap.index)), 1.6 + 0.45 * n_rows),
+    fig = Figure(figsize=(2.4 + 1.9 * n_cols + 0.06 * max(map(len, heatmap.index)), 1.8 + 0.45 * n_rows),
                  layout="constrained")
     ax = fig.subplots()
     finite = values[np.isfinite(values)]
@@ -197,15 +218,17 @@ def draw_heatmap(heatmap: pd.DataFrame, path: Path, title: str) -> Path:
     middle = (low + high) / 2
     for i in range(n_rows):
         for j in range(n_cols):
-            value = values[i, j]
+            value, std = values[i, j], spread.to_numpy(dtype=float)[i, j]
             text = "-" if not np.isfinite(value) else f"{value:.3f}" if abs(value) < 1000 else f"{value:.3g}"
+            if np.isfinite(value) and np.isfinite(std):
+                text += f"\n± {std:.3f}" if abs(std) < 1000 else f"\n± {std:.3g}"
             ax.text(j, i, text, ha="center", va="center", fontsize=8,
                     color="white" if np.isfinite(value) and value <= middle else "black")
     fig.colorbar(image, ax=ax, shrink=0.8)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("configuration")
     ax.set_title(title, fontsize=10)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    return path
+    return fig
 
 
 def _colours(n: int) -> list:

@@ -138,3 +138,21 @@ def test_plot_cli_on_plain_runs_writes_files_and_says_there_is_no_sweep(mlflow_s
     assert "--metric" in capsys.readouterr().out
     assert main(["plot"]) == 2
 
+
+
+def test_paper_formats_dpi_and_std_in_heatmap_cells(handmade, isolated_results):
+    uri, parent, older, logged = handmade
+    folder = isolated_results / "paper"
+    plots = plot_experiment("plots_exact", uri, folder, formats=("png", "pdf", "svg"), dpi=200, log_artifacts=False)
+    assert sorted(p.suffix for p in plots.files) == [".pdf", ".pdf", ".png", ".png", ".svg", ".svg"]
+    assert all(p.stat().st_size > 1000 for p in plots.files)
+    heatmap_svg = (folder / "heatmap_final_acc_local_mean.svg").read_text()
+    assert "±" in heatmap_svg or "&#177;" in heatmap_svg  # every cell shows its std over seeds
+    with Image.open(folder / "curves_acc_local_mean.png") as image:
+        assert image.info["dpi"][0] == pytest.approx(200, abs=1)
+
+
+def test_bad_figure_options_are_refused(capsys):
+    assert main(["plot", "--experiment", "x", "--format", "png,gif"]) == 2
+    assert "--format: got 'png,gif'" in capsys.readouterr().out
+    assert main(["plot", "--experiment", "x", "--dpi", "0"]) == 2
