@@ -115,6 +115,20 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_export(args: argparse.Namespace) -> int:
+    """Every per-round metric of the experiment's runs as one long CSV or parquet table."""
+    from fedbench.tracking.export import long_metrics, write_table
+    from fedbench.tracking.paths import results_dir, tracking_uri
+
+    experiment = experiment_of(args)
+    table = long_metrics(experiment, tracking_uri(), args.group_by.split(","))
+    path = Path(args.out) if args.out else results_dir() / "exports" / f"{experiment}-rounds.{args.format}"
+    write_table(table, path)
+    console.print(f"{len(table)} rows ({table['run_hash'].nunique()} runs, {table['metric'].nunique()} metrics) "
+                  f"written: {escape(str(path))}")
+    return 0
+
+
 def cmd_plot(args: argparse.Namespace) -> int:
     from fedbench.tracking.paths import results_dir, tracking_uri
     from fedbench.tracking.plots import heatmap_console_table, plot_experiment
@@ -264,6 +278,14 @@ def build_parser() -> argparse.ArgumentParser:
                        help="also write this format (markdown and parquet are always written under results/leaderboards)")
     board.add_argument("--out", default=None, help="path for --format's file")
     board.set_defaults(func=cmd_leaderboard)
+    export = sub.add_parser("export", help="every per-round metric of an experiment's runs as one long table "
+                            "(run_hash, seed, group, configuration, varying fields, round, metric, value)")
+    export.add_argument("--experiment", default=None, help="MLflow experiment name (a task's name)")
+    export.add_argument("--task", default=None, help="or the task file whose experiment to read")
+    export.add_argument("--format", choices=["csv", "parquet"], default="csv")
+    export.add_argument("--group-by", default="dataset,scenario", help="fields whose values form the group column")
+    export.add_argument("--out", default=None, help="file to write (default results/exports/<experiment>-rounds.<format>)")
+    export.set_defaults(func=cmd_export)
     plot = sub.add_parser("plot", help="plot a metric per round and a final-metric heatmap from the runs in MLflow")
     plot.add_argument("--experiment", default=None, help="MLflow experiment name (a task's name)")
     plot.add_argument("--task", default=None, help="or the task file whose experiment to read")

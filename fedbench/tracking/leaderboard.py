@@ -22,12 +22,13 @@ from fedbench.tracking.tags import FAILURE_REASON_TAG
 
 DEFAULT_METRIC = M.FINAL_PREFIX + M.ACC_LOCAL_MEAN
 COSTS = {
-    "compute s": (M.TOTAL_PREFIX + M.TIME_CLIENT_COMPUTE_S, 1.0),
-    "wall s": (M.TOTAL_PREFIX + M.TIME_RUN_S, 1.0),
-    "MB up": (M.TOTAL_PREFIX + M.COMM_UP_BYTES, 1e-6),
-    "MB down": (M.TOTAL_PREFIX + M.COMM_DOWN_BYTES, 1e-6),
+    "compute_s": (M.TOTAL_PREFIX + M.TIME_CLIENT_COMPUTE_S, 1.0),
+    "wall_s": (M.TOTAL_PREFIX + M.TIME_RUN_S, 1.0),
+    "mb_up": (M.TOTAL_PREFIX + M.COMM_UP_BYTES, 1e-6),
+    "mb_down": (M.TOTAL_PREFIX + M.COMM_DOWN_BYTES, 1e-6),
 }
-"""Cost columns: name -> (metric, scale), each the mean over seeds."""
+"""Cost columns: name -> (metric, scale), each the mean over seeds. Names without spaces, so that exported
+tables read back as they are in pandas, R or SQL."""
 
 ALIASES = {"dataset": ("dataset.",), "scenario": ("scenario.",), "algorithm": ("algorithm.",), "model": ("model.",)}
 """A group-by name standing for every varying field under a section."""

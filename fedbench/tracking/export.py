@@ -1,0 +1,53 @@
+"""Tidy exports: every per-round metric of an experiment's runs as one long table.
+
+One row per (run, round, metric), with the run's hash, seed, status, group and configuration labels and
+its varying RunSpec fields as columns, so a user filters and pivots it in pandas, R or SQL instead of
+reading MLflow's per-run metric pages.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+import pandas as pd
+
+from fedbench.core import metrics as M
+from fedbench.tracking.leaderboard import group_and_configuration, latest_finished, read_runs, varying_params
+
+FORMATS = ("csv", "parquet")
+
+
+def long_metrics(experiment: str, uri: str, group_by: Sequence[str] = ("dataset", "scenario")) -> pd.DataFrame:
+    """Every finished run's per-round metrics (`final/` and `total/` summaries left out: they are the leaderboard's),
+    one row per (run, round, metric), each run hash once (its latest run)."""
+    from mlflow.tracking import MlflowClient
+
+    runs = latest_finished(read_runs(experiment, uri))
+    client = MlflowClient(uri)
+    group, configuration = group_and_configuration(runs, group_by)
+    fields = varying_params(runs)
+    rows = []
+    for (_, run), run_group, run_configuration in zip(runs.iterrows(), group, configuration):
+        keys = [c.removeprefix("metrics.") for c in runs if c.startswith("metrics.") and pd.notna(run[c])]
+        described = {"run_hash": run["params.run_hash"], "seed": run.get("params.seed"), "group": run_group,
+                     "configuration": run_configuration, **{f: run[f"params.{f}"] for f in fields}}
+        for key in keys:
+            if key.startswith((M.FINAL_PREFIX, M.TOTAL_PREFIX)):
+                continue
+            for point in client.get_metric_history(run["run_id"], key):
+                rows.append({**described, "round": point.step, "metric": key, "value": point.value})
+    columns = ["run_hash", "seed", "group", "configuration", *fields, "round", "metric", "value"]
+    table = pd.DataFrame(rows, columns=columns)
+    return table.sort_values(["run_hash", "metric", "round"]).reset_index(drop=True)
+
+
+def write_table(table: pd.DataFrame, path: Path) -> Path:
+    """Save as CSV or parquet (by the suffix), column names with dots replaced by underscores."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    table = table.rename(columns=lambda c: c.replace(".", "_"))
+    if path.suffix == ".parquet":
+        table.to_parquet(path, index=False)
+    else:
+        table.to_csv(path, index=False)
+    return path
