@@ -18,31 +18,24 @@ from rich.table import Table
 
 from fedbench.config import load_task
 from fedbench.core import metrics as M
-from fedbench.core.callbacks import Callback
 from fedbench.core.errors import ConfigError, FedbenchError
 from fedbench.core.registry import ALGORITHMS, DATASETS, MODELS, PARTITIONS, SHIFTS
-from fedbench.core.runspec import RunSpec
 
 console = Console(width=None if sys.stdout.isatty() else 140)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     from fedbench.runtime.session import run_specs
-    from fedbench.tracking.console import ProgressCallback, ResultLine, failures_table, results_table
-    from fedbench.tracking.mlflow_callback import MlflowCallback
+    from fedbench.tracking.console import failures_table, results_table
     from fedbench.tracking.paths import tracking_uri
+    from fedbench.tracking.run_callbacks import run_callbacks
 
     overrides = [*args.set, *([f"resources.backend={args.backend}"] if args.backend else [])]
     task = load_task(args.task, overrides)
     specs = task.expand()
     backends = ", ".join(sorted({s.resources.backend for s in specs}))
     console.print(f"task [bold]{task.name}[/]: {len(specs)} runs, backend {backends}, tracking {tracking_uri()}")
-
-    def callbacks(i: int, spec: RunSpec) -> list[Callback]:
-        position = f"[{i}/{len(specs)}] "
-        return [MlflowCallback(), ProgressCallback(position=position), ResultLine(console, position)]
-
-    results = run_specs(specs, callbacks)
+    results = run_specs(specs, run_callbacks(len(specs), console))
     console.print(results_table(results))
     failures = failures_table(results)
     if failures is not None:
@@ -53,11 +46,11 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_sweep(args: argparse.Namespace) -> int:
     from fedbench.tracking.console import configurations_table, failures_table, results_table
     from fedbench.tracking.paths import tracking_uri
-    from fedbench.tuning import load_search_space, make_plan
+    from fedbench.tuning import plan_sweep
 
     task = load_task(args.task, args.set)
-    space = load_search_space(args.search) if args.search else None
-    plan = make_plan(task, space, args.num_samples, args.metric, args.mode, args.scheduler)
+    plan = plan_sweep(task, args.search, args.num_samples, args.metric, args.mode, args.scheduler)
+    space = plan.space
     if args.dry_run:
         if space is None:
             console.print(configurations_table(plan.specs))
@@ -66,11 +59,11 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             console.print(f"task [bold]{task.name}[/]: {plan.num_samples} Optuna samples of {space.name} on its first "
                           f"configuration, optimising {plan.metric} ({plan.mode}); the space checks out (nothing was run)")
         return 0
-    from fedbench.tuning import run_sweep, write_best_task
+    from fedbench.tuning import execute_sweep
 
     what = f"{plan.num_samples} Optuna samples of {space.name}" if space else f"{plan.trials} trials"
     console.print(f"task [bold]{task.name}[/]: sweeping {what} on Ray Tune, tracking {tracking_uri()}")
-    outcome = run_sweep(plan, max_concurrent=args.max_concurrent, address=args.address, resume=args.resume)
+    outcome = execute_sweep(task, plan, max_concurrent=args.max_concurrent, address=args.address, resume=args.resume)
     if outcome.resumed_done:
         console.print(f"resumed: {outcome.resumed_done} trials were already done and were not run again")
     if outcome.results:
@@ -79,9 +72,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if failures is not None:
         console.print(failures)
     if outcome.best is not None:
-        path = write_best_task(task, outcome.best, plan)
         console.print(f"best of {space.name}: {plan.metric} = {outcome.best_value:.4f} with {outcome.best}; "
-                      f"as a task file: {path}")
+                      f"as a task file: {outcome.best_task}")
     console.print(f"sweep {outcome.name}: MLflow parent run {outcome.parent_run_id}; Tune folder {outcome.storage}")
     if outcome.interrupted:
         console.print("[yellow]interrupted: continue it with the same command and --resume[/]")

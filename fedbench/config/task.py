@@ -29,6 +29,9 @@ from fedbench.core.errors import ConfigError
 
 TASK_KEYS = ("name", "description", "seeds", "grid")
 
+Override = str | tuple[str, Any]
+"""`key.path=value` text (value parsed as YAML), or a (dotted path, value) pair."""
+
 
 @dataclass(frozen=True)
 class TaskSpec:
@@ -49,6 +52,14 @@ class TaskSpec:
                 spec = resolve_run(self.run_dict(point, seed))
                 specs.setdefault(spec.run_hash, spec)
         return list(specs.values())
+
+    def with_overrides(self, overrides: Sequence[Override]) -> TaskSpec:
+        """This task with more overrides, applied after its own as if all had been given when it was loaded."""
+        if not overrides:
+            return self
+        raw = {**copy.deepcopy(self.base), "name": self.name, "description": self.description,
+               "seeds": list(self.seeds), "grid": {path: list(values) for path, values in self.grid}}
+        return task_from_dict(raw, [*self.overrides, *overrides])
 
     def run_dict(self, point: Sequence[Any] | None = None, seed: int | None = None) -> dict[str, Any]:
         """One run's raw mapping: the base, a grid point (default: every axis's first value), the overrides
@@ -86,8 +97,13 @@ def resolve_run(raw: dict[str, Any]) -> RunSpec:
     return spec
 
 
-def load_task(path: str | Path, overrides: Sequence[str] = ()) -> TaskSpec:
+def load_task(path: str | Path, overrides: Sequence[Override] = ()) -> TaskSpec:
     """Read a task YAML and apply `--set key=value` overrides; bad input raises ConfigError."""
+    return task_from_dict(read_task_file(path), overrides, default_name=Path(path).stem)
+
+
+def read_task_file(path: str | Path) -> dict[str, Any]:
+    """A task file's mapping as written, before any check of its fields."""
     path = Path(path)
     if not path.is_file():
         raise ConfigError("task", str(path), "a path to an existing task YAML file")
@@ -97,13 +113,15 @@ def load_task(path: str | Path, overrides: Sequence[str] = ()) -> TaskSpec:
         raise ConfigError("task", str(path), f"valid YAML ({exc})") from None
     if not isinstance(raw, dict):
         raise ConfigError("task", str(path), "a YAML mapping of fields")
-    return task_from_dict(raw, overrides, default_name=path.stem)
+    return raw
 
 
-def task_from_dict(raw: dict[str, Any], overrides: Sequence[str] = (), default_name: str = "task") -> TaskSpec:
+def task_from_dict(raw: dict[str, Any], overrides: Sequence[Override] = (), default_name: str = "task") -> TaskSpec:
+    """A task from its mapping (as a task file writes it) and overrides: `key=value` text as `--set` takes
+    it, or (dotted path, value) pairs as Python code has them."""
     raw = copy.deepcopy(raw)
     run_overrides = []
-    for path, value in map(parse_override, overrides):
+    for path, value in parse_overrides(overrides):
         if path in TASK_KEYS or path.startswith("grid."):
             set_path(raw, path, value)
         else:
@@ -142,6 +160,11 @@ def parse_override(text: str) -> tuple[str, Any]:
     except yaml.YAMLError:
         parsed = value
     return key.strip(), parsed
+
+
+def parse_overrides(overrides: Sequence[Override]) -> list[tuple[str, Any]]:
+    """Overrides as (dotted path, value) pairs, the texts among them parsed by `parse_override`."""
+    return [parse_override(o) if isinstance(o, str) else o for o in overrides]
 
 
 def set_path(tree: dict[str, Any], path: str, value: Any) -> None:

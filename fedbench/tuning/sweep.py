@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from fedbench.core import metrics as M
@@ -27,7 +28,8 @@ from fedbench.tuning.plan import GRID_KEY, SweepPlan
 
 @dataclass
 class SweepOutcome:
-    """What a sweep did: its parent run, Tune's folder, this invocation's trials, and a search's best sample."""
+    """What a sweep did: its parent run, Tune's folder, this invocation's trials, and a search's best sample
+    (with the task file `fedbench.tuning.launch` writes for it)."""
 
     name: str
     parent_run_id: str
@@ -37,6 +39,7 @@ class SweepOutcome:
     interrupted: bool = False
     best: dict[str, Any] | None = None
     best_value: float | None = None
+    best_task: Path | None = None
 
 
 def run_sweep(

@@ -38,6 +38,17 @@ def test_set_overrides_every_run_and_replaces_grid_axes(tmp_path):
     assert (spec.rounds, spec.algorithm.name, spec.seed, spec.optimizer.lr) == (7, "local", 5, 0.1)
 
 
+def test_a_loaded_task_takes_more_overrides_after_its_own_as_text_or_pairs(tmp_path):
+    body = {k: v for k, v in TINY.items() if k != "task"}
+    body.update(name="t", seeds=[0, 1], grid={"algorithm": ["fedavg", "local"], "scenario.alpha": [0.1, 1.0]})
+    task = load_task(write_task(tmp_path, body), ["algorithm=local", "rounds=7"])
+    more = task.with_overrides(["seeds=[5]", ("optimizer.lr", 0.2), ("rounds", 3), ("name", "t2")])
+    assert task.with_overrides([]) is task
+    specs = more.expand()
+    assert {(s.algorithm.name, s.seed, s.optimizer.lr, s.rounds, s.task) for s in specs} == {("local", 5, 0.2, 3, "t2")}
+    assert {s.scenario.partition.kwargs["alpha"] for s in specs} == {0.1, 1.0}  # the other grid axis stays
+
+
 def test_runspec_round_trips_and_is_frozen():
     spec = tiny_spec(algorithm={"name": "fedavg", "client_fraction": 0.5})
     again = parse_run(yaml.safe_load(spec.to_yaml()))

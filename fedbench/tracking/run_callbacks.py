@@ -1,0 +1,22 @@
+"""The callbacks each run of `fedbench run` gets, and `fedbench.run` too, so both record runs the same way."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from rich.console import Console
+
+from fedbench.core.callbacks import Callback
+from fedbench.core.runspec import RunSpec
+from fedbench.tracking.console import ProgressCallback, ResultLine
+from fedbench.tracking.mlflow_callback import MlflowCallback
+
+
+def run_callbacks(total: int, console: Console, track: bool = True) -> Callable[[int, RunSpec], list[Callback]]:
+    """For the i-th of `total` runs: MLflow (unless `track` is off), a progress bar and a result line on `console`."""
+
+    def make(i: int, spec: RunSpec) -> list[Callback]:
+        position = f"[{i}/{total}] "
+        return [*([MlflowCallback()] if track else []), ProgressCallback(position=position), ResultLine(console, position)]
+
+    return make
