@@ -16,7 +16,7 @@ from mlflow.tracking import MlflowClient
 
 from fedbench.core.callbacks import Callback, RoundRecord, RunResult
 from fedbench.core.runspec import RunSpec
-from fedbench.tracking.paths import tracking_uri
+from fedbench.tracking.paths import inside, tracking_uri
 from fedbench.tracking.tags import FAILURE_REASON_TAG, PARENT_RUN_TAG
 
 MAX_PARAM_LENGTH = 6000
@@ -31,7 +31,7 @@ def experiment_id_for(client: MlflowClient, name: str) -> str:
     artifact_location = None
     if client.tracking_uri.startswith("sqlite:///"):
         database = Path(client.tracking_uri.removeprefix("sqlite:///")).resolve()
-        artifact_location = (database.parent / "mlartifacts" / name).as_uri()
+        artifact_location = inside(database.parent / "mlartifacts", name).as_uri()
     return client.create_experiment(name, artifact_location=artifact_location)
 
 

@@ -162,3 +162,11 @@ def test_a_bad_value_of_a_later_shift_fails_the_task_at_load_naming_its_path(tmp
     with pytest.raises(ConfigError) as info:
         load_task(write_task(tmp_path, body))
     assert info.value.field == "scenario.shifts[1].sigma"
+
+
+@pytest.mark.parametrize("name", ["../../../tmp/x", "/tmp/x", "a/b", "..", "", "two words", 7])
+def test_a_task_name_that_is_not_a_safe_slug_is_refused_naming_name(tmp_path, name):
+    body = {**{k: v for k, v in TINY.items() if k != "task"}, "name": name}
+    with pytest.raises(ConfigError) as err:
+        load_task(write_task(tmp_path, body))
+    assert err.value.field == "name" and "letters, digits" in err.value.allowed
