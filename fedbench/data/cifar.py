@@ -2,6 +2,10 @@
 
 The pickles are parsed here rather than through torchvision's classes, which verify every file's md5 and so
 could only ever be tested on the real 160 MB downloads. Images become uint8 [N, 3, 32, 32].
+
+A data folder is user input, and `pickle.load` runs whatever a pickle asks for, so the batches are read by
+`SafeUnpickler`, which builds only numpy arrays and plain Python values (dicts, lists, str, bytes, numbers)
+and refuses every other global a pickle names before anything of it runs.
 """
 
 from __future__ import annotations
@@ -11,6 +15,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
+
+try:
+    from numpy._core.multiarray import _reconstruct
+except ImportError:  # numpy < 2
+    from numpy.core.multiarray import _reconstruct
 
 from fedbench.core.registry import register_dataset
 from fedbench.data.base import BaseDataset, DatasetFacts, read_or_download, with_facts
@@ -102,6 +111,36 @@ def _load(
     return batches[: len(train_files)], batches[len(train_files) : -1], batches[-1]
 
 
+def _latin1_bytes(text: str, encoding: str = "latin1") -> bytes:
+    """How protocol-2 pickles written by Python 3 spell bytes (`_codecs.encode(text, 'latin1')`), and nothing else."""
+    if encoding != "latin1":
+        raise pickle.UnpicklingError(f"refused _codecs.encode with encoding {encoding!r}")
+    return text.encode("latin1")
+
+
+_ALLOWED_GLOBALS = {
+    ("numpy.core.multiarray", "_reconstruct"): _reconstruct,  # how the official (Python 2) batches spell it
+    ("numpy._core.multiarray", "_reconstruct"): _reconstruct,  # ... and numpy 2
+    ("numpy", "ndarray"): np.ndarray,
+    ("numpy", "dtype"): np.dtype,
+    ("_codecs", "encode"): _latin1_bytes,
+}
+
+
+class SafeUnpickler(pickle.Unpickler):
+    """Builds numpy arrays, dicts, lists, str, bytes and numbers; any other global is refused unrun."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        try:
+            return _ALLOWED_GLOBALS[(module, name)]
+        except KeyError:
+            raise pickle.UnpicklingError(f"refused to load {module}.{name}: a CIFAR batch holds only numpy arrays, "
+                                         "lists, dicts, strings and numbers") from None
+
+
 def _unpickle(path: Path) -> dict[str, Any]:
     with open(path, "rb") as f:
-        return pickle.load(f, encoding="latin1")
+        try:
+            return SafeUnpickler(f, encoding="latin1").load()
+        except pickle.UnpicklingError as exc:
+            raise pickle.UnpicklingError(f"{path}: {exc}") from None
