@@ -55,6 +55,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from fedbench.tracking.paths import tracking_uri
     from fedbench.tuning import load_search_space, make_plan
 
+    if args.max_concurrent is not None and args.max_concurrent < 1:
+        raise ConfigError("--max-concurrent", args.max_concurrent, "an integer >= 1, or leave it out for as many as resources allow")
     task = load_task(args.task, args.set)
     space = load_search_space(args.search) if args.search else None
     plan = make_plan(task, space, args.num_samples, args.metric, args.mode, args.scheduler)

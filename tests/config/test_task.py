@@ -170,3 +170,15 @@ def test_a_task_name_that_is_not_a_safe_slug_is_refused_naming_name(tmp_path, na
     with pytest.raises(ConfigError) as err:
         load_task(write_task(tmp_path, body))
     assert err.value.field == "name" and "letters, digits" in err.value.allowed
+
+
+@pytest.mark.parametrize("changes, field, hint", [
+    ({"optimizer": {"name": "sgd", "lr": 0}}, "optimizer.lr", "> 0"),
+    ({"rounds": 10**12}, "rounds", "at most 100,000"),
+    ({"resources": {"backend": "ray", "num_workers": 0}}, "resources.num_workers", ">= 1"),
+])
+def test_values_that_cannot_mean_anything_are_refused_naming_the_field(tmp_path, changes, field, hint):
+    body = {**{k: v for k, v in TINY.items() if k != "task"}, "name": "t", **changes}
+    with pytest.raises(ConfigError) as err:
+        load_task(write_task(tmp_path, body))
+    assert err.value.field == field and hint in err.value.allowed
