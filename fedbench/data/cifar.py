@@ -54,7 +54,8 @@ CIFAR100_MEAN_STD = ((0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762))
 
 
 @register_dataset("cifar10")
-@with_facts(DatasetFacts(10, 3, (32, 32), superclasses=CIFAR10_SUPERCLASSES, mean_std=CIFAR10_MEAN_STD))
+@with_facts(DatasetFacts(10, 3, (32, 32), superclasses=CIFAR10_SUPERCLASSES, mean_std=CIFAR10_MEAN_STD,
+                         train_size=50000, test_size=10000))
 def cifar10(root: Path) -> BaseDataset:
     """CIFAR-10: 50000 train + 10000 test colour images, 10 classes, from `<root>/cifar-10-batches-py/`."""
     train, test, meta = _load("cifar10", root, "CIFAR10", *_CIFAR10)
@@ -65,7 +66,7 @@ def _cifar100_facts(label: str) -> DatasetFacts:
     """100 fine classes grouped by the official table, or the 20 coarse ones; both labels always in meta."""
     fine = label == "fine"
     return DatasetFacts(100 if fine else 20, 3, (32, 32), ("fine_label", "coarse_label"), CIFAR100_COARSE_OF_FINE if fine else None,
-                        mean_std=CIFAR100_MEAN_STD)
+                        mean_std=CIFAR100_MEAN_STD, train_size=50000, test_size=10000)
 
 
 @register_dataset("cifar100")

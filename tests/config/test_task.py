@@ -182,3 +182,21 @@ def test_values_that_cannot_mean_anything_are_refused_naming_the_field(tmp_path,
     with pytest.raises(ConfigError) as err:
         load_task(write_task(tmp_path, body))
     assert err.value.field == field and hint in err.value.allowed
+
+
+@pytest.mark.parametrize("dataset, scenario, field, allowed", [
+    ("digits", {"partition": "iid", "num_clients": 5000}, "scenario.num_clients", "at most 479: digits has 1437 training samples"),
+    ("digits", {"partition": "shards", "num_clients": 5000, "shards_per_client": 2}, "scenario.num_clients", "at most 479"),
+    ({"name": "digits", "test_fraction": 0.5}, {"partition": "iid", "num_clients": 300}, "scenario.num_clients",
+     "at most 299: digits has 898 training samples"),  # the option sets the official split
+    ("digits", {"partition": "iid", "num_clients": 400, "local_test": "official"}, "scenario.num_clients", "at most 360"),
+    ("digits", {"partition": "dirichlet", "num_clients": 5000}, "scenario.num_clients", "at most 479"),  # was min_samples at run time
+    ("digits", {"partition": "dirichlet", "num_clients": 200}, "scenario.min_samples", "at most 7 for 200 clients"),
+])
+def test_a_federation_leaving_clients_without_samples_is_refused_at_load(tmp_path, dataset, scenario, field, allowed):
+    body = {**{k: v for k, v in TINY.items() if k != "task"}, "name": "t", "dataset": dataset, "scenario": scenario}
+    with pytest.raises(ConfigError) as err:
+        load_task(write_task(tmp_path, body))
+    assert err.value.field == field and allowed in err.value.allowed, err.value
+    body["scenario"] = {**scenario, "num_clients": 20}
+    load_task(write_task(tmp_path, body))
