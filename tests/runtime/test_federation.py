@@ -106,3 +106,10 @@ def test_a_worker_runs_the_specs_local_steps_at_the_rounds_scheduled_learning_ra
     result, _ = worker.fit(3, 0, payload, {})
     assert result.metrics["train_steps"] == 3.0
     assert run_spec(spec).status == "FINISHED"
+
+
+def test_a_run_whose_final_accuracy_is_nan_fails_with_the_reason():
+    result = run_spec(tiny_spec(rounds=1, scenario={"partition": "iid", "num_clients": 4, "test_fraction": 0.0}))
+    assert result.status == "FAILED", result.reason
+    assert result.reason.startswith("final/acc_local_mean is NaN: some client has no local test sample")
+    assert len(result.history) == 1  # the rounds ran; their records are kept
