@@ -10,7 +10,6 @@ local accuracy is NaN; it never raises to the caller, so the other runs of a tas
 from __future__ import annotations
 
 import time
-import traceback
 from typing import Sequence
 
 import numpy as np
@@ -23,6 +22,7 @@ from fedbench.core.types import Payload, derive_seed
 from fedbench.data import load_dataset
 from fedbench.runtime.backends import make_backend
 from fedbench.runtime.byte_meter import ByteMeter
+from fedbench.runtime.failures import failure_reason, failure_traceback
 from fedbench.runtime.records import evaluation_metrics, meaningless, summarize, test_time_metrics, training_metrics
 from fedbench.runtime.state_store import StateStore
 from fedbench.runtime.system_eval import bundle, system_metrics
@@ -62,10 +62,9 @@ class Federation:
             reason = meaningless(final)
             result = RunResult(self.spec, "FAILED" if reason else "FINISHED", history, final, reason)
         except Exception as exc:  # a failed run is recorded, never propagated to the other runs
-            reason = f"{type(exc).__name__}: {exc}".strip()
-            result = RunResult(self.spec, "FAILED", history, summarize(history, time.perf_counter() - start), reason)
+            final = summarize(history, time.perf_counter() - start)
+            result = RunResult(self.spec, "FAILED", history, final, failure_reason(exc), failure_traceback(exc))
             result.final[M.FAILED_ROUND] = float(len(history) + 1)
-            result.traceback = traceback.format_exc()
         finally:
             if backend is not None:
                 backend.close()
