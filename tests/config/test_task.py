@@ -200,3 +200,10 @@ def test_a_federation_leaving_clients_without_samples_is_refused_at_load(tmp_pat
     assert err.value.field == field and allowed in err.value.allowed, err.value
     body["scenario"] = {**scenario, "num_clients": 20}
     load_task(write_task(tmp_path, body))
+
+
+def test_a_name_key_in_the_scenario_is_refused_rather_than_replacing_the_partition(tmp_path):
+    body = {**{k: v for k, v in TINY.items() if k != "task"}, "name": "t", "scenario": {"partition": "iid", "name": "dirichlet"}}
+    with pytest.raises(ConfigError) as err:
+        load_task(write_task(tmp_path, body))
+    assert err.value.field == "scenario.name" and "write partition: dirichlet" in err.value.allowed
