@@ -102,7 +102,8 @@ def test_shipped_spaces_check_out_on_their_tasks(space, task_path, metric, algor
 
 
 @pytest.mark.parametrize("text, hint", [
-    ("name: bad\nspace: [\n", "valid YAML"),  # ScannerError/ParserError before
+    ("name: bad\nspace: [\n", "valid YAML"),  # a ParserError before
+    ('name: "\\q"\n', "valid YAML"),  # a ScannerError before
     ("- a\n- b\n", "a YAML mapping"),  # AttributeError before
     ("name: ../../x\nspace: {optimizer.lr: {uniform: [0.01, 0.1]}}\n", "letters, digits"),
 ])
