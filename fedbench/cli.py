@@ -48,6 +48,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from fedbench.tracking.paths import tracking_uri
     from fedbench.tuning import plan_sweep
 
+    if args.max_concurrent is not None and args.max_concurrent < 1:
+        raise ConfigError("--max-concurrent", args.max_concurrent, "an integer >= 1, or leave it out for as many as resources allow")
     task = load_task(args.task, args.set)
     plan = plan_sweep(task, args.search, args.num_samples, args.metric, args.mode, args.scheduler)
     space = plan.space
@@ -90,19 +92,19 @@ def experiment_of(args: argparse.Namespace) -> str:
 
 def cmd_leaderboard(args: argparse.Namespace) -> int:
     from fedbench.tracking.leaderboard import build_leaderboard, read_runs, to_table, write_leaderboard
-    from fedbench.tracking.paths import results_dir, tracking_uri
+    from fedbench.tracking.paths import results_path, tracking_uri
 
     experiment = experiment_of(args)
     board = build_leaderboard(read_runs(experiment, tracking_uri()), args.metric, args.group_by.split(","), args.mode)
     console.print(to_table(board, f"{experiment}: {board.metric}, mean ± std over seeds, ranked per group"))
     for run, reason in board.failed.itertuples(index=False):
         console.print(f"[red]failed[/] {escape(str(run))}: {escape(str(reason))}")
-    folder = results_dir() / "leaderboards"
-    written = [write_leaderboard(board, folder / f"{experiment}.md", "markdown"),
-               write_leaderboard(board, folder / f"{experiment}.parquet", "parquet")]
+    written = [write_leaderboard(board, results_path("leaderboards", f"{experiment}.md"), "markdown"),
+               write_leaderboard(board, results_path("leaderboards", f"{experiment}.parquet"), "parquet")]
     if args.format != "table":
         suffix = {"markdown": "md"}.get(args.format, args.format)
-        written.append(write_leaderboard(board, Path(args.out) if args.out else folder / f"{experiment}.{suffix}", args.format))
+        out = Path(args.out) if args.out else results_path("leaderboards", f"{experiment}.{suffix}")
+        written.append(write_leaderboard(board, out, args.format))
     console.print("written: " + ", ".join(str(p) for p in dict.fromkeys(written)))
     return 0
 
@@ -110,11 +112,11 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     """Every per-round metric of the experiment's runs as one long CSV or parquet table."""
     from fedbench.tracking.export import long_metrics, write_table
-    from fedbench.tracking.paths import results_dir, tracking_uri
+    from fedbench.tracking.paths import results_path, tracking_uri
 
     experiment = experiment_of(args)
     table = long_metrics(experiment, tracking_uri(), args.group_by.split(","))
-    path = Path(args.out) if args.out else results_dir() / "exports" / f"{experiment}-rounds.{args.format}"
+    path = Path(args.out) if args.out else results_path("exports", f"{experiment}-rounds.{args.format}")
     write_table(table, path)
     console.print(f"{len(table)} rows ({table['run_hash'].nunique()} runs, {table['metric'].nunique()} metrics) "
                   f"written: {escape(str(path))}")
@@ -122,11 +124,11 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
-    from fedbench.tracking.paths import results_dir, tracking_uri
+    from fedbench.tracking.paths import results_path, tracking_uri
     from fedbench.tracking.plots import heatmap_console_table, plot_experiment
 
     experiment = experiment_of(args)
-    out = Path(args.out) if args.out else results_dir() / "plots" / experiment
+    out = Path(args.out) if args.out else results_path("plots", experiment)
     if not 10 <= args.dpi <= 1200:
         raise ConfigError("--dpi", args.dpi, "a resolution from 10 to 1200 dots per inch")
     plots = plot_experiment(experiment, tracking_uri(), out, args.metric, args.group_by.split(","),
@@ -211,7 +213,7 @@ def cmd_scenario_show(args: argparse.Namespace) -> int:
     from fedbench.scenarios import build_scenario
     from fedbench.scenarios.plot import plot_scenario
     from fedbench.scenarios.report import default_rounds, describe_scenario
-    from fedbench.tracking.paths import results_dir
+    from fedbench.tracking.paths import results_path
 
     task = load_task(args.task, args.set)
     specs = task.expand()
@@ -229,7 +231,7 @@ def cmd_scenario_show(args: argparse.Namespace) -> int:
     rounds = rounds or default_rounds(scenario, spec.rounds)
     for part in describe_scenario(dataset.y, scenario, rounds, spec.rounds, dataset.num_classes):
         console.print(part)
-    out = Path(args.out) if args.out else results_dir() / "scenarios" / f"{task.name}-{spec.run_hash}.png"
+    out = Path(args.out) if args.out else results_path("scenarios", f"{task.name}-{spec.run_hash}.png")
     path = plot_scenario(dataset.y, scenario, rounds, dataset.num_classes, dataset.classes, out,
                          title=f"{task.name} run {args.run}: {spec.dataset.name}, {scenario.num_clients} clients, "
                                f"seed {spec.seed} ({spec.run_hash})")

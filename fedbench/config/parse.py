@@ -40,9 +40,12 @@ def parse_spec(cls: type, raw: Any, path: str) -> Any:
     hints = typing.get_type_hints(cls)
     inline = next((f for f in fields.values() if f.metadata.get(INLINE)), None)
     if inline is not None:
+        extra = {k: v for k, v in section.items() if k not in fields}
+        if "name" in extra:  # it would silently replace the component's own name
+            raise ConfigError(_join(path, "name"), extra["name"], f"no such field: write {inline.name}: {extra['name']} "
+                              f"to choose the {inline.name}")
         own = {k: v for k, v in section.items() if k in fields and k != inline.name}
-        own[inline.name] = {**_section(section.get(inline.name, _default(inline)), _join(path, inline.name)),
-                            **{k: v for k, v in section.items() if k not in fields}}
+        own[inline.name] = {**_section(section.get(inline.name, _default(inline)), _join(path, inline.name)), **extra}
         section = own
     for key, value in section.items():
         if key not in fields:

@@ -26,6 +26,7 @@ import yaml
 from fedbench.config.parse import parse_dataset, parse_run
 from fedbench.core.runspec import RunSpec
 from fedbench.core.errors import ConfigError
+from fedbench.core.names import check_name
 
 TASK_KEYS = ("name", "description", "seeds", "grid")
 
@@ -141,9 +142,7 @@ def task_from_dict(raw: dict[str, Any], overrides: Sequence[Override] = (), defa
         seeds = [seeds]
     if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) for s in seeds):
         raise ConfigError("seeds", seeds, "an integer or a non-empty list of integers")
-    name = raw.pop("name", default_name)
-    if not isinstance(name, str) or not name:
-        raise ConfigError("name", name, "a non-empty string (the MLflow experiment name)")
+    name = check_name("name", raw.pop("name", default_name))
     description = raw.pop("description", "")
     task = TaskSpec(name, raw, tuple(grid), tuple(seeds), tuple(run_overrides), str(description))
     task.expand()  # validate now, so bad input fails before anything runs

@@ -179,6 +179,11 @@ class ResourceSpec:
             raise ConfigError("num_workers", self.num_workers, "an integer >= 1, or null for as many as fit")
 
 
+MAX_ROUNDS = 100_000
+"""The most rounds a run may have: the papers' longest protocol is 800 (004), every round is logged to MLflow
+and a drifting scenario builds a stage per `drift_every` rounds, so a larger number is a typo (`rounds: 1e12`)."""
+
+
 @dataclass(frozen=True)
 class RunSpec:
     """One configuration: everything needed to reproduce a run. Defaults are FEROMA's setup (002 Sec. 5)."""
@@ -204,6 +209,8 @@ class RunSpec:
         for name in ("rounds", "local_epochs", "batch_size", "eval_every"):
             if getattr(self, name) < 1:
                 raise ConfigError(name, getattr(self, name), "an integer >= 1")
+        if self.rounds > MAX_ROUNDS:
+            raise ConfigError("rounds", self.rounds, f"at most {MAX_ROUNDS:,} (a sane maximum: the papers run up to 800)")
         if self.local_steps is not None and self.local_steps < 1:
             raise ConfigError("local_steps", self.local_steps, "an integer >= 1, or null for local_epochs epochs")
 

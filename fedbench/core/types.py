@@ -102,8 +102,8 @@ class OptimizerSpec:
     (004's schedule, docs/methods.md: 0.01 to 0 over 800 rounds)."""
 
     def __post_init__(self) -> None:
-        if not (math.isfinite(self.lr) and self.lr >= 0):
-            raise ConfigError("lr", self.lr, "a learning rate >= 0")
+        if not (math.isfinite(self.lr) and self.lr > 0):
+            raise ConfigError("lr", self.lr, "a learning rate > 0 (at 0 nothing trains)")
         if not 0.0 <= self.momentum < 1.0:
             raise ConfigError("momentum", self.momentum, "a number in [0, 1)")
         if not (math.isfinite(self.weight_decay) and self.weight_decay >= 0):

@@ -137,6 +137,8 @@ class DatasetFacts:
             and animals, CIFAR-100's 20 coarse labels); None otherwise.
         dataset: the registered name (filled in by `dataset_facts`), for messages and dataset-specific rules.
         mean_std: published per-channel (mean, std) of the training images in [0, 1], where there is one.
+        train_size: rows of the official training split; None where only reading the files tells (FEMNIST).
+        test_size: rows of the official test split; None where only reading the files tells.
     """
 
     num_classes: int
@@ -148,6 +150,9 @@ class DatasetFacts:
     mean_std: tuple[tuple[float, ...], tuple[float, ...]] | None = None
     """The per-channel mean and std of the training images as the dataset's users quote them (for
     `normalize: dataset`); None where none is published, and the training split's own are computed."""
+    train_size: int | None = None
+    """What a federation is cut from: with too many clients for it, some would hold no sample."""
+    test_size: int | None = None
 
     def __post_init__(self) -> None:
         if self.superclasses is not None and len(self.superclasses) != self.num_classes:

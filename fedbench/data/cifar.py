@@ -2,6 +2,10 @@
 
 The pickles are parsed here rather than through torchvision's classes, which verify every file's md5 and so
 could only ever be tested on the real 160 MB downloads. Images become uint8 [N, 3, 32, 32].
+
+A data folder is user input, and `pickle.load` runs whatever a pickle asks for, so the batches are read by
+`SafeUnpickler`, which builds only numpy arrays and plain Python values (dicts, lists, str, bytes, numbers)
+and refuses every other global a pickle names before anything of it runs.
 """
 
 from __future__ import annotations
@@ -11,6 +15,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
+
+try:
+    from numpy._core.multiarray import _reconstruct
+except ImportError:  # numpy < 2
+    from numpy.core.multiarray import _reconstruct
 
 from fedbench.core.registry import register_dataset
 from fedbench.data.base import BaseDataset, DatasetFacts, read_or_download, with_facts
@@ -45,7 +54,8 @@ CIFAR100_MEAN_STD = ((0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762))
 
 
 @register_dataset("cifar10")
-@with_facts(DatasetFacts(10, 3, (32, 32), superclasses=CIFAR10_SUPERCLASSES, mean_std=CIFAR10_MEAN_STD))
+@with_facts(DatasetFacts(10, 3, (32, 32), superclasses=CIFAR10_SUPERCLASSES, mean_std=CIFAR10_MEAN_STD,
+                         train_size=50000, test_size=10000))
 def cifar10(root: Path) -> BaseDataset:
     """CIFAR-10: 50000 train + 10000 test colour images, 10 classes, from `<root>/cifar-10-batches-py/`."""
     train, test, meta = _load("cifar10", root, "CIFAR10", *_CIFAR10)
@@ -56,7 +66,7 @@ def _cifar100_facts(label: str) -> DatasetFacts:
     """100 fine classes grouped by the official table, or the 20 coarse ones; both labels always in meta."""
     fine = label == "fine"
     return DatasetFacts(100 if fine else 20, 3, (32, 32), ("fine_label", "coarse_label"), CIFAR100_COARSE_OF_FINE if fine else None,
-                        mean_std=CIFAR100_MEAN_STD)
+                        mean_std=CIFAR100_MEAN_STD, train_size=50000, test_size=10000)
 
 
 @register_dataset("cifar100")
@@ -102,6 +112,36 @@ def _load(
     return batches[: len(train_files)], batches[len(train_files) : -1], batches[-1]
 
 
+def _latin1_bytes(text: str, encoding: str = "latin1") -> bytes:
+    """How protocol-2 pickles written by Python 3 spell bytes (`_codecs.encode(text, 'latin1')`), and nothing else."""
+    if encoding != "latin1":
+        raise pickle.UnpicklingError(f"refused _codecs.encode with encoding {encoding!r}")
+    return text.encode("latin1")
+
+
+_ALLOWED_GLOBALS = {
+    ("numpy.core.multiarray", "_reconstruct"): _reconstruct,  # how the official (Python 2) batches spell it
+    ("numpy._core.multiarray", "_reconstruct"): _reconstruct,  # ... and numpy 2
+    ("numpy", "ndarray"): np.ndarray,
+    ("numpy", "dtype"): np.dtype,
+    ("_codecs", "encode"): _latin1_bytes,
+}
+
+
+class SafeUnpickler(pickle.Unpickler):
+    """Builds numpy arrays, dicts, lists, str, bytes and numbers; any other global is refused unrun."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        try:
+            return _ALLOWED_GLOBALS[(module, name)]
+        except KeyError:
+            raise pickle.UnpicklingError(f"refused to load {module}.{name}: a CIFAR batch holds only numpy arrays, "
+                                         "lists, dicts, strings and numbers") from None
+
+
 def _unpickle(path: Path) -> dict[str, Any]:
     with open(path, "rb") as f:
-        return pickle.load(f, encoding="latin1")
+        try:
+            return SafeUnpickler(f, encoding="latin1").load()
+        except pickle.UnpicklingError as exc:
+            raise pickle.UnpicklingError(f"{path}: {exc}") from None

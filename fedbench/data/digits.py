@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
@@ -12,11 +13,15 @@ from fedbench.core.registry import register_dataset
 from fedbench.data.base import BaseDataset, DatasetFacts, require, with_facts
 from fedbench.data.mnist_family import DIGITS
 
+DIGITS_SAMPLES = 1797
+"""Images in scikit-learn's digits (the UCI test set's 8x8 reductions)."""
+
 
 def _facts(test_fraction: float) -> DatasetFacts:
     """Digits' facts; also where its options are checked, so that a task fails when it is loaded."""
     require(0.0 < test_fraction < 1.0, "test_fraction", test_fraction, "a number in (0, 1)")
-    return DatasetFacts(num_classes=10, channels=1, image_size=(8, 8))
+    test_size = math.ceil(test_fraction * DIGITS_SAMPLES)  # as scikit-learn's train_test_split rounds
+    return DatasetFacts(num_classes=10, channels=1, image_size=(8, 8), train_size=DIGITS_SAMPLES - test_size, test_size=test_size)
 
 
 @register_dataset("digits")

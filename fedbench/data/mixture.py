@@ -52,7 +52,14 @@ def _facts(parts: tuple[str, ...]) -> DatasetFacts:
         shapes = [(f.channels, f.image_size) for f in found]
         raise ConfigError(FIELD, parts, f"parts with equal (channels, image size), got {shapes}")
     same_groups = all(f.superclasses == first.superclasses for f in found)
-    return DatasetFacts(first.num_classes, first.channels, first.image_size, ("domain",), first.superclasses if same_groups else None)
+    return DatasetFacts(first.num_classes, first.channels, first.image_size, ("domain",), first.superclasses if same_groups else None,
+                        train_size=_total(f.train_size for f in found), test_size=_total(f.test_size for f in found))
+
+
+def _total(sizes) -> int | None:
+    """The parts' rows together; None when a part's is unknown."""
+    sizes = list(sizes)
+    return None if None in sizes else sum(sizes)
 
 
 @register_dataset("mixture")

@@ -29,7 +29,7 @@ _EMNIST_FILES = {
     s: (f"emnist-digits-{s}-images-idx3-ubyte", f"emnist-digits-{s}-labels-idx1-ubyte") for s in ("train", "test")
 }
 IMAGES_MAGIC, LABELS_MAGIC = 2051, 2049
-GRAY_28 = DatasetFacts(num_classes=10, channels=1, image_size=(28, 28))
+GRAY_28 = DatasetFacts(num_classes=10, channels=1, image_size=(28, 28), train_size=60000, test_size=10000)
 MNIST_FACTS = dataclasses.replace(GRAY_28, mean_std=((0.1307,), (0.3081,)))
 """MNIST's mean and std, as PyTorch's MNIST example and most FL code bases normalise it."""
 FMNIST_FACTS = dataclasses.replace(GRAY_28, mean_std=((0.2860,), (0.3530,)))
@@ -51,7 +51,7 @@ def fmnist(root: Path) -> BaseDataset:
 
 
 @register_dataset("emnist")
-@with_facts(GRAY_28)
+@with_facts(dataclasses.replace(GRAY_28, train_size=240000, test_size=40000))
 def emnist(root: Path) -> BaseDataset:
     """EMNIST's 'digits' split (240000 train + 40000 test), from `<root>/EMNIST/raw/`.
 

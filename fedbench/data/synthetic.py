@@ -26,7 +26,22 @@ def _facts(
     fixed_ok = samples_per_device is None or samples_per_device >= 2
     require(fixed_ok, "samples_per_device", samples_per_device, "null or an integer >= 2")
     require(0.0 < test_fraction < 1.0, "test_fraction", test_fraction, "a number in (0, 1)")
-    return DatasetFacts(num_classes=NUM_CLASSES, channels=None, image_size=None, meta_columns=("device",))
+    counts = _device_counts(np.random.default_rng(seed), num_devices, samples_per_device)
+    train = sum(_train_rows(n, test_fraction) for n in counts)
+    return DatasetFacts(num_classes=NUM_CLASSES, channels=None, image_size=None, meta_columns=("device",),
+                        train_size=int(train), test_size=int(counts.sum() - train))
+
+
+def _device_counts(rng: np.random.Generator, num_devices: int, samples_per_device: int | None) -> np.ndarray:
+    """Samples per device: lognormal(4, 2) + 50 (FedProx's power law), or a fixed count; the generator's first draw."""
+    if samples_per_device is None:
+        return rng.lognormal(4, 2, num_devices).astype(int) + 50
+    return np.full(num_devices, samples_per_device)
+
+
+def _train_rows(n: int, test_fraction: float) -> int:
+    """A device's 'train' rows: the rest are 'test', at least one of each."""
+    return n - min(max(round(test_fraction * n), 1), n - 1)
 
 
 @register_dataset("synthetic")
@@ -63,10 +78,7 @@ def synthetic(
     """
     _facts(alpha, beta, num_devices, samples_per_device, seed, test_fraction)
     rng = np.random.default_rng(seed)
-    if samples_per_device is None:
-        counts = rng.lognormal(4, 2, num_devices).astype(int) + 50
-    else:
-        counts = np.full(num_devices, samples_per_device)
+    counts = _device_counts(rng, num_devices, samples_per_device)
     u = rng.normal(0, alpha, num_devices)
     v = rng.normal(rng.normal(0, beta, num_devices)[:, None], 1, (num_devices, DIM))
     scale = np.arange(1, DIM + 1) ** -0.6  # the square root of Sigma's diagonal j^-1.2
@@ -77,7 +89,7 @@ def synthetic(
         x = v[k] + rng.standard_normal((n, DIM)) * scale
         y = np.argmax(x @ w.T + b, axis=1)  # softmax is monotone: its argmax is the logits' argmax
         rows = {"x": x.astype(np.float32), "y": y, "device": np.full(n, k)}
-        n_train = n - min(max(round(test_fraction * n), 1), n - 1)  # every device keeps both splits
+        n_train = _train_rows(n, test_fraction)
         train.append({key: a[:n_train] for key, a in rows.items()})
         test.append({key: a[n_train:] for key, a in rows.items()})
     return BaseDataset.from_splits("synthetic", tuple(map(str, range(NUM_CLASSES))), _stack(train), _stack(test))

@@ -22,7 +22,10 @@ def _facts(
     require(channels in (1, 3), "channels", channels, "1 or 3")
     require(size >= 8, "size", size, "an integer >= 8")
     require(num_classes >= 2, "num_classes", num_classes, "an integer >= 2")
-    return DatasetFacts(num_classes=num_classes, channels=channels, image_size=(size, size))
+    require(train_samples >= 1, "train_samples", train_samples, "an integer >= 1")
+    require(test_samples >= 0, "test_samples", test_samples, "an integer >= 0")
+    return DatasetFacts(num_classes=num_classes, channels=channels, image_size=(size, size),
+                        train_size=train_samples, test_size=test_samples)
 
 
 @register_dataset("synthetic_images")

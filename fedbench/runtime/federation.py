@@ -3,14 +3,13 @@
 Each round: sample clients, `configure`, meter the downlink, run fit jobs, meter the uplink, `aggregate`,
 evaluate on every client's local test split when due, build the round record, call the callbacks. After
 the last round, system accuracy and the test-time clients are evaluated too.
-A run that raises (a diverging client, missing data) ends FAILED with its reason; it never raises to the
-caller, so the other runs of a task go on.
+A run that raises (a diverging client, missing data) ends FAILED with its reason, and so does one whose final
+local accuracy is NaN; it never raises to the caller, so the other runs of a task go on.
 """
 
 from __future__ import annotations
 
 import time
-import traceback
 from typing import Sequence
 
 import numpy as np
@@ -23,7 +22,8 @@ from fedbench.core.types import Payload, derive_seed
 from fedbench.data import load_dataset
 from fedbench.runtime.backends import make_backend
 from fedbench.runtime.byte_meter import ByteMeter
-from fedbench.runtime.records import evaluation_metrics, summarize, test_time_metrics, training_metrics
+from fedbench.runtime.failures import failure_reason, failure_traceback
+from fedbench.runtime.records import evaluation_metrics, meaningless, summarize, test_time_metrics, training_metrics
 from fedbench.runtime.state_store import StateStore
 from fedbench.runtime.system_eval import bundle, system_metrics
 from fedbench.scenarios import build_scenario
@@ -59,12 +59,13 @@ class Federation:
             backend = make_backend(self.backend_name, dataset, scenario, self.spec, self.pool)
             self.worker_pids = backend.worker_pids()
             self._loop(algorithm, backend, scenario, history, time.perf_counter() - startup)
-            result = RunResult(self.spec, "FINISHED", history, summarize(history, time.perf_counter() - start))
+            final = summarize(history, time.perf_counter() - start)
+            reason = meaningless(final)
+            result = RunResult(self.spec, "FAILED" if reason else "FINISHED", history, final, reason)
         except Exception as exc:  # a failed run is recorded, never propagated to the other runs
-            reason = f"{type(exc).__name__}: {exc}".strip()
-            result = RunResult(self.spec, "FAILED", history, summarize(history, time.perf_counter() - start), reason)
+            final = summarize(history, time.perf_counter() - start)
+            result = RunResult(self.spec, "FAILED", history, final, failure_reason(exc), failure_traceback(exc))
             result.final[M.FAILED_ROUND] = float(len(history) + 1)
-            result.traceback = traceback.format_exc()
         finally:
             if backend is not None:
                 backend.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -73,3 +74,13 @@ def summarize(history: Sequence[RoundRecord], run_seconds: float) -> dict[str, f
         final[M.TOTAL_PREFIX + key] = float(sum(rec.get(key, 0.0) for rec in history))
     final[M.TOTAL_PREFIX + M.TIME_RUN_S] = run_seconds
     return final
+
+
+def meaningless(final: Mapping[str, float]) -> str:
+    """Why a run that went through its rounds still means nothing, or '' when it means something: its final
+    local accuracy is NaN (some client held no local test sample), which would otherwise rank as a result."""
+    key = M.FINAL_PREFIX + M.ACC_LOCAL_MEAN
+    if key in final and math.isnan(final[key]):
+        return (f"{key} is NaN: some client has no local test sample "
+                "(fewer scenario.num_clients or a larger scenario.test_fraction would give each one)")
+    return ""

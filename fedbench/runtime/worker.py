@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+import warnings
 from typing import Callable, Iterator, TypeVar
 
 import torch
@@ -40,6 +41,19 @@ def torch_job_scope(seed: int, threads: int) -> Iterator[None]:
         torch.set_num_threads(previous)
 
 
+def client_device(client_gpus: float) -> str:
+    """Where a worker's jobs run: CUDA when the run asks for GPUs and torch sees one; else CPU, with a warning
+    naming the field when GPUs were asked for (a serial run on a machine without CUDA would otherwise train on
+    CPU without a word)."""
+    if client_gpus <= 0:
+        return "cpu"
+    if torch.cuda.is_available():
+        return "cuda"
+    warnings.warn(f"resources.client_gpus is {client_gpus} but torch sees no CUDA device here: clients train on CPU",
+                  RuntimeWarning, stacklevel=2)
+    return "cpu"
+
+
 class ClientWorker:
     """Stateless between jobs: client state comes in with the job and goes back with the result.
 
@@ -52,8 +66,7 @@ class ClientWorker:
         self.scenario = scenario
         self.spec = spec
         self.algorithm = make_algorithm(spec, scenario.input_shape, dataset.num_classes)
-        use_cuda = spec.resources.client_gpus > 0 and torch.cuda.is_available()
-        self.device = "cuda" if use_cuda else "cpu"
+        self.device = client_device(spec.resources.client_gpus)
         self.threads = max(1, int(spec.resources.client_cpus))
         self.normalization = normalization_values(spec.normalize, dataset)
         self._warm_up()

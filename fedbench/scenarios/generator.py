@@ -8,6 +8,7 @@ test splits, then the test-time clients.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import OrderedDict
 from contextlib import contextmanager
@@ -67,6 +68,7 @@ def facts_of(dataset: BaseDataset) -> DatasetFacts:
         if declared.num_classes == dataset.num_classes:
             superclasses = declared.superclasses
     image = dataset.x.ndim == 4
+    split = dataset.meta["split"].to_numpy()
     return DatasetFacts(
         num_classes=dataset.num_classes,
         channels=int(dataset.x.shape[1]) if image else None,
@@ -74,6 +76,8 @@ def facts_of(dataset: BaseDataset) -> DatasetFacts:
         meta_columns=tuple(c for c in dataset.meta.columns if c != "split"),
         superclasses=superclasses,
         dataset=dataset.name,
+        train_size=int((split == "train").sum()),
+        test_size=int((split == "test").sum()),
     )
 
 
@@ -107,6 +111,7 @@ class Parts:
         the partition's and shifts' parameters, and every transform op a shift may produce."""
         with _fields_under("scenario", spec.preset):
             self.partition.check(facts, spec.num_clients)
+            check_client_sizes(self.partition, spec, facts)
         canvas = self.canvas(facts)
         for i, shift in enumerate(self.shifts):
             with _fields_under(f"scenario.shifts[{i}]", spec.preset):
@@ -130,6 +135,41 @@ class Parts:
         """The partition's draw; the checks that need the pool's size (`Dirichlet.min_samples`) fail here."""
         with _fields_under("scenario", spec.preset):
             return self.partition.split(ctx, spec.num_clients, rng)
+
+
+def check_client_sizes(partition: Partition, spec: ScenarioSpec, facts: DatasetFacts) -> None:
+    """Refuse a federation too large for the data: a client without a training or a test sample trains nothing
+    or reports NaN accuracy, and the run would end 'FINISHED' meaning nothing. Fields are named relative to
+    the scenario; skipped where the dataset's size is known only once it is read (FEMNIST).
+
+    The bound assumes equal shares (an uneven partition may still leave a client short: such a run fails
+    when its final accuracy is NaN).
+    """
+    if facts.train_size is None or (spec.source == "all" and facts.test_size is None):
+        return
+    pool = facts.train_size + (facts.test_size if spec.source == "all" else 0)
+    data = f"{facts.dataset or 'the dataset'} has {pool} {'training' if spec.source == 'train' else 'training and test'} samples"
+    if spec.local_test == "split" and spec.test_fraction > 0:
+        needed = smallest_split(spec.test_fraction)
+        need = f"a client needs {needed} to keep a training and a test sample at test_fraction {spec.test_fraction}"
+    else:
+        needed, need = 1, "a client needs a training sample"
+    most = pool * spec.copies // needed
+    copies = f" x {spec.copies} copies" if spec.copies > 1 else ""
+    if spec.num_clients > most:
+        raise ConfigError("num_clients", spec.num_clients, f"at most {most}: {data}{copies} and {need}")
+    if spec.local_test == "official" and facts.test_size is not None and spec.num_clients > facts.test_size:
+        raise ConfigError("num_clients", spec.num_clients,
+                          f"at most {facts.test_size}: local_test official draws each client's test samples from the "
+                          f"{facts.test_size} of {facts.dataset or 'the dataset'}'s official test split")
+    if partition.min_samples * spec.num_clients > pool:
+        raise ConfigError("min_samples", partition.min_samples,
+                          f"at most {pool // spec.num_clients} for {spec.num_clients} clients ({data})")
+
+
+def smallest_split(test_fraction: float) -> int:
+    """The fewest samples whose local split (`_local_split`) keeps at least one for training and one for testing."""
+    return next(n for n in itertools.count(2) if 1 <= round(test_fraction * n) <= n - 1)
 
 
 @contextmanager

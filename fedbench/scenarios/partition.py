@@ -28,6 +28,8 @@ class Partition:
 
     offers_unseen = False
     """Whether `split` also returns class mixes no client trains on (for unseen test-time clients)."""
+    min_samples = 0
+    """The fewest samples `split` promises each client (Dirichlet and Quantity make it a parameter)."""
 
     def check(self, facts: DatasetFacts, num_clients: int) -> None:
         """Raise ConfigError when this partition cannot be built for the dataset and client count."""

@@ -16,8 +16,8 @@ from mlflow.tracking import MlflowClient
 
 from fedbench.core.callbacks import Callback, RoundRecord, RunResult
 from fedbench.core.runspec import RunSpec
-from fedbench.tracking.paths import tracking_uri
-from fedbench.tracking.tags import FAILURE_REASON_TAG, PARENT_RUN_TAG
+from fedbench.tracking.paths import inside, tracking_uri
+from fedbench.tracking.tags import FAILURE_REASON_TAG, FAILURE_TRACEBACK_ARTIFACT, PARENT_RUN_TAG
 
 MAX_PARAM_LENGTH = 6000
 
@@ -31,7 +31,7 @@ def experiment_id_for(client: MlflowClient, name: str) -> str:
     artifact_location = None
     if client.tracking_uri.startswith("sqlite:///"):
         database = Path(client.tracking_uri.removeprefix("sqlite:///")).resolve()
-        artifact_location = (database.parent / "mlartifacts" / name).as_uri()
+        artifact_location = inside(database.parent / "mlartifacts", name).as_uri()
     return client.create_experiment(name, artifact_location=artifact_location)
 
 
@@ -73,5 +73,5 @@ class MlflowCallback(Callback):
         if result.status == "FAILED":
             self.client.log_batch(self.run_id, tags=[RunTag(FAILURE_REASON_TAG, result.reason[:5000])])
             if result.traceback:
-                self.client.log_text(self.run_id, result.traceback, "traceback.txt")
+                self.client.log_text(self.run_id, result.traceback, FAILURE_TRACEBACK_ARTIFACT)
         self.client.set_terminated(self.run_id, status=result.status)

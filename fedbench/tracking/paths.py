@@ -1,5 +1,10 @@
 """Where results go (`results/` under the working directory unless FEDBENCH_RESULTS says otherwise) and where
-runs are tracked (MLFLOW_TRACKING_URI, else an sqlite store in there)."""
+runs are tracked (MLFLOW_TRACKING_URI, else an sqlite store in there).
+
+Every output path fedbench derives from a name (a task's, an experiment's, a search space's) is built by
+`inside`, which refuses a path that would leave its root: names are checked when a task is loaded, and
+this is the second line for names that come from elsewhere (`--experiment`, an existing MLflow store).
+"""
 
 from __future__ import annotations
 
@@ -13,6 +18,20 @@ def results_dir() -> Path:
     path = Path(os.environ.get("FEDBENCH_RESULTS", "results")).resolve()
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def inside(root: Path, *parts: str) -> Path:
+    """`root / parts`, resolved (links and `..` followed); raises ConfigError when it is not inside `root`."""
+    root = Path(root).resolve()
+    path = root.joinpath(*parts).resolve()
+    if not path.is_relative_to(root):
+        raise ConfigError("output path", "/".join(parts), f"a path inside {root} (names must not hold '..' or start with '/')")
+    return path
+
+
+def results_path(*parts: str) -> Path:
+    """`results/parts`, refused when a name would lead outside `results/`."""
+    return inside(results_dir(), *parts)
 
 
 def tracking_uri() -> str:

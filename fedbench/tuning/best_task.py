@@ -7,7 +7,7 @@ from typing import Any
 
 import yaml
 
-from fedbench.tracking.paths import results_dir
+from fedbench.tracking.paths import results_path
 from fedbench.tuning.plan import SweepPlan
 from fedbench.tuning.search_space import apply
 
@@ -21,7 +21,7 @@ def write_best_task(task, sample: dict[str, Any], plan: SweepPlan) -> Path:
     name = f"{task.name}-best-{plan.space.name}"
     body = {"name": name, "description": f"best of {plan.num_samples} Optuna samples of {plan.space.name} "
             f"({plan.metric}, {plan.mode})", **run, "seeds": list(task.seeds)}
-    path = results_dir() / "best" / f"{name}.yaml"
+    path = results_path("best", f"{name}.yaml")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump(body, sort_keys=False))
     return path

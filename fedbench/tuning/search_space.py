@@ -24,6 +24,7 @@ import yaml
 
 from fedbench.config.task import set_path, resolve_run
 from fedbench.core.errors import ConfigError
+from fedbench.core.names import check_name
 
 KINDS = ("uniform", "loguniform", "int", "categorical")
 ALGORITHM = "algorithm"
@@ -125,8 +126,13 @@ def load_search_space(path: str | Path) -> SearchSpace:
     path = Path(path)
     if not path.is_file():
         raise ConfigError("--search", str(path), "an existing search-space YAML file (see search_spaces/)")
-    raw = yaml.safe_load(path.read_text()) or {}
-    name = raw.get("name", path.stem)
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError("--search", str(path), f"valid YAML ({' '.join(str(exc).split())})") from None
+    if not isinstance(raw, Mapping):
+        raise ConfigError("--search", str(path), "a YAML mapping with a `space:` key (see search_spaces/)")
+    name = check_name(f"{path.name}: name", raw.get("name", path.stem))
     space = raw.get("space")
     if not isinstance(space, Mapping) or not space:
         raise ConfigError(f"{path.name}: space", space, "a mapping of field paths to distributions")

@@ -20,7 +20,7 @@ from typing import Any
 from fedbench.core import metrics as M
 from fedbench.core.callbacks import RunResult
 from fedbench.core.errors import ConfigError
-from fedbench.tracking.paths import check_tracking_uri, results_dir, tracking_uri
+from fedbench.tracking.paths import check_tracking_uri, results_path, tracking_uri
 from fedbench.tracking.sweep_runs import SweepParent, SweepRuns
 from fedbench.tuning.mlflow_bridge import MlflowBridge
 from fedbench.tuning.plan import GRID_KEY, SweepPlan
@@ -65,8 +65,9 @@ def run_sweep(
     runs = SweepRuns(uri, plan.task)
     parent, done = _parent_run(runs, plan, resume)
     bridge = MlflowBridge(uri, plan.task, parent.run_id, plan.spec_of)
-    storage = str(results_dir() / "ray_results")
-    outcome = SweepOutcome(plan.name, parent.run_id, f"{storage}/{plan.name}-{parent.attempt}", resumed_done=len(done))
+    storage = str(results_path("ray_results"))
+    outcome = SweepOutcome(plan.name, parent.run_id, str(results_path("ray_results", f"{plan.name}-{parent.attempt}")),
+                           resumed_done=len(done))
     try:
         tuner, expected = _tuner(plan, done, max_concurrent, driver_cpus, bridge, storage, parent.attempt)
         if tuner is not None:
@@ -173,9 +174,9 @@ def _study_storage(plan: SweepPlan):
     from optuna.storages import JournalStorage
     from optuna.storages.journal import JournalFileBackend
 
-    folder = results_dir() / "optuna"
-    folder.mkdir(parents=True, exist_ok=True)
-    return JournalStorage(JournalFileBackend(str(folder / f"{plan.name}.log")))
+    journal = results_path("optuna", f"{plan.name}.log")
+    journal.parent.mkdir(parents=True, exist_ok=True)
+    return JournalStorage(JournalFileBackend(str(journal)))
 
 
 def _best_sample(plan: SweepPlan) -> tuple[dict[str, Any] | None, float | None]:

@@ -14,7 +14,7 @@ from fedbench.core.errors import ConfigError
 from fedbench.core.types import ClientResult, OptimizerSpec, Payload, RoundContext
 from fedbench.runtime import run_spec
 from fedbench.runtime.worker import torch_job_scope
-from fedbench.training import ClientData, materialize
+from fedbench.training import ClientData, loop, materialize
 from tests.conftest import tiny_spec
 from tests.scenarios.helpers import make
 
@@ -24,6 +24,12 @@ def one_thread():
     """One torch thread, as a client job gets (with more on 2 busy cores, these tests take several times longer)."""
     with torch_job_scope(0, 1):
         yield
+
+
+def freeze_weights(monkeypatch) -> None:
+    """From now on, local training leaves the weights as they are (an OptimizerSpec refuses lr 0): torch's SGD at lr 0."""
+    monkeypatch.setattr(loop, "make_optimizer", lambda params, spec, lr: torch.optim.SGD(params, lr=0.0))
+
 
 SMALL = {"name": "feddrm_net", "backbone": "cnn", "hidden": 32}
 
@@ -68,7 +74,8 @@ def system_and_routing(alg: FedDRM, state: dict, clients: list[ClientData]) -> t
     return correct / total, routed_home / total
 
 
-def test_loss_is_lam_class_ce_plus_one_minus_lam_client_ce():
+def test_loss_is_lam_class_ce_plus_one_minus_lam_client_ce(monkeypatch):
+    freeze_weights(monkeypatch)
     g = torch.Generator().manual_seed(0)
     x = torch.randint(0, 256, (4, 1, 8, 8), dtype=torch.uint8, generator=g)
     y = torch.tensor([0, 3, 3, 9])
@@ -81,8 +88,8 @@ def test_loss_is_lam_class_ce_plus_one_minus_lam_client_ce():
             z, k = model.both(data.train_batch(torch.arange(4))[0])
         class_ce = (torch.logsumexp(z, dim=1) - z[torch.arange(4), y]).mean()
         client_ce = (torch.logsumexp(k, dim=1) - k[:, 2]).mean()  # every sample's client id is 2
-        # lr 0: one batch, the loss reported is the loss at the given weights
-        _, _, metrics = alg.client_update(payload, {}, data, context(2, lr=0.0, batch_size=4))
+        # frozen weights, one batch: the loss reported is the loss at the given weights
+        _, _, metrics = alg.client_update(payload, {}, data, context(2, batch_size=4))
         assert metrics["train_loss"] == pytest.approx((lam * class_ce + (1 - lam) * client_ce).item(), rel=1e-5)
 
 
@@ -106,7 +113,7 @@ def test_only_the_final_target_layer_stays_local():
     np.testing.assert_allclose(payloads[0][ROUTING]["log_pi"], np.log([0.25, 0.75]), rtol=1e-6)
 
 
-def test_client_keeps_its_head_across_rounds_and_uploads_it():
+def test_client_keeps_its_head_across_rounds_and_uploads_it(monkeypatch):
     alg = algorithm(num_clients=2)
     data, scenario = make({"partition": "iid", "num_clients": 2}, dataset="digits")
     client = materialize(data, scenario.view(1, 1), scenario.input_shape)
@@ -115,8 +122,9 @@ def test_client_keeps_its_head_across_rounds_and_uploads_it():
     uplink, state, _ = alg.client_update(downlink, {}, client, context(1))
     assert all(np.array_equal(state["head"][k], uplink[HEAD][k]) for k in ("head.weight", "head.bias"))
     assert not np.array_equal(uplink[HEAD]["head.weight"], alg.initial_head()["head.weight"])
-    again, _, _ = alg.client_update(downlink, state, client, context(1, round=2, lr=0.0))
-    assert np.array_equal(again[HEAD]["head.weight"], state["head"]["head.weight"])  # lr 0: starts from its own head
+    freeze_weights(monkeypatch)
+    again, _, _ = alg.client_update(downlink, state, client, context(1, round=2))
+    assert np.array_equal(again[HEAD]["head.weight"], state["head"]["head.weight"])  # frozen: starts from its own head
 
 
 def test_shares_of_clients_not_heard_from_are_the_mean():

@@ -188,3 +188,48 @@ def test_scientific_notation_is_a_number_in_task_files_and_overrides(tmp_path):
 def test_feroma_whose_warmup_covers_the_run_warns_at_task_load():
     with pytest.warns(UserWarning, match="warmup_rounds"):
         tiny_spec(algorithm={"name": "feroma", "warmup_rounds": 5}, rounds=5, model="lenet5")
+
+
+@pytest.mark.parametrize("name", ["../../../tmp/x", "/tmp/x", "a/b", "..", "", "two words", 7])
+def test_a_task_name_that_is_not_a_safe_slug_is_refused_naming_name(tmp_path, name):
+    body = {**{k: v for k, v in TINY.items() if k != "task"}, "name": name}
+    with pytest.raises(ConfigError) as err:
+        load_task(write_task(tmp_path, body))
+    assert err.value.field == "name" and "letters, digits" in err.value.allowed
+
+
+@pytest.mark.parametrize("changes, field, hint", [
+    ({"optimizer": {"name": "sgd", "lr": 0}}, "optimizer.lr", "> 0"),
+    ({"rounds": 10**12}, "rounds", "at most 100,000"),
+    ({"resources": {"backend": "ray", "num_workers": 0}}, "resources.num_workers", ">= 1"),
+])
+def test_values_that_cannot_mean_anything_are_refused_naming_the_field(tmp_path, changes, field, hint):
+    body = {**{k: v for k, v in TINY.items() if k != "task"}, "name": "t", **changes}
+    with pytest.raises(ConfigError) as err:
+        load_task(write_task(tmp_path, body))
+    assert err.value.field == field and hint in err.value.allowed
+
+
+@pytest.mark.parametrize("dataset, scenario, field, allowed", [
+    ("digits", {"partition": "iid", "num_clients": 5000}, "scenario.num_clients", "at most 479: digits has 1437 training samples"),
+    ("digits", {"partition": "shards", "num_clients": 5000, "shards_per_client": 2}, "scenario.num_clients", "at most 479"),
+    ({"name": "digits", "test_fraction": 0.5}, {"partition": "iid", "num_clients": 300}, "scenario.num_clients",
+     "at most 299: digits has 898 training samples"),  # the option sets the official split
+    ("digits", {"partition": "iid", "num_clients": 400, "local_test": "official"}, "scenario.num_clients", "at most 360"),
+    ("digits", {"partition": "dirichlet", "num_clients": 5000}, "scenario.num_clients", "at most 479"),  # was min_samples at run time
+    ("digits", {"partition": "dirichlet", "num_clients": 200}, "scenario.min_samples", "at most 7 for 200 clients"),
+])
+def test_a_federation_leaving_clients_without_samples_is_refused_at_load(tmp_path, dataset, scenario, field, allowed):
+    body = {**{k: v for k, v in TINY.items() if k != "task"}, "name": "t", "dataset": dataset, "scenario": scenario}
+    with pytest.raises(ConfigError) as err:
+        load_task(write_task(tmp_path, body))
+    assert err.value.field == field and allowed in err.value.allowed, err.value
+    body["scenario"] = {**scenario, "num_clients": 20}
+    load_task(write_task(tmp_path, body))
+
+
+def test_a_name_key_in_the_scenario_is_refused_rather_than_replacing_the_partition(tmp_path):
+    body = {**{k: v for k, v in TINY.items() if k != "task"}, "name": "t", "scenario": {"partition": "iid", "name": "dirichlet"}}
+    with pytest.raises(ConfigError) as err:
+        load_task(write_task(tmp_path, body))
+    assert err.value.field == "scenario.name" and "write partition: dirichlet" in err.value.allowed

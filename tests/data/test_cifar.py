@@ -114,3 +114,37 @@ def test_missing_files_name_folder_files_and_fedbench_data(tmp_path, name, folde
     for file in files:
         assert file in message
     assert list(root.iterdir()) == []
+
+
+class _RunsACommand:
+    """A pickle that, loaded by `pickle.load`, runs a shell command."""
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        import os
+
+        return os.system, (f"touch {self.marker}",)
+
+
+@pytest.mark.parametrize("protocol", [2, 4])
+def test_a_malicious_pickle_is_refused_without_running(tmp_path, protocol):
+    write_cifar10(tmp_path)
+    marker = tmp_path / "ran"
+    batch = tmp_path / "cifar-10-batches-py" / "data_batch_3"
+    batch.write_bytes(pickle.dumps({"data": _RunsACommand(marker), "labels": [0]}, protocol=protocol))
+    with pytest.raises(pickle.UnpicklingError, match="refused to load posix.system") as err:
+        load_dataset("cifar10", tmp_path)
+    assert "data_batch_3" in str(err.value)
+    assert not marker.exists()
+
+
+def test_batches_naming_numpy_1_modules_still_load(tmp_path):
+    """The official batches name `numpy.core.multiarray._reconstruct`, which the safe unpickler maps to numpy 2's."""
+    batches = write_cifar10(tmp_path)
+    for path in (tmp_path / "cifar-10-batches-py").iterdir():
+        path.write_bytes(path.read_bytes().replace(b"numpy._core.multiarray\n", b"numpy.core.multiarray\n"))
+    assert (tmp_path / "cifar-10-batches-py" / "test_batch").read_bytes().count(b"numpy.core.multiarray\n") == 1
+    ds = load_dataset("cifar10", tmp_path)
+    assert np.array_equal(ds.x[10].reshape(-1), batches["test_batch"]["data"][0])

@@ -14,7 +14,7 @@ from fedbench.data.cifar import CIFAR100_COARSE_OF_FINE
 from tests.data.test_cifar import write_cifar10, write_cifar100
 from tests.data.test_femnist import LEAF_FILES, write_leaf
 
-GRAY_28 = DatasetFacts(10, 1, (28, 28), (), None)
+GRAY_28 = DatasetFacts(10, 1, (28, 28), (), None, train_size=60000, test_size=10000)
 
 # CIFAR-100's 20 superclasses in coarse-label order, each with its 5 fine classes (the dataset's own listing).
 CIFAR100_SUPERCLASSES = {
@@ -51,17 +51,19 @@ def test_every_registered_dataset_declares_facts_at_its_defaults(name):
     [
         ("mnist", {}, dataclasses.replace(GRAY_28, mean_std=((0.1307,), (0.3081,)))),
         ("fmnist", {}, dataclasses.replace(GRAY_28, mean_std=((0.2860,), (0.3530,)))),
-        ("emnist", {}, GRAY_28),
+        ("emnist", {}, dataclasses.replace(GRAY_28, train_size=240000, test_size=40000)),
         ("cifar10", {}, DatasetFacts(10, 3, (32, 32), (), (0, 0, 1, 1, 1, 1, 1, 1, 0, 0),
-                                     mean_std=((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)))),
+                                     mean_std=((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)), train_size=50000, test_size=10000)),
         ("cifar100", {"label": "coarse"}, DatasetFacts(20, 3, (32, 32), ("fine_label", "coarse_label"), None,
-                                                     mean_std=((0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762)))),
-        ("digits", {}, DatasetFacts(10, 1, (8, 8), (), None)),
-        ("synthetic", {"num_devices": 3}, DatasetFacts(10, None, None, ("device",), None)),
-        ("synthetic_images", {"channels": 3, "size": 32, "num_classes": 7}, DatasetFacts(7, 3, (32, 32), (), None)),
+                                                     mean_std=((0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762)),
+                                                     train_size=50000, test_size=10000)),
+        ("digits", {}, DatasetFacts(10, 1, (8, 8), (), None, train_size=1437, test_size=360)),
+        ("synthetic", {"num_devices": 3}, DatasetFacts(10, None, None, ("device",), None, train_size=366, test_size=91)),
+        ("synthetic_images", {"channels": 3, "size": 32, "num_classes": 7},
+         DatasetFacts(7, 3, (32, 32), (), None, train_size=60000, test_size=10000)),
         ("femnist", {}, DatasetFacts(62, 1, (28, 28), ("writer",), None)),
         ("femnist", {"digits_only": True}, DatasetFacts(10, 1, (28, 28), ("writer",), None)),
-        ("mixture", {}, DatasetFacts(10, 1, (28, 28), ("domain",), None)),
+        ("mixture", {}, DatasetFacts(10, 1, (28, 28), ("domain",), None, train_size=120000, test_size=20000)),
     ],
 )
 def test_declared_values(name, params, expected, tmp_path, monkeypatch):
@@ -106,8 +108,12 @@ def test_superclasses_must_cover_every_class():
         DatasetFacts(2, 1, (8, 8), (), (0, 1, 1))
 
 
-def assert_agrees(ds: BaseDataset, facts: DatasetFacts) -> None:
-    """A loaded dataset is what its facts promised: the promise task-load checks rely on."""
+def assert_agrees(ds: BaseDataset, facts: DatasetFacts, full_size: bool = True) -> None:
+    """A loaded dataset is what its facts promised: the promise task-load checks rely on.
+
+    Args:
+        full_size: the data is the real thing (or generated), not a smaller stand-in, so its split sizes count.
+    """
     assert ds.num_classes == facts.num_classes and len(ds.classes) == facts.num_classes
     assert ds.y.min() >= 0 and ds.y.max() < facts.num_classes
     if facts.channels is None:
@@ -116,6 +122,9 @@ def assert_agrees(ds: BaseDataset, facts: DatasetFacts) -> None:
         assert ds.is_image and ds.input_shape == (facts.channels, *facts.image_size)
     assert tuple(c for c in ds.meta.columns if c != "split") == facts.meta_columns
     assert set(ds.meta["split"]) <= {"train", "test"}
+    if full_size:
+        for split, size in (("train", facts.train_size), ("test", facts.test_size)):
+            assert size is None or size == int((ds.meta["split"] == split).sum()), (split, size)
 
 
 OFFLINE = [
@@ -139,7 +148,8 @@ def test_loaded_dataset_agrees_with_its_facts(name, params, tmp_path):
     write_leaf(tmp_path / "femnist", LEAF_FILES)
     write_cifar10(tmp_path)
     write_cifar100(tmp_path)
-    assert_agrees(load_dataset(name, tmp_path, **params), dataset_facts(name, **params))
+    stand_in = name.startswith("cifar")  # 12 images in CIFAR's layout, not the archives' 60,000
+    assert_agrees(load_dataset(name, tmp_path, **params), dataset_facts(name, **params), full_size=not stand_in)
 
 
 @pytest.mark.real_data

@@ -29,7 +29,7 @@ def test_parts_side_by_side_train_rows_first_with_domain():
 
 
 def test_facts_match_and_are_checked_before_loading():
-    assert dataset_facts("mixture", parts=PARTS) == DatasetFacts(4, 1, (28, 28), ("domain",), None, "mixture")
+    assert dataset_facts("mixture", parts=PARTS) == DatasetFacts(4, 1, (28, 28), ("domain",), None, "mixture", train_size=80, test_size=20)
     assert dataset_facts("mixture").meta_columns == ("domain",)  # the default mnist + fmnist, nothing read
 
 

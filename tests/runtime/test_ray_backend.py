@@ -84,3 +84,9 @@ def test_a_payload_shared_by_several_clients_is_put_once(ray_session, monkeypatc
         backend.close()
     assert shipped == [state["global"]]  # one object for the four clients
     assert [r.client_id for r in results] == [0, 1, 2, 3] and all(r.uplink.weights for r in results)
+
+
+def test_a_failure_on_a_ray_worker_is_reported_by_its_cause_on_one_line(ray_session):
+    bad = Federation(tiny_spec(optimizer={"lr": 1e30}), backend="ray").run()
+    assert bad.reason.startswith("ClientDivergedError: client ") and "\n" not in bad.reason and "\x1b" not in bad.reason
+    assert "ray::ClientWorker.fit()" in bad.traceback and "\x1b" not in bad.traceback

@@ -1,6 +1,7 @@
 """MLflow logging against the real stores: an sqlite file and a real `mlflow server` on 127.0.0.1."""
 
 import shutil
+from pathlib import Path
 
 import mlflow
 import pytest
@@ -74,3 +75,12 @@ def test_runs_log_to_a_real_mlflow_server(mlflow_server, monkeypatch):
     spec = tiny_spec(rounds=2)
     result = run_spec(spec, [MlflowCallback()])
     check_logged(mlflow_server, spec, result)
+
+
+def test_a_failed_runs_traceback_is_an_artifact(isolated_results, mlflow_store):
+    result = run_spec(tiny_spec(rounds=1, optimizer={"lr": 1e30}), [MlflowCallback()])
+    client = MlflowClient(f"sqlite:///{isolated_results / 'mlflow.db'}")
+    (run,) = client.search_runs([client.get_experiment_by_name("tiny").experiment_id])
+    trace = Path(client.download_artifacts(run.info.run_id, "failure_traceback.txt")).read_text()
+    assert trace == result.traceback and "ClientDivergedError" in trace
+    assert run.data.tags["failure_reason"] == result.reason and "\n" not in result.reason

@@ -55,3 +55,19 @@ def test_a_trial_is_told_grid_or_search_by_its_plan_alone(tmp_path):
     assert search.trial_key({"optimizer.lr": 0.01}, "trial_1") == "trial_1"
     assert search.sampled({"optimizer.lr": 0.01}) == {"optimizer.lr": 0.01}
     assert search({"optimizer.lr": 0.01}).optimizer.lr == 0.01
+
+
+@pytest.mark.parametrize("value", ["0", "-1"])
+def test_max_concurrent_below_one_is_refused_naming_the_option(capsys, value):
+    code = main(["sweep", "tasks/quickstart.yaml", "--max-concurrent", value, "--dry-run"])
+    out = capsys.readouterr().out
+    assert code == 2 and f"--max-concurrent: got {value}" in out, out
+
+
+def test_a_search_space_reaching_lr_zero_is_refused_by_the_fields_own_check(tmp_path, capsys):
+    space = tmp_path / "zero.yaml"
+    space.write_text("name: zero\nspace:\n  optimizer.lr: {uniform: [0, 0.1]}\n")
+    code = main(["sweep", "tasks/quickstart.yaml", "--search", str(space), "--num-samples", "2",
+                 "--metric", "final/acc_local_mean", "--dry-run"])
+    out = capsys.readouterr().out
+    assert code == 2 and "optimizer.lr" in out and "learning rate > 0" in out, out

@@ -99,3 +99,17 @@ def test_a_test_time_metric_needs_test_time_clients(tmp_path):
 def test_shipped_spaces_check_out_on_their_tasks(space, task_path, metric, algorithms):
     plan = make_plan(load_task(task_path), load_search_space(space), 4, metric)  # every field and bound checked
     assert plan.trials == 4 and {name for name, _ in plan.space.branches} == algorithms
+
+
+@pytest.mark.parametrize("text, hint", [
+    ("name: bad\nspace: [\n", "valid YAML"),  # a ParserError before
+    ('name: "\\q"\n', "valid YAML"),  # a ScannerError before
+    ("- a\n- b\n", "a YAML mapping"),  # AttributeError before
+    ("name: ../../x\nspace: {optimizer.lr: {uniform: [0.01, 0.1]}}\n", "letters, digits"),
+])
+def test_a_malformed_search_space_file_is_a_message_not_a_traceback(tmp_path, text, hint):
+    path = tmp_path / "space.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as err:
+        load_search_space(path)
+    assert hint in str(err.value)
