@@ -30,11 +30,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     from fedbench.runtime.session import run_specs
     from fedbench.tracking.console import ProgressCallback, ResultLine, failures_table, results_table
     from fedbench.tracking.mlflow_callback import MlflowCallback
-    from fedbench.tracking.paths import tracking_uri
+    from fedbench.tracking.paths import check_tracking_uri, tracking_uri
 
     overrides = [*args.set, *([f"resources.backend={args.backend}"] if args.backend else [])]
     task = load_task(args.task, overrides)
     specs = task.expand()
+    check_tracking_uri(tracking_uri())
     backends = ", ".join(sorted({s.resources.backend for s in specs}))
     console.print(f"task [bold]{task.name}[/]: {len(specs)} runs, backend {backends}, tracking {tracking_uri()}")
 

@@ -89,3 +89,16 @@ def test_sweep_dry_run_lists_the_configurations_and_their_count(capsys):
     out = capsys.readouterr().out
     assert "72 configurations (nothing was run)" in out  # 12 presets x 3 drift frequencies x 2 algorithms
     assert "feroma/label_skew/medium, drift every 2" in out
+
+
+def test_run_refuses_an_unreachable_tracking_server_at_once(tmp_path, isolated_results):
+    """MLflow retries an unreachable server for minutes; `run` checks it before any run, as `sweep` does."""
+    uri = "http://127.0.0.1:1"
+    env = {**os.environ, "FEDBENCH_RESULTS": str(isolated_results), "MLFLOW_TRACKING_URI": uri}
+    task = {**{k: v for k, v in TINY.items() if k != "task"}, "name": "cli_unreachable", "rounds": 1}
+    path = tmp_path / "task.yaml"
+    path.write_text(yaml.safe_dump(task))
+    proc = subprocess.run([sys.executable, "-m", "fedbench.cli", "run", str(path)], capture_output=True, text=True,
+                          env=env, timeout=60)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "MLFLOW_TRACKING_URI" in proc.stdout and uri in proc.stdout
