@@ -131,3 +131,13 @@ def test_asha_schedules_on_the_per_round_metric_when_given_the_final_name(tmp_pa
     children = runs[runs["tags.mlflow.parentRunId"] == outcome.parent_run_id]
     assert len(children) == 4 and (children["status"] == "FINISHED").all()
     assert children["metrics.final/acc_local_mean"].notna().all()
+
+
+def test_two_sweeps_of_one_task_write_into_their_own_tune_folders(tmp_path, mlflow_store, ray_session):
+    """Two sweeps of a task started together have the same name and attempt; each needs its own Tune folder."""
+    plan = make_plan(load_task(write_task(tmp_path, grid={})))
+    first, second = run_sweep(plan), run_sweep(plan)
+    assert first.name == second.name and first.parent_run_id != second.parent_run_id
+    assert first.storage != second.storage
+    for outcome in (first, second):
+        assert os.path.isdir(outcome.storage) and len(outcome.results) == 1
