@@ -169,11 +169,23 @@ def _optuna(plan: SweepPlan, max_concurrent: int):
 
     from fedbench.tuning.final_metric_search import FinalMetricOptunaSearch
 
+    storage = _study_storage(plan)
     search = FinalMetricOptunaSearch(space=plan.space.sample, metric=plan.metric, mode=plan.mode,
-                                     storage=_study_storage(plan), study_name=plan.name,
-                                     seed=int(plan.base.get("seed", 0)))
+                                     storage=storage, study_name=plan.name, seed=_sampler_seed(plan, storage))
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     return ConcurrencyLimiter(search, max_concurrent=max_concurrent)
+
+
+def _sampler_seed(plan: SweepPlan, storage) -> int:
+    """The task's seed for a new study; for a study that already holds trials (a resumed search), the seed
+    shifted by their count: TPE starts with random samples, and the same seed would draw the samples the
+    interrupted attempt already ran."""
+    seed = int(plan.base.get("seed", 0))
+    try:
+        study_id = storage.get_study_id_from_name(plan.name)
+    except KeyError:
+        return seed
+    return seed + len(storage.get_all_trials(study_id, deepcopy=False))
 
 
 def _study_storage(plan: SweepPlan):
