@@ -17,6 +17,7 @@ import ray
 from fedbench.core.runspec import ResourceSpec, RunSpec
 from fedbench.core.types import ClientResult, Payload
 from fedbench.data import BaseDataset
+from fedbench.runtime.ray_resources import check_worker_fits, get_reporting_waits
 from fedbench.runtime.state_store import StateStore
 from fedbench.runtime.worker import ClientWorker
 from fedbench.scenarios import Scenario
@@ -47,6 +48,7 @@ class RayWorkerPool:
 
     def __init__(self, resources: ResourceSpec, max_clients: int):
         ensure_ray()
+        check_worker_fits(resources, ray.cluster_resources())
         self.resources = resources
         n = pool_size(resources, ray.available_resources(), max_clients)
         options = {"num_cpus": resources.client_cpus, "num_gpus": resources.client_gpus}
@@ -58,7 +60,8 @@ class RayWorkerPool:
         if self._dataset is None or self._dataset[0] is not dataset:
             self._dataset = (dataset, ray.put(dataset))
         scenario_ref = ray.put(scenario)
-        ray.get([w.load.remote(self._dataset[1], scenario_ref, spec) for w in self.workers])
+        loads = [w.load.remote(self._dataset[1], scenario_ref, spec) for w in self.workers]
+        get_reporting_waits(loads, "client workers to start", self.resources)
 
     def placement_groups(self) -> list[str | None]:
         """Each worker's placement group (a sweep's trial reserves one for its workers)."""

@@ -26,6 +26,7 @@ from fedbench.tracking.paths import check_tracking_uri, results_dir, tracking_ur
 from fedbench.tracking.sweep_runs import SweepParent, SweepRuns
 from fedbench.tuning.mlflow_bridge import MlflowBridge
 from fedbench.tuning.plan import GRID_KEY, SweepPlan
+from fedbench.tuning.resources import DRIVER_CPUS, check_trial_fits, for_trial
 
 
 @dataclass
@@ -62,6 +63,13 @@ def run_sweep(
         ensure_ray(address)
     except (ConnectionError, RuntimeError, ValueError) as exc:
         raise ConfigError("--address", address, f"a reachable Ray cluster (auto or HOST:PORT): {exc}") from exc
+    try:
+        for spec in plan.specs or (plan.spec_of({}),):
+            check_trial_fits(for_trial(spec), ray.cluster_resources(), driver_cpus or DRIVER_CPUS)
+    except ConfigError:
+        if started_here:
+            ray.shutdown()
+        raise
     runs = SweepRuns(uri, plan.task)
     parent, done = _parent_run(runs, plan, resume)
     bridge = MlflowBridge(uri, plan.task, parent.run_id, plan.spec_of)
@@ -125,7 +133,7 @@ def _tuner(plan: SweepPlan, done: set, max_concurrent, driver_cpus, bridge, stor
     """The Tune experiment for the trials not done yet and how many trials it runs (None, 0: nothing left)."""
     from ray import tune
 
-    from fedbench.tuning.resources import DRIVER_CPUS, placement
+    from fedbench.tuning.resources import placement
     from fedbench.tuning.trial import run_trial
 
     spec_of = plan.spec_of

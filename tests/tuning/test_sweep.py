@@ -177,3 +177,12 @@ def test_a_resumed_search_continues_its_study_and_never_repeats_a_sample(tmp_pat
     samples = {tuple(row) for row in children[sampled].astype(str).itertuples(index=False)}
     assert len(children) == 6 and (children["status"] == "FINISHED").all()
     assert len(samples) == 6  # every sample distinct: none of the interrupted attempt's was drawn again
+
+
+@pytest.mark.timeout(120)
+def test_a_trial_the_cluster_could_never_hold_is_refused_before_it_starts(tmp_path, mlflow_store, ray_session):
+    from fedbench.core.errors import ConfigError
+
+    plan = make_plan(load_task(write_task(tmp_path, resources={"client_cpus": 100})))
+    with pytest.raises(ConfigError, match=r"resources.client_cpus: got 100.*needs 100.5 CPU, 0 GPU.*has 2 CPU"):
+        run_sweep(plan)
