@@ -10,6 +10,7 @@ result, keeping the new state's reference in the StateStore.
 from __future__ import annotations
 
 import os
+import secrets
 from typing import Mapping
 
 import ray
@@ -26,10 +27,18 @@ RemoteClientWorker = ray.remote(ClientWorker)
 
 
 def ensure_ray(address: str | None = None, num_cpus: int | None = None) -> None:
-    """Connect to (or start) Ray once per process. Local runs disable token auth (RAY_NOTES.md)."""
+    """Connect to (or start) Ray once per process.
+
+    A local Ray's servers listen on every interface (Ray 2.60 has no option to bind them to 127.0.0.1), so
+    one started here keeps Ray's default token auth, with a token only this process and the processes Ray
+    starts for it know (nothing is written to ~/.ray); RAY_AUTH_MODE, when set, decides instead. Connecting
+    to a cluster (`address`, RAY_ADDRESS) leaves auth as the cluster has it (README: Ray clusters).
+    """
     if ray.is_initialized():
         return
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    starts_local = address == "local" or (address is None and "RAY_ADDRESS" not in os.environ)
+    if starts_local and "RAY_AUTH_MODE" not in os.environ:  # Ray turns token auth on: give it a token of its own
+        os.environ.setdefault("RAY_AUTH_TOKEN", secrets.token_hex(32))
     ray.init(address=address, num_cpus=num_cpus, include_dashboard=False, log_to_driver=True, configure_logging=False)
 
 
