@@ -33,9 +33,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     overrides = [*args.set, *([f"resources.backend={args.backend}"] if args.backend else [])]
     task = load_task(args.task, overrides)
     specs = task.expand()
+    callbacks = run_callbacks(len(specs), console)  # checks the tracking server first
     backends = ", ".join(sorted({s.resources.backend for s in specs}))
     console.print(f"task [bold]{task.name}[/]: {len(specs)} runs, backend {backends}, tracking {tracking_uri()}")
-    results = run_specs(specs, run_callbacks(len(specs), console))
+    results = run_specs(specs, callbacks)
     console.print(results_table(results))
     failures = failures_table(results)
     if failures is not None:

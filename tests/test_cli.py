@@ -106,3 +106,16 @@ def test_list_shows_each_parameter_with_its_default_and_paper_section(capsys):
     out = capsys.readouterr().out
     assert "scenario presets" in out and "test_fraction" in out
     assert main(["list", "algorithms", "nosuch"]) == 2
+
+
+def test_run_refuses_an_unreachable_tracking_server_at_once(tmp_path, isolated_results):
+    """MLflow retries an unreachable server for minutes; `run` checks it before any run, as `sweep` does."""
+    uri = "http://127.0.0.1:1"
+    env = {**os.environ, "FEDBENCH_RESULTS": str(isolated_results), "MLFLOW_TRACKING_URI": uri}
+    task = {**{k: v for k, v in TINY.items() if k != "task"}, "name": "cli_unreachable", "rounds": 1}
+    path = tmp_path / "task.yaml"
+    path.write_text(yaml.safe_dump(task))
+    proc = subprocess.run([sys.executable, "-m", "fedbench.cli", "run", str(path)], capture_output=True, text=True,
+                          env=env, timeout=60)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "MLFLOW_TRACKING_URI" in proc.stdout and uri in proc.stdout

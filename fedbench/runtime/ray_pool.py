@@ -10,6 +10,7 @@ result, keeping the new state's reference in the StateStore.
 from __future__ import annotations
 
 import os
+import secrets
 from typing import Mapping
 
 import ray
@@ -17,6 +18,7 @@ import ray
 from fedbench.core.runspec import ResourceSpec, RunSpec
 from fedbench.core.types import ClientResult, Payload
 from fedbench.data import BaseDataset
+from fedbench.runtime.ray_resources import check_worker_fits, get_reporting_waits
 from fedbench.runtime.state_store import StateStore
 from fedbench.runtime.worker import ClientWorker
 from fedbench.scenarios import Scenario
@@ -25,10 +27,18 @@ RemoteClientWorker = ray.remote(ClientWorker)
 
 
 def ensure_ray(address: str | None = None, num_cpus: int | None = None) -> None:
-    """Connect to (or start) Ray once per process. Local runs disable token auth (RAY_NOTES.md)."""
+    """Connect to (or start) Ray once per process.
+
+    A local Ray's servers listen on every interface (Ray 2.60 has no option to bind them to 127.0.0.1), so
+    one started here keeps Ray's default token auth, with a token only this process and the processes Ray
+    starts for it know (nothing is written to ~/.ray); RAY_AUTH_MODE, when set, decides instead. Connecting
+    to a cluster (`address`, RAY_ADDRESS) leaves auth as the cluster has it (README: Ray clusters).
+    """
     if ray.is_initialized():
         return
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    starts_local = address == "local" or (address is None and "RAY_ADDRESS" not in os.environ)
+    if starts_local and "RAY_AUTH_MODE" not in os.environ:  # Ray turns token auth on: give it a token of its own
+        os.environ.setdefault("RAY_AUTH_TOKEN", secrets.token_hex(32))
     ray.init(address=address, num_cpus=num_cpus, include_dashboard=False, log_to_driver=True, configure_logging=False)
 
 
@@ -47,6 +57,7 @@ class RayWorkerPool:
 
     def __init__(self, resources: ResourceSpec, max_clients: int):
         ensure_ray()
+        check_worker_fits(resources, ray.cluster_resources())
         self.resources = resources
         n = pool_size(resources, ray.available_resources(), max_clients)
         options = {"num_cpus": resources.client_cpus, "num_gpus": resources.client_gpus}
@@ -58,7 +69,8 @@ class RayWorkerPool:
         if self._dataset is None or self._dataset[0] is not dataset:
             self._dataset = (dataset, ray.put(dataset))
         scenario_ref = ray.put(scenario)
-        ray.get([w.load.remote(self._dataset[1], scenario_ref, spec) for w in self.workers])
+        loads = [w.load.remote(self._dataset[1], scenario_ref, spec) for w in self.workers]
+        get_reporting_waits(loads, "client workers to start", self.resources)
 
     def placement_groups(self) -> list[str | None]:
         """Each worker's placement group (a sweep's trial reserves one for its workers)."""

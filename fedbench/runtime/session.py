@@ -21,19 +21,25 @@ def run_specs(specs: Sequence[RunSpec], callbacks: Callable[[int, RunSpec], Sequ
     ray_started_here, pools = False, None
     results = []
     try:
+        on_ray = {spec.resources for spec in specs if spec.resources.backend == "ray"}
+        if on_ray:
+            import ray
+
+            from fedbench.runtime.ray_pool import ReusedPool, ensure_ray
+            from fedbench.runtime.ray_resources import check_worker_fits
+
+            ray_started_here = not ray.is_initialized()
+            ensure_ray()
+            for resources in on_ray:  # before the first run: a worker no node can hold would wait forever
+                check_worker_fits(resources, ray.cluster_resources())
+            pools = ReusedPool()
         for i, spec in enumerate(specs, 1):
             pool = None
             if spec.resources.backend == "ray":
-                import ray
-
-                from fedbench.runtime.ray_pool import ReusedPool
-
-                ray_started_here = ray_started_here or not ray.is_initialized()
-                pools = pools or ReusedPool()
                 pool = pools.for_run(spec, max(s.scenario.num_clients for s in specs))
             result = Federation(spec, callbacks(i, spec), pool=pool).run()
             results.append(result)
-            if pools is not None:
+            if pool is not None:
                 pools.after(result.status)
     finally:
         if pools is not None:

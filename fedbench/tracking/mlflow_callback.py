@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Mapping
 
 from mlflow.entities import Metric, Param, RunTag
+from mlflow.exceptions import MlflowException
+from mlflow.protos.databricks_pb2 import RESOURCE_ALREADY_EXISTS, ErrorCode
 from mlflow.tracking import MlflowClient
 
 from fedbench.core.callbacks import Callback, RoundRecord, RunResult
@@ -24,7 +26,11 @@ MAX_PARAM_LENGTH = 6000
 
 def experiment_id_for(client: MlflowClient, name: str) -> str:
     """The id of experiment `name`, created if needed (artifacts beside the database of an sqlite store;
-    a tracking server decides for itself)."""
+    a tracking server decides for itself).
+
+    Several processes may create the same new experiment at once (sweeps or runs of one task started
+    together): the ones that lose the race get the winner's experiment instead of an error.
+    """
     experiment = client.get_experiment_by_name(name)
     if experiment is not None:
         return experiment.experiment_id
@@ -32,7 +38,12 @@ def experiment_id_for(client: MlflowClient, name: str) -> str:
     if client.tracking_uri.startswith("sqlite:///"):
         database = Path(client.tracking_uri.removeprefix("sqlite:///")).resolve()
         artifact_location = inside(database.parent / "mlartifacts", name).as_uri()
-    return client.create_experiment(name, artifact_location=artifact_location)
+    try:
+        return client.create_experiment(name, artifact_location=artifact_location)
+    except MlflowException as exc:
+        if exc.error_code != ErrorCode.Name(RESOURCE_ALREADY_EXISTS):
+            raise
+        return client.get_experiment_by_name(name).experiment_id
 
 
 class MlflowCallback(Callback):

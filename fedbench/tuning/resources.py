@@ -11,6 +11,7 @@ import dataclasses
 from ray import tune
 
 from fedbench.core.runspec import RunSpec
+from fedbench.runtime.ray_resources import check_fits
 
 DRIVER_CPUS = 0.5
 """CPU of a trial's driver bundle: it only dispatches jobs and aggregates, the clients do the training."""
@@ -31,3 +32,14 @@ def placement(spec: RunSpec, driver_cpus: float = DRIVER_CPUS) -> tune.Placement
     if spec.resources.client_gpus > 0:
         worker["GPU"] = spec.resources.client_gpus
     return tune.PlacementGroupFactory([{"CPU": driver_cpus}] + [worker] * spec.resources.num_workers)
+
+
+def check_trial_fits(spec: RunSpec, cluster: dict[str, float], driver_cpus: float = DRIVER_CPUS) -> None:
+    """Refuse a trial (spec as `for_trial` made it) whose bundles together exceed the cluster's CPUs or GPUs:
+    Tune would keep it pending forever."""
+    need: dict[str, float] = {}
+    for bundle in placement(spec, driver_cpus).bundles:
+        for key, amount in bundle.items():
+            need[key] = need.get(key, 0) + amount
+    what = f"a trial ({driver_cpus:g} CPU for its driver and {spec.resources.num_workers} client workers)"
+    check_fits(need, cluster, what, spec.resources)

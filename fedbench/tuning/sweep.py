@@ -4,8 +4,9 @@ The sweep is one MLflow parent run in the task's experiment; every trial is a ne
 this process (the one writer). MLflow is also what `--resume` trusts: a trial counts as done when its
 child run ended (FINISHED or FAILED); children left RUNNING by an interrupted sweep are deleted and their
 trials run again, so every trial ends with exactly one child run (`tracking.sweep_runs` keeps those
-runs; nothing here imports MLflow). Tune's own folders live under `results/ray_results/<sweep>-<attempt>`;
-an Optuna search keeps its study in `results/optuna/<sweep>.log`, so a resumed search goes on with what
+runs; nothing here imports MLflow). Tune's own folders live under
+`results/ray_results/<sweep>-<attempt>-<start time>-<random suffix>`, one per invocation, so two sweeps of one task
+started at once never write into the same folder (`--resume` needs none of them); an Optuna search keeps its study in `results/optuna/<sweep>.log`, so a resumed search goes on with what
 TPE learnt.
 """
 
@@ -13,6 +14,8 @@ from __future__ import annotations
 
 import math
 import os
+import secrets
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,6 +27,7 @@ from fedbench.tracking.paths import check_tracking_uri, results_path, tracking_u
 from fedbench.tracking.sweep_runs import SweepParent, SweepRuns
 from fedbench.tuning.mlflow_bridge import MlflowBridge
 from fedbench.tuning.plan import GRID_KEY, SweepPlan
+from fedbench.tuning.resources import DRIVER_CPUS, check_trial_fits, for_trial
 
 
 @dataclass
@@ -62,14 +66,21 @@ def run_sweep(
         ensure_ray(address)
     except (ConnectionError, RuntimeError, ValueError) as exc:
         raise ConfigError("--address", address, f"a reachable Ray cluster (auto or HOST:PORT): {exc}") from exc
+    try:
+        for spec in plan.specs or (plan.spec_of({}),):
+            check_trial_fits(for_trial(spec), ray.cluster_resources(), driver_cpus or DRIVER_CPUS)
+    except ConfigError:
+        if started_here:
+            ray.shutdown()
+        raise
     runs = SweepRuns(uri, plan.task)
     parent, done = _parent_run(runs, plan, resume)
     bridge = MlflowBridge(uri, plan.task, parent.run_id, plan.spec_of)
     storage = str(results_path("ray_results"))
-    outcome = SweepOutcome(plan.name, parent.run_id, str(results_path("ray_results", f"{plan.name}-{parent.attempt}")),
-                           resumed_done=len(done))
+    folder = tune_folder_name(plan.name, parent.attempt)
+    outcome = SweepOutcome(plan.name, parent.run_id, str(results_path("ray_results", folder)), resumed_done=len(done))
     try:
-        tuner, expected = _tuner(plan, done, max_concurrent, driver_cpus, bridge, storage, parent.attempt)
+        tuner, expected = _tuner(plan, done, max_concurrent, driver_cpus, bridge, storage, folder)
         if tuner is not None:
             tuner.fit()  # returns after Ctrl-C too (Tune stops gracefully): count what ended
             outcome.interrupted = len(bridge.outcomes) < expected
@@ -84,6 +95,12 @@ def run_sweep(
     if plan.space is not None:
         outcome.best, outcome.best_value = _best_sample(plan)
     return outcome
+
+
+def tune_folder_name(sweep: str, attempt: int) -> str:
+    """This invocation's own Tune folder: the sweep and attempt, then the start time and a random suffix,
+    since two sweeps (or resumes) of one task started together have the same sweep name and attempt."""
+    return f"{sweep}-{attempt}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
 
 
 def check_ray_address(address: str | None) -> None:
@@ -115,11 +132,11 @@ def _parent_run(runs: SweepRuns, plan: SweepPlan, resume: bool) -> tuple[SweepPa
     return parent, done
 
 
-def _tuner(plan: SweepPlan, done: set, max_concurrent, driver_cpus, bridge, storage: str, attempt: int):
+def _tuner(plan: SweepPlan, done: set, max_concurrent, driver_cpus, bridge, storage: str, folder: str):
     """The Tune experiment for the trials not done yet and how many trials it runs (None, 0: nothing left)."""
     from ray import tune
 
-    from fedbench.tuning.resources import DRIVER_CPUS, placement
+    from fedbench.tuning.resources import placement
     from fedbench.tuning.trial import run_trial
 
     spec_of = plan.spec_of
@@ -152,7 +169,7 @@ def _tuner(plan: SweepPlan, done: set, max_concurrent, driver_cpus, bridge, stor
                                   max_concurrent_trials=max_concurrent if search_alg is None else None,
                                   reuse_actors=True,  # a trial's process and client workers serve the next trial
                                   trial_name_creator=_trial_name(spec_of), trial_dirname_creator=_trial_name(spec_of))
-    run_config = tune.RunConfig(name=f"{plan.name}-{attempt}", storage_path=storage, callbacks=[bridge], verbose=0)
+    run_config = tune.RunConfig(name=folder, storage_path=storage, callbacks=[bridge], verbose=0)
     return tune.Tuner(trainable, param_space=param_space, tune_config=tune_config, run_config=run_config), expected
 
 
@@ -163,11 +180,23 @@ def _optuna(plan: SweepPlan, max_concurrent: int):
 
     from fedbench.tuning.final_metric_search import FinalMetricOptunaSearch
 
+    storage = _study_storage(plan)
     search = FinalMetricOptunaSearch(space=plan.space.sample, metric=plan.metric, mode=plan.mode,
-                                     storage=_study_storage(plan), study_name=plan.name,
-                                     seed=int(plan.base.get("seed", 0)))
+                                     storage=storage, study_name=plan.name, seed=_sampler_seed(plan, storage))
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     return ConcurrencyLimiter(search, max_concurrent=max_concurrent)
+
+
+def _sampler_seed(plan: SweepPlan, storage) -> int:
+    """The task's seed for a new study; for a study that already holds trials (a resumed search), the seed
+    shifted by their count: TPE starts with random samples, and the same seed would draw the samples the
+    interrupted attempt already ran."""
+    seed = int(plan.base.get("seed", 0))
+    try:
+        study_id = storage.get_study_id_from_name(plan.name)
+    except KeyError:
+        return seed
+    return seed + len(storage.get_all_trials(study_id, deepcopy=False))
 
 
 def _study_storage(plan: SweepPlan):

@@ -90,3 +90,45 @@ def test_a_failure_on_a_ray_worker_is_reported_by_its_cause_on_one_line(ray_sess
     bad = Federation(tiny_spec(optimizer={"lr": 1e30}), backend="ray").run()
     assert bad.reason.startswith("ClientDivergedError: client ") and "\n" not in bad.reason and "\x1b" not in bad.reason
     assert "ray::ClientWorker.fit()" in bad.traceback and "\x1b" not in bad.traceback
+
+
+def test_a_worker_no_node_could_hold_is_refused_naming_the_field(ray_session):
+    """Ray would keep such an actor pending forever ("No available node types can fulfill resource request")."""
+    from fedbench.core.errors import ConfigError
+    from fedbench.core.runspec import ResourceSpec
+    from fedbench.runtime.ray_pool import RayWorkerPool
+    from fedbench.runtime.session import run_specs
+
+    gpus = int(ray_session.cluster_resources().get("GPU", 0)) + 1
+    with pytest.raises(ConfigError, match=rf"resources.client_gpus: got {gpus}.*the cluster has 2 CPU, {gpus - 1} GPU"):
+        RayWorkerPool(ResourceSpec(backend="ray", client_gpus=gpus), 4)
+    with pytest.raises(ConfigError, match=r"resources.client_cpus: got 100.*the cluster has 2 CPU"):
+        run_specs([tiny_spec(resources={"backend": "ray", "client_cpus": 100})], lambda i, spec: [])
+
+
+def test_workers_waiting_for_busy_resources_say_so(ray_session, monkeypatch, caplog):
+    import threading
+
+    from fedbench.runtime import ray_resources
+    from fedbench.runtime.ray_pool import RayWorkerPool
+
+    monkeypatch.setattr(ray_resources, "WAIT_NOTICE_S", 0.5)
+    spec = tiny_spec(resources={"backend": "ray", "client_cpus": 2, "num_workers": 1})  # the whole session's CPUs
+    dataset = load_dataset("digits")
+    scenario = build_scenario(dataset, spec.scenario, spec.seed, spec.rounds)
+    holder = RayWorkerPool(spec.resources, 1)
+    holder.load(dataset, scenario, spec)
+    waiter = RayWorkerPool(spec.resources, 1)
+    loading = threading.Thread(target=waiter.load, args=(dataset, scenario, spec))
+    try:
+        with caplog.at_level("WARNING", logger=ray_resources.__name__):
+            loading.start()
+            loading.join(timeout=5)
+            assert loading.is_alive()  # waiting for the CPUs the holder has
+            holder.close()
+            loading.join(timeout=60)
+        assert not loading.is_alive()
+        assert "for 1 of 1 client workers to start (each needs 2 CPU, 0 GPU)" in caplog.text
+    finally:
+        holder.close()
+        waiter.close()

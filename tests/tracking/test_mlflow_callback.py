@@ -84,3 +84,30 @@ def test_a_failed_runs_traceback_is_an_artifact(isolated_results, mlflow_store):
     trace = Path(client.download_artifacts(run.info.run_id, "failure_traceback.txt")).read_text()
     assert trace == result.traceback and "ClientDivergedError" in trace
     assert run.data.tags["failure_reason"] == result.reason and "\n" not in result.reason
+
+
+def _create_experiment_after(barrier, uri: str, name: str, ids) -> None:
+    """In a child process: connect, wait for the others, then create-or-get `name` at the same moment."""
+    from fedbench.tracking.mlflow_callback import experiment_id_for
+
+    client = MlflowClient(uri)
+    client.search_experiments(max_results=1)  # connected before the race starts
+    barrier.wait(timeout=120)
+    ids.put(experiment_id_for(client, name))
+
+
+def test_processes_creating_one_new_experiment_at_once_all_get_it(tmp_path, migrated_store):
+    import multiprocessing
+
+    shutil.copy(migrated_store, tmp_path / "race.db")
+    uri = f"sqlite:///{tmp_path / 'race.db'}"
+    context = multiprocessing.get_context("spawn")
+    barrier, ids = context.Barrier(4), context.Queue()
+    processes = [context.Process(target=_create_experiment_after, args=(barrier, uri, "raced", ids)) for _ in range(4)]
+    for process in processes:
+        process.start()
+    for process in processes:
+        process.join(timeout=180)
+    assert [p.exitcode for p in processes] == [0] * 4  # none failed on the UNIQUE constraint
+    got = [ids.get(timeout=5) for _ in processes]
+    assert len(set(got)) == 1 and got[0] == MlflowClient(uri).get_experiment_by_name("raced").experiment_id

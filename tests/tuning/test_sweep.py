@@ -131,3 +131,58 @@ def test_asha_schedules_on_the_per_round_metric_when_given_the_final_name(tmp_pa
     children = runs[runs["tags.mlflow.parentRunId"] == outcome.parent_run_id]
     assert len(children) == 4 and (children["status"] == "FINISHED").all()
     assert children["metrics.final/acc_local_mean"].notna().all()
+
+
+def test_two_sweeps_of_one_task_write_into_their_own_tune_folders(tmp_path, mlflow_store, ray_session):
+    """Two sweeps of a task started together have the same name and attempt; each needs its own Tune folder."""
+    plan = make_plan(load_task(write_task(tmp_path, grid={})))
+    first, second = run_sweep(plan), run_sweep(plan)
+    assert first.name == second.name and first.parent_run_id != second.parent_run_id
+    assert first.storage != second.storage
+    for outcome in (first, second):
+        assert os.path.isdir(outcome.storage) and len(outcome.results) == 1
+
+
+def test_a_resumed_search_continues_its_study_and_never_repeats_a_sample(tmp_path, mlflow_store, ray_session):
+    """Interrupted after two of six samples, the resumed search draws four new ones (it used to re-seed TPE and
+    run the same two again)."""
+    import mlflow
+
+    task_path = write_task(tmp_path, rounds=15, grid={})
+    space_path = tmp_path / "space.yaml"
+    space_path.write_text(yaml.safe_dump(SPACE))
+    search = ["--search", str(space_path), "--num-samples", "6", "--metric", "final/acc_local_mean"]
+    env = {**os.environ, "FEDBENCH_RESULTS": str(mlflow_store.parent), "RAY_AUTH_MODE": "disabled"}
+    cli = subprocess.Popen([sys.executable, "-m", "fedbench", "sweep", str(task_path), *search, "--max-concurrent", "1"],
+                           env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    mlflow.set_tracking_uri(f"sqlite:///{mlflow_store}")
+    deadline = time.time() + 400
+    while time.time() < deadline and cli.poll() is None:
+        runs = mlflow.search_runs(experiment_names=["sweep_test"])
+        if len(runs) and (runs["status"] == "FINISHED").sum() >= 2:
+            break
+        time.sleep(1)
+    assert cli.poll() is None, cli.stderr.read().decode()[-3000:]
+    os.killpg(cli.pid, signal.SIGINT)
+    assert cli.wait(timeout=120) == 130, cli.stderr.read().decode()[-3000:]
+
+    from fedbench.tuning import load_search_space
+
+    plan = make_plan(load_task(task_path), load_search_space(space_path), num_samples=6, metric="final/acc_local_mean")
+    outcome = run_sweep(plan, max_concurrent=1, resume=True)
+    assert not outcome.interrupted and outcome.resumed_done >= 2
+    runs = mlflow.search_runs(experiment_names=["sweep_test"])
+    children = runs[runs["tags.mlflow.parentRunId"] == outcome.parent_run_id]
+    sampled = [c for c in children.columns if c.startswith("tags.search.")]
+    samples = {tuple(row) for row in children[sampled].astype(str).itertuples(index=False)}
+    assert len(children) == 6 and (children["status"] == "FINISHED").all()
+    assert len(samples) == 6  # every sample distinct: none of the interrupted attempt's was drawn again
+
+
+@pytest.mark.timeout(120)
+def test_a_trial_the_cluster_could_never_hold_is_refused_before_it_starts(tmp_path, mlflow_store, ray_session):
+    from fedbench.core.errors import ConfigError
+
+    plan = make_plan(load_task(write_task(tmp_path, resources={"client_cpus": 100})))
+    with pytest.raises(ConfigError, match=r"resources.client_cpus: got 100.*needs 100.5 CPU, 0 GPU.*has 2 CPU"):
+        run_sweep(plan)
