@@ -16,6 +16,7 @@ the task itself.
 from __future__ import annotations
 
 import copy
+import re
 import itertools
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +25,7 @@ from typing import Any, Sequence
 import yaml
 
 from fedbench.config.parse import parse_dataset, parse_run
-from fedbench.core.runspec import RunSpec
+from fedbench.core.runspec import RunSpec, plain
 from fedbench.core.errors import ConfigError
 from fedbench.core.names import check_name
 
@@ -51,6 +52,8 @@ class TaskSpec:
         for point in itertools.product(*(values for _, values in self.grid)):
             for seed in self.seeds:
                 spec = resolve_run(self.run_dict(point, seed))
+                if spec.run_name is None:
+                    spec = spec.replace(run_name=run_name(spec, {axis: v for (axis, _), v in zip(self.grid, point)}))
                 specs.setdefault(spec.run_hash, spec)
         return list(specs.values())
 
@@ -75,6 +78,34 @@ class TaskSpec:
         if "seed" not in {path for path, _ in self.overrides}:  # an explicit --set seed=N wins over the seed list
             raw["seed"] = self.seeds[0] if seed is None else seed
         return raw
+
+
+def run_name(spec: RunSpec, point: dict[str, Any]) -> str:
+    """A run's name from what varies in its task: the algorithm with the parameters it sets away from their
+    defaults, each other grid axis's value (a number after the axis's initials), and the seed
+    (`fedavg-cf0.5-a0.1-s0`, `feroma-feroma_label_skew_medium-de2-s42`)."""
+    from fedbench.core.registry import ALGORITHMS
+
+    defaults = plain(ALGORITHMS.get(spec.algorithm.name).Config()) if spec.algorithm.params else {}
+    parts = [spec.algorithm.name]
+    parts += [f"{initials(k)}{short(v)}" for k, v in plain(spec.algorithm).items() if k != "name" and defaults.get(k) != v]
+    for axis, value in point.items():
+        if axis in ("seed", "seeds") or axis.split(".")[0] == "algorithm":
+            continue
+        if isinstance(value, dict):  # a component (its name says it) or a section (its preset, else its values)
+            value = value.get("name") or value.get("preset") or "_".join(f"{initials(k)}{short(v)}" for k, v in value.items())
+        parts.append(short(value) if isinstance(value, str) else f"{initials(axis)}{short(value)}")
+    parts.append(f"s{spec.seed}")
+    return re.sub(r"[^A-Za-z0-9._=+-]", "_", "-".join(parts))
+
+
+def initials(path: str) -> str:
+    """`scenario.drift_every` -> `de`, `algorithm.client_fraction` -> `cf`."""
+    return "".join(word[0] for word in path.rsplit(".", 1)[-1].split("_") if word)
+
+
+def short(value: Any) -> str:
+    return "_".join(map(short, value)) if isinstance(value, (list, tuple)) else str(value)
 
 
 def resolve_run(raw: dict[str, Any]) -> RunSpec:

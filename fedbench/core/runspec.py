@@ -204,6 +204,9 @@ class RunSpec:
     eval_every: int = 1
     """Evaluate every client's local test split every this many rounds (and always at the last round)."""
     resources: ResourceSpec = field(default_factory=ResourceSpec, metadata=NOT_IDENTITY)
+    run_name: str | None = field(default=None, metadata=NOT_IDENTITY)
+    """The run's display name (MLflow run name, progress lines); a task names its runs by what varies in its
+    grid (`fedavg-cf0.5-a0.1-s0`). None: algorithm, dataset, seed and hash."""
 
     def __post_init__(self) -> None:
         for name in ("rounds", "local_epochs", "batch_size", "eval_every"):
@@ -236,7 +239,7 @@ class RunSpec:
 
     @property
     def label(self) -> str:
-        return f"{self.algorithm.name}-{self.dataset.name}-s{self.seed}-{self.run_hash}"
+        return self.run_name or f"{self.algorithm.name}-{self.dataset.name}-s{self.seed}-{self.run_hash}"
 
 
 def plain(value: Any, identity_only: bool = False) -> Any:

@@ -85,7 +85,7 @@ def configurations_table(specs: Sequence[RunSpec]) -> Table:
 def varying_fields(specs: Sequence[RunSpec]) -> list[str]:
     """Flattened RunSpec fields (other than the seed) whose value differs between the given runs."""
     flats = [s.flat() for s in specs]
-    keys = [k for k in flats[0] if k not in ("seed",) and not k.startswith("resources.")]
+    keys = [k for k in flats[0] if k not in ("seed", "run_name") and not k.startswith("resources.")]
     return [k for k in keys if len({str(f.get(k)) for f in flats}) > 1] or ["algorithm.name"]
 
 

@@ -33,7 +33,7 @@ tables read back as they are in pandas, R or SQL."""
 ALIASES = {"dataset": ("dataset.",), "scenario": ("scenario.",), "algorithm": ("algorithm.",), "model": ("model.",)}
 """A group-by name standing for every varying field under a section."""
 
-IGNORED = {"seed", "run_hash", "task", "resources.backend", "resources.num_workers", "dataset.data_root"}
+IGNORED = {"seed", "run_hash", "run_name", "task", "resources.backend", "resources.num_workers", "dataset.data_root"}
 """Fields that never tell configurations apart."""
 
 

@@ -15,7 +15,6 @@ from ray import tune
 from rich.console import Console
 from rich.markup import escape
 
-from fedbench.core import metrics as M
 from fedbench.tuning.trial import EVENT
 
 
@@ -56,6 +55,10 @@ class SweepProgress(tune.Callback):
         self.failed += 1
         self._line(trials, trial, f"[red]FAILED[/] {escape(self.describe(trial.config))}: the trial's process failed")
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Tune pickles its callbacks with the experiment; a console holds a lock and is made anew."""
+        return {**self.__dict__, "console": None}
+
     def _remember(self, value: float, label: str) -> None:
         if math.isnan(value):
             return
@@ -70,6 +73,7 @@ class SweepProgress(tune.Callback):
         elapsed = time.monotonic() - self.started
         eta = elapsed / ended * (self.total - ended) if ended else math.nan
         best = f"best {self.best[0]:.4f} ({escape(self.best[1])})" if self.best else "best -"
+        self.console = self.console or Console(highlight=False, soft_wrap=True)
         self.console.print(
             f"[{ended}/{self.total}] {outcome} | {running} running, {self.failed} failed, {pending} pending | "
             f"{best} | {clock(elapsed)} elapsed, ETA {clock(eta)}",
@@ -84,5 +88,3 @@ def clock(seconds: float) -> str:
     seconds = int(round(seconds))
     return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
 
-
-DEFAULT_METRIC = M.FINAL_PREFIX + M.ACC_LOCAL_MEAN

@@ -136,6 +136,9 @@ def _tuner(plan: SweepPlan, done: set, max_concurrent, driver_cpus, bridge, stor
     """The Tune experiment for the trials not done yet and how many trials it runs (None, 0: nothing left)."""
     from ray import tune
 
+    from rich.console import Console
+
+    from fedbench.tuning.progress import SweepProgress
     from fedbench.tuning.resources import placement
     from fedbench.tuning.trial import run_trial
 
@@ -169,7 +172,12 @@ def _tuner(plan: SweepPlan, done: set, max_concurrent, driver_cpus, bridge, stor
                                   max_concurrent_trials=max_concurrent if search_alg is None else None,
                                   reuse_actors=True,  # a trial's process and client workers serve the next trial
                                   trial_name_creator=_trial_name(spec_of), trial_dirname_creator=_trial_name(spec_of))
-    run_config = tune.RunConfig(name=folder, storage_path=storage, callbacks=[bridge], verbose=0)
+    ranked = M.FINAL_PREFIX + (plan.metric or M.ACC_LOCAL_MEAN).removeprefix(M.FINAL_PREFIX)
+    progress = SweepProgress(expected, ranked, plan.mode, lambda config: spec_of(config).label, Console(highlight=False, soft_wrap=True))
+    # Tune's own console reporter would print its trial table and a TensorBoard hint (TensorBoard is not a
+    # dependency); the lines of SweepProgress say what a user needs, one per ended trial
+    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+    run_config = tune.RunConfig(name=folder, storage_path=storage, callbacks=[bridge, progress], verbose=0)
     return tune.Tuner(trainable, param_space=param_space, tune_config=tune_config, run_config=run_config), expected
 
 
@@ -232,6 +240,7 @@ def _fitting_trials(plan: SweepPlan, driver_cpus: float) -> int:
 
 def _trial_name(spec_of):
     def name(trial) -> str:
-        return spec_of(trial.config).label
+        spec = spec_of(trial.config)
+        return f"{spec.label}-{spec.run_hash[:6]}" if spec.run_name else spec.label  # trial folders must differ
 
     return name

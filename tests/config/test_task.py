@@ -233,3 +233,14 @@ def test_a_name_key_in_the_scenario_is_refused_rather_than_replacing_the_partiti
     with pytest.raises(ConfigError) as err:
         load_task(write_task(tmp_path, body))
     assert err.value.field == "scenario.name" and "write partition: dirichlet" in err.value.allowed
+
+
+def test_runs_are_named_by_what_varies_in_their_task():
+    names = [s.label for s in load_task("tasks/quickstart.yaml").expand()]
+    assert "fedavg-a0.1-s0" in names and "fedavg-cf0.5-a1.0-s2" in names and "local-a0.1-s1" in names
+    assert len(set(names)) == len(names)
+    feroma = load_task("tasks/feroma_drift.yaml", ["seeds=[42]"]).expand()
+    assert "feroma-feroma_label_skew_medium-de2-s42" in {s.label for s in feroma}
+    # the name is not part of what a run computes
+    spec = feroma[0]
+    assert spec.replace(run_name="other").run_hash == spec.run_hash

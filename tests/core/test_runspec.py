@@ -27,7 +27,7 @@ BASES = [
     parse_run({**WITH_EVERYTHING, "normalize": {"mode": "values", "mean": [0.5], "std": [0.5]}}),
     parse_run({**WITH_EVERYTHING, "normalize": "none"}),
 ]
-NOT_IDENTITY = ("resources", "dataset.data_root")
+NOT_IDENTITY = ("resources", "dataset.data_root", "run_name")
 
 
 def leaves(value: Any, annotation: Any, path: str = "") -> Iterator[tuple[str, Any, Any]]:
