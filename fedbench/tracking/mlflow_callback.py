@@ -24,6 +24,10 @@ from fedbench.tracking.tags import FAILURE_REASON_TAG, FAILURE_TRACEBACK_ARTIFAC
 MAX_PARAM_LENGTH = 6000
 
 
+EXPERIMENT_TAGS = {"mlflow.experimentKind": "custom_model_development"}
+"""MLflow 3's UI opens an experiment of this kind on its runs and their metric charts, not on GenAI traces."""
+
+
 def experiment_id_for(client: MlflowClient, name: str) -> str:
     """The id of experiment `name`, created if needed (artifacts beside the database of an sqlite store;
     a tracking server decides for itself).
@@ -39,7 +43,7 @@ def experiment_id_for(client: MlflowClient, name: str) -> str:
         database = Path(client.tracking_uri.removeprefix("sqlite:///")).resolve()
         artifact_location = inside(database.parent / "mlartifacts", name).as_uri()
     try:
-        return client.create_experiment(name, artifact_location=artifact_location)
+        return client.create_experiment(name, artifact_location=artifact_location, tags=EXPERIMENT_TAGS)
     except MlflowException as exc:
         if exc.error_code != ErrorCode.Name(RESOURCE_ALREADY_EXISTS):
             raise

@@ -111,3 +111,11 @@ def test_processes_creating_one_new_experiment_at_once_all_get_it(tmp_path, migr
     assert [p.exitcode for p in processes] == [0] * 4  # none failed on the UNIQUE constraint
     got = [ids.get(timeout=5) for _ in processes]
     assert len(set(got)) == 1 and got[0] == MlflowClient(uri).get_experiment_by_name("raced").experiment_id
+
+
+def test_experiments_are_created_as_model_training_experiments(isolated_results, mlflow_store):
+    from fedbench.tracking.mlflow_callback import experiment_id_for
+
+    client = MlflowClient(f"sqlite:///{mlflow_store}")
+    experiment = client.get_experiment(experiment_id_for(client, "kind"))
+    assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
