@@ -26,14 +26,28 @@ console = Console(width=None if sys.stdout.isatty() else 140)
 
 def cmd_run(args: argparse.Namespace) -> int:
     from fedbench.runtime.session import run_specs
-    from fedbench.tracking.console import failures_table, results_table
+    from fedbench.tracking.console import configurations_table, failures_table, results_table
+    from fedbench.tracking.leaderboard import finished_run_hashes
     from fedbench.tracking.paths import tracking_uri
     from fedbench.tracking.run_callbacks import run_callbacks
 
     overrides = [*args.set, *([f"resources.backend={args.backend}"] if args.backend else [])]
     task = load_task(args.task, overrides)
     specs = task.expand()
+    if args.dry_run:
+        console.print(configurations_table(specs), width=max(console.width, 160))
+        console.print(f"task [bold]{task.name}[/]: {len(specs)} runs (nothing was run)")
+        return 0
     callbacks = run_callbacks(len(specs), console)  # checks the tracking server first
+    if not args.rerun:
+        done = finished_run_hashes(task.name, tracking_uri())
+        skipped = [s for s in specs if s.run_hash in done]
+        specs = [s for s in specs if s.run_hash not in done]
+        if skipped:
+            console.print(f"skipping {len(skipped)} of {len(skipped) + len(specs)} runs already finished in "
+                          f"{tracking_uri()} (--rerun runs them again)")
+        if not specs:
+            return 0
     backends = ", ".join(sorted({s.resources.backend for s in specs}))
     console.print(f"task [bold]{task.name}[/]: {len(specs)} runs, backend {backends}, tracking {tracking_uri()}")
     results = run_specs(specs, callbacks)
@@ -56,7 +70,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     space = plan.space
     if args.dry_run:
         if space is None:
-            console.print(configurations_table(plan.specs))
+            console.print(configurations_table(plan.specs), width=max(console.width, 160))  # one line a run, also in logs
             console.print(f"task [bold]{task.name}[/]: {len(plan.specs)} configurations (nothing was run)")
         else:
             console.print(f"task [bold]{task.name}[/]: {plan.num_samples} Optuna samples of {space.name} on its first "
@@ -247,6 +261,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("task", help="task YAML file, e.g. tasks/quickstart.yaml")
     run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a field (repeatable)")
     run.add_argument("--backend", choices=["serial", "ray"], default=None, help="where client jobs run")
+    run.add_argument("--dry-run", action="store_true", help="list the runs and their count, run nothing")
+    run.add_argument("--rerun", action="store_true",
+                     help="run again the runs already finished in the tracking store (default: skip them)")
     run.set_defaults(func=cmd_run)
     sweep = sub.add_parser("sweep", help="run a task's RunSpecs as Ray Tune trials, several at once")
     sweep.add_argument("task", help="task YAML file, e.g. tasks/quickstart.yaml")

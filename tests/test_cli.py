@@ -119,3 +119,26 @@ def test_run_refuses_an_unreachable_tracking_server_at_once(tmp_path, isolated_r
                           env=env, timeout=60)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "MLFLOW_TRACKING_URI" in proc.stdout and uri in proc.stdout
+
+
+def test_run_skips_runs_already_finished_unless_rerun_and_has_a_dry_run(tmp_path, isolated_results, mlflow_store, capsys):
+    from fedbench.cli import main
+
+    task = {**{k: v for k, v in TINY.items() if k != "task"}, "name": "cli_again", "rounds": 1,
+            "grid": {"optimizer.lr": [0.05, 0.1]}}
+    path = tmp_path / "task.yaml"
+    path.write_text(yaml.safe_dump(task))
+    assert main(["run", str(path), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "2 runs (nothing was run)" in out and "fedavg-l0.05-s0" in out  # the name says what varies
+    assert main(["run", str(path)]) == 0
+    client = MlflowClient(f"sqlite:///{isolated_results / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("cli_again").experiment_id
+    assert len(client.search_runs([experiment])) == 2
+    capsys.readouterr()
+    path.write_text(yaml.safe_dump({**task, "grid": {"optimizer.lr": [0.05, 0.2]}}))
+    assert main(["run", str(path)]) == 0  # one done, one new
+    assert "skipping 1 of 2 runs already finished" in capsys.readouterr().out
+    assert len(client.search_runs([experiment])) == 3
+    assert main(["run", str(path), "--rerun"]) == 0
+    assert len(client.search_runs([experiment])) == 5

@@ -15,7 +15,8 @@ from rich.table import Table
 
 from fedbench.core import metrics as M
 from fedbench.core.callbacks import Callback, RoundRecord, RunResult
-from fedbench.core.runspec import RunSpec
+from fedbench.core.registry import ALGORITHMS
+from fedbench.core.runspec import RunSpec, plain
 from fedbench.tracking.leaderboard import STD_NOTE
 
 
@@ -71,14 +72,17 @@ class ResultLine(Callback):
 def configurations_table(specs: Sequence[RunSpec]) -> Table:
     """What a task expands to, one row per RunSpec (`fedbench sweep --dry-run`)."""
     table = Table(title=f"{len(specs)} configurations")
-    for column in ("#", "run", "algorithm", "dataset", "scenario", "rounds", "seed"):
+    for column in ("#", "run (what varies)", "algorithm", "dataset", "scenario", "rounds", "seed"):
         table.add_column(column)
     for i, spec in enumerate(specs):
         scenario = spec.scenario.preset or spec.scenario.partition.name
         if spec.scenario.drift_every:
             scenario += f", drift every {spec.scenario.drift_every}"
-        algorithm = " ".join([spec.algorithm.name] + [f"{k}={v}" for k, v in spec.algorithm.params])
-        table.add_row(str(i), spec.run_hash, escape(algorithm), spec.dataset.name, escape(scenario), str(spec.rounds), str(spec.seed))
+        defaults = plain(ALGORITHMS.get(spec.algorithm.name).Config())
+        algorithm = " ".join([spec.algorithm.name] + [f"{k}={v}" for k, v in plain(spec.algorithm).items()
+                                                      if k != "name" and defaults.get(k) != v])
+        table.add_row(str(i), escape(spec.label), escape(algorithm), spec.dataset.name, escape(scenario), str(spec.rounds),
+                      str(spec.seed))
     return table
 
 

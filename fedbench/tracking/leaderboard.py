@@ -63,6 +63,19 @@ def read_runs(experiment: str, uri: str) -> pd.DataFrame:
     return runs[runs["params.run_hash"].notna()].reset_index(drop=True)
 
 
+def finished_run_hashes(experiment: str, uri: str) -> set[str]:
+    """The run hashes the experiment already holds a FINISHED run of (none when the store or experiment is new)."""
+    import mlflow
+
+    if uri.startswith("sqlite:///") and not Path(uri.removeprefix("sqlite:///")).is_file():
+        return set()
+    mlflow.set_tracking_uri(uri)
+    if mlflow.get_experiment_by_name(experiment) is None:
+        return set()
+    runs = mlflow.search_runs(experiment_names=[experiment], filter_string="attributes.status = 'FINISHED'")
+    return set(runs["params.run_hash"].dropna()) if "params.run_hash" in runs else set()
+
+
 def latest_finished(runs: pd.DataFrame) -> pd.DataFrame:
     """The finished runs, each run hash once (its latest run): a RunSpec run twice is one seed, not two."""
     finished = runs[runs["status"] == "FINISHED"]
