@@ -92,6 +92,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         console.print(f"best of {space.name}: {plan.metric} = {outcome.best_value:.4f} with {outcome.best}; "
                       f"as a task file: {outcome.best_task}")
     console.print(f"sweep {outcome.name}: MLflow parent run {outcome.parent_run_id}; Tune folder {outcome.storage}")
+    if outcome.reported:
+        console.print(f"on the parent run: {escape(', '.join(outcome.reported))}")
     if outcome.interrupted:
         console.print("[yellow]interrupted: continue it with the same command and --resume[/]")
         return 130

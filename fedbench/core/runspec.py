@@ -232,7 +232,7 @@ class RunSpec:
 
     def flat(self) -> dict[str, Any]:
         """Dotted keys to scalar values, for MLflow params and tables."""
-        return _flatten(self.to_dict())
+        return flatten(self.to_dict())
 
     def replace(self, **changes: Any) -> RunSpec:
         return dataclasses.replace(self, **changes)
@@ -281,11 +281,11 @@ def digest(tree: Any) -> str:
     return hashlib.sha1(blob.encode()).hexdigest()
 
 
-def _flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     flat: dict[str, Any] = {}
     for key, value in tree.items():
         if isinstance(value, dict):
-            flat.update(_flatten(value, f"{prefix}{key}."))
+            flat.update(flatten(value, f"{prefix}{key}."))
         else:
             flat[f"{prefix}{key}"] = value
     return flat

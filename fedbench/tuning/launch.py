@@ -7,6 +7,8 @@ import os
 from pathlib import Path
 
 from fedbench.config.task import TaskSpec
+from fedbench.tracking.paths import results_path, tracking_uri
+from fedbench.tracking.sweep_report import report_sweep
 from fedbench.tuning.best_task import write_best_task
 from fedbench.tuning.plan import SweepPlan, make_plan
 from fedbench.tuning.search_space import SearchSpace, load_search_space
@@ -27,4 +29,8 @@ def execute_sweep(task: TaskSpec, plan: SweepPlan, max_concurrent: int | None = 
     outcome = run_sweep(plan, max_concurrent=max_concurrent, address=address, resume=resume)
     if outcome.best is not None:
         outcome.best_task = write_best_task(task, outcome.best, plan)
+    if not outcome.interrupted:
+        task_fields = {**task.base, "grid": {axis: list(values) for axis, values in task.grid}, "seeds": list(task.seeds)}
+        outcome.reported = report_sweep(tracking_uri(), task.name, outcome.parent_run_id, task_fields, task.description,
+                                        results_path("plots", task.name))
     return outcome

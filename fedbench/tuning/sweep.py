@@ -44,6 +44,8 @@ class SweepOutcome:
     best: dict[str, Any] | None = None
     best_value: float | None = None
     best_task: Path | None = None
+    reported: list[str] = field(default_factory=list)
+    """What the parent run got after the sweep: task params, description, leaderboard, plots."""
 
 
 def run_sweep(

@@ -1,0 +1,51 @@
+"""What a finished sweep leaves on its MLflow parent run, so the UI tells the whole story on one page: the
+task's own fields as params, its description (also the experiment's), the leaderboard and the plots."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from mlflow.tracking import MlflowClient
+
+from fedbench.core.errors import FedbenchError
+from fedbench.core.runspec import flatten
+from fedbench.tracking.leaderboard import build_leaderboard, read_runs, to_markdown
+from fedbench.tracking.plots import plot_experiment
+
+log = logging.getLogger(__name__)
+
+DESCRIPTION_TAG = "mlflow.note.content"
+"""The tag MLflow's UI shows as a run's or an experiment's description."""
+MAX_PARAM_LENGTH = 6000
+
+
+def report_sweep(uri: str, experiment: str, parent_run_id: str, task: dict[str, Any], description: str,
+                 out: Path) -> list[str]:
+    """Log the task (its fields, grid and seeds as params, its description), the leaderboard (`leaderboard.md`)
+    and the plots (`plots/`) on the parent run; returns what was logged. Nothing here can fail the sweep:
+    a part that cannot be made (no finished run to rank) is skipped with a warning."""
+    client = MlflowClient(uri)
+    logged = []
+    params = {k: str(v)[:MAX_PARAM_LENGTH] for k, v in flatten(task).items()}
+    client.log_batch(parent_run_id, params=[_param(k, v) for k, v in sorted(params.items())])
+    logged.append(f"{len(params)} task params")
+    if description:
+        client.set_tag(parent_run_id, DESCRIPTION_TAG, description)
+        client.set_experiment_tag(client.get_experiment_by_name(experiment).experiment_id, DESCRIPTION_TAG, description)
+        logged.append("description")
+    try:
+        client.log_text(parent_run_id, to_markdown(build_leaderboard(read_runs(experiment, uri))), "leaderboard.md")
+        logged.append("leaderboard.md")
+        plots = plot_experiment(experiment, uri, out)
+        logged += [f"plots/{p.name}" for p in plots.files]
+    except FedbenchError as exc:
+        log.warning("sweep report: %s", exc)
+    return logged
+
+
+def _param(key: str, value: str):
+    from mlflow.entities import Param
+
+    return Param(key, value)
