@@ -67,10 +67,13 @@ def test_sweep_goes_through_the_function_the_command_uses(tmp_path, monkeypatch,
         return SweepOutcome(plan.name, "parent", "storage")
 
     monkeypatch.setattr(launch, "run_sweep", fake_run_sweep)
+    reports = []
+    monkeypatch.setattr(launch, "report_sweep", lambda uri, experiment, parent, *rest: reports.append(parent) or [])
     path = tmp_path / "api_task.yaml"
     path.write_text(yaml.safe_dump({**TASK, "grid": {"algorithm": ["fedavg", "local"]}}))
     outcome = fedbench.sweep(path, max_concurrent=2, resume=True, rounds=3)
     assert main(["sweep", str(path), "--max-concurrent", "2", "--resume", "--set", "rounds=3"]) == 0
     (api_plan, *api_options), (cli_plan, *cli_options) = plans
     assert api_plan == cli_plan and api_options == cli_options == [2, True]
+    assert reports == ["parent", "parent"]  # both leave the task, leaderboard and plots on the parent run
     assert outcome.name == api_plan.name and len(api_plan.specs) == 2 and api_plan.specs[0].rounds == 3
