@@ -17,7 +17,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from fedbench.core import metrics as M
-from fedbench.core.errors import ConfigError
+from fedbench.core.errors import ConfigError, FedbenchError
 from fedbench.tracking.tags import FAILURE_REASON_TAG
 
 DEFAULT_METRIC = M.FINAL_PREFIX + M.ACC_LOCAL_MEAN
@@ -218,12 +218,36 @@ def expand_group_by(group_by: Sequence[str], varying: list[str], recorded: list[
 def label_runs(runs: pd.DataFrame, fields: list[str]) -> pd.Series:
     """A readable label per run over the varying `fields` that apply to it, or 'all' when there are none.
 
-    A parameter another algorithm has (missing for this run) is left out, and the algorithm reads as its name
-    followed by its own parameters: `fedprox mu=0.01`, `feroma epsilon=0.1 tau=mean, scenario.alpha=0.1`.
+    The algorithm reads as its name followed by the parameters that tell its runs apart: those set away from
+    the method's default or varying among its own runs (`fedprox mu=0.1`, `feroma warmup_rounds=2,
+    scenario.alpha=0.1`). A parameter another algorithm has (missing for this run) is left out.
     """
     if not fields:
         return pd.Series("all", index=runs.index)
-    return runs[[f"params.{f}" for f in fields]].apply(lambda row: label(dict(zip(fields, row))), axis=1)
+    own = [f for f in fields if f.startswith("algorithm.") and f != "algorithm.name"]
+    telling = {name: _telling_params(group, own) for name, group in runs.groupby(ALGORITHM_PARAM, dropna=False)} \
+        if ALGORITHM_PARAM in runs else {}
+    shown = [f"params.{f}" for f in fields]
+    return runs.apply(lambda row: label({f: row[c] for f, c in zip(fields, shown)
+                                         if f not in own or f in telling.get(row.get(ALGORITHM_PARAM), own)}), axis=1)
+
+
+ALGORITHM_PARAM = "params.algorithm.name"
+
+
+def _telling_params(group: pd.DataFrame, fields: list[str]) -> set[str]:
+    """The algorithm parameters among `fields` that say something about this algorithm's runs: recorded, and
+    either varying among them or away from the method's default (every recorded one when it is unknown)."""
+    from fedbench.core.registry import ALGORITHMS
+    from fedbench.core.runspec import plain
+
+    recorded = [f for f in fields if group[f"params.{f}"].notna().any()]
+    try:
+        defaults = plain(ALGORITHMS.get(str(group[ALGORITHM_PARAM].iloc[0])).Config())
+    except FedbenchError:
+        return set(recorded)
+    return {f for f in recorded if group[f"params.{f}"].nunique(dropna=False) > 1
+            or any(str(v) != str(defaults.get(f.removeprefix("algorithm."))) for v in group[f"params.{f}"])}
 
 
 def label(values: dict[str, object]) -> str:

@@ -88,12 +88,13 @@ def test_labels_show_only_what_varies_and_applies_to_each_algorithm():
         {"params.run_hash": "a", "params.algorithm.name": "fedavg", "params.algorithm.client_fraction": "1.0",
          "metrics.final/acc_local_mean": 0.5},
         {"params.run_hash": "b", "params.algorithm.name": "fedprox", "params.algorithm.client_fraction": "1.0",
-         "params.algorithm.mu": "0.01", "metrics.final/acc_local_mean": 0.6},
+         "params.algorithm.mu": "0.1", "metrics.final/acc_local_mean": 0.6},
         {"params.run_hash": "c", "params.algorithm.name": "feroma", "params.algorithm.client_fraction": "1.0",
          "params.algorithm.tau": "mean", "params.algorithm.epsilon": "0.1", "metrics.final/acc_local_mean": 0.7},
     ])
     board = build_leaderboard(runs, group_by=[])
-    assert sorted(board.table["configuration"]) == ["fedavg", "fedprox mu=0.01", "feroma epsilon=0.1 tau=mean"]
+    # parameters at the method's default (client_fraction 1.0) say nothing; those set away from it do
+    assert sorted(board.table["configuration"]) == ["fedavg", "fedprox mu=0.1", "feroma epsilon=0.1 tau=mean"]
     assert not board.table["configuration"].str.contains("nan").any()
 
 
