@@ -14,6 +14,7 @@ matplotlib is imported inside the drawing functions and draws on an Agg canvas w
 from __future__ import annotations
 
 import math
+import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
@@ -194,7 +195,7 @@ def draw_curves(curves: pd.DataFrame, title: str, ylabel: str):
                 handles.append(handle)
                 names.append(name)
     fig.legend(handles, names, loc="outside lower center", fontsize=8, ncols=1 if len(names) > 6 else min(2, len(names)))
-    fig.suptitle(title, fontsize=10)
+    fig.suptitle(fitted(title, fig), fontsize=10)
     return fig
 
 
@@ -227,8 +228,13 @@ def draw_heatmap(heatmap: pd.DataFrame, spread: pd.DataFrame, title: str, xlabel
     fig.colorbar(image, ax=ax, shrink=0.8)
     ax.set_xlabel(xlabel)
     ax.set_ylabel("configuration")
-    ax.set_title(title, fontsize=10)
+    ax.set_title(fitted(title, fig), fontsize=10)
     return fig
+
+
+def fitted(title: str, fig) -> str:
+    """`title` broken into lines that fit the figure's width (a one-panel figure is narrower than its title)."""
+    return textwrap.fill(title, width=max(30, int(fig.get_figwidth() * 11)))
 
 
 def _colours(n: int) -> list:
