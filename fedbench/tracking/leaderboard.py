@@ -18,7 +18,7 @@ from rich.table import Table
 
 from fedbench.core import metrics as M
 from fedbench.core.errors import ConfigError, FedbenchError
-from fedbench.tracking.tags import FAILURE_REASON_TAG
+from fedbench.tracking.tags import FAILURE_REASON_TAG, STOPPED_EARLY_TAG
 
 DEFAULT_METRIC = M.FINAL_PREFIX + M.ACC_LOCAL_MEAN
 COSTS = {
@@ -77,8 +77,14 @@ def finished_run_hashes(experiment: str, uri: str) -> set[str]:
 
 
 def latest_finished(runs: pd.DataFrame) -> pd.DataFrame:
-    """The finished runs, each run hash once (its latest run): a RunSpec run twice is one seed, not two."""
+    """The finished runs, each run hash once (its latest run): a RunSpec run twice is one seed, not two.
+
+    A trial a scheduler stopped early (ASHA) ended FINISHED after fewer rounds than its RunSpec asks for: it
+    is left out, so it neither ranks beside complete runs nor replaces a complete run of the same hash.
+    """
     finished = runs[runs["status"] == "FINISHED"]
+    if f"tags.{STOPPED_EARLY_TAG}" in finished:
+        finished = finished[finished[f"tags.{STOPPED_EARLY_TAG}"].isna()]
     if "params.run_hash" not in finished:
         return finished
     if "start_time" in finished:

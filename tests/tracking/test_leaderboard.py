@@ -125,3 +125,13 @@ def test_a_missing_store_is_named_and_not_created(tmp_path):
         read_runs("board", f"sqlite:///{store}")
     assert str(store) in str(info.value) and "does not exist" in str(info.value)
     assert not store.exists()
+
+
+def test_a_trial_stopped_early_neither_ranks_nor_replaces_the_complete_run():
+    runs = synthetic_runs([
+        {"params.run_hash": "a", "params.algorithm.name": "fedavg", "metrics.final/acc_local_mean": 0.9},
+        {"params.run_hash": "a", "params.algorithm.name": "fedavg", "metrics.final/acc_local_mean": 0.3,
+         "tags.fedbench.stopped_early": "after round 1"},  # a later ASHA sweep of the same RunSpec
+    ])
+    [row] = build_leaderboard(runs, group_by=[]).table.to_dict("records")
+    assert row["n"] == 1 and row["mean"] == pytest.approx(0.9)
