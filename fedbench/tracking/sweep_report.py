@@ -7,18 +7,19 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from mlflow.entities import Param
 from mlflow.tracking import MlflowClient
 
 from fedbench.core.errors import FedbenchError
 from fedbench.core.runspec import flatten
 from fedbench.tracking.leaderboard import build_leaderboard, read_runs, to_markdown
+from fedbench.tracking.mlflow_callback import MAX_PARAM_LENGTH
 from fedbench.tracking.plots import plot_experiment
 
 log = logging.getLogger(__name__)
 
 DESCRIPTION_TAG = "mlflow.note.content"
 """The tag MLflow's UI shows as a run's or an experiment's description."""
-MAX_PARAM_LENGTH = 6000
 
 
 def report_sweep(uri: str, experiment: str, parent_run_id: str, task: dict[str, Any], description: str,
@@ -29,7 +30,7 @@ def report_sweep(uri: str, experiment: str, parent_run_id: str, task: dict[str, 
     client = MlflowClient(uri)
     logged = []
     params = {k: str(v)[:MAX_PARAM_LENGTH] for k, v in flatten(task).items()}
-    client.log_batch(parent_run_id, params=[_param(k, v) for k, v in sorted(params.items())])
+    client.log_batch(parent_run_id, params=[Param(k, v) for k, v in sorted(params.items())])
     logged.append(f"{len(params)} task params")
     if description:
         client.set_tag(parent_run_id, DESCRIPTION_TAG, description)
@@ -43,9 +44,3 @@ def report_sweep(uri: str, experiment: str, parent_run_id: str, task: dict[str, 
     except FedbenchError as exc:
         log.warning("sweep report: %s", exc)
     return logged
-
-
-def _param(key: str, value: str):
-    from mlflow.entities import Param
-
-    return Param(key, value)
