@@ -25,7 +25,7 @@ from typing import Any, Sequence
 import yaml
 
 from fedbench.config.parse import parse_dataset, parse_run
-from fedbench.core.runspec import RunSpec, plain
+from fedbench.core.runspec import RunSpec, changed_params
 from fedbench.core.errors import ConfigError
 from fedbench.core.names import check_name
 
@@ -84,11 +84,7 @@ def run_name(spec: RunSpec, point: dict[str, Any]) -> str:
     """A run's name from what varies in its task: the algorithm with the parameters it sets away from their
     defaults, each other grid axis's value (a number after the axis's initials), and the seed
     (`fedavg-cf0.5-a0.1-s0`, `feroma-feroma_label_skew_medium-de2-s42`)."""
-    from fedbench.core.registry import ALGORITHMS
-
-    defaults = plain(ALGORITHMS.get(spec.algorithm.name).Config()) if spec.algorithm.params else {}
-    parts = [spec.algorithm.name]
-    parts += [f"{initials(k)}{short(v)}" for k, v in plain(spec.algorithm).items() if k != "name" and defaults.get(k) != v]
+    parts = [spec.algorithm.name] + [f"{initials(k)}{short(v)}" for k, v in changed_params(spec.algorithm).items()]
     for axis, value in point.items():
         if axis in ("seed", "seeds") or axis.split(".")[0] == "algorithm":
             continue

@@ -275,6 +275,20 @@ def _fields(value: Any, identity_only: bool, skip: tuple[str, ...] = ()) -> dict
     return out
 
 
+def algorithm_defaults(name: str) -> dict[str, Any]:
+    """Algorithm `name`'s Config defaults as plain values: what a task need not write."""
+    return plain(ALGORITHMS.get(name).Config())
+
+
+def changed_params(algorithm: Component) -> dict[str, Any]:
+    """The algorithm's parameters set away from its defaults: what tells one configuration of it from another
+    (run names, dry-run tables and leaderboard labels show these)."""
+    if not algorithm.params:
+        return {}
+    defaults = algorithm_defaults(algorithm.name)
+    return {k: v for k, v in plain(algorithm).items() if k != "name" and defaults.get(k) != v}
+
+
 def digest(tree: Any) -> str:
     """A stable hex digest of plain values (key order does not matter), for run ids and cache keys."""
     blob = json.dumps(tree, sort_keys=True, separators=(",", ":"))

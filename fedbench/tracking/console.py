@@ -15,8 +15,7 @@ from rich.table import Table
 
 from fedbench.core import metrics as M
 from fedbench.core.callbacks import Callback, RoundRecord, RunResult
-from fedbench.core.registry import ALGORITHMS
-from fedbench.core.runspec import RunSpec, plain
+from fedbench.core.runspec import RunSpec, changed_params
 from fedbench.tracking.leaderboard import STD_NOTE
 
 
@@ -78,9 +77,7 @@ def configurations_table(specs: Sequence[RunSpec]) -> Table:
         scenario = spec.scenario.preset or spec.scenario.partition.name
         if spec.scenario.drift_every:
             scenario += f", drift every {spec.scenario.drift_every}"
-        defaults = plain(ALGORITHMS.get(spec.algorithm.name).Config())
-        algorithm = " ".join([spec.algorithm.name] + [f"{k}={v}" for k, v in plain(spec.algorithm).items()
-                                                      if k != "name" and defaults.get(k) != v])
+        algorithm = " ".join([spec.algorithm.name] + [f"{k}={v}" for k, v in changed_params(spec.algorithm).items()])
         table.add_row(str(i), escape(spec.label), escape(algorithm), spec.dataset.name, escape(scenario), str(spec.rounds),
                       str(spec.seed))
     return table

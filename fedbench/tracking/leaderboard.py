@@ -18,6 +18,8 @@ from rich.table import Table
 
 from fedbench.core import metrics as M
 from fedbench.core.errors import ConfigError, FedbenchError
+from fedbench.core.runspec import algorithm_defaults
+from fedbench.tracking.paths import store_missing
 from fedbench.tracking.tags import FAILURE_REASON_TAG, STOPPED_EARLY_TAG
 
 DEFAULT_METRIC = M.FINAL_PREFIX + M.ACC_LOCAL_MEAN
@@ -52,7 +54,7 @@ def read_runs(experiment: str, uri: str) -> pd.DataFrame:
 
     where = (f"the tracking store {uri} (results go to results/ under the folder fedbench runs in, or to "
              "FEDBENCH_RESULTS or MLFLOW_TRACKING_URI when set)")
-    if uri.startswith("sqlite:///") and not Path(uri.removeprefix("sqlite:///")).is_file():
+    if store_missing(uri):
         raise ConfigError("--experiment", experiment, f"an experiment in {where}; that store does not exist")
     mlflow.set_tracking_uri(uri)
     if mlflow.get_experiment_by_name(experiment) is None:
@@ -64,16 +66,13 @@ def read_runs(experiment: str, uri: str) -> pd.DataFrame:
 
 
 def finished_run_hashes(experiment: str, uri: str) -> set[str]:
-    """The run hashes the experiment already holds a FINISHED run of (none when the store or experiment is new)."""
-    import mlflow
-
-    if uri.startswith("sqlite:///") and not Path(uri.removeprefix("sqlite:///")).is_file():
+    """The run hashes the experiment already holds a complete run of, as the leaderboard counts them (none when
+    the store or the experiment is new): what `fedbench run` need not run again."""
+    try:
+        runs = read_runs(experiment, uri)
+    except ConfigError:  # no such store or experiment yet
         return set()
-    mlflow.set_tracking_uri(uri)
-    if mlflow.get_experiment_by_name(experiment) is None:
-        return set()
-    runs = mlflow.search_runs(experiment_names=[experiment], filter_string="attributes.status = 'FINISHED'")
-    return set(runs["params.run_hash"].dropna()) if "params.run_hash" in runs else set()
+    return set(latest_finished(runs)["params.run_hash"]) if len(runs) else set()
 
 
 def latest_finished(runs: pd.DataFrame) -> pd.DataFrame:
@@ -244,12 +243,9 @@ ALGORITHM_PARAM = "params.algorithm.name"
 def _telling_params(group: pd.DataFrame, fields: list[str]) -> set[str]:
     """The algorithm parameters among `fields` that say something about this algorithm's runs: recorded, and
     either varying among them or away from the method's default (every recorded one when it is unknown)."""
-    from fedbench.core.registry import ALGORITHMS
-    from fedbench.core.runspec import plain
-
     recorded = [f for f in fields if group[f"params.{f}"].notna().any()]
     try:
-        defaults = plain(ALGORITHMS.get(str(group[ALGORITHM_PARAM].iloc[0])).Config())
+        defaults = algorithm_defaults(str(group[ALGORITHM_PARAM].iloc[0]))
     except FedbenchError:
         return set(recorded)
     return {f for f in recorded if group[f"params.{f}"].nunique(dropna=False) > 1

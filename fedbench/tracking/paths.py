@@ -40,6 +40,11 @@ def tracking_uri() -> str:
     return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{results_dir() / 'mlflow.db'}"
 
 
+def store_missing(uri: str) -> bool:
+    """An embedded sqlite store that does not exist yet: reading from it must not create an empty one."""
+    return uri.startswith("sqlite:///") and not Path(uri.removeprefix("sqlite:///")).is_file()
+
+
 def check_tracking_uri(uri: str) -> None:
     """Fail at once when a tracking server does not answer (MLflow itself retries for minutes)."""
     if not uri.startswith(("http://", "https://")):

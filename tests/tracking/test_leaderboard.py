@@ -11,7 +11,7 @@ from fedbench.core.errors import ConfigError
 from fedbench.runtime.session import run_specs
 from fedbench.tracking.leaderboard import build_leaderboard, read_runs, to_markdown
 from fedbench.tracking.mlflow_callback import MlflowCallback
-from tests.conftest import TINY
+from tests.conftest import TINY, tiny_spec
 
 
 @pytest.fixture
@@ -135,3 +135,17 @@ def test_a_trial_stopped_early_neither_ranks_nor_replaces_the_complete_run():
     ])
     [row] = build_leaderboard(runs, group_by=[]).table.to_dict("records")
     assert row["n"] == 1 and row["mean"] == pytest.approx(0.9)
+
+
+def test_what_run_skips_is_what_the_leaderboard_counts(mlflow_store):
+    from fedbench.runtime import run_spec
+    from fedbench.tracking.leaderboard import finished_run_hashes
+
+    uri = f"sqlite:///{mlflow_store}"
+    assert finished_run_hashes("skips", uri) == set()  # no such experiment yet
+    done, stopped = tiny_spec(task="skips", rounds=1), tiny_spec(task="skips", rounds=1, seed=1)
+    run_spec(done, [MlflowCallback(uri)])
+    callback = MlflowCallback(uri)
+    run_spec(stopped, [callback])
+    callback.set_tags({"fedbench.stopped_early": "after round 1"})  # as a sweep marks a trial ASHA stopped
+    assert finished_run_hashes("skips", uri) == {done.run_hash}
