@@ -31,7 +31,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from fedbench.tracking.paths import tracking_uri
     from fedbench.tracking.run_callbacks import run_callbacks
 
-    overrides = [*args.set, *([f"resources.backend={args.backend}"] if args.backend else [])]
+    overrides = [*task_overrides(args), *([f"resources.backend={args.backend}"] if args.backend else [])]
     task = load_task(args.task, overrides)
     specs = task.expand()
     if args.dry_run:
@@ -65,7 +65,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
     if args.max_concurrent is not None and args.max_concurrent < 1:
         raise ConfigError("--max-concurrent", args.max_concurrent, "an integer >= 1, or leave it out for as many as resources allow")
-    task = load_task(args.task, args.set)
+    task = load_task(args.task, task_overrides(args))
     plan = plan_sweep(task, args.search, args.num_samples, args.metric, args.mode, args.scheduler)
     space = plan.space
     if args.dry_run:
@@ -106,7 +106,19 @@ def experiment_of(args: argparse.Namespace) -> str:
     given = [v for v in (args.experiment, args.task, args.task_file) if v is not None]
     if len(given) != 1:
         raise ConfigError("--experiment/--task", given or None, "exactly one of them (or a task file as the argument)")
-    return args.experiment or load_task(args.task or args.task_file).name
+    return args.experiment or load_task(args.task or args.task_file, task_overrides(args)).name
+
+
+def task_overrides(args: argparse.Namespace) -> list[str]:
+    """`--profile` (as the override `profile=NAME`) then the `--set` overrides: a user's --set wins."""
+    profile = [f"profile={args.profile}"] if getattr(args, "profile", None) else []
+    return [*profile, *getattr(args, "set", [])]
+
+
+def add_profile_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--profile", default=None, metavar="NAME",
+                        help="the task file's scale: paper (its fields as written, the default) or one of its "
+                             "`profiles:` such as reduced or smoke (own experiment, <task>-<profile>)")
 
 
 def cmd_leaderboard(args: argparse.Namespace) -> int:
@@ -234,7 +246,7 @@ def cmd_scenario_show(args: argparse.Namespace) -> int:
     from fedbench.scenarios.report import default_rounds, describe_scenario
     from fedbench.tracking.paths import results_path
 
-    task = load_task(args.task, args.set)
+    task = load_task(args.task, task_overrides(args))
     specs = task.expand()
     runs = f"{len(specs)} run{'s' if len(specs) != 1 else ''}"
     if not 0 <= args.run < len(specs):
@@ -264,6 +276,7 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="run every RunSpec of a task, one after another, and print a results table")
     run.add_argument("task", help="task YAML file, e.g. tasks/quickstart.yaml")
     run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a field (repeatable)")
+    add_profile_option(run)
     run.add_argument("--backend", choices=["serial", "ray"], default=None, help="where client jobs run")
     run.add_argument("--dry-run", action="store_true", help="list the runs and their count, run nothing")
     run.add_argument("--rerun", action="store_true",
@@ -272,6 +285,7 @@ def build_parser() -> argparse.ArgumentParser:
     sweep = sub.add_parser("sweep", help="run a task's RunSpecs as Ray Tune trials, several at once")
     sweep.add_argument("task", help="task YAML file, e.g. tasks/quickstart.yaml")
     sweep.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a field (repeatable)")
+    add_profile_option(sweep)
     sweep.add_argument("--dry-run", action="store_true", help="list the configurations and their count, run nothing")
     sweep.add_argument("--max-concurrent", type=int, default=None, metavar="K", help="trials at once (default: as resources allow)")
     sweep.add_argument("--address", default=None, help="Ray cluster address (auto or HOST:PORT); default: a local Ray")
@@ -286,6 +300,7 @@ def build_parser() -> argparse.ArgumentParser:
     board.add_argument("--experiment", default=None, help="MLflow experiment name (a task's name)")
     board.add_argument("task_file", nargs="?", default=None, help="the task file whose experiment to read")
     board.add_argument("--task", default=None, help="the same, as an option")
+    add_profile_option(board)
     ranked = M.FINAL_PREFIX + M.ACC_LOCAL_MEAN
     board.add_argument("--metric", default=ranked, help=f"metric to rank by (default {ranked})")
     board.add_argument("--mode", choices=["max", "min"], default="max", help="whether larger metric values are better")
@@ -300,6 +315,7 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--experiment", default=None, help="MLflow experiment name (a task's name)")
     export.add_argument("task_file", nargs="?", default=None, help="the task file whose experiment to read")
     export.add_argument("--task", default=None, help="the same, as an option")
+    add_profile_option(export)
     export.add_argument("--format", choices=["csv", "parquet"], default="csv")
     export.add_argument("--group-by", default="dataset,scenario", help="fields whose values form the group column")
     export.add_argument("--out", default=None, help="file to write (default results/exports/<experiment>-rounds.<format>)")
@@ -308,6 +324,7 @@ def build_parser() -> argparse.ArgumentParser:
     plot.add_argument("--experiment", default=None, help="MLflow experiment name (a task's name)")
     plot.add_argument("task_file", nargs="?", default=None, help="the task file whose experiment to read")
     plot.add_argument("--task", default=None, help="the same, as an option")
+    add_profile_option(plot)
     plot.add_argument("--metric", default=M.ACC_LOCAL_MEAN,
                       help=f"per-round metric to plot (default {M.ACC_LOCAL_MEAN}); the heatmap shows {M.FINAL_PREFIX}<metric>")
     plot.add_argument("--group-by", default="scenario",
@@ -329,6 +346,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "client sees them), the test clients and a label-skew summary; save a heatmap PNG.")
     show.add_argument("task", help="task YAML file, e.g. tasks/quickstart.yaml")
     show.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a field (repeatable)")
+    add_profile_option(show)
     show.add_argument("--rounds", default=None, metavar="R1,R2,...",
                       help="rounds to show (default: 1, the first round of each of the first 4 drift stages, the last)")
     show.add_argument("--run", type=int, default=0, metavar="N", help="which of the task's runs, 0-based (default 0)")

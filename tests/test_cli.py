@@ -91,6 +91,21 @@ def test_sweep_dry_run_lists_the_configurations_and_their_count(capsys):
     assert "feroma/label_skew/medium, drift every 2" in out
 
 
+def test_profile_picks_a_task_files_scale_and_an_unknown_one_is_refused(tmp_path, capsys):
+    from fedbench.cli import main
+
+    task = {k: v for k, v in TINY.items() if k != "task"}
+    task.update(name="suite", seeds=[0, 1], grid={"algorithm": ["fedavg", "local"]}, profiles={"smoke": {"seeds": [0]}})
+    path = tmp_path / "suite.yaml"
+    path.write_text(yaml.safe_dump(task))
+    assert main(["run", str(path), "--dry-run"]) == 0
+    assert main(["sweep", str(path), "--dry-run", "--profile", "smoke"]) == 0
+    out = capsys.readouterr().out
+    assert "task suite: 4 runs" in out and "task suite-smoke: 2 configurations" in out
+    assert main(["run", str(path), "--dry-run", "--profile", "huge"]) == 2
+    assert "profile" in capsys.readouterr().out
+
+
 def test_list_shows_each_parameter_with_its_default_and_paper_section(capsys):
     from fedbench.cli import main
 

@@ -11,6 +11,16 @@ A task file is a RunSpec's fields at the top level plus three task-level keys:
 `--set key=value` (value parsed as YAML) overrides a field in every expanded run; overriding a path that
 is a grid axis replaces that axis. `--set seeds=[0]`, `--set name=...` and `--set grid.X=[...]` change
 the task itself.
+
+A suite runs at several scales from one file: the fields as written are its `paper` profile, and
+`profiles:` names smaller ones as overrides (the same dotted paths `--set` takes), applied before the
+command line's. A profile other than `paper` gets its own experiment, `<name>-<profile>`, so a smoke run
+never lands in the paper run's leaderboard:
+
+    profiles:
+      smoke: {rounds: 2, seeds: [42], grid.scenario.preset: [feroma/label_skew/medium]}
+
+`reference:` holds the published numbers a reproduction report compares with; it is kept as written.
 """
 
 from __future__ import annotations
@@ -18,7 +28,7 @@ from __future__ import annotations
 import copy
 import re
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -29,7 +39,10 @@ from fedbench.core.runspec import RunSpec, changed_params
 from fedbench.core.errors import ConfigError
 from fedbench.core.names import check_name
 
-TASK_KEYS = ("name", "description", "seeds", "grid")
+TASK_KEYS = ("name", "description", "seeds", "grid", "profile", "profiles", "reference")
+
+PAPER_PROFILE = "paper"
+"""The profile a task file's fields describe as written: the publication's setting."""
 
 Override = str | tuple[str, Any]
 """`key.path=value` text (value parsed as YAML), or a (dotted path, value) pair."""
@@ -45,6 +58,14 @@ class TaskSpec:
     seeds: tuple[int, ...] = (0,)
     overrides: tuple[tuple[str, Any], ...] = ()
     description: str = ""
+    profile: str = PAPER_PROFILE
+    profiles: tuple[str, ...] = (PAPER_PROFILE,)
+    """Every profile the task file offers, `paper` first."""
+    reference: dict[str, Any] = field(default_factory=dict)
+    """The task file's `reference:` block (published numbers), as written."""
+    source: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    """The mapping the task was made from and the overrides it was given: what `with_overrides` starts again from."""
+    given: tuple[tuple[str, Any], ...] = field(default=(), repr=False, compare=False)
 
     def expand(self) -> list[RunSpec]:
         """Every grid point times every seed, validated; duplicates (same run hash) kept once."""
@@ -61,9 +82,7 @@ class TaskSpec:
         """This task with more overrides, applied after its own as if all had been given when it was loaded."""
         if not overrides:
             return self
-        raw = {**copy.deepcopy(self.base), "name": self.name, "description": self.description,
-               "seeds": list(self.seeds), "grid": {path: list(values) for path, values in self.grid}}
-        return task_from_dict(raw, [*self.overrides, *overrides])
+        return task_from_dict(self.source, [*self.given, *parse_overrides(overrides)])
 
     def run_dict(self, point: Sequence[Any] | None = None, seed: int | None = None) -> dict[str, Any]:
         """One run's raw mapping: the base, a grid point (default: every axis's first value), the overrides
@@ -147,10 +166,18 @@ def read_task_file(path: str | Path) -> dict[str, Any]:
 def task_from_dict(raw: dict[str, Any], overrides: Sequence[Override] = (), default_name: str = "task") -> TaskSpec:
     """A task from its mapping (as a task file writes it) and overrides: `key=value` text as `--set` takes
     it, or (dotted path, value) pairs as Python code has them."""
-    raw = copy.deepcopy(raw)
+    source, given = {"name": default_name, **copy.deepcopy(raw)}, tuple(parse_overrides(overrides))
+    raw = copy.deepcopy(source)
+    profiles = raw.pop("profiles", None) or {}
+    profile = dict(given).get("profile", raw.pop("profile", PAPER_PROFILE))
     run_overrides = []
-    for path, value in parse_overrides(overrides):
-        if path in TASK_KEYS or path.startswith("grid."):
+    for path, value in [*profile_overrides(profiles, profile), *given]:
+        if path == "profile":
+            continue
+        if path.startswith("grid."):  # the axis is the whole dotted rest: grid.scenario.preset
+            grid = raw.get("grid") if isinstance(raw.get("grid"), dict) else {}
+            raw["grid"] = {**grid, path.removeprefix("grid."): value}
+        elif path in TASK_KEYS:
             set_path(raw, path, value)
         else:
             run_overrides.append((path, value))
@@ -169,11 +196,32 @@ def task_from_dict(raw: dict[str, Any], overrides: Sequence[Override] = (), defa
         seeds = [seeds]
     if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) for s in seeds):
         raise ConfigError("seeds", seeds, "an integer or a non-empty list of integers")
-    name = check_name("name", raw.pop("name", default_name))
+    name = check_name("name", raw.pop("name"))
+    if profile != PAPER_PROFILE:
+        name = check_name("profile", f"{name}-{profile}")
     description = raw.pop("description", "")
-    task = TaskSpec(name, raw, tuple(grid), tuple(seeds), tuple(run_overrides), str(description))
+    reference = raw.pop("reference", None) or {}
+    if not isinstance(reference, dict):
+        raise ConfigError("reference", reference, "a mapping of published results (see docs/reports.md)")
+    task = TaskSpec(name, raw, tuple(grid), tuple(seeds), tuple(run_overrides), str(description), profile,
+                    (PAPER_PROFILE, *profiles), reference, source, given)
     task.expand()  # validate now, so bad input fails before anything runs
     return task
+
+
+def profile_overrides(profiles: Any, profile: Any) -> list[tuple[str, Any]]:
+    """The overrides `profile` makes (none for `paper`), checked against the task file's `profiles:`."""
+    if not isinstance(profiles, dict) or not all(isinstance(v, dict) for v in profiles.values()):
+        raise ConfigError("profiles", profiles, "a mapping of profile names to mappings of overrides "
+                          "(dotted field -> value, as --set takes them)")
+    if PAPER_PROFILE in profiles:
+        raise ConfigError(f"profiles.{PAPER_PROFILE}", profiles[PAPER_PROFILE],
+                          "no entry: the task file's own fields are the paper profile")
+    if profile == PAPER_PROFILE:
+        return []
+    if profile not in profiles:
+        raise ConfigError("profile", profile, f"one of {', '.join([PAPER_PROFILE, *profiles])} (the task file's profiles)")
+    return list(profiles[profile].items())
 
 
 def parse_override(text: str) -> tuple[str, Any]:

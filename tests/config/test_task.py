@@ -245,3 +245,42 @@ def test_runs_are_named_by_what_varies_in_their_task():
     # the name is not part of what a run computes
     spec = feroma[0]
     assert spec.replace(run_name="other").run_hash == spec.run_hash
+
+
+PROFILED = {"name": "suite", "seeds": [0, 1], "grid": {"algorithm": ["fedavg", "local"], "scenario.alpha": [0.1, 1.0]},
+            "profiles": {"smoke": {"rounds": 1, "seeds": [7], "grid.scenario.alpha": [0.5]},
+                         "reduced": {"seeds": [0]}}}
+
+
+def test_a_profile_applies_its_overrides_under_its_own_experiment(tmp_path):
+    path = write_task(tmp_path, {**{k: v for k, v in TINY.items() if k != "task"}, **PROFILED})
+    paper = load_task(path)
+    assert (paper.name, paper.profile, paper.profiles[0]) == ("suite", "paper", "paper")
+    assert set(paper.profiles) == {"paper", "smoke", "reduced"}
+    assert len(paper.expand()) == 8
+    smoke = load_task(path, ["profile=smoke"])
+    specs = smoke.expand()
+    assert smoke.name == "suite-smoke" and {s.task for s in specs} == {"suite-smoke"}
+    # the dotted grid axis is replaced whole; the other axis and the base stay as written
+    assert {(s.algorithm.name, s.scenario.partition.kwargs["alpha"], s.seed, s.rounds) for s in specs} == {
+        ("fedavg", 0.5, 7, 1), ("local", 0.5, 7, 1)}
+    # the command line's --set wins over the profile, and more overrides keep the profile
+    assert {s.seed for s in load_task(path, ["profile=smoke", "seeds=[3]"]).expand()} == {3}
+    more = smoke.with_overrides(["rounds=2"])
+    assert more.name == "suite-smoke" and {s.rounds for s in more.expand()} == {2}
+
+
+def test_bad_profiles_are_refused_naming_what_the_file_offers(tmp_path):
+    body = {**{k: v for k, v in TINY.items() if k != "task"}, **PROFILED}
+    with pytest.raises(ConfigError, match=r"profile.*tiny.*one of paper, (smoke, reduced|reduced, smoke)"):
+        load_task(write_task(tmp_path, body), ["profile=tiny"])
+    with pytest.raises(ConfigError, match="profiles.paper"):
+        load_task(write_task(tmp_path, {**body, "profiles": {"paper": {"rounds": 1}}}))
+    with pytest.raises(ConfigError, match="profiles"):
+        load_task(write_task(tmp_path, {**body, "profiles": {"smoke": [1, 2]}}))
+
+
+def test_a_dotted_grid_axis_can_be_replaced_from_the_command_line(tmp_path):
+    body = {**{k: v for k, v in TINY.items() if k != "task"}, "grid": {"scenario.alpha": [0.1, 1.0]}}
+    specs = load_task(write_task(tmp_path, body), ["grid.scenario.alpha=[0.3]"]).expand()
+    assert [s.scenario.partition.kwargs["alpha"] for s in specs] == [0.3]
