@@ -20,12 +20,13 @@ never lands in the paper run's leaderboard:
     profiles:
       smoke: {rounds: 2, seeds: [42], grid.scenario.preset: [feroma/label_skew/medium]}
 
-`reference:` holds the published numbers a reproduction report compares with; it is kept as written.
+`reference:` holds the published numbers a reproduction report compares with (`fedbench.config.reference`).
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import re
 import itertools
 from dataclasses import dataclass, field
@@ -35,6 +36,7 @@ from typing import Any, Sequence
 import yaml
 
 from fedbench.config.parse import parse_dataset, parse_run
+from fedbench.config.reference import ReferenceTable, parse_reference
 from fedbench.core.runspec import RunSpec, changed_params
 from fedbench.core.errors import ConfigError
 from fedbench.core.names import check_name
@@ -61,8 +63,8 @@ class TaskSpec:
     profile: str = PAPER_PROFILE
     profiles: tuple[str, ...] = (PAPER_PROFILE,)
     """Every profile the task file offers, `paper` first."""
-    reference: dict[str, Any] = field(default_factory=dict)
-    """The task file's `reference:` block (published numbers), as written."""
+    reference: tuple[ReferenceTable, ...] = ()
+    """The published numbers the task's reproduction report compares with (its `reference:` tables)."""
     source: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
     """The mapping the task was made from and the overrides it was given: what `with_overrides` starts again from."""
     given: tuple[tuple[str, Any], ...] = field(default=(), repr=False, compare=False)
@@ -200,13 +202,12 @@ def task_from_dict(raw: dict[str, Any], overrides: Sequence[Override] = (), defa
     if profile != PAPER_PROFILE:
         name = check_name("profile", f"{name}-{profile}")
     description = raw.pop("description", "")
-    reference = raw.pop("reference", None) or {}
-    if not isinstance(reference, dict):
-        raise ConfigError("reference", reference, "a mapping of published results (see docs/reports.md)")
+    reference = raw.pop("reference", None)
     task = TaskSpec(name, raw, tuple(grid), tuple(seeds), tuple(run_overrides), str(description), profile,
-                    (PAPER_PROFILE, *profiles), reference, source, given)
-    task.expand()  # validate now, so bad input fails before anything runs
-    return task
+                    (PAPER_PROFILE, *profiles), (), source, given)
+    specs = task.expand()  # validate now, so bad input fails before anything runs
+    known = {key for spec in specs for key in spec.flat()}
+    return dataclasses.replace(task, reference=parse_reference(reference, known))
 
 
 def profile_overrides(profiles: Any, profile: Any) -> list[tuple[str, Any]]:
