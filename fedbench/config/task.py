@@ -1,12 +1,13 @@
 """TaskSpec: a task file (base fields, a grid over any fields, seeds) expanded into RunSpecs.
 
-A task file is a RunSpec's fields at the top level plus three task-level keys:
+A task file is a RunSpec's fields at the top level plus task-level keys:
 
     name: quickstart            # the MLflow experiment
     seeds: [0, 1, 2]
     grid:                       # dotted paths -> lists of values; the Cartesian product is run
       algorithm: [fedavg, local]
       scenario.alpha: [0.1, 1.0]
+    max_failures: 1             # `fedbench sweep`: restarts of a trial whose process died (default 1)
 
 `--set key=value` (value parsed as YAML) overrides a field in every expanded run; overriding a path that
 is a grid axis replaces that axis. `--set seeds=[0]`, `--set name=...` and `--set grid.X=[...]` change
@@ -29,7 +30,12 @@ from fedbench.core.runspec import RunSpec, changed_params
 from fedbench.core.errors import ConfigError
 from fedbench.core.names import check_name
 
-TASK_KEYS = ("name", "description", "seeds", "grid")
+TASK_KEYS = ("name", "description", "seeds", "grid", "max_failures")
+
+DEFAULT_MAX_FAILURES = 1
+"""Times a sweep restarts a trial whose process died (a node lost, a killed process) before it counts as FAILED.
+A run that fails by itself (an exception, a diverging client) ends its trial normally and is never restarted:
+the same seed would fail the same way."""
 
 Override = str | tuple[str, Any]
 """`key.path=value` text (value parsed as YAML), or a (dotted path, value) pair."""
@@ -45,6 +51,7 @@ class TaskSpec:
     seeds: tuple[int, ...] = (0,)
     overrides: tuple[tuple[str, Any], ...] = ()
     description: str = ""
+    max_failures: int = DEFAULT_MAX_FAILURES
 
     def expand(self) -> list[RunSpec]:
         """Every grid point times every seed, validated; duplicates (same run hash) kept once."""
@@ -62,7 +69,8 @@ class TaskSpec:
         if not overrides:
             return self
         raw = {**copy.deepcopy(self.base), "name": self.name, "description": self.description,
-               "seeds": list(self.seeds), "grid": {path: list(values) for path, values in self.grid}}
+               "seeds": list(self.seeds), "grid": {path: list(values) for path, values in self.grid},
+               "max_failures": self.max_failures}
         return task_from_dict(raw, [*self.overrides, *overrides])
 
     def run_dict(self, point: Sequence[Any] | None = None, seed: int | None = None) -> dict[str, Any]:
@@ -171,9 +179,17 @@ def task_from_dict(raw: dict[str, Any], overrides: Sequence[Override] = (), defa
         raise ConfigError("seeds", seeds, "an integer or a non-empty list of integers")
     name = check_name("name", raw.pop("name", default_name))
     description = raw.pop("description", "")
-    task = TaskSpec(name, raw, tuple(grid), tuple(seeds), tuple(run_overrides), str(description))
+    max_failures = check_max_failures("max_failures", raw.pop("max_failures", DEFAULT_MAX_FAILURES))
+    task = TaskSpec(name, raw, tuple(grid), tuple(seeds), tuple(run_overrides), str(description), max_failures)
     task.expand()  # validate now, so bad input fails before anything runs
     return task
+
+
+def check_max_failures(field: str, value: Any) -> int:
+    """`value` as a count of trial restarts; ConfigError naming `field` unless it is an integer >= 0."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigError(field, value, "an integer >= 0: restarts of a trial whose process died (0: none)")
+    return value
 
 
 def parse_override(text: str) -> tuple[str, Any]:
