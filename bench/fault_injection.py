@@ -48,10 +48,11 @@ def write_task(folder: Path, name: str, rounds: int) -> Path:
 
 
 def sweep(task: Path, env: dict, *extra: str) -> subprocess.Popen:
-    """`fedbench sweep` in its own session (process group), so it and only it can be killed."""
+    """`fedbench sweep` in its own session (process group), so it and only it can be killed; its output goes to a
+    log file beside the task (a pipe nobody reads while the case waits would fill and stall the sweep)."""
+    log = open(task.parent / f"{task.stem}-{time.monotonic_ns()}.log", "w")
     return subprocess.Popen([sys.executable, "-m", "fedbench", "sweep", str(task), "--max-concurrent", "1", *extra],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+                            env=env, stdout=log, stderr=subprocess.STDOUT, text=True, start_new_session=True)
 
 
 def children(client: MlflowClient, experiment: str) -> list:

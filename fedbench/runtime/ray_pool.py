@@ -36,6 +36,10 @@ JOB_ATTEMPTS = 3
 """Workers one client job may run on before its run fails: a worker killed from outside is replaced and the job
 run again, but a job that kills every worker it lands on (a client that runs out of memory) must not loop forever."""
 
+WORKER_DEATHS = (ray.exceptions.RayActorError, ray.exceptions.OutOfMemoryError)
+"""What `ray.get` of a job raises when its worker's process died (killed, lost with its node, or stopped by
+Ray's memory monitor), as opposed to a `RayTaskError`: an exception the job itself raised."""
+
 
 def ensure_ray(address: str | None = None, num_cpus: int | None = None) -> None:
     """Connect to (or start) Ray once per process.
@@ -154,7 +158,7 @@ class RayBackend:
         idle = list(self.workers)
         pending: dict[ray.ObjectRef, tuple[int, object, ray.ObjectRef | None]] = {}
         results: dict[int, ClientResult] = {}
-        lost: dict[int, int] = {}  # client id -> workers that died running its job this round
+        lost: dict[int, int] = {}  # client id -> workers that died running its job in this call
         while queue or pending:
             while idle and queue:
                 cid, worker = queue.pop(0), idle.pop()
@@ -168,7 +172,7 @@ class RayBackend:
             cid, worker, state_ref = pending.pop(done)
             try:
                 results[cid] = ray.get(done)
-            except ray.exceptions.RayActorError as exc:  # the worker's process died, not an exception of the job
+            except WORKER_DEATHS as exc:  # the worker's process died, not an exception of the job
                 lost[cid] = lost.get(cid, 0) + 1
                 idle.append(self._replace(worker, kind, round, cid, lost[cid], exc))
                 queue.insert(0, cid)  # again, from the state the store still holds
