@@ -5,10 +5,13 @@ Each case runs real `fedbench sweep` subprocesses (each starting its own local R
 and then reads MLflow back:
   (a) SIGKILL the sweep's driver (its whole process group) once 2 trials are done, then `--resume`: every
       trial must end with exactly one FINISHED child run, the ones done before the kill kept, none twice;
-  (b) SIGKILL the process of a running trial: that trial's child run must end FAILED with a reason, the
-      others FINISHED, and the sweep must end (exit 1: a trial failed) instead of hanging;
+  (b) SIGKILL the process of a running trial with `--max-failures 0`: that trial's child run must end FAILED
+      with a reason, the others FINISHED, and the sweep must end (exit 1: a trial failed) instead of hanging;
   (c) two sweeps of the same task started at once: each must finish its 6 trials under its own parent run
-      and write into its own Tune folder.
+      and write into its own Tune folder;
+  (d) SIGKILL the process of a running trial with the default `max_failures` (1): Tune restarts it, the sweep
+      exits 0, every trial has one FINISHED child, the cut-short attempt is one FAILED child tagged
+      `fedbench.retried`, and the leaderboard ranks 6 runs and lists no failed one.
 
     nice -n 10 python bench/fault_injection.py [--rounds 10]
 
@@ -45,10 +48,11 @@ def write_task(folder: Path, name: str, rounds: int) -> Path:
 
 
 def sweep(task: Path, env: dict, *extra: str) -> subprocess.Popen:
-    """`fedbench sweep` in its own session (process group), so it and only it can be killed."""
+    """`fedbench sweep` in its own session (process group), so it and only it can be killed; its output goes to a
+    log file beside the task (a pipe nobody reads while the case waits would fill and stall the sweep)."""
+    log = open(task.parent / f"{task.stem}-{time.monotonic_ns()}.log", "w")
     return subprocess.Popen([sys.executable, "-m", "fedbench", "sweep", str(task), "--max-concurrent", "1", *extra],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+                            env=env, stdout=log, stderr=subprocess.STDOUT, text=True, start_new_session=True)
 
 
 def children(client: MlflowClient, experiment: str) -> list:
@@ -127,10 +131,11 @@ def trial_processes(proc: subprocess.Popen) -> list[psutil.Process]:
     return found
 
 
-def killed_trial(folder: Path, client: MlflowClient, env: dict, rounds: int) -> list[tuple[str, str, str]]:
-    task = write_task(folder, "fault_trial", rounds)
-    proc = sweep(task, env)
-    running = lambda: any(r.info.status == "RUNNING" for r in children(client, "fault_trial")) and trial_processes(proc)
+def kill_a_running_trial(task: Path, experiment: str, client: MlflowClient, env: dict, *extra: str) -> tuple[int, str]:
+    """Start a sweep of `task`, SIGKILL the process of its first running trial, let the sweep end; returns how
+    many processes were killed and how the sweep ended."""
+    proc = sweep(task, env, *extra)
+    running = lambda: any(r.info.status == "RUNNING" for r in children(client, experiment)) and trial_processes(proc)
     wait_until(running, 600, proc)
     victims = trial_processes(proc)
     for victim in victims:
@@ -142,11 +147,17 @@ def killed_trial(folder: Path, client: MlflowClient, env: dict, rounds: int) -> 
     except subprocess.TimeoutExpired:
         kill_tree(proc)
         ended = "still running 900 s after the kill (killed)"
+    return len(victims), ended
+
+
+def killed_trial(folder: Path, client: MlflowClient, env: dict, rounds: int) -> list[tuple[str, str, str]]:
+    task = write_task(folder, "fault_trial", rounds)
+    victims, ended = kill_a_running_trial(task, "fault_trial", client, env, "--max-failures", "0")
     runs = children(client, "fault_trial")
     reasons = {r.data.tags.get("failure_reason", "")[:60] for r in runs if r.info.status == "FAILED"}
     return [
-        ("(b) a running trial's process SIGKILLed", "the sweep ends (exit 1: a trial failed)",
-         f"killed {len(victims)} trial process(es); {ended}"),
+        ("(b) a running trial's process SIGKILLed, `--max-failures 0`", "the sweep ends (exit 1: a trial failed)",
+         f"killed {victims} trial process(es); {ended}"),
         ("(b) its child run and the others", "1 FAILED with a reason, 5 FINISHED, none RUNNING",
          f"{len(runs)} children: {statuses(runs)}; reason: {'; '.join(sorted(reasons)) or '-'}"),
     ]
@@ -171,6 +182,27 @@ def two_at_once(folder: Path, client: MlflowClient, env: dict, rounds: int, resu
     ]
 
 
+def retried_trial(folder: Path, client: MlflowClient, env: dict, rounds: int, results: Path) -> list[tuple[str, str, str]]:
+    task = write_task(folder, "fault_retry", rounds)
+    victims, ended = kill_a_running_trial(task, "fault_retry", client, env)
+    runs = children(client, "fault_retry")
+    retried = [r for r in runs if "fedbench.retried" in r.data.tags]
+    finished_keys = [r.data.tags.get("fedbench.trial_key") for r in runs if r.info.status == "FINISHED"]
+    board = subprocess.run([sys.executable, "-m", "fedbench", "leaderboard", "--experiment", "fault_retry", "--format",
+                            "markdown", "--out", str(folder / "fault_retry.md")], env=env, capture_output=True, text=True)
+    table = (folder / "fault_retry.md").read_text() if board.returncode == 0 else board.stdout + board.stderr
+    ranked = sum(int(line.split("|")[5]) for line in table.splitlines() if line.startswith("| ") and line.split("|")[5].strip().isdigit())
+    return [
+        ("(d) a running trial's process SIGKILLed, default `max_failures` (1)", "Tune restarts it; the sweep exits 0",
+         f"killed {victims} trial process(es); {ended}"),
+        ("(d) its child runs and the others", "6 FINISHED (one per trial key), 1 FAILED tagged retried, none RUNNING",
+         f"{len(runs)} children: {statuses(runs)}; {len(set(finished_keys))} distinct trial keys FINISHED; "
+         f"{len(retried)} tagged retried: {'; '.join(r.data.tags.get('failure_reason', '')[:60] for r in retried) or '-'}"),
+        ("(d) `fedbench leaderboard`", "ranks 6 runs, lists no failed run",
+         f"exit {board.returncode}; {ranked} runs ranked; {'Failed runs' in table and 'a failed-run list' or 'no failed-run list'}"),
+    ]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=10)
@@ -185,6 +217,7 @@ def main() -> None:
     rows = killed_driver(folder, client, env, args.rounds)
     rows += killed_trial(folder, client, env, args.rounds)
     rows += two_at_once(folder, client, env, args.rounds, results)
+    rows += retried_trial(folder, client, env, args.rounds, results)
     lines = ["| case | expected | observed |", "|---|---|---|", *(f"| {a} | {b} | {c} |" for a, b, c in rows)]
     header = (f"# Fault injection (bench/fault_injection.py)\n\n`fedbench sweep` subprocesses, 6 trials of {args.rounds} "
               f"rounds each (digits, MLP), `--max-concurrent 1`, one results folder ({folder}).\n")

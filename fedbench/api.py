@@ -69,7 +69,7 @@ def run(task_or_spec: TaskLike | RunSpec, *, overrides: Sequence[str] = (), back
 def sweep(task: TaskLike, *, search: str | os.PathLike | SearchSpace | None = None, num_samples: int | None = None,
           metric: str | None = None, mode: str = "max", scheduler: str | None = None,
           max_concurrent: int | None = None, address: str | None = None, resume: bool = False,
-          overrides: Sequence[str] = (), **fields: Any) -> SweepOutcome:
+          max_failures: int | None = None, overrides: Sequence[str] = (), **fields: Any) -> SweepOutcome:
     """Sweep a task's RunSpecs (or Optuna samples of a search space) as Ray Tune trials, as `fedbench sweep` does.
 
     Args:
@@ -82,6 +82,7 @@ def sweep(task: TaskLike, *, search: str | os.PathLike | SearchSpace | None = No
         max_concurrent: trials at once (default: as resources allow).
         address: a Ray cluster (`auto` or HOST:PORT); None starts a local Ray.
         resume: continue the interrupted sweep of this task and configuration.
+        max_failures: restarts of a trial whose process died (None: the task's `max_failures`, default 1).
         overrides: `key.path=value` texts, as `--set` takes them.
         **fields: overrides as keyword arguments, `__` for the dots.
 
@@ -96,7 +97,8 @@ def sweep(task: TaskLike, *, search: str | os.PathLike | SearchSpace | None = No
 
     spec = as_task(task, [*overrides, *keyword_overrides(fields)])
     plan = plan_sweep(spec, search, num_samples, metric, mode, scheduler)
-    return execute_sweep(spec, plan, max_concurrent=max_concurrent, address=address, resume=resume)
+    return execute_sweep(spec, plan, max_concurrent=max_concurrent, address=address, resume=resume,
+                         max_failures=max_failures)
 
 
 def leaderboard(task_or_experiment: TaskLike, *, metric: str = M.FINAL_PREFIX + M.ACC_LOCAL_MEAN,

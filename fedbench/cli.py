@@ -17,6 +17,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from fedbench.config import load_task
+from fedbench.config.task import check_max_failures
 from fedbench.core import metrics as M
 from fedbench.core.errors import ConfigError, FedbenchError
 from fedbench.core.registry import ALGORITHMS, DATASETS, MODELS, PARTITIONS, SHIFTS
@@ -65,6 +66,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
     if args.max_concurrent is not None and args.max_concurrent < 1:
         raise ConfigError("--max-concurrent", args.max_concurrent, "an integer >= 1, or leave it out for as many as resources allow")
+    if args.max_failures is not None:
+        check_max_failures("--max-failures", args.max_failures)
     task = load_task(args.task, task_overrides(args))
     plan = plan_sweep(task, args.search, args.num_samples, args.metric, args.mode, args.scheduler)
     space = plan.space
@@ -80,7 +83,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
     what = f"{plan.num_samples} Optuna samples of {space.name}" if space else f"{plan.trials} trials"
     console.print(f"task [bold]{task.name}[/]: sweeping {what} on Ray Tune, tracking {tracking_uri()}")
-    outcome = execute_sweep(task, plan, max_concurrent=args.max_concurrent, address=args.address, resume=args.resume)
+    outcome = execute_sweep(task, plan, max_concurrent=args.max_concurrent, address=args.address, resume=args.resume,
+                            max_failures=args.max_failures)
     if outcome.resumed_done:
         console.print(f"resumed: {outcome.resumed_done} trials were already done and were not run again")
     if outcome.results:
@@ -295,6 +299,8 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--mode", choices=["max", "min"], default="max", help="whether larger metric values are better")
     sweep.add_argument("--scheduler", default=None, choices=["asha"], help="stop poor trials early (needs a per-round --metric)")
     sweep.add_argument("--resume", action="store_true", help="continue the interrupted sweep of this task and configuration")
+    sweep.add_argument("--max-failures", type=int, default=None, metavar="N",
+                       help="restarts of a trial whose process died, e.g. a lost node (default: the task's max_failures, else 1)")
     sweep.set_defaults(func=cmd_sweep)
     board = sub.add_parser("leaderboard", help="rank configurations from the runs recorded in MLflow")
     board.add_argument("--experiment", default=None, help="MLflow experiment name (a task's name)")

@@ -1,12 +1,13 @@
 """TaskSpec: a task file (base fields, a grid over any fields, seeds) expanded into RunSpecs.
 
-A task file is a RunSpec's fields at the top level plus three task-level keys:
+A task file is a RunSpec's fields at the top level plus task-level keys:
 
     name: quickstart            # the MLflow experiment
     seeds: [0, 1, 2]
     grid:                       # dotted paths -> lists of values; the Cartesian product is run
       algorithm: [fedavg, local]
       scenario.alpha: [0.1, 1.0]
+    max_failures: 1             # `fedbench sweep`: restarts of a trial whose process died (default 1)
 
 `--set key=value` (value parsed as YAML) overrides a field in every expanded run; overriding a path that
 is a grid axis replaces that axis. `--set seeds=[0]`, `--set name=...` and `--set grid.X=[...]` change
@@ -41,10 +42,15 @@ from fedbench.core.runspec import RunSpec, changed_params
 from fedbench.core.errors import ConfigError
 from fedbench.core.names import check_name
 
-TASK_KEYS = ("name", "description", "seeds", "grid", "profile", "profiles", "reference")
+TASK_KEYS = ("name", "description", "seeds", "grid", "profile", "profiles", "reference", "max_failures")
 
 PAPER_PROFILE = "paper"
 """The profile a task file's fields describe as written: the publication's setting."""
+
+DEFAULT_MAX_FAILURES = 1
+"""Times a sweep restarts a trial whose process died (a node lost, a killed process) before it counts as FAILED.
+A run that fails by itself (an exception, a diverging client) ends its trial normally and is never restarted:
+the same seed would fail the same way."""
 
 Override = str | tuple[str, Any]
 """`key.path=value` text (value parsed as YAML), or a (dotted path, value) pair."""
@@ -68,6 +74,7 @@ class TaskSpec:
     source: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
     """The mapping the task was made from and the overrides it was given: what `with_overrides` starts again from."""
     given: tuple[tuple[str, Any], ...] = field(default=(), repr=False, compare=False)
+    max_failures: int = DEFAULT_MAX_FAILURES
 
     def expand(self) -> list[RunSpec]:
         """Every grid point times every seed, validated; duplicates (same run hash) kept once."""
@@ -203,8 +210,9 @@ def task_from_dict(raw: dict[str, Any], overrides: Sequence[Override] = (), defa
         name = check_name("profile", f"{name}-{profile}")
     description = raw.pop("description", "")
     reference = raw.pop("reference", None)
+    max_failures = check_max_failures("max_failures", raw.pop("max_failures", DEFAULT_MAX_FAILURES))
     task = TaskSpec(name, raw, tuple(grid), tuple(seeds), tuple(run_overrides), str(description), profile,
-                    (PAPER_PROFILE, *profiles), (), source, given)
+                    (PAPER_PROFILE, *profiles), (), source, given, max_failures)
     specs = task.expand()  # validate now, so bad input fails before anything runs
     known = {key for spec in specs for key in spec.flat()}
     return dataclasses.replace(task, reference=parse_reference(reference, known))
@@ -223,6 +231,13 @@ def profile_overrides(profiles: Any, profile: Any) -> list[tuple[str, Any]]:
     if profile not in profiles:
         raise ConfigError("profile", profile, f"one of {', '.join([PAPER_PROFILE, *profiles])} (the task file's profiles)")
     return list(profiles[profile].items())
+
+
+def check_max_failures(field: str, value: Any) -> int:
+    """`value` as a count of trial restarts; ConfigError naming `field` unless it is an integer >= 0."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigError(field, value, "an integer >= 0: restarts of a trial whose process died (0: none)")
+    return value
 
 
 def parse_override(text: str) -> tuple[str, Any]:

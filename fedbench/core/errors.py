@@ -49,3 +49,8 @@ class DataMissingError(FedbenchError, FileNotFoundError):
 
 class ClientDivergedError(FedbenchError, FloatingPointError):
     """A client's training loss became NaN or infinite: the run cannot go on and is marked failed."""
+
+
+class WorkerLostError(FedbenchError):
+    """A client job whose worker process died on every attempt (see `runtime.ray_pool.JOB_ATTEMPTS`): the run
+    fails, since the job itself is what kills its workers (e.g. runs out of memory)."""

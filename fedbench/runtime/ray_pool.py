@@ -4,17 +4,23 @@ The pool outlives a run: consecutive runs with the same resources reuse its acto
 `ray.put` once (again only when a run uses another dataset), the scenario once per run; each
 distinct payload of a round (usually one global model) is `ray.put` once, as numpy; updates come back as
 numpy. Client states stay in the object store: `fit` has two returns and the driver fetches only the
-result, keeping the new state's reference in the StateStore.
+result, keeping the new state's reference in the StateStore once the result is in.
+
+A worker whose process dies (killed, out of memory, its node lost) is replaced by a new one and its job runs
+again from the client's last stored state, a bounded number of times; an exception a job raises is the job's
+own failure and fails the run.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import secrets
 from typing import Mapping
 
 import ray
 
+from fedbench.core.errors import WorkerLostError
 from fedbench.core.runspec import ResourceSpec, RunSpec
 from fedbench.core.types import ClientResult, Payload
 from fedbench.data import BaseDataset
@@ -24,6 +30,15 @@ from fedbench.runtime.worker import ClientWorker
 from fedbench.scenarios import Scenario
 
 RemoteClientWorker = ray.remote(ClientWorker)
+log = logging.getLogger(__name__)
+
+JOB_ATTEMPTS = 3
+"""Workers one client job may run on before its run fails: a worker killed from outside is replaced and the job
+run again, but a job that kills every worker it lands on (a client that runs out of memory) must not loop forever."""
+
+WORKER_DEATHS = (ray.exceptions.RayActorError, ray.exceptions.OutOfMemoryError)
+"""What `ray.get` of a job raises when its worker's process died (killed, lost with its node, or stopped by
+Ray's memory monitor), as opposed to a `RayTaskError`: an exception the job itself raised."""
 
 
 def ensure_ray(address: str | None = None, num_cpus: int | None = None) -> None:
@@ -60,17 +75,30 @@ class RayWorkerPool:
         check_worker_fits(resources, ray.cluster_resources())
         self.resources = resources
         n = pool_size(resources, ray.available_resources(), max_clients)
-        options = {"num_cpus": resources.client_cpus, "num_gpus": resources.client_gpus}
-        self.workers = [RemoteClientWorker.options(**options).remote() for _ in range(n)]
+        self._options = {"num_cpus": resources.client_cpus, "num_gpus": resources.client_gpus}
+        self.workers = [RemoteClientWorker.options(**self._options).remote() for _ in range(n)]
         self._dataset = None  # (dataset, ref) of the last dataset shipped: runs of a task usually share it
+        self._loaded: tuple = ()  # the arguments of the last `load`: what a replacement worker is loaded with
 
     def load(self, dataset: BaseDataset, scenario: Scenario, spec: RunSpec) -> None:
         """Point every worker at a run; the dataset is `ray.put` only when it changed since the last run."""
         if self._dataset is None or self._dataset[0] is not dataset:
             self._dataset = (dataset, ray.put(dataset))
         scenario_ref = ray.put(scenario)
+        self._loaded = (self._dataset[1], scenario_ref, spec)
         loads = [w.load.remote(self._dataset[1], scenario_ref, spec) for w in self.workers]
         get_reporting_waits(loads, "client workers to start", self.resources)
+
+    def replace(self, dead):
+        """A new worker in place of `dead` (its process died): the same resources, loaded with the same run.
+
+        Inside a Tune trial, Ray captures it into the trial's placement group, in the bundle the dead one freed.
+        """
+        ray.kill(dead)  # a worker that is only unreachable must not come back beside its replacement
+        worker = RemoteClientWorker.options(**self._options).remote()
+        get_reporting_waits([worker.load.remote(*self._loaded)], "a replacement client worker to start", self.resources)
+        self.workers[self.workers.index(dead)] = worker
+        return worker
 
     def placement_groups(self) -> list[str | None]:
         """Each worker's placement group (a sweep's trial reserves one for its workers)."""
@@ -128,23 +156,43 @@ class RayBackend:
         sizes = self._sizes(kind, round)
         queue = sorted(payloads, key=lambda cid: (-sizes[cid], cid))  # largest clients first
         idle = list(self.workers)
-        pending: dict[ray.ObjectRef, tuple[int, object]] = {}
+        pending: dict[ray.ObjectRef, tuple[int, object, ray.ObjectRef | None]] = {}
         results: dict[int, ClientResult] = {}
+        lost: dict[int, int] = {}  # client id -> workers that died running its job in this call
         while queue or pending:
             while idle and queue:
                 cid, worker = queue.pop(0), idle.pop()
                 args = (round, cid, shipped[id(payloads[cid])], store.get(cid))
                 if kind == "fit":
                     result_ref, state_ref = worker.fit.options(num_returns=2).remote(*args)
-                    store.put(cid, state_ref)
                 else:
-                    result_ref = getattr(worker, kind).remote(*args)
-                pending[result_ref] = (cid, worker)
+                    result_ref, state_ref = getattr(worker, kind).remote(*args), None
+                pending[result_ref] = (cid, worker, state_ref)
             [done], _ = ray.wait(list(pending), num_returns=1)
-            cid, worker = pending.pop(done)
-            results[cid] = ray.get(done)
+            cid, worker, state_ref = pending.pop(done)
+            try:
+                results[cid] = ray.get(done)
+            except WORKER_DEATHS as exc:  # the worker's process died, not an exception of the job
+                lost[cid] = lost.get(cid, 0) + 1
+                idle.append(self._replace(worker, kind, round, cid, lost[cid], exc))
+                queue.insert(0, cid)  # again, from the state the store still holds
+                continue
+            if state_ref is not None:  # stored only now: a dead worker's state ref must not replace the last good state
+                store.put(cid, state_ref)
             idle.append(worker)
         return [results[cid] for cid in sorted(results)]
+
+    def _replace(self, dead, kind: str, round: int, cid: int, lost: int, exc: Exception):
+        """A new worker for the job whose worker died, or WorkerLostError once the job has taken down
+        `JOB_ATTEMPTS` workers."""
+        cause = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if lost >= JOB_ATTEMPTS:
+            raise WorkerLostError(f"client {cid}'s {kind} job of round {round} ran on {lost} client workers and each "
+                                  f"one's process died ({type(exc).__name__}: {cause}); a job that kills every worker "
+                                  "it runs on, e.g. out of memory, cannot finish") from exc
+        log.warning("a client worker died running client %d's %s job of round %d (%s: %s): replaced, the job runs "
+                    "again (attempt %d of %d)", cid, kind, round, type(exc).__name__, cause, lost + 1, JOB_ATTEMPTS)
+        return self.pool.replace(dead)
 
     def _sizes(self, kind: str, round: int) -> list[int]:
         """Job sizes to hand out largest first: training rows, or a test-time client's samples."""

@@ -2,7 +2,8 @@
 
 A configuration is everything that varies across the experiment's runs except the seed; the algorithm and
 its parameters name it, the `group_by` fields (dataset, scenario, or any dotted RunSpec field) say which
-configurations compete. Failed runs are returned apart with their reason, never dropped silently.
+configurations compete. Failed runs are returned apart with their reason, never dropped silently; a sweep's
+attempt that Tune restarted (tagged retried) is not a failed run: its trial's next attempt is the result.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from fedbench.core import metrics as M
 from fedbench.core.errors import ConfigError, FedbenchError
 from fedbench.core.runspec import algorithm_defaults
 from fedbench.tracking.paths import store_missing
-from fedbench.tracking.tags import FAILURE_REASON_TAG, STOPPED_EARLY_TAG
+from fedbench.tracking.tags import FAILURE_REASON_TAG, RETRIED_TAG, STOPPED_EARLY_TAG
 
 DEFAULT_METRIC = M.FINAL_PREFIX + M.ACC_LOCAL_MEAN
 COSTS = {
@@ -129,8 +130,10 @@ def seed_stats(groups) -> pd.DataFrame:
 
 
 def failed_runs(runs: pd.DataFrame) -> pd.DataFrame:
-    """The runs that did not finish: run name, status and the reason they recorded."""
+    """The runs that did not finish, retried attempts aside: run name, status and the reason they recorded."""
     failed = runs[runs["status"] != "FINISHED"]
+    if f"tags.{RETRIED_TAG}" in failed:
+        failed = failed[failed[f"tags.{RETRIED_TAG}"].isna()]
     return pd.DataFrame({
         "run": failed.get("tags.mlflow.runName", pd.Series(dtype=str)),
         "status": failed["status"],

@@ -1,7 +1,8 @@
 """A sweep's runs in MLflow: one parent run per sweep, one nested child run per trial.
 
 The parent is what `--resume` finds again (by the sweep's name) and the children are what it trusts: a
-trial whose child run ended is done, one left RUNNING by an interrupted sweep is deleted and run again.
+trial whose child run ended is done, one left RUNNING by an interrupted sweep is deleted and run again. A
+child marked retried (an attempt Tune restarted after its process died) says nothing about its trial.
 The sweep (tuning/) asks for these steps by name and never talks to MLflow itself.
 """
 
@@ -14,7 +15,7 @@ from mlflow.tracking import MlflowClient
 
 from fedbench.tracking.mlflow_callback import experiment_id_for
 from fedbench.tracking.search_filter import where
-from fedbench.tracking.tags import ATTEMPTS_TAG, PARENT_RUN_TAG, SWEEP_TAG, TRIAL_KEY_TAG, TRIALS_TAG
+from fedbench.tracking.tags import ATTEMPTS_TAG, PARENT_RUN_TAG, RETRIED_TAG, SWEEP_TAG, TRIAL_KEY_TAG, TRIALS_TAG
 
 ENDED = ("FINISHED", "FAILED")
 """Statuses of a child run whose trial is done: it failed for a reason a rerun would not change."""
@@ -64,8 +65,10 @@ class SweepRuns:
                                        max_results=50000)
 
     def finished_trials(self, parent_run_id: str) -> set[str]:
-        """The trial keys of the children that ended: a resumed sweep does not run those trials again."""
-        return {run.data.tags.get(TRIAL_KEY_TAG) for run in self.children(parent_run_id) if run.info.status in ENDED}
+        """The trial keys of the children that ended (retried attempts aside): a resumed sweep does not run those
+        trials again."""
+        return {run.data.tags.get(TRIAL_KEY_TAG) for run in self.children(parent_run_id)
+                if run.info.status in ENDED and RETRIED_TAG not in run.data.tags}
 
     def drop_unfinished_children(self, parent_run_id: str) -> int:
         """Delete the children an interrupted sweep left unended (their trials run again); how many there were."""

@@ -24,9 +24,11 @@ def plan_sweep(task: TaskSpec, search: str | Path | SearchSpace | None = None, n
 
 
 def execute_sweep(task: TaskSpec, plan: SweepPlan, max_concurrent: int | None = None, address: str | None = None,
-                  resume: bool = False) -> SweepOutcome:
-    """Run `plan` (see `run_sweep`); a search's best sample is also written as a task file (`best_task`)."""
-    outcome = run_sweep(plan, max_concurrent=max_concurrent, address=address, resume=resume)
+                  resume: bool = False, max_failures: int | None = None) -> SweepOutcome:
+    """Run `plan` (see `run_sweep`; `max_failures` None: the task's); a search's best sample is also written as a
+    task file (`best_task`)."""
+    restarts = task.max_failures if max_failures is None else max_failures
+    outcome = run_sweep(plan, max_concurrent=max_concurrent, address=address, resume=resume, max_failures=restarts)
     if outcome.best is not None:
         outcome.best_task = write_best_task(task, outcome.best, plan)
     if not outcome.interrupted:

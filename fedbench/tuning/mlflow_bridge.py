@@ -1,6 +1,8 @@
 """The sweep's driver-side Tune callback: turns trial reports into MLflow child runs of the sweep's run.
 
 All MLflow writes happen here, in the driver, through the same `MlflowCallback` a plain `fedbench run` uses.
+A trial Tune restarts after its process died (`max_failures`) starts again from round 1 under a new child run;
+the attempt it cut short ends FAILED, tagged retried, so the trial still has one result.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from fedbench.core.callbacks import RunResult
 from fedbench.core.runspec import RunSpec
 from fedbench.runtime.records import summarize
 from fedbench.tracking.mlflow_callback import MlflowCallback
-from fedbench.tracking.tags import STOPPED_EARLY_TAG, TRIAL_KEY_TAG
+from fedbench.tracking.tags import RETRIED_TAG, STOPPED_EARLY_TAG, TRIAL_KEY_TAG
 from fedbench.tuning.plan import TrialSpecs
 from fedbench.tuning.trial import EVENT
 
@@ -31,6 +33,8 @@ class MlflowBridge(tune.Callback):
         self.outcomes: dict[str, RunResult] = {}
 
     def on_trial_start(self, iteration, trials, trial, **info) -> None:
+        if trial.trial_id in self.outcomes:  # restarted after its last report was recorded: nothing left to log
+            return
         spec = self.spec_of(trial.config)
         callback = MlflowCallback(self.uri, self.experiment, self.parent_run_id)
         callback.on_run_start(spec)
@@ -41,6 +45,8 @@ class MlflowBridge(tune.Callback):
         self.runs[trial.trial_id] = (spec, callback, [])
 
     def on_trial_result(self, iteration, trials, trial, result: dict[str, Any], **info) -> None:
+        if trial.trial_id not in self.runs:  # a restarted trial whose result is already recorded
+            return
         spec, callback, history = self.runs[trial.trial_id]
         metrics = {k: float(v) for k, v in result.items() if k in _metric_keys(result)}
         if result.get(EVENT) == "round":
@@ -59,6 +65,17 @@ class MlflowBridge(tune.Callback):
             callback.set_tags({STOPPED_EARLY_TAG: f"after round {len(history)}"})
             seconds = sum(record.get(M.TIME_ROUND_S, 0.0) for record in history)
             self._finish(trial.trial_id, RunResult(spec, "FINISHED", history, summarize(history, seconds)))
+
+    def on_trial_recover(self, iteration, trials, trial, **info) -> None:
+        """The trial's process died and Tune starts it again: this attempt's run ends FAILED, marked retried, and
+        stays out of the trial's outcome (the next attempt's run is the result)."""
+        if trial.trial_id in self.runs:
+            spec, callback, history = self.runs.pop(trial.trial_id)
+            failures = trial.run_metadata.num_failures
+            callback.set_tags({RETRIED_TAG: f"attempt {failures} of the trial"})
+            reason = f"retried: trial {trial.trial_id} crashed (attempt {failures}), Tune runs it again: " \
+                     f"{trial.error_file or 'see the Tune logs'}"
+            callback.on_run_end(RunResult(spec, "FAILED", history, {}, reason))
 
     def on_trial_error(self, iteration, trials, trial, **info) -> None:
         if trial.trial_id in self.runs:

@@ -55,6 +55,12 @@ class SweepProgress(tune.Callback):
         self.failed += 1
         self._line(trials, trial, f"[red]FAILED[/] {escape(self.describe(trial.config))}: the trial's process failed")
 
+    def on_trial_recover(self, iteration: int, trials: list, trial, **info) -> None:
+        """A trial whose process died and which Tune starts again (`max_failures`): not ended, said anyway."""
+        self.console = self.console or Console(highlight=False, soft_wrap=True)
+        self.console.print(f"[yellow]restarted[/] {escape(self.describe(trial.config))}: its process died "
+                           f"(failure {trial.run_metadata.num_failures}); Tune runs it again from round 1", highlight=False)
+
     def __getstate__(self) -> dict[str, Any]:
         """Tune pickles its callbacks with the experiment; a console holds a lock and is made anew."""
         return {**self.__dict__, "console": None}

@@ -4,7 +4,9 @@ The sweep is one MLflow parent run in the task's experiment; every trial is a ne
 this process (the one writer). MLflow is also what `--resume` trusts: a trial counts as done when its
 child run ended (FINISHED or FAILED); children left RUNNING by an interrupted sweep are deleted and their
 trials run again, so every trial ends with exactly one child run (`tracking.sweep_runs` keeps those
-runs; nothing here imports MLflow). Tune's own folders live under
+runs; nothing here imports MLflow). A trial whose process dies is restarted by Tune up to `max_failures` times;
+the attempt it cut short stays as a FAILED child marked retried, which neither the leaderboard nor `--resume`
+counts (`MlflowBridge.on_trial_recover`). Tune's own folders live under
 `results/ray_results/<sweep>-<attempt>-<start time>-<random suffix>`, one per invocation, so two sweeps of one task
 started at once never write into the same folder (`--resume` needs none of them); an Optuna search keeps its study in `results/optuna/<sweep>.log`, so a resumed search goes on with what
 TPE learnt.
@@ -20,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fedbench.config.task import DEFAULT_MAX_FAILURES, check_max_failures
 from fedbench.core import metrics as M
 from fedbench.core.callbacks import RunResult
 from fedbench.core.errors import ConfigError
@@ -54,12 +57,15 @@ def run_sweep(
     address: str | None = None,
     driver_cpus: float | None = None,
     resume: bool = False,
+    max_failures: int = DEFAULT_MAX_FAILURES,
 ) -> SweepOutcome:
-    """Run the plan's trials on Tune, logging to MLflow from here; `resume` continues an interrupted sweep."""
+    """Run the plan's trials on Tune, logging to MLflow from here; `resume` continues an interrupted sweep;
+    a trial whose process dies is restarted up to `max_failures` times."""
     import ray
 
     from fedbench.runtime.ray_pool import ensure_ray
 
+    check_max_failures("max_failures", max_failures)
     uri = tracking_uri()
     check_tracking_uri(uri)
     check_ray_address(address)
@@ -82,7 +88,7 @@ def run_sweep(
     folder = tune_folder_name(plan.name, parent.attempt)
     outcome = SweepOutcome(plan.name, parent.run_id, str(results_path("ray_results", folder)), resumed_done=len(done))
     try:
-        tuner, expected = _tuner(plan, done, max_concurrent, driver_cpus, bridge, storage, folder)
+        tuner, expected = _tuner(plan, done, max_concurrent, driver_cpus, bridge, storage, folder, max_failures)
         if tuner is not None:
             tuner.fit()  # returns after Ctrl-C too (Tune stops gracefully): count what ended
             outcome.interrupted = len(bridge.outcomes) < expected
@@ -134,7 +140,7 @@ def _parent_run(runs: SweepRuns, plan: SweepPlan, resume: bool) -> tuple[SweepPa
     return parent, done
 
 
-def _tuner(plan: SweepPlan, done: set, max_concurrent, driver_cpus, bridge, storage: str, folder: str):
+def _tuner(plan: SweepPlan, done: set, max_concurrent, driver_cpus, bridge, storage: str, folder: str, max_failures: int):
     """The Tune experiment for the trials not done yet and how many trials it runs (None, 0: nothing left)."""
     from ray import tune
 
@@ -179,7 +185,8 @@ def _tuner(plan: SweepPlan, done: set, max_concurrent, driver_cpus, bridge, stor
     # Tune's own console reporter would print its trial table and a TensorBoard hint (TensorBoard is not a
     # dependency); the lines of SweepProgress say what a user needs, one per ended trial
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
-    run_config = tune.RunConfig(name=folder, storage_path=storage, callbacks=[bridge, progress], verbose=0)
+    run_config = tune.RunConfig(name=folder, storage_path=storage, callbacks=[bridge, progress], verbose=0,
+                                failure_config=tune.FailureConfig(max_failures=max_failures))
     return tune.Tuner(trainable, param_space=param_space, tune_config=tune_config, run_config=run_config), expected
 
 

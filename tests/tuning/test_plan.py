@@ -1,5 +1,7 @@
 """A sweep's plan and its surroundings are checked before any trial starts."""
 
+from pathlib import Path
+
 import pytest
 
 from fedbench.cli import main
@@ -62,6 +64,17 @@ def test_max_concurrent_below_one_is_refused_naming_the_option(capsys, value):
     code = main(["sweep", "tasks/quickstart.yaml", "--max-concurrent", value, "--dry-run"])
     out = capsys.readouterr().out
     assert code == 2 and f"--max-concurrent: got {value}" in out, out
+
+
+def test_max_failures_below_zero_is_refused_naming_the_option_or_the_task_field(tmp_path, capsys):
+    code = main(["sweep", "tasks/quickstart.yaml", "--max-failures", "-1", "--dry-run"])
+    out = capsys.readouterr().out
+    assert code == 2 and "--max-failures: got -1" in out and "an integer >= 0" in out, out
+    task = tmp_path / "task.yaml"
+    task.write_text(Path("tasks/quickstart.yaml").read_text() + "\nmax_failures: two\n")
+    code = main(["sweep", str(task), "--dry-run"])
+    out = capsys.readouterr().out
+    assert code == 2 and "max_failures: got 'two'" in out, out
 
 
 def test_a_search_space_reaching_lr_zero_is_refused_by_the_fields_own_check(tmp_path, capsys):
