@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import secrets
-from typing import Mapping
+from typing import Iterator, Mapping
 
 import ray
 
@@ -121,16 +121,22 @@ class RayBackend:
         self.scenario = scenario
 
     def run(self, kind: str, round: int, payloads: Mapping[int, Payload], store: StateStore) -> list[ClientResult]:
+        return list(self.stream(kind, round, payloads, store))
+
+    def stream(self, kind: str, round: int, payloads: Mapping[int, Payload], store: StateStore) -> Iterator[ClientResult]:
+        """The jobs' results in client-id order, each fetched once it and every lower id are done: a consumer that
+        folds and drops them holds few at a time. Results done early wait in the object store, as references."""
         shipped: dict[int, ray.ObjectRef] = {}  # id(payload) -> ref: each distinct payload is put once
         for payload in payloads.values():
             if id(payload) not in shipped:
                 shipped[id(payload)] = ray.put(payload)
         sizes = self._sizes(kind, round)
         queue = sorted(payloads, key=lambda cid: (-sizes[cid], cid))  # largest clients first
+        in_order, released = sorted(payloads), 0
         idle = list(self.workers)
         pending: dict[ray.ObjectRef, tuple[int, object]] = {}
-        results: dict[int, ClientResult] = {}
-        while queue or pending:
+        done_refs: dict[int, ray.ObjectRef] = {}
+        while True:
             while idle and queue:
                 cid, worker = queue.pop(0), idle.pop()
                 args = (round, cid, shipped[id(payloads[cid])], store.get(cid))
@@ -140,11 +146,15 @@ class RayBackend:
                 else:
                     result_ref = getattr(worker, kind).remote(*args)
                 pending[result_ref] = (cid, worker)
+            while released < len(in_order) and in_order[released] in done_refs:
+                yield ray.get(done_refs.pop(in_order[released]))
+                released += 1
+            if not pending:
+                return
             [done], _ = ray.wait(list(pending), num_returns=1)
             cid, worker = pending.pop(done)
-            results[cid] = ray.get(done)
+            done_refs[cid] = done
             idle.append(worker)
-        return [results[cid] for cid in sorted(results)]
 
     def _sizes(self, kind: str, round: int) -> list[int]:
         """Job sizes to hand out largest first: training rows, or a test-time client's samples."""
