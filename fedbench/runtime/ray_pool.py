@@ -1,4 +1,4 @@
-"""The Ray backend: a pool of ClientWorker actors fed largest-client-first.
+"""The Ray backend: a pool of ClientWorker actors fed largest-client-first (client-id order when streamed).
 
 The pool outlives a run: consecutive runs with the same resources reuse its actors. The base dataset is
 `ray.put` once (again only when a run uses another dataset), the scenario once per run; each
@@ -9,6 +9,7 @@ result, keeping the new state's reference in the StateStore.
 
 from __future__ import annotations
 
+import collections
 import os
 import secrets
 from typing import Iterator, Mapping
@@ -121,24 +122,31 @@ class RayBackend:
         self.scenario = scenario
 
     def run(self, kind: str, round: int, payloads: Mapping[int, Payload], store: StateStore) -> list[ClientResult]:
-        return list(self.stream(kind, round, payloads, store))
+        sizes = self._sizes(kind, round)
+        largest_first = sorted(payloads, key=lambda cid: (-sizes[cid], cid))  # the round ends soonest
+        return list(self._results(kind, round, payloads, store, largest_first))
 
     def stream(self, kind: str, round: int, payloads: Mapping[int, Payload], store: StateStore) -> Iterator[ClientResult]:
-        """The jobs' results in client-id order, each fetched once it and every lower id are done: a consumer that
-        folds and drops them holds few at a time. Results done early wait in the object store, as references."""
+        """The jobs' results in client-id order, each fetched once it and every lower id are done, for a consumer that
+        folds and drops them. Jobs are handed out in client-id order too, so results arrive about as they are
+        consumed and few wait (in the object store, as references) for a lower id."""
+        return self._results(kind, round, payloads, store, sorted(payloads))
+
+    def _results(self, kind: str, round: int, payloads: Mapping[int, Payload], store: StateStore,
+                 dispatch_order: list[int]) -> Iterator[ClientResult]:
+        """Hand the jobs out in `dispatch_order` to idle workers; yield the results in client-id order."""
         shipped: dict[int, ray.ObjectRef] = {}  # id(payload) -> ref: each distinct payload is put once
         for payload in payloads.values():
             if id(payload) not in shipped:
                 shipped[id(payload)] = ray.put(payload)
-        sizes = self._sizes(kind, round)
-        queue = sorted(payloads, key=lambda cid: (-sizes[cid], cid))  # largest clients first
+        queue = collections.deque(dispatch_order)
         in_order, released = sorted(payloads), 0
         idle = list(self.workers)
         pending: dict[ray.ObjectRef, tuple[int, object]] = {}
         done_refs: dict[int, ray.ObjectRef] = {}
         while True:
             while idle and queue:
-                cid, worker = queue.pop(0), idle.pop()
+                cid, worker = queue.popleft(), idle.pop()
                 args = (round, cid, shipped[id(payloads[cid])], store.get(cid))
                 if kind == "fit":
                     result_ref, state_ref = worker.fit.options(num_returns=2).remote(*args)

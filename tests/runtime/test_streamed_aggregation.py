@@ -81,7 +81,7 @@ def test_a_stream_hands_out_results_in_client_order_before_the_round_is_done(req
     """The first result comes while jobs are still to run, so a fold can drop each result before the next."""
     if backend == "ray":
         request.getfixturevalue("ray_session")
-    spec = tiny_spec(scenario={"partition": "dirichlet", "alpha": 0.3, "num_clients": 8},
+    spec = tiny_spec(scenario={"partition": "iid", "num_clients": 12},
                      resources={"backend": backend, "num_workers": 2})
     digits = load_dataset("digits")
     scenario = build_scenario(digits, spec.scenario, spec.seed, spec.rounds)
@@ -89,10 +89,10 @@ def test_a_stream_hands_out_results_in_client_order_before_the_round_is_done(req
     runner = make_backend(backend, digits, scenario, spec)
     try:
         store = StateStore()
-        stream = runner.stream("fit", 1, method.configure(1, method.init_state(), list(range(8))), store)
+        stream = runner.stream("fit", 1, method.configure(1, method.init_state(), list(range(12))), store)
         first = next(stream)
-        assert len(store) < 8  # not every job was even dispatched yet
+        assert len(store) < 12  # not every job was even dispatched yet
         ids = [first.client_id, *(r.client_id for r in stream)]
-        assert ids == list(range(8)) and len(store) == 8
+        assert ids == list(range(12)) and len(store) == 12
     finally:
         runner.close()
