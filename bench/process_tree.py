@@ -12,7 +12,8 @@ import psutil
 
 
 class TreePeak:
-    """Samples a process and all its descendants every `interval` s; `peak` is the largest sum seen.
+    """Samples a process and all its descendants every `interval` s; `peak` is the largest sum seen, `peak_parts`
+    what it was made of.
 
     Args:
         pid: the tree's root; None: this process.
@@ -26,29 +27,34 @@ class TreePeak:
         self.measure = measure
         self.interval = interval
         self.peak = 0
+        self.peak_parts: dict[str, int] = {}
+        """The peak's memory by process name (Ray's workers are `ray::ClientWorker`, its object store is in the raylet)."""
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._sample, daemon=True)
 
     def _size(self, proc: psutil.Process) -> int:
         return proc.memory_full_info().pss if self.measure == "pss" else proc.memory_info().rss
 
-    def sample(self) -> int:
-        """The tree's memory now (processes that end while being read are skipped)."""
-        total = 0
+    def sample(self) -> dict[str, int]:
+        """The tree's memory now, summed by process name (processes that end while being read are skipped)."""
+        parts: dict[str, int] = {}
         try:
             procs = [self.root, *self.root.children(recursive=True)]
         except psutil.Error:
-            return 0
+            return parts
         for proc in procs:
             try:
-                total += self._size(proc)
+                name = proc.name()
+                parts[name] = parts.get(name, 0) + self._size(proc)
             except psutil.Error:
                 pass
-        return total
+        return parts
 
     def _sample(self) -> None:
         while not self._stop.is_set():
-            self.peak = max(self.peak, self.sample())
+            parts = self.sample()
+            if sum(parts.values()) > self.peak:
+                self.peak, self.peak_parts = sum(parts.values()), parts
             self._stop.wait(self.interval)
 
     def __enter__(self) -> TreePeak:

@@ -41,6 +41,8 @@ CONFIGS = {  # clients -> (client_fraction, samples per client, copies of the po
     1000: (1.0, TOTAL // 1000, 1),
     10000: (0.01, 100, 17),
 }
+STORE = RESULTS / "scaling.json"
+"""Result sets by tag: a run of some client counts replaces those counts in its tag and keeps the others."""
 CHANNELS = ("comm_up_bytes", "comm_down_bytes", "comm_eval_down_bytes", "comm_eval_up_bytes")
 
 
@@ -109,7 +111,8 @@ def measure(clients: int, eval_clients: str, profile: Path | None = None) -> dic
                        "orchestration_s": orchestration, "orchestration_ms_per_job": 1000 * orchestration / jobs,
                        "bytes": sum(record[c] for c in CHANNELS), "startup_s": record["time_startup_s"]})
     return {"clients": clients, "fraction": fraction, "eval_clients": eval_clients, "rounds": rounds,
-            "peak_pss_gb": tree.peak / 1e9, "total_s": run["total_s"]}
+            "peak_pss_gb": tree.peak / 1e9, "total_s": run["total_s"],
+            "peak_pss_by_process_mb": {name: round(size / 1e6) for name, size in sorted(tree.peak_parts.items())}}
 
 
 def steady(result: dict, key: str) -> float:
@@ -148,13 +151,16 @@ def main() -> None:
     parser.add_argument("--only", default=",".join(map(str, CONFIGS)), help="client counts to run, comma-separated")
     parser.add_argument("--eval-clients", default="all", choices=["all", "sampled"],
                         help="the task's eval_clients: local evaluation on every registered client, or on the round's sampled ones")
-    parser.add_argument("--tag", default="run", help="name of this result set in bench/results/scaling.json")
+    parser.add_argument("--tag", default="run", help="result set in bench/results/scaling.json to put these runs in")
     parser.add_argument("--profile", type=Path, help="folder for each run's driver profile (cProfile, by own time)")
+    parser.add_argument("--report", action="store_true", help="print every saved result set as tables, run nothing")
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         return run_one(args.child, args.eval_clients, args.out, args.profile)
+    if args.report:
+        return write_report()
     results = []
     for clients in (int(c) for c in args.only.split(",")):
         profile = args.profile / f"{args.tag}-{clients}.txt" if args.profile else None
@@ -163,11 +169,17 @@ def main() -> None:
         res = measure(clients, args.eval_clients, profile)
         results.append(res)
         print(json.dumps(res), flush=True)
-    store = RESULTS / "scaling.json"
-    saved = json.loads(store.read_text()) if store.exists() else {}
-    saved[args.tag] = results
-    store.write_text(json.dumps(saved, indent=1))
-    print("\n".join(report(results, args.tag)))
+    saved = json.loads(STORE.read_text()) if STORE.exists() else {}
+    kept = [r for r in saved.get(args.tag, []) if r["clients"] not in {res["clients"] for res in results}]
+    saved[args.tag] = sorted(kept + results, key=lambda r: r["clients"])
+    STORE.write_text(json.dumps(saved, indent=1))
+    print("\n".join(report(saved[args.tag], args.tag)))
+
+
+def write_report() -> None:
+    """Every result set of scaling.json as tables (for bench/results/scaling.md)."""
+    saved = json.loads(STORE.read_text())
+    print("\n".join(line for tag, results in saved.items() for line in report(results, tag)))
 
 
 if __name__ == "__main__":

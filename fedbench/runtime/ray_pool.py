@@ -26,6 +26,10 @@ from fedbench.scenarios import Scenario
 
 RemoteClientWorker = ray.remote(ClientWorker)
 
+JOBS_IN_FLIGHT = 2
+"""Jobs handed to each worker at once: the next one waits in the actor's queue while the driver learns that the
+last one ended, so a worker never idles for that round trip (each job is still seeded and computed alone)."""
+
 
 def ensure_ray(address: str | None = None, num_cpus: int | None = None) -> None:
     """Connect to (or start) Ray once per process.
@@ -141,7 +145,7 @@ class RayBackend:
                 shipped[id(payload)] = ray.put(payload)
         queue = collections.deque(dispatch_order)
         in_order, released = sorted(payloads), 0
-        idle = list(self.workers)
+        idle = list(self.workers) * JOBS_IN_FLIGHT  # a slot per job a worker may hold
         pending: dict[ray.ObjectRef, tuple[int, object]] = {}
         done_refs: dict[int, ray.ObjectRef] = {}
         while True:
