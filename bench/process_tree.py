@@ -44,7 +44,7 @@ class TreePeak:
             return parts
         for proc in procs:
             try:
-                name = proc.name()
+                name = proc.name().split(".")[0]  # a Ray worker's title names its running method: `ray::ClientWorker.fit`
                 parts[name] = parts.get(name, 0) + self._size(proc)
             except psutil.Error:
                 pass
