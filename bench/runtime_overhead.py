@@ -19,10 +19,8 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import threading
 import time
 
-import psutil
 import torch
 import torch.nn.functional as F
 
@@ -36,35 +34,7 @@ from fedbench.data import load_dataset
 from fedbench.runtime import Federation
 from fedbench.scenarios import build_scenario
 from fedbench.tracking.paths import results_dir
-
-
-class PeakRss:
-    """Samples the RSS of this process and all its descendants (Ray's workers included) every 0.2 s."""
-
-    def __init__(self) -> None:
-        self.peak = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._sample, daemon=True)
-
-    def _sample(self) -> None:
-        me = psutil.Process()
-        while not self._stop.is_set():
-            total = 0
-            for proc in [me, *me.children(recursive=True)]:
-                try:
-                    total += proc.memory_info().rss
-                except psutil.Error:
-                    pass
-            self.peak = max(self.peak, total)
-            self._stop.wait(0.2)
-
-    def __enter__(self) -> PeakRss:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join()
+from process_tree import TreePeak
 
 
 def choose_dataset() -> tuple[dict, str]:
@@ -172,7 +142,7 @@ def main() -> None:
     runs: dict[str, list[dict]] = {key: [] for key in variants}
     for repeat in range(args.repeats):
         for key, (label, run) in variants.items():
-            with PeakRss() as rss:
+            with TreePeak() as rss:
                 total, rounds = run()
             torch.set_num_threads(default_threads)
             _shutdown_ray()

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, ClassVar, Sequence
+from typing import Any, ClassVar, Mapping, Protocol, Sequence
 
 import numpy as np
 import torch
@@ -29,9 +29,17 @@ from fedbench.core.types import (
     Arrays, ClientResult, ClientState, LocalTraining, Metrics, Payload, RoundContext, derive_seed,
 )
 from fedbench.models import build_model
-from fedbench.training import ClientData, average_weights, evaluate, get_weights, predict, probabilities, set_weights
+from fedbench.training import ClientData, RunningAverage, average_weights, evaluate, get_weights, predict, probabilities, set_weights
 
 ServerState = dict[str, Any]
+
+
+class Aggregator(Protocol):
+    """A round's aggregation as a fold (`Algorithm.aggregator`): results are added in client-id order."""
+
+    def add(self, result: ClientResult) -> None: ...
+
+    def finish(self) -> ServerState: ...
 """The server's state between rounds; its keys belong to the algorithm (the runtime reads it only through
 the algorithm's methods, `round_metrics` included)."""
 
@@ -178,6 +186,12 @@ class Algorithm:
     def aggregate(self, round: int, state: ServerState, results: Sequence[ClientResult]) -> ServerState:
         """The next server state from this round's results (given in client-id order)."""
         return state
+
+    def aggregator(self, round: int, state: ServerState, train_sizes: Mapping[int, int]) -> Aggregator | None:
+        """A fold that builds the same next state as `aggregate`, one fit result at a time in client-id order, so
+        that a round never holds every client's update at once; None (the default): `aggregate` gets the whole
+        list. `train_sizes`: each sampled client's training-set size, known before any result arrives."""
+        return None
 
     def round_metrics(self, state: ServerState) -> Metrics:
         """Numbers the server half computed in the `aggregate` that returned `state` (FEROMA's aggregation
@@ -356,3 +370,30 @@ def sample_counts(results: Sequence[ClientResult]) -> list[int]:
 def average_uplinks(results: Sequence[ClientResult]) -> Arrays:
     """FedAvg's average (McMahan et al. 2017) of the results' `weights` sections, by their sample counts."""
     return average_weights([r.uplink.weights for r in results], sample_counts(results))
+
+
+class UplinkAverage:
+    """`average_uplinks` as a fold (FedAvg's `aggregator`): each result's weights go into the running float64
+    sums as it arrives and are dropped, so a round holds one average, not every client's model.
+
+    The coefficients n_k / n need every n_k first: they are the sampled clients' training-set sizes, which the
+    runtime knows before the round; each uplink's own count is checked against them, so the numbers are those
+    of `average_uplinks` over the same results, bit for bit.
+    """
+
+    def __init__(self, state: ServerState, train_sizes: Mapping[int, int]):
+        self.state = state
+        self.order = sorted(train_sizes)
+        self.sizes = dict(train_sizes)
+        self.average = RunningAverage([train_sizes[cid] for cid in self.order])
+
+    def add(self, result: ClientResult) -> None:
+        expected = self.order[self.average.added]
+        [n] = sample_counts([result])
+        if result.client_id != expected or n != self.sizes[expected]:
+            raise RuntimeError(f"streamed aggregation expected client {expected} with {self.sizes[expected]} training "
+                               f"samples, got client {result.client_id} with {n}")
+        self.average.add(result.uplink.weights)
+
+    def finish(self) -> ServerState:
+        return {**self.state, "global": Payload(self.average.result())}

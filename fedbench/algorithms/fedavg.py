@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Mapping, Sequence
 
-from fedbench.algorithms.base import Algorithm, ServerState, average_uplinks, counted
+from fedbench.algorithms.base import Aggregator, Algorithm, ServerState, UplinkAverage, average_uplinks, counted
 from fedbench.core.registry import register_algorithm
 from fedbench.core.types import ClientResult, ClientState, Metrics, Payload, RoundContext
 from fedbench.training import ClientData, get_weights, train_local
@@ -23,3 +23,9 @@ class FedAvg(Algorithm):
 
     def aggregate(self, round: int, state: ServerState, results: Sequence[ClientResult]) -> ServerState:
         return {**state, "global": Payload(average_uplinks(results))}
+
+    def aggregator(self, round: int, state: ServerState, train_sizes: Mapping[int, int]) -> Aggregator | None:
+        """The streamed form of `aggregate`; a subclass that aggregates otherwise gets the whole list."""
+        if type(self).aggregate is not FedAvg.aggregate:
+            return None
+        return UplinkAverage(state, train_sizes)

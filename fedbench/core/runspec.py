@@ -6,6 +6,7 @@ run's identity. Field metadata marks the exceptions, on the field itself:
 
 - `NOT_IDENTITY`: a field that does not change what a run computes (where it runs, where the data lives);
   serialised, but left out of the run hash.
+- `IDENTITY_UNLESS_DEFAULT`: a field added after runs were recorded; in the run hash only when not at its default.
 - `INLINE`: a component whose parameters sit in its parent's section (`scenario: {partition: dirichlet,
   alpha: 0.3}`), as task files write them.
 - `component(REGISTRY)`: a registered thing chosen by name, whose parameters the registry entry declares.
@@ -32,6 +33,9 @@ Params = tuple[tuple[str, Any], ...]
 
 NOT_IDENTITY = {"identity": False}
 """Field metadata: serialised, but not part of the run hash (it does not change what the run computes)."""
+IDENTITY_UNLESS_DEFAULT = {"identity": "unless_default"}
+"""Field metadata: part of the run hash only when set away from its default, so that adding the field leaves
+every existing run's hash (and what was recorded under it) as it was."""
 INLINE = "inline"
 """Field metadata key: the component's name goes under the field's name, its parameters into the parent."""
 
@@ -203,6 +207,10 @@ class RunSpec:
     seed: int = 0
     eval_every: int = 1
     """Evaluate every client's local test split every this many rounds (and always at the last round)."""
+    eval_clients: Literal["all", "sampled"] = field(default="all", metadata=IDENTITY_UNLESS_DEFAULT)
+    """Whose local test split a round evaluates: every registered client, or only the round's sampled ones, so
+    that a round of a large federation at partial participation costs what its sampled clients cost. The last
+    round evaluates every client either way: the final numbers cover the whole federation."""
     resources: ResourceSpec = field(default_factory=ResourceSpec, metadata=NOT_IDENTITY)
     run_name: str | None = field(default=None, metadata=NOT_IDENTITY)
     """The run's display name (MLflow run name, progress lines); a task names its runs by what varies in its
@@ -264,7 +272,10 @@ def plain(value: Any, identity_only: bool = False) -> Any:
 def _fields(value: Any, identity_only: bool, skip: tuple[str, ...] = ()) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for f in dataclasses.fields(value):
-        if f.name in skip or (identity_only and not f.metadata.get("identity", True)):
+        identity = f.metadata.get("identity", True)
+        if f.name in skip or (identity_only and not identity):
+            continue
+        if identity_only and identity == "unless_default" and getattr(value, f.name) == f.default:
             continue
         item = plain(getattr(value, f.name), identity_only)
         if f.metadata.get(INLINE):

@@ -1,12 +1,13 @@
 """Where client jobs run: in this process (serial) or on a pool of Ray actors (ray).
 
 Both take a round's per-client payloads and the state store, run the jobs, put new client states back
-into the store and return results in client-id order (so aggregation sums in the same order everywhere).
+into the store and return results in client-id order (so aggregation sums in the same order everywhere):
+`run` as a list, `stream` one at a time (for an aggregation that folds them as they come).
 """
 
 from __future__ import annotations
 
-from typing import Literal, Mapping
+from typing import Iterator, Literal, Mapping
 
 from fedbench.core.runspec import RunSpec
 from fedbench.core.types import ClientResult, Payload
@@ -30,15 +31,17 @@ class SerialBackend:
         self.worker.load(dataset, scenario, spec)
 
     def run(self, kind: JobKind, round: int, payloads: Mapping[int, Payload], store: StateStore) -> list[ClientResult]:
-        results = []
+        return list(self.stream(kind, round, payloads, store))
+
+    def stream(self, kind: JobKind, round: int, payloads: Mapping[int, Payload], store: StateStore) -> Iterator[ClientResult]:
+        """The jobs' results one at a time, in client-id order, each computed when asked for."""
         for cid in sorted(payloads):
             if kind == "fit":
                 result, new_state = self.worker.fit(round, cid, payloads[cid], store.get(cid))
                 store.put(cid, new_state)
             else:
                 result = getattr(self.worker, kind)(round, cid, payloads[cid], store.get(cid))
-            results.append(result)
-        return results
+            yield result
 
     def worker_pids(self) -> list[int]:
         return [self.worker.pid()]

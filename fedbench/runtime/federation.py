@@ -1,7 +1,7 @@
 """Federation: one RunSpec, run round by round. The round loop lives here and nowhere else.
 
 Each round: sample clients, `configure`, meter the downlink, run fit jobs, meter the uplink, `aggregate`,
-evaluate on every client's local test split when due, build the round record, call the callbacks. After
+evaluate on every client's local test split when due (or on the round's sampled clients: `eval_clients`), build the round record, call the callbacks. After
 the last round, system accuracy and the test-time clients are evaluated too.
 A run that raises (a diverging client, missing data) ends FAILED with its reason, and so does one whose final
 local accuracy is NaN; it never raises to the caller, so the other runs of a task go on.
@@ -9,6 +9,7 @@ local accuracy is NaN; it never raises to the caller, so the other runs of a tas
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Sequence
 
@@ -85,17 +86,14 @@ class Federation:
             sampled = self._sample(round, algorithm.config.clients_per_round(spec.scenario.num_clients))
             payloads = algorithm.configure(round, state, sampled)
             meter.downlink(payloads)
-            results = backend.run("fit", round, payloads, store)
-            if not algorithm.decentralized:
-                meter.uplink(results)
-            agg_start = time.perf_counter()
-            state = algorithm.aggregate(round, state, results)
-            record = {M.ROUND: float(round), M.TIME_AGGREGATE_S: time.perf_counter() - agg_start,
+            state, results, aggregate_s = self._fit(algorithm, backend, scenario, round, state, payloads, store, meter)
+            record = {M.ROUND: float(round), M.TIME_AGGREGATE_S: aggregate_s,
                       M.TIME_STARTUP_S: startup_s if round == 1 else 0.0}
             record.update(training_metrics(results))
             record.update(algorithm.round_metrics(state))
             if round % spec.eval_every == 0 or round == spec.rounds:
-                eval_payloads = algorithm.evaluation_payloads(state, clients)
+                evaluated = sampled if spec.eval_clients == "sampled" and round < spec.rounds else clients
+                eval_payloads = algorithm.evaluation_payloads(state, evaluated)
                 meter.downlink(eval_payloads, channel=M.COMM_EVAL_DOWN_BYTES)
                 evals = backend.run("evaluate", round, eval_payloads, store)
                 record.update(evaluation_metrics(evals))
@@ -110,6 +108,31 @@ class Federation:
             stop = [cb.on_round_end(spec, record) for cb in self.callbacks]
             if any(stop):
                 break
+
+    def _fit(self, algorithm, backend, scenario, round: int, state, payloads, store, meter) -> tuple[object, list, float]:
+        """The round's fit jobs and their aggregation: (next server state, results, seconds spent aggregating).
+
+        Where the algorithm folds results one at a time (`aggregator`), each is added as it arrives and kept
+        without its uplink, so the round never holds every client's model; otherwise `aggregate` gets the list.
+        """
+        sizes = {cid: len(scenario.view(round, cid).train) for cid in payloads}
+        aggregator = algorithm.aggregator(round, state, sizes)
+        if aggregator is None:
+            results = backend.run("fit", round, payloads, store)
+            if not algorithm.decentralized:
+                meter.uplink(results)
+            start = time.perf_counter()
+            return algorithm.aggregate(round, state, results), results, time.perf_counter() - start
+        results, seconds = [], 0.0
+        for result in backend.stream("fit", round, payloads, store):
+            if not algorithm.decentralized:
+                meter.uplink([result])
+            start = time.perf_counter()
+            aggregator.add(result)
+            seconds += time.perf_counter() - start
+            results.append(dataclasses.replace(result, uplink=Payload()))
+        start = time.perf_counter()
+        return aggregator.finish(), results, seconds + time.perf_counter() - start
 
     def _final_evaluation(self, algorithm, backend, scenario, state, store, meter, round: int) -> tuple[dict[str, float], float]:
         """After the last round: system accuracy over the pooled test splits (004) and the test-time clients

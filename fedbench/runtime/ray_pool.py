@@ -1,4 +1,4 @@
-"""The Ray backend: a pool of ClientWorker actors fed largest-client-first.
+"""The Ray backend: a pool of ClientWorker actors fed largest-client-first (client-id order when streamed).
 
 The pool outlives a run: consecutive runs with the same resources reuse its actors. The base dataset is
 `ray.put` once (again only when a run uses another dataset), the scenario once per run; each
@@ -13,10 +13,11 @@ own failure and fails the run.
 
 from __future__ import annotations
 
+import collections
 import logging
 import os
 import secrets
-from typing import Mapping
+from typing import Iterator, Mapping
 
 import ray
 
@@ -39,6 +40,10 @@ run again, but a job that kills every worker it lands on (a client that runs out
 WORKER_DEATHS = (ray.exceptions.RayActorError, ray.exceptions.OutOfMemoryError)
 """What `ray.get` of a job raises when its worker's process died (killed, lost with its node, or stopped by
 Ray's memory monitor), as opposed to a `RayTaskError`: an exception the job itself raised."""
+
+JOBS_IN_FLIGHT = 2
+"""Jobs handed to each worker at once: the next one waits in the actor's queue while the driver learns that the
+last one ended, so a worker never idles for that round trip (each job is still seeded and computed alone)."""
 
 
 def ensure_ray(address: str | None = None, num_cpus: int | None = None) -> None:
@@ -149,38 +154,61 @@ class RayBackend:
         self.scenario = scenario
 
     def run(self, kind: str, round: int, payloads: Mapping[int, Payload], store: StateStore) -> list[ClientResult]:
+        sizes = self._sizes(kind, round)
+        largest_first = sorted(payloads, key=lambda cid: (-sizes[cid], cid))  # the round ends soonest
+        return list(self._results(kind, round, payloads, store, largest_first))
+
+    def stream(self, kind: str, round: int, payloads: Mapping[int, Payload], store: StateStore) -> Iterator[ClientResult]:
+        """The jobs' results in client-id order, each fetched once it and every lower id are done, for a consumer that
+        folds and drops them. Jobs are handed out in client-id order too, so results arrive about as they are
+        consumed and few wait for a lower id."""
+        return self._results(kind, round, payloads, store, sorted(payloads))
+
+    def _results(self, kind: str, round: int, payloads: Mapping[int, Payload], store: StateStore,
+                 dispatch_order: list[int]) -> Iterator[ClientResult]:
+        """Hand the jobs out in `dispatch_order` to idle workers; yield the results in client-id order."""
         shipped: dict[int, ray.ObjectRef] = {}  # id(payload) -> ref: each distinct payload is put once
         for payload in payloads.values():
             if id(payload) not in shipped:
                 shipped[id(payload)] = ray.put(payload)
-        sizes = self._sizes(kind, round)
-        queue = sorted(payloads, key=lambda cid: (-sizes[cid], cid))  # largest clients first
-        idle = list(self.workers)
+        queue = collections.deque(dispatch_order)
+        in_order, released = sorted(payloads), 0
+        idle = list(self.workers) * JOBS_IN_FLIGHT  # a slot per job a worker may hold
         pending: dict[ray.ObjectRef, tuple[int, object, ray.ObjectRef | None]] = {}
-        results: dict[int, ClientResult] = {}
+        finished: dict[int, ClientResult] = {}
         lost: dict[int, int] = {}  # client id -> workers that died running its job in this call
-        while queue or pending:
+        replaced: dict[object, object] = {}  # a dead worker -> its replacement (its other jobs died with it)
+        while True:
             while idle and queue:
-                cid, worker = queue.pop(0), idle.pop()
+                cid, worker = queue.popleft(), idle.pop()
                 args = (round, cid, shipped[id(payloads[cid])], store.get(cid))
                 if kind == "fit":
                     result_ref, state_ref = worker.fit.options(num_returns=2).remote(*args)
                 else:
                     result_ref, state_ref = getattr(worker, kind).remote(*args), None
                 pending[result_ref] = (cid, worker, state_ref)
+            while released < len(in_order) and in_order[released] in finished:
+                yield finished.pop(in_order[released])
+                released += 1
+            if not pending:
+                return
             [done], _ = ray.wait(list(pending), num_returns=1)
             cid, worker, state_ref = pending.pop(done)
             try:
-                results[cid] = ray.get(done)
+                finished[cid] = ray.get(done)
             except WORKER_DEATHS as exc:  # the worker's process died, not an exception of the job
                 lost[cid] = lost.get(cid, 0) + 1
-                idle.append(self._replace(worker, kind, round, cid, lost[cid], exc))
-                queue.insert(0, cid)  # again, from the state the store still holds
-                continue
-            if state_ref is not None:  # stored only now: a dead worker's state ref must not replace the last good state
-                store.put(cid, state_ref)
+                if worker not in replaced:
+                    replaced[worker] = self._replace(worker, kind, round, cid, lost[cid], exc)
+                    idle = [replaced[worker] if w is worker else w for w in idle]
+                elif lost[cid] >= JOB_ATTEMPTS:
+                    self._replace(worker, kind, round, cid, lost[cid], exc)  # raises WorkerLostError
+                worker = replaced[worker]
+                queue.appendleft(cid)  # again, from the state the store still holds
+            else:
+                if state_ref is not None:  # stored only now: a dead worker's state ref must not replace the last good state
+                    store.put(cid, state_ref)
             idle.append(worker)
-        return [results[cid] for cid in sorted(results)]
 
     def _replace(self, dead, kind: str, round: int, cid: int, lost: int, exc: Exception):
         """A new worker for the job whose worker died, or WorkerLostError once the job has taken down

@@ -4,11 +4,12 @@ from fedbench.training.client_data import ClientData, materialize
 from fedbench.training.loop import (
     TrainHooks, evaluate, predict, probabilities, train_local, training_loss, training_losses,
 )
-from fedbench.training.weights import average_weights, get_weights, set_weights
+from fedbench.training.weights import RunningAverage, average_weights, get_weights, set_weights
 
 __all__ = [
     "ClientData",
     "TrainHooks",
+    "RunningAverage",
     "average_weights",
     "evaluate",
     "get_weights",

@@ -29,15 +29,45 @@ def average_weights(weights: Sequence[Arrays], sample_counts: Sequence[float]) -
     `num_batches_tracked`) are taken from the first model. Callers pass models in client-id order, so
     the summation order, and therefore the result, is the same on every backend.
     """
-    coeffs = np.asarray(sample_counts, dtype=np.float64)
-    coeffs = coeffs / coeffs.sum()
-    averaged: Arrays = {}
-    for name, first in weights[0].items():
-        if not np.issubdtype(first.dtype, np.floating):
-            averaged[name] = np.array(first, copy=True)
-            continue
-        total = np.zeros(first.shape, dtype=np.float64)
-        for c, w in zip(coeffs, weights):
-            total += c * w[name]
-        averaged[name] = total.astype(first.dtype)
-    return averaged
+    average = RunningAverage(sample_counts)
+    for w in weights:
+        average.add(w)
+    return average.result()
+
+
+class RunningAverage:
+    """`average_weights` one model at a time, so that a round never holds every client's model at once.
+
+    The counts, known before the models arrive, give the coefficients n_k / n up front; each model is
+    added into float64 sums as it comes, in the order of `sample_counts`. Every element sees the same
+    additions in the same order as summing a list, so the numbers are the same bit for bit.
+    """
+
+    def __init__(self, sample_counts: Sequence[float]):
+        coeffs = np.asarray(sample_counts, dtype=np.float64)
+        self.coeffs = coeffs / coeffs.sum()
+        self.added = 0
+        self._sums: Arrays = {}
+        self._dtypes: dict[str, np.dtype] = {}
+
+    def add(self, weights: Arrays) -> None:
+        """Add the next model (the `added`-th of `sample_counts`); nothing of it is kept afterwards."""
+        if self.added == len(self.coeffs):
+            raise ValueError(f"all {len(self.coeffs)} models of the average were already added")
+        c = self.coeffs[self.added]
+        if self.added == 0:
+            for name, first in weights.items():
+                self._dtypes[name] = first.dtype
+                floating = np.issubdtype(first.dtype, np.floating)
+                self._sums[name] = np.zeros(first.shape, dtype=np.float64) if floating else np.array(first, copy=True)
+        for name, total in self._sums.items():
+            if np.issubdtype(self._dtypes[name], np.floating):
+                total += c * weights[name]
+        self.added += 1
+
+    def result(self) -> Arrays:
+        """The average, each tensor cast back to its own dtype."""
+        if self.added != len(self.coeffs):
+            raise ValueError(f"{self.added} of the average's {len(self.coeffs)} models were added")
+        return {name: total.astype(self._dtypes[name]) if np.issubdtype(self._dtypes[name], np.floating) else total
+                for name, total in self._sums.items()}
