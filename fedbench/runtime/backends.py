@@ -11,6 +11,7 @@ from typing import Literal, Mapping
 from fedbench.core.runspec import RunSpec
 from fedbench.core.types import ClientResult, Payload
 from fedbench.data import BaseDataset
+from fedbench.runtime.placement import WorkerPlace
 from fedbench.runtime.state_store import StateStore
 from fedbench.runtime.worker import ClientWorker
 from fedbench.scenarios import Scenario
@@ -27,7 +28,7 @@ class SerialBackend:
 
     def __init__(self, dataset: BaseDataset, scenario: Scenario, spec: RunSpec):
         self.worker = ClientWorker()
-        self.worker.load(dataset, scenario, spec)
+        self.places = [self.worker.load(dataset, scenario, spec)]
 
     def run(self, kind: JobKind, round: int, payloads: Mapping[int, Payload], store: StateStore) -> list[ClientResult]:
         results = []
@@ -42,6 +43,9 @@ class SerialBackend:
 
     def worker_pids(self) -> list[int]:
         return [self.worker.pid()]
+
+    def worker_places(self) -> list[WorkerPlace]:
+        return self.places
 
     def close(self) -> None:
         pass

@@ -18,7 +18,8 @@ import ray
 from fedbench.core.runspec import ResourceSpec, RunSpec
 from fedbench.core.types import ClientResult, Payload
 from fedbench.data import BaseDataset
-from fedbench.runtime.ray_resources import check_worker_fits, get_reporting_waits
+from fedbench.runtime.placement import WorkerPlace
+from fedbench.runtime.ray_resources import check_worker_fits, get_reporting_waits, node_resources
 from fedbench.runtime.state_store import StateStore
 from fedbench.runtime.worker import ClientWorker
 from fedbench.scenarios import Scenario
@@ -57,7 +58,7 @@ class RayWorkerPool:
 
     def __init__(self, resources: ResourceSpec, max_clients: int):
         ensure_ray()
-        check_worker_fits(resources, ray.cluster_resources())
+        check_worker_fits(resources, node_resources())
         self.resources = resources
         n = pool_size(resources, ray.available_resources(), max_clients)
         options = {"num_cpus": resources.client_cpus, "num_gpus": resources.client_gpus}
@@ -65,12 +66,13 @@ class RayWorkerPool:
         self._dataset = None  # (dataset, ref) of the last dataset shipped: runs of a task usually share it
 
     def load(self, dataset: BaseDataset, scenario: Scenario, spec: RunSpec) -> None:
-        """Point every worker at a run; the dataset is `ray.put` only when it changed since the last run."""
+        """Point every worker at a run, keeping where each trains (`places`); the dataset is `ray.put` only when
+        it changed since the last run."""
         if self._dataset is None or self._dataset[0] is not dataset:
             self._dataset = (dataset, ray.put(dataset))
         scenario_ref = ray.put(scenario)
         loads = [w.load.remote(self._dataset[1], scenario_ref, spec) for w in self.workers]
-        get_reporting_waits(loads, "client workers to start", self.resources)
+        self.places = get_reporting_waits(loads, "client workers to start", self.resources)
 
     def placement_groups(self) -> list[str | None]:
         """Each worker's placement group (a sweep's trial reserves one for its workers)."""
@@ -154,6 +156,9 @@ class RayBackend:
 
     def worker_pids(self) -> list[int]:
         return ray.get([w.pid.remote() for w in self.workers])
+
+    def worker_places(self) -> list[WorkerPlace]:
+        return self.pool.places
 
     def close(self) -> None:
         if self.owns_pool:

@@ -84,7 +84,8 @@ class MlflowCallback(Callback):
     def on_run_end(self, result: RunResult) -> None:
         now = int(time.time() * 1000)
         step = len(result.history)
-        self.client.log_batch(self.run_id, metrics=[Metric(k, float(v), now, step) for k, v in result.final.items()])
+        self.client.log_batch(self.run_id, metrics=[Metric(k, float(v), now, step) for k, v in result.final.items()],
+                              tags=[RunTag(k, v) for k, v in result.tags.items()])
         if result.status == "FAILED":
             self.client.log_batch(self.run_id, tags=[RunTag(FAILURE_REASON_TAG, result.reason[:5000])])
             if result.traceback:
