@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
+from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -85,27 +89,41 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture
-def mlflow_server(tmp_path, migrated_store):
-    """A real `mlflow server` subprocess on 127.0.0.1; stopped by its PID."""
-    shutil.copy(migrated_store, tmp_path / "server.db")
+@contextlib.contextmanager
+def serving_mlflow(backend_store_uri: str, artifacts: Path) -> Iterator[str]:
+    """A real `mlflow server` subprocess on 127.0.0.1 (one worker, no job runner: RAY_NOTES.md) over
+    `backend_store_uri`; yields its URL once /health answers, and stops it by its process group."""
     port = free_port()
     env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
-    cmd = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{tmp_path / 'server.db'}",
-           "--artifacts-destination", str(tmp_path / "artifacts"), "--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    cmd = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", backend_store_uri,
+           "--artifacts-destination", str(artifacts), "--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
+    log = tempfile.TemporaryFile()  # not a pipe: a server logging more than a pipe holds would block
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=log, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 240
-    while time.time() < deadline:
-        try:
-            if urllib.request.urlopen(f"{url}/health", timeout=2).status == 200:
-                break
-        except OSError:
-            time.sleep(0.5)
-        assert proc.poll() is None, proc.stderr.read().decode()
-    else:
-        os.killpg(proc.pid, signal.SIGTERM)
-        pytest.fail("mlflow server did not become healthy in 240 s")
-    yield url
-    os.killpg(proc.pid, signal.SIGTERM)  # the server's own process group: only what this fixture started
-    proc.wait(timeout=30)
+    try:
+        deadline = time.time() + 240
+        while time.time() < deadline:
+            try:
+                if urllib.request.urlopen(f"{url}/health", timeout=2).status == 200:
+                    break
+            except OSError:
+                time.sleep(0.5)
+            if proc.poll() is not None:
+                log.seek(0)
+                pytest.fail(f"mlflow server exited with {proc.returncode}: {log.read().decode()[-3000:]}")
+        else:
+            pytest.fail("mlflow server did not become healthy in 240 s")
+        yield url
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)  # the server's own process group: only what this started
+            proc.wait(timeout=30)
+        log.close()
+
+
+@pytest.fixture
+def mlflow_server(tmp_path, migrated_store):
+    """A real `mlflow server` on 127.0.0.1 over a copy of the migrated sqlite store."""
+    shutil.copy(migrated_store, tmp_path / "server.db")
+    with serving_mlflow(f"sqlite:///{tmp_path / 'server.db'}", tmp_path / "artifacts") as url:
+        yield url

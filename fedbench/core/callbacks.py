@@ -20,6 +20,8 @@ class RunResult:
     final: dict[str, float] = field(default_factory=dict)
     reason: str = ""
     traceback: str = ""
+    tags: dict[str, str] = field(default_factory=dict)
+    """Where the run ran, for its MLflow run's tags: each client worker's node, GPU ids and device."""
 
 
 class Callback:

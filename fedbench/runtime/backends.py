@@ -12,6 +12,7 @@ from typing import Iterator, Literal, Mapping
 from fedbench.core.runspec import RunSpec
 from fedbench.core.types import ClientResult, Payload
 from fedbench.data import BaseDataset
+from fedbench.runtime.placement import WorkerPlace
 from fedbench.runtime.state_store import StateStore
 from fedbench.runtime.worker import ClientWorker
 from fedbench.scenarios import Scenario
@@ -28,7 +29,7 @@ class SerialBackend:
 
     def __init__(self, dataset: BaseDataset, scenario: Scenario, spec: RunSpec):
         self.worker = ClientWorker()
-        self.worker.load(dataset, scenario, spec)
+        self.places = [self.worker.load(dataset, scenario, spec)]
 
     def run(self, kind: JobKind, round: int, payloads: Mapping[int, Payload], store: StateStore) -> list[ClientResult]:
         return list(self.stream(kind, round, payloads, store))
@@ -45,6 +46,9 @@ class SerialBackend:
 
     def worker_pids(self) -> list[int]:
         return [self.worker.pid()]
+
+    def worker_places(self) -> list[WorkerPlace]:
+        return self.places
 
     def close(self) -> None:
         pass

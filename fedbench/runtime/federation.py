@@ -24,6 +24,7 @@ from fedbench.data import load_dataset
 from fedbench.runtime.backends import make_backend
 from fedbench.runtime.byte_meter import ByteMeter
 from fedbench.runtime.failures import failure_reason, failure_traceback
+from fedbench.runtime.placement import placement_tags
 from fedbench.runtime.records import evaluation_metrics, meaningless, summarize, test_time_metrics, training_metrics
 from fedbench.runtime.state_store import StateStore
 from fedbench.runtime.system_eval import bundle, ensemble_bundle, system_metrics
@@ -51,7 +52,7 @@ class Federation:
             cb.on_run_start(self.spec)
         start = time.perf_counter()
         history: list[dict[str, float]] = []
-        backend = None
+        backend, placement = None, {}
         try:
             dataset = load_dataset(self.spec.dataset.name, self.spec.dataset.data_root, **self.spec.dataset.kwargs)
             scenario = build_scenario(dataset, self.spec.scenario, self.spec.seed, self.spec.rounds)
@@ -60,6 +61,7 @@ class Federation:
             startup = time.perf_counter()
             backend = make_backend(self.backend_name, dataset, scenario, self.spec, self.pool)
             self.worker_pids = backend.worker_pids()
+            placement = placement_tags(backend.worker_places(), self.spec.scenario.num_clients)
             self._loop(algorithm, backend, scenario, history, time.perf_counter() - startup)
             final = summarize(history, time.perf_counter() - start)
             reason = meaningless(final)
@@ -71,6 +73,7 @@ class Federation:
         finally:
             if backend is not None:
                 backend.close()
+        result.tags.update(placement)
         for cb in self.callbacks:
             cb.on_run_end(result)
         return result

@@ -25,7 +25,8 @@ from fedbench.core.errors import WorkerLostError
 from fedbench.core.runspec import ResourceSpec, RunSpec
 from fedbench.core.types import ClientResult, Payload
 from fedbench.data import BaseDataset
-from fedbench.runtime.ray_resources import check_worker_fits, get_reporting_waits
+from fedbench.runtime.placement import WorkerPlace
+from fedbench.runtime.ray_resources import check_worker_fits, get_reporting_waits, node_resources
 from fedbench.runtime.state_store import StateStore
 from fedbench.runtime.worker import ClientWorker
 from fedbench.scenarios import Scenario
@@ -77,22 +78,24 @@ class RayWorkerPool:
 
     def __init__(self, resources: ResourceSpec, max_clients: int):
         ensure_ray()
-        check_worker_fits(resources, ray.cluster_resources())
+        check_worker_fits(resources, node_resources())
         self.resources = resources
         n = pool_size(resources, ray.available_resources(), max_clients)
         self._options = {"num_cpus": resources.client_cpus, "num_gpus": resources.client_gpus}
         self.workers = [RemoteClientWorker.options(**self._options).remote() for _ in range(n)]
         self._dataset = None  # (dataset, ref) of the last dataset shipped: runs of a task usually share it
         self._loaded: tuple = ()  # the arguments of the last `load`: what a replacement worker is loaded with
+        self.places: list = []  # each worker's WorkerPlace (node, GPU ids, device), from its last `load`
 
     def load(self, dataset: BaseDataset, scenario: Scenario, spec: RunSpec) -> None:
-        """Point every worker at a run; the dataset is `ray.put` only when it changed since the last run."""
+        """Point every worker at a run, keeping where each trains (`places`); the dataset is `ray.put` only when
+        it changed since the last run."""
         if self._dataset is None or self._dataset[0] is not dataset:
             self._dataset = (dataset, ray.put(dataset))
         scenario_ref = ray.put(scenario)
         self._loaded = (self._dataset[1], scenario_ref, spec)
         loads = [w.load.remote(self._dataset[1], scenario_ref, spec) for w in self.workers]
-        get_reporting_waits(loads, "client workers to start", self.resources)
+        self.places = get_reporting_waits(loads, "client workers to start", self.resources)
 
     def replace(self, dead):
         """A new worker in place of `dead` (its process died): the same resources, loaded with the same run.
@@ -101,8 +104,10 @@ class RayWorkerPool:
         """
         ray.kill(dead)  # a worker that is only unreachable must not come back beside its replacement
         worker = RemoteClientWorker.options(**self._options).remote()
-        get_reporting_waits([worker.load.remote(*self._loaded)], "a replacement client worker to start", self.resources)
-        self.workers[self.workers.index(dead)] = worker
+        [place] = get_reporting_waits([worker.load.remote(*self._loaded)], "a replacement client worker to start",
+                                      self.resources)
+        slot = self.workers.index(dead)
+        self.workers[slot], self.places[slot] = worker, place
         return worker
 
     def placement_groups(self) -> list[str | None]:
@@ -230,6 +235,9 @@ class RayBackend:
 
     def worker_pids(self) -> list[int]:
         return ray.get([w.pid.remote() for w in self.workers])
+
+    def worker_places(self) -> list[WorkerPlace]:
+        return self.pool.places
 
     def close(self) -> None:
         if self.owns_pool:

@@ -41,10 +41,43 @@ def check_fits(need: Mapping[str, float], cluster: Mapping[str, float], what: st
                                             f"the cluster has {describe(cluster)} in all")
 
 
-def check_worker_fits(resources: ResourceSpec, cluster: Mapping[str, float]) -> None:
-    """Refuse a client worker (`client_cpus`, `client_gpus`) larger than the whole cluster."""
-    need = {"CPU": resources.client_cpus, "GPU": resources.client_gpus}
-    check_fits(need, cluster, "one client worker", resources)
+def node_resources() -> list[dict[str, float]]:
+    """The resources of each live node of the connected Ray cluster: a worker must fit on one of them."""
+    import ray
+
+    return [dict(node["Resources"]) for node in ray.nodes() if node["Alive"]]
+
+
+def cluster_total(nodes: Sequence[Mapping[str, float]]) -> dict[str, float]:
+    """The CPUs and GPUs of all `nodes` together."""
+    return {key: sum(node.get(key, 0) for node in nodes) for key in FIELD_OF}
+
+
+def describe_nodes(nodes: Sequence[Mapping[str, float]]) -> str:
+    """`2 nodes (2 CPU, 0 GPU; 3 CPU, 2 GPU)`."""
+    return f"{len(nodes)} node{'s' * (len(nodes) != 1)} ({'; '.join(describe(node) for node in nodes)})"
+
+
+def check_worker_fits(resources: ResourceSpec, nodes: Sequence[Mapping[str, float]]) -> None:
+    """Refuse a client worker that no node of the cluster could ever hold: a GPU share Ray cannot give (more
+    than one GPU but not a whole number), more than the cluster has, or more than any one node has (an
+    actor lives on one node, so two 1-GPU nodes cannot hold a 2-GPU worker).
+
+    Raises:
+        ConfigError: naming `resources.client_gpus` or `resources.client_cpus`, its value and what the nodes have.
+    """
+    gpus = resources.client_gpus
+    if gpus > 1 and not float(gpus).is_integer():
+        raise ConfigError(FIELD_OF["GPU"], gpus, "0 (no GPU), a share of one GPU in (0, 1] or a whole number of "
+                                                 f"GPUs; the Ray cluster has {describe_nodes(nodes)}")
+    need = {"CPU": resources.client_cpus, "GPU": gpus}
+    check_fits(need, cluster_total(nodes), "one client worker", resources)
+    if any(all(need[key] <= node.get(key, 0) for key in need) for node in nodes):
+        return
+    short = "GPU" if not any(need["GPU"] <= node.get("GPU", 0) for node in nodes) else "CPU"
+    value = getattr(resources, FIELD_OF[short].removeprefix("resources."))
+    raise ConfigError(FIELD_OF[short], value, f"a request one Ray node can hold: one client worker needs {describe(need)}, "
+                                              f"the cluster has {describe_nodes(nodes)}")
 
 
 def get_reporting_waits(refs: Sequence, what: str, resources: ResourceSpec) -> list:

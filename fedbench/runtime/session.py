@@ -26,12 +26,12 @@ def run_specs(specs: Sequence[RunSpec], callbacks: Callable[[int, RunSpec], Sequ
             import ray
 
             from fedbench.runtime.ray_pool import ReusedPool, ensure_ray
-            from fedbench.runtime.ray_resources import check_worker_fits
+            from fedbench.runtime.ray_resources import check_worker_fits, node_resources
 
             ray_started_here = not ray.is_initialized()
             ensure_ray()
             for resources in on_ray:  # before the first run: a worker no node can hold would wait forever
-                check_worker_fits(resources, ray.cluster_resources())
+                check_worker_fits(resources, node_resources())
             pools = ReusedPool()
         for i, spec in enumerate(specs, 1):
             pool = None

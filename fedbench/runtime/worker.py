@@ -20,6 +20,7 @@ from fedbench.core import metrics as M
 from fedbench.core.runspec import RunSpec
 from fedbench.core.types import ClientResult, ClientState, Payload, RoundContext, derive_seed
 from fedbench.data import BaseDataset, normalization_values
+from fedbench.runtime.placement import WorkerPlace, worker_place
 from fedbench.runtime.system_eval import ENSEMBLE, ensemble_metrics, system_counts, unbundle
 from fedbench.scenarios import ClientView, Scenario
 from fedbench.training import ClientData, materialize
@@ -61,7 +62,8 @@ class ClientWorker:
     of a task, so a Ray actor pays its start-up (Python, torch, first-kernel warm-up) once, not per run.
     """
 
-    def load(self, dataset: BaseDataset, scenario: Scenario, spec: RunSpec) -> None:
+    def load(self, dataset: BaseDataset, scenario: Scenario, spec: RunSpec) -> WorkerPlace:
+        """Returns where this worker trains the run's clients (node, GPU ids, device), for the run's record."""
         self.dataset = dataset
         self.scenario = scenario
         self.spec = spec
@@ -71,6 +73,7 @@ class ClientWorker:
         self.threads = max(1, int(spec.resources.client_cpus))
         self.normalization = normalization_values(spec.normalize, dataset)
         self._warm_up()
+        return worker_place(self.device)
 
     def _warm_up(self) -> None:
         """One optimizer step of a throwaway model on a zero batch, so that torch's first-call costs (the

@@ -23,6 +23,9 @@ from fedbench.tracking.tags import FAILURE_REASON_TAG, FAILURE_TRACEBACK_ARTIFAC
 
 MAX_PARAM_LENGTH = 6000
 
+MAX_TAGS_PER_BATCH = 100
+"""The most tags MLflow takes in one `log_batch` call."""
+
 
 EXPERIMENT_TAGS = {"mlflow.experimentKind": "custom_model_development"}
 """MLflow 3's UI opens an experiment of this kind on its runs and their metric charts, not on GenAI traces."""
@@ -72,8 +75,11 @@ class MlflowCallback(Callback):
         self.client.log_text(self.run_id, spec.to_yaml(), "runspec.yaml")
 
     def set_tags(self, tags: Mapping[str, str]) -> None:
-        """Tag the run with what the caller knows about it (a sweep: where its trial ran, what it sampled)."""
-        self.client.log_batch(self.run_id, tags=[RunTag(k, v) for k, v in tags.items()])
+        """Tag the run with what the caller knows about it (a sweep: where its trial ran, what it sampled), in
+        batches MLflow accepts (a run on many workers has three tags per worker)."""
+        items = [RunTag(k, v) for k, v in tags.items()]
+        for start in range(0, len(items), MAX_TAGS_PER_BATCH):
+            self.client.log_batch(self.run_id, tags=items[start:start + MAX_TAGS_PER_BATCH])
 
     def on_round_end(self, spec: RunSpec, record: RoundRecord) -> None:
         step = int(record["round"])
@@ -85,6 +91,7 @@ class MlflowCallback(Callback):
         now = int(time.time() * 1000)
         step = len(result.history)
         self.client.log_batch(self.run_id, metrics=[Metric(k, float(v), now, step) for k, v in result.final.items()])
+        self.set_tags(result.tags)
         if result.status == "FAILED":
             self.client.log_batch(self.run_id, tags=[RunTag(FAILURE_REASON_TAG, result.reason[:5000])])
             if result.traceback:

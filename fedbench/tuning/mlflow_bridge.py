@@ -15,6 +15,7 @@ from ray.tune.result import AUTO_RESULT_KEYS
 from fedbench.core import metrics as M
 from fedbench.core.callbacks import RunResult
 from fedbench.core.runspec import RunSpec
+from fedbench.runtime.placement import PLACEMENT_TAG_PREFIXES
 from fedbench.runtime.records import summarize
 from fedbench.tracking.mlflow_callback import MlflowCallback
 from fedbench.tracking.tags import RETRIED_TAG, STOPPED_EARLY_TAG, TRIAL_KEY_TAG
@@ -55,7 +56,8 @@ class MlflowBridge(tune.Callback):
         elif result.get(EVENT) == "end":
             final = {k: v for k, v in metrics.items() if k.startswith((M.FINAL_PREFIX, M.TOTAL_PREFIX))}
             callback.set_tags({k: str(v) for k, v in result.items() if k.startswith("trial.")})
-            outcome = RunResult(spec, result["status"], history, final, result.get("reason", ""), result.get("traceback", ""))
+            places = {k: str(v) for k, v in result.items() if k.startswith(PLACEMENT_TAG_PREFIXES)}
+            outcome = RunResult(spec, result["status"], history, final, result.get("reason", ""), result.get("traceback", ""), places)
             self._finish(trial.trial_id, outcome)
 
     def on_trial_complete(self, iteration, trials, trial, **info) -> None:

@@ -7,11 +7,12 @@ an actor beyond the last bundle would wait forever, so the RunSpec's `num_worker
 from __future__ import annotations
 
 import dataclasses
+from typing import Mapping, Sequence
 
 from ray import tune
 
 from fedbench.core.runspec import RunSpec
-from fedbench.runtime.ray_resources import check_fits
+from fedbench.runtime.ray_resources import check_fits, check_worker_fits, cluster_total
 
 DRIVER_CPUS = 0.5
 """CPU of a trial's driver bundle: it only dispatches jobs and aggregates, the clients do the training."""
@@ -34,12 +35,13 @@ def placement(spec: RunSpec, driver_cpus: float = DRIVER_CPUS) -> tune.Placement
     return tune.PlacementGroupFactory([{"CPU": driver_cpus}] + [worker] * spec.resources.num_workers)
 
 
-def check_trial_fits(spec: RunSpec, cluster: dict[str, float], driver_cpus: float = DRIVER_CPUS) -> None:
-    """Refuse a trial (spec as `for_trial` made it) whose bundles together exceed the cluster's CPUs or GPUs:
-    Tune would keep it pending forever."""
+def check_trial_fits(spec: RunSpec, nodes: Sequence[Mapping[str, float]], driver_cpus: float = DRIVER_CPUS) -> None:
+    """Refuse a trial (spec as `for_trial` made it) whose bundles together exceed the cluster's CPUs or GPUs,
+    or whose client worker no single node (`nodes`) can hold: Tune would keep it pending forever."""
     need: dict[str, float] = {}
     for bundle in placement(spec, driver_cpus).bundles:
         for key, amount in bundle.items():
             need[key] = need.get(key, 0) + amount
     what = f"a trial ({driver_cpus:g} CPU for its driver and {spec.resources.num_workers} client workers)"
-    check_fits(need, cluster, what, spec.resources)
+    check_fits(need, cluster_total(nodes), what, spec.resources)
+    check_worker_fits(spec.resources, nodes)

@@ -64,6 +64,7 @@ def run_sweep(
     import ray
 
     from fedbench.runtime.ray_pool import ensure_ray
+    from fedbench.runtime.ray_resources import node_resources
 
     check_max_failures("max_failures", max_failures)
     uri = tracking_uri()
@@ -76,7 +77,7 @@ def run_sweep(
         raise ConfigError("--address", address, f"a reachable Ray cluster (auto or HOST:PORT): {exc}") from exc
     try:
         for spec in plan.specs or (plan.spec_of({}),):
-            check_trial_fits(for_trial(spec), ray.cluster_resources(), driver_cpus or DRIVER_CPUS)
+            check_trial_fits(for_trial(spec), node_resources(), driver_cpus or DRIVER_CPUS)
     except ConfigError:
         if started_here:
             ray.shutdown()

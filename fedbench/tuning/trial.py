@@ -33,7 +33,7 @@ class TuneReporter(Callback):
 
     def on_run_end(self, result: RunResult) -> None:
         last = result.history[-1] if result.history else {}
-        tune.report({**last, **result.final, **self.tags(), EVENT: "end", "status": result.status, "reason": result.reason,
+        tune.report({**last, **result.final, **self.tags(), **result.tags, EVENT: "end", "status": result.status, "reason": result.reason,
                      "traceback": result.traceback})
 
 

@@ -9,8 +9,11 @@ import yaml
 from mlflow.tracking import MlflowClient
 
 from fedbench.core import metrics as M
+from fedbench.core.callbacks import RunResult
 from fedbench.runtime import run_spec
+from fedbench.runtime.placement import placement_tags
 from fedbench.tracking.mlflow_callback import MlflowCallback
+from fedbench.tracking.paths import tracking_uri
 from tests.conftest import tiny_spec
 
 
@@ -27,6 +30,7 @@ def check_logged(uri: str, spec, result):
     assert [m.value for m in history] == [r[M.ACC_LOCAL_MEAN] for r in result.history]
     assert run.data.metrics[M.TOTAL_PREFIX + M.COMM_UP_BYTES] == result.final[M.TOTAL_PREFIX + M.COMM_UP_BYTES] > 0
     assert run.data.metrics[M.TOTAL_PREFIX + M.TIME_CLIENT_COMPUTE_S] > 0
+    assert run.data.tags["clients.device"] == f"cpu: {spec.scenario.num_clients} clients on 1 worker"
     path = client.download_artifacts(run.info.run_id, "runspec.yaml")
     with open(path) as f:
         assert yaml.safe_load(f) == spec.to_dict()
@@ -119,3 +123,15 @@ def test_experiments_are_created_as_model_training_experiments(isolated_results,
     client = MlflowClient(f"sqlite:///{mlflow_store}")
     experiment = client.get_experiment(experiment_id_for(client, "kind"))
     assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
+
+
+def test_a_run_on_many_workers_gets_every_placement_tag(mlflow_store):
+    """Three tags per worker: more than MLflow takes in one batch."""
+    spec = tiny_spec()
+    places = [{"node": f"node{i % 4}", "gpu_ids": str(i % 8), "device": "cuda"} for i in range(64)]
+    callback = MlflowCallback()
+    callback.on_run_start(spec)
+    callback.on_run_end(RunResult(spec, "FINISHED", tags=placement_tags(places, 10_000)))
+    tags = MlflowClient(tracking_uri()).get_run(callback.run_id).data.tags
+    assert tags["workers.63.gpu_ids"] == "7" and tags["workers.0.node"] == "node0"
+    assert tags["clients.device"] == "cuda: 10000 clients on 64 workers (GPUs 0,1,2,3,4,5,6,7)"
