@@ -107,8 +107,10 @@ def test_mlflow_listens_on_the_heads_private_ip_with_a_postgresql_store(cluster)
     server = mlflow_server_command(cluster)
     host = option(server, "--host")
     assert host == "$HEAD_IP" and "HEAD_IP=$(hostname -I | awk '{print $1}')" in server  # the private address
-    assert option(server, "--backend-store-uri").startswith("postgresql://mlflow:")
-    assert "@127.0.0.1:5432/mlflow" in server  # PostgreSQL itself stays on localhost
+    assert "--backend-store-uri" not in server and "EnvironmentFile=/etc/fedbench-mlflow.env" in server
+    store = [c for c in cluster["head_setup_commands"] if "MLFLOW_BACKEND_STORE_URI=" in c]
+    assert len(store) == 1 and "/etc/fedbench-mlflow.env" in store[0] and "install -m 600" in store[0]  # the password
+    assert "MLFLOW_BACKEND_STORE_URI=postgresql://mlflow:%s@127.0.0.1:5432/mlflow" in store[0]  # PostgreSQL on localhost
     commands = " ".join(head_commands(cluster) + worker_commands(cluster) + cluster["setup_commands"])
     assert "0.0.0.0" not in commands
     assert option(" ".join(cluster["head_start_ray_commands"]), "--dashboard-host") == "127.0.0.1"
