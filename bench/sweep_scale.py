@@ -115,8 +115,9 @@ def main() -> None:
     os.environ.pop("MLFLOW_TRACKING_URI", None)
     os.environ["RAY_AUTH_MODE"] = "disabled"
     cluster = None
+    import ray
+
     try:
-        import ray
         from mlflow.tracking import MlflowClient
 
         from fedbench.tracking.paths import tracking_uri

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import copy
 import re
-import shlex
 import subprocess
 import tomllib
 from pathlib import Path
