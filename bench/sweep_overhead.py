@@ -121,7 +121,9 @@ def serial(specs, experiment: str) -> dict:
             "runs_per_min": 60 * len(specs) / wall}
 
 
-def sweep(task_path: Path, max_concurrent: int) -> dict:
+def sweep(task_path: Path, max_concurrent: int, ray_address: str = "local") -> dict:
+    """One timed sweep; `ray_address` "local" starts a 2-CPU Ray as `fedbench sweep` would, a cluster's
+    address (bench/sweep_scale.py) connects to it; either way the driver's connect and disconnect are timed."""
     import ray
     from ray import tune
     from ray.tune.execution.tune_controller import TuneController
@@ -142,7 +144,8 @@ def sweep(task_path: Path, max_concurrent: int) -> dict:
 
     t0 = time.time()
     start = time.perf_counter()
-    ray.init(address="local", num_cpus=2, include_dashboard=False, configure_logging=False)  # as ensure_ray would
+    num_cpus = 2 if ray_address == "local" else None
+    ray.init(address=ray_address, num_cpus=num_cpus, include_dashboard=False, configure_logging=False)  # as ensure_ray would
     ray_start = time.perf_counter() - start
     outcome = run_sweep(plan, max_concurrent=max_concurrent)
     warm = warm_ray_costs()
@@ -161,7 +164,7 @@ def sweep(task_path: Path, max_concurrent: int) -> dict:
                        "actor_requested_s": requested.get(c.info.run_name, t0) - t0,
                        "start_s": c.info.start_time / 1000 - t0, "round1_logged_s": first_round.timestamp / 1000 - t0,
                        "end_s": c.info.end_time / 1000 - t0, "time_round1_s": first_round.value,
-                       "time_run_s": c.data.metrics[M.TOTAL_PREFIX + M.TIME_RUN_S]})
+                       "time_run_s": c.data.metrics[M.TOTAL_PREFIX + M.TIME_RUN_S], "node": c.data.tags.get("trial.node")})
     trials.sort(key=lambda t: t["start_s"])
     n = len(trials)
     own = sum(t["time_run_s"] for t in trials)

@@ -60,7 +60,10 @@ def ensure_ray(address: str | None = None, num_cpus: int | None = None) -> None:
     starts_local = address == "local" or (address is None and "RAY_ADDRESS" not in os.environ)
     if starts_local and "RAY_AUTH_MODE" not in os.environ:  # Ray turns token auth on: give it a token of its own
         os.environ.setdefault("RAY_AUTH_TOKEN", secrets.token_hex(32))
-    ray.init(address=address, num_cpus=num_cpus, include_dashboard=False, log_to_driver=True, configure_logging=False)
+    # "local", not None: ray.init(address=None) joins the last cluster `ray start` or a test's Cluster recorded
+    # in /tmp/ray/ray_current_cluster on this host, anyone's, instead of starting one
+    ray.init(address="local" if starts_local else address, num_cpus=num_cpus, include_dashboard=False,
+             log_to_driver=True, configure_logging=False)
 
 
 def pool_size(resources: ResourceSpec, available: Mapping[str, float], max_clients: int) -> int:
