@@ -1,0 +1,81 @@
+"""The report's tables: one per `reference:` table in the paper's layout, and one of ours only for the task's
+runs no published cell covers (so a suite without a reference still gets a report)."""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from fedbench.config.reference import ReferenceTable
+from fedbench.core.runspec import RunSpec
+from fedbench.tracking.leaderboard import IGNORED
+from fedbench.tracking.reproduction.cells import (RunState, TableResult, cost_means, make_cell, matches, sort_keys, value_order)
+
+
+def reference_table(table: ReferenceTable, specs: Sequence[RunSpec], states: dict[str, RunState]) -> TableResult:
+    """`table`'s cells, each with the task's runs its fields name; rows and columns in the grid's order."""
+    flats = [s.flat() for s in specs]
+    order = value_order(specs, [dict(c.where) for c in table.cells])
+    cells, members = {}, {}
+    for ref in table.cells:
+        where = dict(ref.where)
+        row, column = tuple(where[f] for f in table.rows), tuple(where[f] for f in table.columns)
+        mine = [s for s, flat in zip(specs, flats) if matches(flat, ref.where)]
+        cells[(row, column)] = make_cell(row, column, ref.value, ref.note, mine, states)
+        members[(row, column)] = mine
+    rows = sort_keys([r for r, _ in cells], table.rows, order)
+    columns = sort_keys([c for _, c in cells], table.columns, order)
+    return TableResult(table, rows, columns, cells, *_costs(members, states, rows))
+
+
+def ours_only_table(specs: Sequence[RunSpec], covered: set[str], states: dict[str, RunState], metric: str,
+                    scale: float) -> TableResult | None:
+    """The task's runs no reference cell covers: a row per algorithm configuration, a column per value of the
+    other fields that vary across the task; None when every run is covered."""
+    rest = [s for s in specs if s.run_hash not in covered]
+    if not rest:
+        return None
+    flats = [s.flat() for s in specs]
+    varying = [f for f in dict.fromkeys(k for flat in flats for k in flat)
+               if f not in IGNORED and not f.startswith("resources.")
+               and len({str(flat.get(f)) for flat in flats}) > 1]
+    columns = tuple(f for f in varying if not f.startswith("algorithm."))
+    order = value_order(specs, [])
+    cells, members = {}, {}
+    for spec in rest:
+        flat = spec.flat()
+        key = ((algorithm_label(spec, rest),), tuple(_plain(flat.get(f)) for f in columns))
+        members.setdefault(key, []).append(spec)
+    for (row, column), mine in members.items():
+        cells[(row, column)] = make_cell(row, column, None, "", mine, states)
+    order["algorithm"] = list(dict.fromkeys(algorithm_label(s, rest) for s in rest))
+    rows = sort_keys([r for r, _ in cells], ("algorithm",), order)
+    column_keys = sort_keys([c for _, c in cells], columns, order)
+    table = ReferenceTable("Ours only: runs of the task no published number covers", "(no reference)", metric, scale,
+                           ("algorithm",), columns, ())
+    return TableResult(table, rows, column_keys, cells, *_costs(members, states, rows), ours_only=True)
+
+
+def algorithm_label(spec: RunSpec, among: Sequence[RunSpec]) -> str:
+    """The algorithm's name and the parameters that vary among `among`'s runs of it (`fedprox mu=0.1`)."""
+    mine = [s.flat() for s in among if s.algorithm.name == spec.algorithm.name]
+    flat = spec.flat()
+    params = [f for f in flat if f.startswith("algorithm.") and f != "algorithm.name"
+              and len({str(m.get(f)) for m in mine}) > 1]
+    return " ".join([spec.algorithm.name, *(f"{f.removeprefix('algorithm.')}={flat[f]}" for f in params)])
+
+
+def covered_hashes(tables: Sequence[ReferenceTable], specs: Sequence[RunSpec]) -> set[str]:
+    """Run hashes of the specs some cell of some table stands for."""
+    flats = {s.run_hash: s.flat() for s in specs}
+    return {h for h, flat in flats.items() if any(matches(flat, c.where) for t in tables for c in t.cells)}
+
+
+def _plain(value: Any) -> Any:
+    return value if isinstance(value, (int, float, str)) or value is None else str(value)
+
+
+def _costs(members: dict, states: dict[str, RunState], rows: list) -> tuple[dict, dict]:
+    row_costs = {r: cost_means([s for (row, _), m in members.items() if row == r for s in m], states) for r in rows}
+    column_costs = {r: {c: cost_means(m, states) for (row, c), m in members.items() if row == r} for r in rows}
+    return row_costs, column_costs
+
