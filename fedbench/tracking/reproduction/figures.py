@@ -17,7 +17,10 @@ from fedbench.tracking.reproduction.markdown import COST_HEADERS, key_text
 
 
 def draw_table(result: TableResult, stem: Path, dpi: int = 110) -> list[Path]:
-    """The comparison figure of `result`, and its line figure when a column field is numeric; the PNGs."""
+    """The comparison figure of `result`, and its line figure when a column field is numeric; the PNGs
+    (none while no cell has a value of ours: an empty frame says nothing the table does not)."""
+    if not any(cell.values for cell in result.cells.values()):
+        return []
     suffix = "_ours" if result.ours_only else "_vs_published"
     files = save(comparison_figure(result), stem.with_name(stem.name + suffix), ("png",), dpi)
     axis = numeric_axis(result)
@@ -41,7 +44,8 @@ def comparison_figure(result: TableResult):
 
     ref, rows, columns = result.reference, result.row_keys, result.column_keys
     palette = colours(len(rows))
-    fig = Figure(figsize=(max(6.0, 1.0 + 0.75 * len(columns) * max(1, len(rows)) ** 0.5), 4.6), layout="constrained")
+    fig = Figure(figsize=(min(22.0, max(6.0, 1.0 + 0.75 * len(columns) * max(1, len(rows)) ** 0.5)), 4.6 + 0.05 * max(
+        (len(key_text(c)) for c in columns), default=0)), layout="constrained")
     ax = fig.subplots()
     width = 0.8 / max(1, len(rows))
     for i, row in enumerate(rows):
@@ -56,6 +60,9 @@ def comparison_figure(result: TableResult):
     slanted = len(columns) > 3 or max((len(key_text(c)) for c in columns), default=0) > 14
     ax.set_xticks(range(len(columns)), [key_text(c) for c in columns], rotation=30 if slanted else 0,
                   ha="right" if slanted else "center", fontsize=8)
+    for boundary in np.arange(len(columns) - 1) + 0.5:  # which points share a column
+        ax.axvline(boundary, color="grey", alpha=0.15, linewidth=0.8)
+    ax.set_xlim(-0.5, len(columns) - 0.5)
     ax.set_xlabel(", ".join(ref.columns))
     ax.set_ylabel(_ylabel(result))
     ax.grid(alpha=0.3, axis="y")
@@ -65,7 +72,7 @@ def comparison_figure(result: TableResult):
                     Line2D([], [], color="grey", marker="D", markerfacecolor="none", linestyle="none")]
         names += ["ours (mean ± std)", "published"]
     fig.legend(handles, names, loc="outside right upper", fontsize=8)
-    ax.set_title(fitted(f"{ref.title} ({ref.source})", fig), fontsize=10)
+    ax.set_title(fitted(heading(result), fig), fontsize=10)
     return fig
 
 
@@ -101,7 +108,9 @@ def line_figure(result: TableResult, axis: int):
             twin.set_ylabel(f"{COST_HEADERS[cost]} per run (dotted)", fontsize=8)
         ax.set_title(key_text(panel) if panel else "", fontsize=9)
         ax.set_xlabel(ref.columns[axis])
-        ax.set_xticks(sorted(set(x)))
+        if x and min(x) > 0 and max(x) / min(x) > 100:  # lr, sparsity over decades
+            ax.set_xscale("log")
+        ax.set_xticks(sorted(set(x)), [f"{v:g}" for v in sorted(set(x))])
         ax.grid(alpha=0.3)
     for ax in axes[len(panels):]:
         ax.set_visible(False)
@@ -114,8 +123,14 @@ def line_figure(result: TableResult, axis: int):
     handles += [Line2D([], [], color="grey", linestyle=ls, marker=m, fillstyle=f) for ls, m, f, _ in styles]
     names += [name for *_, name in styles]
     fig.legend(handles, names, loc="outside lower center", fontsize=8, ncols=min(4, len(names)))
-    fig.suptitle(fitted(f"{ref.title} ({ref.source}) along {ref.columns[axis]}", fig), fontsize=10)
+    fig.suptitle(fitted(f"{heading(result)} along {ref.columns[axis]}", fig), fontsize=10)
     return fig
+
+
+def heading(result: TableResult) -> str:
+    """The table's title, with where the published numbers are printed when there are any."""
+    ref = result.reference
+    return ref.title if result.ours_only else f"{ref.title} ({ref.source})"
 
 
 def _others(key: tuple[Any, ...], axis: int) -> tuple[Any, ...]:

@@ -74,7 +74,8 @@ def render_table(result: TableResult, tolerance: float, figures: Iterable[str]) 
         lines.append("| " + " | ".join([*(str(v) for v in row), *cells, *costs]) + " |")
     lines += ["", f"Cost columns: mean per finished run of the row (client compute and wall seconds, MB sent up and "
               "down).", ""]
-    lines += [f"![{ref.title}]({name})" for name in figures] + [""]
+    lines += [f"![{ref.title}]({name})" for name in figures] or ["(No figure: no finished run of ours yet.)"]
+    lines += [""]
     lines += _listed("Notes from the task file", [(c, c.note) for c in _cells(result) if c.note])
     lines += _listed(f"Beyond the spread ({FLAG})", [(c, f"ours {fmt(c.mean)} ± {fmt(c.std, c.mean)} (n={c.n}) vs "
                                                       f"{fmt(c.published)}, Δ {signed(c)}" + (f"; {c.note}" if c.note else ""))

@@ -56,7 +56,7 @@ def build_tables(task: TaskSpec, runs: pd.DataFrame) -> list[TableResult]:
     covered = covered_hashes(task.reference, specs)
     metrics = dict.fromkeys((ref.metric, ref.scale) for ref in task.reference) or {(DEFAULT_METRIC, 1.0): None}
     for metric, scale in metrics:
-        rest = ours_only_table(specs, covered, run_states(specs, runs, metric, scale), metric, scale)
+        rest = ours_only_table(specs, [axis for axis, _ in task.grid], covered, run_states(specs, runs, metric, scale), metric, scale)
         if rest is not None:
             tables.append(rest)
     return tables
@@ -127,4 +127,4 @@ def sweep_parent(experiment: str, uri: str) -> str | None:
 
 
 def slug(title: str) -> str:
-    return re.sub(r"[^a-z0-9]+", "_", title.lower()).strip("_")[:40]
+    return re.sub(r"[^a-z0-9]+", "_", title.lower())[:40].strip("_")

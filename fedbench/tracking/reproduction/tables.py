@@ -27,18 +27,15 @@ def reference_table(table: ReferenceTable, specs: Sequence[RunSpec], states: dic
     return TableResult(table, rows, columns, cells, *_costs(members, states, rows))
 
 
-def ours_only_table(specs: Sequence[RunSpec], covered: set[str], states: dict[str, RunState], metric: str,
-                    scale: float) -> TableResult | None:
-    """The task's runs no reference cell covers: a row per algorithm configuration, a column per value of the
-    other fields that vary across the task; None when every run is covered."""
+def ours_only_table(specs: Sequence[RunSpec], axes: Sequence[str], covered: set[str], states: dict[str, RunState],
+                    metric: str, scale: float) -> TableResult | None:
+    """The task's runs no reference cell covers: a row per algorithm configuration, a column per point of the
+    task's other grid `axes`; None when every run is covered."""
     rest = [s for s in specs if s.run_hash not in covered]
     if not rest:
         return None
     flats = [s.flat() for s in specs]
-    varying = [f for f in dict.fromkeys(k for flat in flats for k in flat)
-               if f not in IGNORED and not f.startswith("resources.")
-               and len({str(flat.get(f)) for flat in flats}) > 1]
-    columns = tuple(f for f in varying if not f.startswith("algorithm."))
+    columns = tuple(f for axis in axes if not axis.startswith("algorithm") for f in axis_fields(axis, flats))
     order = value_order(specs, [])
     cells, members = {}, {}
     for spec in rest:
@@ -50,9 +47,19 @@ def ours_only_table(specs: Sequence[RunSpec], covered: set[str], states: dict[st
     order["algorithm"] = list(dict.fromkeys(algorithm_label(s, rest) for s in rest))
     rows = sort_keys([r for r, _ in cells], ("algorithm",), order)
     column_keys = sort_keys([c for _, c in cells], columns, order)
-    table = ReferenceTable("Ours only: runs of the task no published number covers", "(no reference)", metric, scale,
+    table = ReferenceTable("Ours only: runs of the task no published number covers", "no published numbers", metric, scale,
                            ("algorithm",), columns, ())
     return TableResult(table, rows, column_keys, cells, *_costs(members, states, rows), ours_only=True)
+
+
+def axis_fields(axis: str, flats: Sequence[dict[str, Any]]) -> list[str]:
+    """The flat fields a grid axis sets: itself, a section's name or preset (`dataset` -> `dataset.name`), or
+    else the section's fields that vary across the task."""
+    for name in (axis, f"{axis}.name", f"{axis}.preset"):
+        if any(name in flat for flat in flats):
+            return [name]
+    under = dict.fromkeys(k for flat in flats for k in flat if k.startswith(axis + "."))
+    return [f for f in under if f not in IGNORED and len({str(flat.get(f)) for flat in flats}) > 1]
 
 
 def algorithm_label(spec: RunSpec, among: Sequence[RunSpec]) -> str:
