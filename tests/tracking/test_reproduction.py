@@ -124,3 +124,18 @@ def test_a_negative_tolerance_is_refused(tmp_path):
     task = load_task(write_task(tmp_path, "tol"))
     with pytest.raises(ConfigError, match="--tolerance"):
         write_report(task, tracking_uri(), tmp_path / "out", tolerance=-1)
+
+
+def test_cells_the_task_cannot_fill_or_cannot_tell_apart_say_so_before_anything_runs(tmp_path):
+    reference = [{**REFERENCE[0], "cells": [
+        {"algorithm": "fedavg", "optimizer.lr": 0.5, "value": 70.0},    # the task has no such run
+        {"algorithm": "fedavg", "optimizer.lr": 0.05, "value": 90.0},   # two fedavg configurations match
+    ]}]
+    path = write_task(tmp_path, "unrun", reference=reference,
+                      grid={"algorithm": ["fedavg", {"name": "fedavg", "client_fraction": 0.5}], "optimizer.lr": [0.05]})
+    report = write_report(load_task(path), tracking_uri(), tmp_path / "out")  # no store yet: nothing is created
+    cells = row(report.path.read_text(), "fedavg")
+    assert cells[1:3] == ["no run yet [2 configurations match: name more fields] vs 90.0", "not in this task vs 70.0"]
+    assert report.files == [] and not (tmp_path / "results" / "mlflow.db").exists()
+    assert report.summary() == {"compared": 0, "within the spread": 0, "beyond the spread": 0, "no run yet": 1,
+                                     "failed": 0, "not in this task": 1}

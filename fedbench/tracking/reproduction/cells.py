@@ -123,9 +123,9 @@ def run_states(specs: Sequence[RunSpec], runs: pd.DataFrame, metric: str, scale:
     return states
 
 
-def configuration_key(spec: RunSpec) -> tuple:
-    """What a configuration is: every field that tells runs apart, the seed left out."""
-    return tuple(sorted((k, str(v)) for k, v in spec.flat().items() if k not in IGNORED and not k.startswith("resources.")))
+def configuration_key(flat: dict[str, Any]) -> tuple:
+    """What a configuration is: every field of a run's `flat` that tells runs apart, the seed left out."""
+    return tuple(sorted((k, str(v)) for k, v in flat.items() if k not in IGNORED and not k.startswith("resources.")))
 
 
 def matches(flat: dict[str, Any], where: Sequence[tuple[str, Any]]) -> bool:
@@ -138,20 +138,21 @@ def same(ours: Any, theirs: Any) -> bool:
     return float(ours) == float(theirs) if numbers else str(ours) == str(theirs)
 
 
-def make_cell(row, column, published, note, specs: list[RunSpec], states: dict[str, RunState]) -> Cell:
+def make_cell(row, column, published, note, specs: list[RunSpec], states: dict[str, RunState],
+              flats: dict[str, dict[str, Any]]) -> Cell:
     found = [states.get(s.run_hash, RunState()) for s in specs]
     return Cell(row, column, published, note,
                 values=tuple(st.value for st in found if st.value is not None),
                 specs=len(specs), finished=sum(st.finished for st in found),
                 failed=tuple(st.failed for st in found if st.failed),
-                configurations=len({configuration_key(s) for s in specs}))
+                configurations=len({configuration_key(flats[s.run_hash]) for s in specs}))
 
 
-def value_order(specs: Sequence[RunSpec], extra: Sequence[dict[str, Any]]) -> dict[str, list[str]]:
-    """Per field, its values in the order the task's grid lists them (the order they first appear among the
-    expanded runs), then those only cells name; values compared as `same` does, kept as text keys."""
+def value_order(flats: Sequence[dict[str, Any]]) -> dict[str, list[str]]:
+    """Per field, its values in the order they first appear in `flats` (the expanded runs first: the order the
+    task's grid lists them; then the values only cells name), as text keys that compare as `same` does."""
     order: dict[str, list[str]] = {}
-    for flat in [s.flat() for s in specs] + list(extra):
+    for flat in flats:
         for name, value in flat.items():
             text = order_key(value)
             if text not in order.setdefault(name, []):

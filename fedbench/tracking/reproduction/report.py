@@ -12,6 +12,7 @@ import pandas as pd
 
 from fedbench.config.task import TaskSpec
 from fedbench.core.errors import ConfigError
+from fedbench.core.runspec import RunSpec
 from fedbench.tracking.leaderboard import DEFAULT_METRIC, read_runs
 from fedbench.tracking.reproduction.cells import TableResult, run_states
 from fedbench.tracking.reproduction.figures import draw_table
@@ -49,14 +50,15 @@ class Report:
         return counts
 
 
-def build_tables(task: TaskSpec, runs: pd.DataFrame) -> list[TableResult]:
+def build_tables(task: TaskSpec, specs: list[RunSpec], runs: pd.DataFrame) -> list[TableResult]:
     """One table per reference table, then ours-only tables (one per metric compared) for uncovered runs."""
-    specs = task.expand()
-    tables = [reference_table(ref, specs, run_states(specs, runs, ref.metric, ref.scale)) for ref in task.reference]
-    covered = covered_hashes(task.reference, specs)
+    flats = {s.run_hash: s.flat() for s in specs}
+    tables = [reference_table(ref, specs, flats, run_states(specs, runs, ref.metric, ref.scale)) for ref in task.reference]
+    covered = covered_hashes(task.reference, flats)
     metrics = dict.fromkeys((ref.metric, ref.scale) for ref in task.reference) or {(DEFAULT_METRIC, 1.0): None}
     for metric, scale in metrics:
-        rest = ours_only_table(specs, [axis for axis, _ in task.grid], covered, run_states(specs, runs, metric, scale), metric, scale)
+        states = run_states(specs, runs, metric, scale)
+        rest = ours_only_table(specs, flats, [axis for axis, _ in task.grid], covered, states, metric, scale)
         if rest is not None:
             tables.append(rest)
     return tables
@@ -72,8 +74,8 @@ def write_report(task: TaskSpec, uri: str, out: Path, tolerance: float = DEFAULT
     """
     if tolerance < 0:
         raise ConfigError("--tolerance", tolerance, "a number >= 0 (on the metric's own scale, e.g. 0.02)")
-    runs = stored_runs(task.name, uri)
-    report = Report(build_tables(task, runs), tolerance)
+    runs, specs = stored_runs(task.name, uri), task.expand()
+    report = Report(build_tables(task, specs, runs), tolerance)
     parent = sweep_parent(task.name, uri)
     out.mkdir(parents=True, exist_ok=True)
     parts = []
@@ -82,7 +84,7 @@ def write_report(task: TaskSpec, uri: str, out: Path, tolerance: float = DEFAULT
         report.files += files
         parts += render_table(table, tolerance * table.reference.scale, [f.name for f in files])
     report.path = out / "report.md"
-    report.path.write_text("\n".join(header(task, uri, report, len(runs), parent) + parts))
+    report.path.write_text("\n".join(header(task, uri, report, len(runs), len(specs), parent) + parts))
     if log_artifacts and parent is not None:
         from mlflow.tracking import MlflowClient
 
@@ -93,13 +95,13 @@ def write_report(task: TaskSpec, uri: str, out: Path, tolerance: float = DEFAULT
     return report
 
 
-def header(task: TaskSpec, uri: str, report: Report, stored: int, parent: str | None) -> list[str]:
+def header(task: TaskSpec, uri: str, report: Report, stored: int, planned: int, parent: str | None) -> list[str]:
     counts = report.summary()
     where = (f"attached to sweep parent run `{parent}` (artifacts under `{ARTIFACT_FOLDER}/`)" if parent else
              "not attached to any run: the experiment has no sweep parent run (plain `fedbench run` runs)")
     return [f"# Reproduction report: {task.name}", "",
             f"Profile `{task.profile}`; experiment `{task.name}` in `{uri}` ({stored} runs stored); "
-            f"{len(task.expand())} runs in the task; written {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC; {where}.",
+            f"{planned} runs in the task; written {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC; {where}.",
             "", "Summary: " + ", ".join(f"{n} {what}" for what, n in counts.items()) + ".", "",
             how_to_read(report.tolerance), ""]
 

@@ -11,40 +11,42 @@ from fedbench.tracking.leaderboard import IGNORED
 from fedbench.tracking.reproduction.cells import (RunState, TableResult, cost_means, make_cell, matches, sort_keys, value_order)
 
 
-def reference_table(table: ReferenceTable, specs: Sequence[RunSpec], states: dict[str, RunState]) -> TableResult:
+Flats = dict[str, dict[str, Any]]
+"""Each run hash's flat fields (`RunSpec.flat`, computed once: it is the slow part of a big suite)."""
+
+
+def reference_table(table: ReferenceTable, specs: Sequence[RunSpec], flats: Flats, states: dict[str, RunState]) -> TableResult:
     """`table`'s cells, each with the task's runs its fields name; rows and columns in the grid's order."""
-    flats = [s.flat() for s in specs]
-    order = value_order(specs, [dict(c.where) for c in table.cells])
+    order = value_order([flats[s.run_hash] for s in specs] + [dict(c.where) for c in table.cells])
     cells, members = {}, {}
     for ref in table.cells:
         where = dict(ref.where)
         row, column = tuple(where[f] for f in table.rows), tuple(where[f] for f in table.columns)
-        mine = [s for s, flat in zip(specs, flats) if matches(flat, ref.where)]
-        cells[(row, column)] = make_cell(row, column, ref.value, ref.note, mine, states)
+        mine = [s for s in specs if matches(flats[s.run_hash], ref.where)]
+        cells[(row, column)] = make_cell(row, column, ref.value, ref.note, mine, states, flats)
         members[(row, column)] = mine
     rows = sort_keys([r for r, _ in cells], table.rows, order)
     columns = sort_keys([c for _, c in cells], table.columns, order)
     return TableResult(table, rows, columns, cells, *_costs(members, states, rows))
 
 
-def ours_only_table(specs: Sequence[RunSpec], axes: Sequence[str], covered: set[str], states: dict[str, RunState],
-                    metric: str, scale: float) -> TableResult | None:
+def ours_only_table(specs: Sequence[RunSpec], flats: Flats, axes: Sequence[str], covered: set[str],
+                    states: dict[str, RunState], metric: str, scale: float) -> TableResult | None:
     """The task's runs no reference cell covers: a row per algorithm configuration, a column per point of the
     task's other grid `axes`; None when every run is covered."""
     rest = [s for s in specs if s.run_hash not in covered]
     if not rest:
         return None
-    flats = [s.flat() for s in specs]
-    columns = tuple(f for axis in axes if not axis.startswith("algorithm") for f in axis_fields(axis, flats))
-    order = value_order(specs, [])
+    columns = tuple(f for axis in axes if not axis.startswith("algorithm") for f in axis_fields(axis, list(flats.values())))
+    order = value_order([flats[s.run_hash] for s in specs])
+    labels = algorithm_labels(rest, flats)
     cells, members = {}, {}
     for spec in rest:
-        flat = spec.flat()
-        key = ((algorithm_label(spec, rest),), tuple(_plain(flat.get(f)) for f in columns))
+        key = ((labels[spec.run_hash],), tuple(_plain(flats[spec.run_hash].get(f)) for f in columns))
         members.setdefault(key, []).append(spec)
     for (row, column), mine in members.items():
-        cells[(row, column)] = make_cell(row, column, None, "", mine, states)
-    order["algorithm"] = list(dict.fromkeys(algorithm_label(s, rest) for s in rest))
+        cells[(row, column)] = make_cell(row, column, None, "", mine, states, flats)
+    order["algorithm"] = list(dict.fromkeys(labels.values()))
     rows = sort_keys([r for r, _ in cells], ("algorithm",), order)
     column_keys = sort_keys([c for _, c in cells], columns, order)
     table = ReferenceTable("Ours only: runs of the task no published number covers", "no published numbers", metric, scale,
@@ -62,18 +64,20 @@ def axis_fields(axis: str, flats: Sequence[dict[str, Any]]) -> list[str]:
     return [f for f in under if f not in IGNORED and len({str(flat.get(f)) for flat in flats}) > 1]
 
 
-def algorithm_label(spec: RunSpec, among: Sequence[RunSpec]) -> str:
-    """The algorithm's name and the parameters that vary among `among`'s runs of it (`fedprox mu=0.1`)."""
-    mine = [s.flat() for s in among if s.algorithm.name == spec.algorithm.name]
-    flat = spec.flat()
-    params = [f for f in flat if f.startswith("algorithm.") and f != "algorithm.name"
-              and len({str(m.get(f)) for m in mine}) > 1]
-    return " ".join([spec.algorithm.name, *(f"{f.removeprefix('algorithm.')}={flat[f]}" for f in params)])
+def algorithm_labels(specs: Sequence[RunSpec], flats: Flats) -> dict[str, str]:
+    """Each run's algorithm: its name and the parameters that vary among the runs of that algorithm
+    (`fedprox mu=0.1`), by run hash."""
+    telling = {}
+    for name in dict.fromkeys(s.algorithm.name for s in specs):
+        mine = [flats[s.run_hash] for s in specs if s.algorithm.name == name]
+        fields = dict.fromkeys(f for flat in mine for f in flat if f.startswith("algorithm.") and f != "algorithm.name")
+        telling[name] = [f for f in fields if len({str(flat.get(f)) for flat in mine}) > 1]
+    return {s.run_hash: " ".join([s.algorithm.name, *(f"{f.removeprefix('algorithm.')}={flats[s.run_hash].get(f)}"
+                                                      for f in telling[s.algorithm.name])]) for s in specs}
 
 
-def covered_hashes(tables: Sequence[ReferenceTable], specs: Sequence[RunSpec]) -> set[str]:
-    """Run hashes of the specs some cell of some table stands for."""
-    flats = {s.run_hash: s.flat() for s in specs}
+def covered_hashes(tables: Sequence[ReferenceTable], flats: Flats) -> set[str]:
+    """Run hashes of the runs some cell of some table stands for."""
     return {h for h, flat in flats.items() if any(matches(flat, c.where) for t in tables for c in t.cells)}
 
 
