@@ -44,7 +44,8 @@ def cell_text(cell: Cell | None, tolerance: float, compared: bool = True) -> str
     elif state != "ours":
         text = state
     else:
-        text = f"{fmt(cell.mean)} ± {fmt(cell.std, cell.mean)} (n={cell.n})"
+        seeds = f"n={cell.n}" + (f" of {cell.specs}" if cell.n < cell.specs else "")  # some not run, or failed
+        text = f"{fmt(cell.mean)} ± {fmt(cell.std, cell.mean)} ({seeds})"
         if cell.failed:
             text += f", {len(cell.failed)} failed"
     if cell.configurations > 1:
