@@ -135,7 +135,8 @@ def test_cells_the_task_cannot_fill_or_cannot_tell_apart_say_so_before_anything_
                       grid={"algorithm": ["fedavg", {"name": "fedavg", "client_fraction": 0.5}], "optimizer.lr": [0.05]})
     report = write_report(load_task(path), tracking_uri(), tmp_path / "out")  # no store yet: nothing is created
     cells = row(report.path.read_text(), "fedavg")
-    assert cells[1:3] == ["no run yet [2 configurations match: name more fields] vs 90.0", "not in this task vs 70.0"]
+    assert cells[1:3] == ["ambiguous: 2 configurations match (name more fields) vs 90.0",
+                         "not in this task vs 70.0"]
     assert report.files == [] and not (tmp_path / "results" / "mlflow.db").exists()
-    assert report.summary() == {"compared": 0, "within the spread": 0, "beyond the spread": 0, "no run yet": 1,
+    assert report.summary() == {"compared": 0, "within the spread": 0, "beyond the spread": 0, "no run yet": 0,
                                      "failed": 0, "not in this task": 1}

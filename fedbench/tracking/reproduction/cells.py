@@ -75,7 +75,9 @@ class Cell:
 
     @property
     def state(self) -> str:
-        """ours, not in this task, no run yet, failed, not reported (finished runs without the metric)."""
+        """ours, not in this task, ambiguous, no run yet, failed, not reported (finished runs without the metric)."""
+        if self.configurations > 1:
+            return f"ambiguous: {self.configurations} configurations match (name more fields)"
         if self.values:
             return "ours"
         if not self.specs:
@@ -141,11 +143,12 @@ def same(ours: Any, theirs: Any) -> bool:
 def make_cell(row, column, published, note, specs: list[RunSpec], states: dict[str, RunState],
               flats: dict[str, dict[str, Any]]) -> Cell:
     found = [states.get(s.run_hash, RunState()) for s in specs]
-    return Cell(row, column, published, note,
-                values=tuple(st.value for st in found if st.value is not None),
+    configurations = len({configuration_key(flats[s.run_hash]) for s in specs})
+    return Cell(row, column, published, note,  # runs of several configurations are never pooled into one value
+                values=tuple(st.value for st in found if st.value is not None) if configurations <= 1 else (),
                 specs=len(specs), finished=sum(st.finished for st in found),
                 failed=tuple(st.failed for st in found if st.failed),
-                configurations=len({configuration_key(flats[s.run_hash]) for s in specs}))
+                configurations=configurations)
 
 
 def value_order(flats: Sequence[dict[str, Any]]) -> dict[str, list[str]]:

@@ -48,8 +48,6 @@ def cell_text(cell: Cell | None, tolerance: float, compared: bool = True) -> str
         text = f"{fmt(cell.mean)} ± {fmt(cell.std, cell.mean)} ({seeds})"
         if cell.failed:
             text += f", {len(cell.failed)} failed"
-    if cell.configurations > 1:
-        text += f" [{cell.configurations} configurations match: name more fields]"
     if not compared:
         return text.replace("|", "/")
     text += f" vs {MISSING if cell.published is None else fmt(cell.published)}"
@@ -102,5 +100,6 @@ def how_to_read(tolerance: float) -> str:
             "(times the table's scale: 2 points of a percentage for 0.02). The tolerance stands in for the spread "
             "of the published number, which the reference does not record; with one seed only the tolerance "
             "applies. `no run yet`: the task has the run, the store does not; `not in this task`: the task (or "
-            "its profile) does not run that configuration; `failed (reason)`: every run of the cell failed; "
+            "its profile) does not run that configuration; `ambiguous`: the cell's fields match several "
+            "configurations (nothing pooled); `failed (reason)`: every run of the cell failed; "
             "`not reported`: the runs finished without the metric.")
