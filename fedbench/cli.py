@@ -1,6 +1,6 @@
 """The `fedbench` command: `run` a task's RunSpecs one after another, `sweep` them on Ray Tune, rank them
-(`leaderboard`) and `plot` them from MLflow, `list` what is registered, `scenario show` the federation a
-task generates before spending compute on it.
+(`leaderboard`), `plot` them and `report` them beside the published numbers from MLflow, `list` what is
+registered, `scenario show` the federation a task generates before spending compute on it.
 
 Here are the arguments and what each command prints; the work is done by the layers it calls.
 """
@@ -182,6 +182,25 @@ def cmd_plot(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_report(args: argparse.Namespace) -> int:
+    """The task's runs beside the published numbers of its `reference:` block: report.md, PNGs, a summary."""
+    from fedbench.tracking.paths import results_path, tracking_uri
+    from fedbench.tracking.reproduction import write_report
+
+    task = load_task(args.task, task_overrides(args))
+    out = Path(args.out) if args.out else results_path("reports", task.name)
+    report = write_report(task, tracking_uri(), out, args.tolerance)
+    counts = report.summary()
+    console.print(f"task [bold]{escape(task.name)}[/]: {len(report.tables)} tables; "
+                  + ", ".join(f"{n} {what}" for what, n in counts.items()) + " (cells)")
+    console.print(f"written: {escape(str(report.path))} and {len(report.files)} PNGs in {escape(str(out))}")
+    if report.parent_run_id:
+        console.print(f"logged as artifacts under 'report/' of sweep parent run {report.parent_run_id}")
+    else:
+        console.print(f"not attached: experiment {escape(task.name)} has no sweep parent run (plain `fedbench run`)")
+    return 0
+
+
 def parse_formats(text: str) -> list[str]:
     """`--format png,pdf` -> ['png', 'pdf'], each one of the figure formats (ConfigError naming the option)."""
     from fedbench.tracking.plots import FORMATS
@@ -339,6 +358,17 @@ def build_parser() -> argparse.ArgumentParser:
     plot.add_argument("--format", default="png", help="comma-separated figure formats: png, pdf, svg (default png)")
     plot.add_argument("--dpi", type=int, default=110, help="resolution of PNGs (default 110; 300 for print)")
     plot.set_defaults(func=cmd_plot)
+    report = sub.add_parser("report", help="the task's runs beside the published numbers of its reference: block "
+                            "(report.md and PNGs, logged under the sweep's parent run)")
+    report.add_argument("task", help="task YAML file, e.g. tasks/feroma_drift.yaml")
+    report.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a field (repeatable)")
+    add_profile_option(report)
+    report.add_argument("--out", default=None, metavar="DIR", help="folder for report.md and the PNGs "
+                        "(default: results/reports/<task>)")
+    report.add_argument("--tolerance", type=float, default=0.02,
+                        help="a cell is flagged when |ours - published| > 2 std + this, on the metric's own scale "
+                             "(times the table's scale; default 0.02: two points of accuracy)")
+    report.set_defaults(func=cmd_report)
     lst = sub.add_parser("list", help="list datasets, models, algorithms, partitions, shifts and presets, "
                          "or one entry's parameters (fedbench list algorithms feroma)")
     lst.add_argument("kind", nargs="?", help="datasets, models, algorithms, partitions or shifts")

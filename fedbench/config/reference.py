@@ -14,6 +14,9 @@ their `.name`) and gives the published value, or null where the paper prints non
         columns: [scenario.preset, scenario.drift_every]
         cells:
           - {algorithm: feroma, scenario.preset: feroma/label_skew/medium, scenario.drift_every: 2, value: 90.0}
+
+A table may name a `cost` (compute_s, wall_s, mb_up or mb_down): the report's line plot along a numeric
+column (clients, K) draws it per run on a second axis, as 002 Fig. 4 draws wall time beside accuracy.
 """
 
 from __future__ import annotations
@@ -26,7 +29,9 @@ from fedbench.core.errors import ConfigError
 SHORTHANDS = {"algorithm": "algorithm.name", "dataset": "dataset.name", "model": "model.name"}
 """Component fields a cell may name by the component alone."""
 
-TABLE_KEYS = {"title", "source", "metric", "scale", "where", "rows", "columns", "cells"}
+TABLE_KEYS = {"title", "source", "metric", "scale", "where", "rows", "columns", "cells", "cost"}
+COSTS = ("compute_s", "wall_s", "mb_up", "mb_down")
+"""Costs a table may plot beside its metric (the leaderboard's cost columns)."""
 CELL_KEYS = {"value", "note"}
 
 
@@ -51,6 +56,8 @@ class ReferenceTable:
     rows: tuple[str, ...]
     columns: tuple[str, ...]
     cells: tuple[ReferenceCell, ...]
+    cost: str | None = None
+    """A cost (of COSTS) to draw per run beside the metric along a numeric column; None for none."""
 
 
 def field_path(name: str) -> str:
@@ -84,6 +91,9 @@ def _table(raw: Any, where: str, known: set[str]) -> ReferenceTable:
     scale = raw.get("scale", 1)
     if isinstance(scale, bool) or not isinstance(scale, (int, float)) or scale <= 0:
         raise ConfigError(f"{where}.scale", scale, "a number > 0 (100 when the paper prints percent)")
+    cost = raw.get("cost")
+    if cost is not None and cost not in COSTS:
+        raise ConfigError(f"{where}.cost", cost, f"one of {', '.join(COSTS)}, or no entry")
     layout = {key: _fields(raw.get(key), f"{where}.{key}", known) for key in ("rows", "columns")}
     common = _values(raw.get("where") or {}, f"{where}.where", known)
     cells = raw.get("cells")
@@ -91,7 +101,8 @@ def _table(raw: Any, where: str, known: set[str]) -> ReferenceTable:
         raise ConfigError(f"{where}.cells", cells, "a non-empty list of {field: value, ..., value: number or null}")
     parsed = tuple(_cell(cell, f"{where}.cells[{i}]", known, common, layout["rows"] + layout["columns"])
                    for i, cell in enumerate(cells))
-    return ReferenceTable(raw["title"], raw["source"], raw["metric"], float(scale), layout["rows"], layout["columns"], parsed)
+    return ReferenceTable(raw["title"], raw["source"], raw["metric"], float(scale), layout["rows"], layout["columns"], parsed,
+                          cost)
 
 
 def _fields(raw: Any, where: str, known: set[str]) -> tuple[str, ...]:

@@ -166,7 +166,7 @@ def draw_curves(curves: pd.DataFrame, title: str, ylabel: str):
 
     groups = list(dict.fromkeys(curves["group"]))
     configurations = list(dict.fromkeys(sorted(curves["configuration"])))
-    colours = _colours(len(configurations))
+    palette = colours(len(configurations))
     cols = min(3, len(groups))
     rows = math.ceil(len(groups) / cols)
     fig = Figure(figsize=(5.0 * cols, 3.6 * rows + 0.4 + 0.25 * len(configurations)), layout="constrained")
@@ -178,8 +178,8 @@ def draw_curves(curves: pd.DataFrame, title: str, ylabel: str):
             if line.empty:
                 continue
             x, mean, std = line["round"].to_numpy(), line["mean"].to_numpy(), line["std"].to_numpy()
-            ax.plot(x, mean, color=colours[i], marker="o" if len(x) < 15 else None, markersize=3, label=configuration)
-            ax.fill_between(x, mean - std, mean + std, color=colours[i], alpha=0.2, linewidth=0)
+            ax.plot(x, mean, color=palette[i], marker="o" if len(x) < 15 else None, markersize=3, label=configuration)
+            ax.fill_between(x, mean - std, mean + std, color=palette[i], alpha=0.2, linewidth=0)
         ax.set_title(group, fontsize=9)
         ax.set_xlabel("round")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
@@ -237,7 +237,7 @@ def fitted(title: str, fig) -> str:
     return textwrap.fill(title, width=max(30, int(fig.get_figwidth() * 11)))
 
 
-def _colours(n: int) -> list:
+def colours(n: int) -> list:
     from matplotlib import colormaps
 
     cmap = colormaps["tab10" if n <= 10 else "tab20"]

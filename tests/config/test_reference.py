@@ -34,6 +34,7 @@ def test_a_reference_table_names_its_cells_by_dotted_fields_with_the_tables_filt
     ({"scale": 0}, "reference[0].scale"),
     ({"metric": ""}, "reference[0].metric"),
     ({"colour": "red"}, "reference[0].colour"),
+    ({"cost": "dollars"}, "reference[0].cost"),
 ])
 def test_a_bad_reference_is_refused_naming_the_entry(tmp_path, change, field):
     with pytest.raises(ConfigError) as info:
@@ -44,3 +45,12 @@ def test_a_bad_reference_is_refused_naming_the_entry(tmp_path, change, field):
 def test_a_reference_must_be_a_list_of_tables(tmp_path):
     with pytest.raises(ConfigError, match="a list of tables"):
         load(tmp_path, TABLE)
+
+
+def test_a_table_may_name_a_leaderboard_cost_to_plot_beside_its_metric(tmp_path):
+    from fedbench.config.reference import COSTS as PLOTTED
+    from fedbench.tracking.leaderboard import COSTS
+
+    [table] = load(tmp_path, [{**TABLE, "cost": "wall_s"}]).reference
+    assert table.cost == "wall_s" and load(tmp_path, [TABLE]).reference[0].cost is None
+    assert set(PLOTTED) == set(COSTS)  # the report reads each of them from the leaderboard's cost columns

@@ -1,0 +1,132 @@
+"""`fedbench report TASK.yaml`: the task's runs beside the published numbers of its `reference:` block, as
+report.md plus PNGs, logged under the experiment's latest sweep parent run when it has one."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pandas as pd
+
+from fedbench.config.task import TaskSpec
+from fedbench.core.errors import ConfigError
+from fedbench.core.runspec import RunSpec
+from fedbench.tracking.leaderboard import DEFAULT_METRIC, read_runs
+from fedbench.tracking.reproduction.cells import TableResult, run_states
+from fedbench.tracking.reproduction.figures import draw_table
+from fedbench.tracking.reproduction.markdown import how_to_read, render_table
+from fedbench.tracking.reproduction.tables import covered_hashes, ours_only_table, reference_table
+
+DEFAULT_TOLERANCE = 0.02
+"""On the metric's own scale (two points of accuracy), times each table's scale."""
+ARTIFACT_FOLDER = "report"
+
+
+@dataclass
+class Report:
+    """What `write_report` made: the tables, the files written and the sweep parent run they were logged on."""
+
+    tables: list[TableResult]
+    tolerance: float
+    path: Path | None = None
+    files: list[Path] = field(default_factory=list)
+    parent_run_id: str | None = None
+
+    def summary(self) -> dict[str, int]:
+        """Cells compared with a published number, within and beyond the spread, without runs, failed."""
+        counts = dict.fromkeys(["compared", "within the spread", "beyond the spread", "no run yet", "failed",
+                                "not in this task"], 0)
+        for table in self.tables:
+            for cell in table.cells.values():
+                verdict = cell.agrees(self.tolerance * table.reference.scale)
+                counts["compared"] += verdict is not None
+                counts["within the spread"] += verdict is True
+                counts["beyond the spread"] += verdict is False
+                counts["no run yet"] += cell.state == "no run yet"
+                counts["not in this task"] += cell.state == "not in this task"
+                counts["failed"] += bool(cell.failed)
+        return counts
+
+
+def build_tables(task: TaskSpec, specs: list[RunSpec], runs: pd.DataFrame) -> list[TableResult]:
+    """One table per reference table, then ours-only tables (one per metric compared) for uncovered runs."""
+    flats = {s.run_hash: s.flat() for s in specs}
+    tables = [reference_table(ref, specs, flats, run_states(specs, runs, ref.metric, ref.scale)) for ref in task.reference]
+    covered = covered_hashes(task.reference, flats)
+    metrics = dict.fromkeys((ref.metric, ref.scale) for ref in task.reference) or {(DEFAULT_METRIC, 1.0): None}
+    for metric, scale in metrics:
+        states = run_states(specs, runs, metric, scale)
+        rest = ours_only_table(specs, flats, [axis for axis, _ in task.grid], covered, states, metric, scale)
+        if rest is not None:
+            tables.append(rest)
+    return tables
+
+
+def write_report(task: TaskSpec, uri: str, out: Path, tolerance: float = DEFAULT_TOLERANCE,
+                 log_artifacts: bool = True) -> Report:
+    """Write `out/report.md` and its PNGs, and log them under the latest sweep parent run of the task's
+    experiment (folder `report/`) when there is one.
+
+    Raises:
+        ConfigError: a tolerance below 0.
+    """
+    if tolerance < 0:
+        raise ConfigError("--tolerance", tolerance, "a number >= 0 (on the metric's own scale, e.g. 0.02)")
+    runs, specs = stored_runs(task.name, uri), task.expand()
+    report = Report(build_tables(task, specs, runs), tolerance)
+    parent = sweep_parent(task.name, uri)
+    out.mkdir(parents=True, exist_ok=True)
+    parts = []
+    for i, table in enumerate(report.tables, 1):
+        files = draw_table(table, out / f"table{i}_{slug(table.reference.title)}")
+        report.files += files
+        parts += render_table(table, tolerance * table.reference.scale, [f.name for f in files])
+    report.path = out / "report.md"
+    report.path.write_text("\n".join(header(task, uri, report, len(runs), len(specs), parent) + parts))
+    if log_artifacts and parent is not None:
+        from mlflow.tracking import MlflowClient
+
+        client = MlflowClient(uri)
+        for path in [report.path, *report.files]:
+            client.log_artifact(parent, str(path), ARTIFACT_FOLDER)
+        report.parent_run_id = parent
+    return report
+
+
+def header(task: TaskSpec, uri: str, report: Report, stored: int, planned: int, parent: str | None) -> list[str]:
+    counts = report.summary()
+    where = (f"attached to sweep parent run `{parent}` (artifacts under `{ARTIFACT_FOLDER}/`)" if parent else
+             "not attached to any run: the experiment has no sweep parent run (plain `fedbench run` runs)")
+    return [f"# Reproduction report: {task.name}", "",
+            f"Profile `{task.profile}`; experiment `{task.name}` in `{uri}` ({stored} runs stored); "
+            f"{planned} runs in the task; written {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC; {where}.",
+            "", "Summary: " + ", ".join(f"{n} {what}" for what, n in counts.items()) + ".", "",
+            how_to_read(report.tolerance), ""]
+
+
+def stored_runs(experiment: str, uri: str) -> pd.DataFrame:
+    """The experiment's fedbench runs, or none when the store or the experiment does not exist yet."""
+    try:
+        return read_runs(experiment, uri)
+    except ConfigError:
+        return pd.DataFrame(columns=["run_id", "status", "start_time", "params.run_hash"])
+
+
+def sweep_parent(experiment: str, uri: str) -> str | None:
+    from mlflow.tracking import MlflowClient
+
+    from fedbench.tracking.paths import store_missing
+    from fedbench.tracking.sweep_runs import latest_sweep_run
+
+    if store_missing(uri):
+        return None
+    client = MlflowClient(uri)
+    found = client.get_experiment_by_name(experiment)
+    run = latest_sweep_run(client, found.experiment_id) if found is not None else None
+    return run.info.run_id if run is not None else None
+
+
+def slug(title: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "_", title.lower())[:40].strip("_")

@@ -1,0 +1,142 @@
+"""Reproduction reports from real runs: cells equal the stored runs' mean ± std and n, beside the published
+value and the difference; missing, failed and unpublished cells say so; PNGs are drawn and, with a sweep
+parent run, logged on it."""
+
+import numpy as np
+import pytest
+import yaml
+from mlflow.tracking import MlflowClient
+from PIL import Image
+
+from fedbench.cli import main
+from fedbench.config import load_task
+from fedbench.runtime.session import run_specs
+from fedbench.tracking.mlflow_callback import MlflowCallback
+from fedbench.tracking.paths import tracking_uri
+from fedbench.tracking.reproduction import write_report
+from fedbench.tracking.sweep_runs import SweepRuns
+from tests.conftest import TINY
+
+REFERENCE = [{
+    "title": "Local accuracy", "source": "test Table 1, p. 1", "metric": "final/acc_local_mean", "scale": 100,
+    "rows": ["algorithm"], "columns": ["optimizer.lr"],
+    "cells": [{"algorithm": "fedavg", "optimizer.lr": 0.05, "value": 90.0},
+              {"algorithm": "local", "optimizer.lr": 0.05, "value": None, "note": "the paper has no local row"},
+              {"algorithm": "fedavg", "optimizer.lr": 1.0e30, "value": 50.0},
+              {"algorithm": "local", "optimizer.lr": 1.0e30, "value": 80.0}],
+}]
+
+
+def write_task(tmp_path, name, reference=REFERENCE, **fields):
+    body = {k: v for k, v in TINY.items() if k != "task"}
+    body.update({"name": name, "rounds": 1, "model": {"name": "mlp", "hidden": [16]},
+                 "grid": {"algorithm": ["fedavg", "local"], "optimizer.lr": [0.05, 1.0e30]}, "seeds": [0, 1],
+                 "reference": reference, **fields})
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(body))
+    return path
+
+
+def run(specs):
+    return run_specs(specs, lambda i, spec: [MlflowCallback()])
+
+
+def stored(name, algorithm, lr):
+    """Ours for a cell, straight from MLflow: the finished runs' final accuracy x 100."""
+    client = MlflowClient(tracking_uri())
+    experiment = client.get_experiment_by_name(name).experiment_id
+    runs = client.search_runs([experiment], f"params.`algorithm.name` = '{algorithm}' and params.`optimizer.lr` = '{lr}' "
+                                            "and attributes.status = 'FINISHED'")
+    return np.array([r.data.metrics["final/acc_local_mean"] * 100 for r in runs])
+
+
+def row(markdown, name):
+    [line] = [line for line in markdown.splitlines() if line.startswith(f"| {name} |")]
+    return [cell.strip() for cell in line.strip("|").split("|")]
+
+
+def test_report_cells_hold_the_stored_runs_beside_the_published_values(tmp_path, mlflow_store, capsys):
+    path = write_task(tmp_path, "repro")
+    task = load_task(path)
+    specs = [s for s in task.expand() if not (s.algorithm.name == "local" and s.optimizer.lr > 1)]
+    assert len(specs) == 6  # local at lr 1e30 is left unrun
+    results = run(specs)
+    assert sorted(r.status for r in results) == ["FAILED"] * 2 + ["FINISHED"] * 4
+
+    assert main(["report", str(path)]) == 0
+    printed = capsys.readouterr().out
+    assert "1 compared" in printed and "1 no run yet" in printed and "1 failed" in printed and "not attached" in printed
+    out = tmp_path / "results" / "reports" / "repro"
+    markdown = (out / "report.md").read_text()
+
+    fedavg, local = row(markdown, "fedavg"), row(markdown, "local")
+    ours = stored("repro", "fedavg", 0.05)
+    assert len(ours) == 2
+    mean, std = ours.mean(), ours.std(ddof=1)
+    assert fedavg[1].startswith(f"{mean:.1f} ± {std:.1f} (n=2) vs 90.0: {mean - 90:+.1f}")
+    assert fedavg[1].endswith("⚠") == (abs(mean - 90) > 2 * std + 2)
+    assert fedavg[2].startswith("failed (ClientDivergedError") and fedavg[2].endswith("vs 50.0")
+    mine = stored("repro", "local", 0.05)
+    assert local[1] == f"{mine.mean():.1f} ± {mine.std(ddof=1):.1f} (n=2) vs –"
+    assert local[2] == "no run yet vs 80.0"
+    assert "- local @ 0.05: the paper has no local row" in markdown
+    assert markdown.count("ClientDivergedError") >= 3  # the cell and both seeds under "Failed runs"
+    assert "Ours only" not in markdown  # every run is covered by a cell
+
+    pngs = sorted(out.glob("*.png"))
+    assert [p.name for p in pngs] == ["table1_local_accuracy_lines.png", "table1_local_accuracy_vs_published.png"]
+    for png in pngs:  # drawn, not blank
+        pixels = np.asarray(Image.open(png).convert("L"))
+        assert pixels.shape[0] > 300 and pixels.shape[1] > 400 and pixels.std() > 10
+
+
+def test_runs_no_cell_covers_get_a_table_of_ours_only(tmp_path, mlflow_store):
+    path = write_task(tmp_path, "bare", reference=None, grid={"algorithm": ["fedavg", "local"]}, seeds=[0])
+    task = load_task(path)
+    run(task.expand())
+    report = write_report(task, tracking_uri(), tmp_path / "out")
+    markdown = report.path.read_text()
+    assert "## Ours only" in markdown and "vs" not in row(markdown, "fedavg")[1]
+    for algorithm in ("fedavg", "local"):
+        [value] = stored("bare", algorithm, 0.05) / 100  # no reference: on the metric's own scale
+        assert row(markdown, algorithm)[1] == f"{value:.3f} ± 0.000 (n=1)"
+    assert report.summary()["compared"] == 0 and report.parent_run_id is None
+
+
+def test_the_report_is_logged_on_the_experiments_latest_sweep_parent(tmp_path, mlflow_store):
+    path = write_task(tmp_path, "swept", grid={"algorithm": ["fedavg"]}, seeds=[0],
+                      reference=[{**REFERENCE[0], "columns": ["scenario.num_clients"],
+                                  "cells": [{"algorithm": "fedavg", "scenario.num_clients": 4, "value": 90.0}]}])
+    task = load_task(path)
+    run(task.expand())
+    parent = SweepRuns(tracking_uri(), "swept").start_parent("swept-grid", 1).run_id
+    report = write_report(task, tracking_uri(), tmp_path / "out")
+    assert report.parent_run_id == parent
+    assert f"attached to sweep parent run `{parent}`" in report.path.read_text()
+    logged = {a.path for a in MlflowClient(tracking_uri()).list_artifacts(parent, "report")}
+    assert logged == {f"report/{p.name}" for p in [report.path, *report.files]}
+    assert "report/report.md" in logged and any(p.endswith("_vs_published.png") for p in logged)
+
+
+def test_a_negative_tolerance_is_refused(tmp_path):
+    from fedbench.core.errors import ConfigError
+
+    task = load_task(write_task(tmp_path, "tol"))
+    with pytest.raises(ConfigError, match="--tolerance"):
+        write_report(task, tracking_uri(), tmp_path / "out", tolerance=-1)
+
+
+def test_cells_the_task_cannot_fill_or_cannot_tell_apart_say_so_before_anything_runs(tmp_path):
+    reference = [{**REFERENCE[0], "cells": [
+        {"algorithm": "fedavg", "optimizer.lr": 0.5, "value": 70.0},    # the task has no such run
+        {"algorithm": "fedavg", "optimizer.lr": 0.05, "value": 90.0},   # two fedavg configurations match
+    ]}]
+    path = write_task(tmp_path, "unrun", reference=reference,
+                      grid={"algorithm": ["fedavg", {"name": "fedavg", "client_fraction": 0.5}], "optimizer.lr": [0.05]})
+    report = write_report(load_task(path), tracking_uri(), tmp_path / "out")  # no store yet: nothing is created
+    cells = row(report.path.read_text(), "fedavg")
+    assert cells[1:3] == ["ambiguous: 2 configurations match (name more fields) vs 90.0",
+                         "not in this task vs 70.0"]
+    assert report.files == [] and not (tmp_path / "results" / "mlflow.db").exists()
+    assert report.summary() == {"compared": 0, "within the spread": 0, "beyond the spread": 0, "no run yet": 0,
+                                     "failed": 0, "not in this task": 1}
