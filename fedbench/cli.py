@@ -17,7 +17,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from fedbench.config import load_task
-from fedbench.config.task import check_max_failures
+from fedbench.config.task import check_max_failures, count_data_configurations
 from fedbench.core import metrics as M
 from fedbench.core.errors import ConfigError, FedbenchError
 from fedbench.core.registry import ALGORITHMS, DATASETS, MODELS, PARTITIONS, SHIFTS
@@ -37,7 +37,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     specs = task.expand()
     if args.dry_run:
         console.print(configurations_table(specs), width=max(console.width, 160))
-        console.print(f"task [bold]{task.name}[/]: {len(specs)} runs (nothing was run)")
+        console.print(f"task [bold]{task.name}[/]: {len(specs)} runs, {data_configurations_text(specs)} (nothing was run)")
         return 0
     callbacks = run_callbacks(len(specs), console)  # checks the tracking server first
     if not args.rerun:
@@ -74,7 +74,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if args.dry_run:
         if space is None:
             console.print(configurations_table(plan.specs), width=max(console.width, 160))  # one line a run, also in logs
-            console.print(f"task [bold]{task.name}[/]: {len(plan.specs)} configurations (nothing was run)")
+            console.print(f"task [bold]{task.name}[/]: {len(plan.specs)} configurations, "
+                          f"{data_configurations_text(plan.specs)} (nothing was run)")
         else:
             console.print(f"task [bold]{task.name}[/]: {plan.num_samples} Optuna samples of {space.name} on its first "
                           f"configuration, optimising {plan.metric} ({plan.mode}); the space checks out (nothing was run)")
@@ -102,6 +103,11 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         console.print("[yellow]interrupted: continue it with the same command and --resume[/]")
         return 130
     return 1 if failures is not None else 0
+
+
+def data_configurations_text(specs) -> str:
+    """'97 data configurations': runs that differ only in algorithm and seed count once."""
+    return f"{count_data_configurations(specs)} data configurations (runs differing only in algorithm and seed count once)"
 
 
 def experiment_of(args: argparse.Namespace) -> str:

@@ -87,7 +87,7 @@ def test_sweep_dry_run_lists_the_configurations_and_their_count(capsys):
 
     assert main(["sweep", "tasks/feroma_drift.yaml", "--dry-run", "--set", "seeds=[42]"]) == 0
     out = capsys.readouterr().out
-    assert "108 configurations (nothing was run)" in out  # 12 presets x 3 drift frequencies x 3 algorithms
+    assert "468 configurations, 36 data configurations" in out  # 12 presets x 3 drift frequencies x 13 algorithms
     assert "feroma/label_skew/medium, drift every 2" in out
 
 
@@ -145,7 +145,7 @@ def test_run_skips_runs_already_finished_unless_rerun_and_has_a_dry_run(tmp_path
     path.write_text(yaml.safe_dump(task))
     assert main(["run", str(path), "--dry-run"]) == 0
     out = capsys.readouterr().out
-    assert "2 runs (nothing was run)" in out and "fedavg-l0.05-s0" in out  # the name says what varies
+    assert "2 runs, 2 data configurations" in out and "fedavg-l0.05-s0" in out  # the name says what varies
     assert main(["run", str(path)]) == 0
     client = MlflowClient(f"sqlite:///{isolated_results / 'mlflow.db'}")
     experiment = client.get_experiment_by_name("cli_again").experiment_id

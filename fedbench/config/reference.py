@@ -65,8 +65,10 @@ def field_path(name: str) -> str:
     return SHORTHANDS.get(name, name)
 
 
-def parse_reference(raw: Any, known_fields: Iterable[str]) -> tuple[ReferenceTable, ...]:
-    """The `reference:` block as tables; a field no run of the task has (a typo) is refused here.
+def parse_reference(raw: Any, known_fields: Iterable[str] | None) -> tuple[ReferenceTable, ...]:
+    """The `reference:` block as tables; a field no run of the task has (a typo) is refused here. With
+    `known_fields` None (a smaller profile, whose runs need not have every field the paper's tables name)
+    only the block's shape is checked: the paper profile checks the fields.
 
     Raises:
         ConfigError: naming the entry (`reference[0].cells[3].algorithm`), its value and what is allowed.
@@ -75,11 +77,11 @@ def parse_reference(raw: Any, known_fields: Iterable[str]) -> tuple[ReferenceTab
         return ()
     if not isinstance(raw, list):
         raise ConfigError("reference", raw, "a list of tables (title, source, metric, rows, columns, cells)")
-    known = set(known_fields)
+    known = None if known_fields is None else set(known_fields)
     return tuple(_table(entry, f"reference[{i}]", known) for i, entry in enumerate(raw))
 
 
-def _table(raw: Any, where: str, known: set[str]) -> ReferenceTable:
+def _table(raw: Any, where: str, known: set[str] | None) -> ReferenceTable:
     if not isinstance(raw, dict):
         raise ConfigError(where, raw, "a mapping with title, source, metric, rows, columns and cells")
     unknown = set(raw) - TABLE_KEYS
@@ -105,7 +107,7 @@ def _table(raw: Any, where: str, known: set[str]) -> ReferenceTable:
                           cost)
 
 
-def _fields(raw: Any, where: str, known: set[str]) -> tuple[str, ...]:
+def _fields(raw: Any, where: str, known: set[str] | None) -> tuple[str, ...]:
     if isinstance(raw, str):
         raw = [raw]
     if not isinstance(raw, list) or not raw or not all(isinstance(f, str) for f in raw):
@@ -115,7 +117,7 @@ def _fields(raw: Any, where: str, known: set[str]) -> tuple[str, ...]:
     return tuple(field_path(f) for f in raw)
 
 
-def _values(raw: Any, where: str, known: set[str]) -> dict[str, Any]:
+def _values(raw: Any, where: str, known: set[str] | None) -> dict[str, Any]:
     if not isinstance(raw, dict):
         raise ConfigError(where, raw, "a mapping of fields to values")
     for name in raw:
@@ -123,7 +125,7 @@ def _values(raw: Any, where: str, known: set[str]) -> dict[str, Any]:
     return {field_path(name): value for name, value in raw.items()}
 
 
-def _cell(raw: Any, where: str, known: set[str], common: dict[str, Any], layout: tuple[str, ...]) -> ReferenceCell:
+def _cell(raw: Any, where: str, known: set[str] | None, common: dict[str, Any], layout: tuple[str, ...]) -> ReferenceCell:
     if not isinstance(raw, dict) or "value" not in raw:
         raise ConfigError(where, raw, "a mapping of fields to values with a `value` (a number, or null where the paper has none)")
     value = raw["value"]
@@ -136,7 +138,7 @@ def _cell(raw: Any, where: str, known: set[str], common: dict[str, Any], layout:
     return ReferenceCell(tuple(sorted(fields.items())), None if value is None else float(value), str(raw.get("note", "")))
 
 
-def _check_known(name: str, where: str, known: set[str]) -> None:
-    if field_path(name) not in known:
+def _check_known(name: str, where: str, known: set[str] | None) -> None:
+    if known is not None and field_path(name) not in known:
         raise ConfigError(where, name, "a field the task's runs have (dotted, as --set writes it; algorithm, dataset "
                                        "and model mean their name)")

@@ -9,9 +9,13 @@ A task file is a RunSpec's fields at the top level plus task-level keys:
       scenario.alpha: [0.1, 1.0]
     max_failures: 1             # `fedbench sweep`: restarts of a trial whose process died (default 1)
 
+`grid:` may also be a list of such mappings (blocks), for a suite whose experiments vary different axes
+(001's E1 sweeps K and sparsity, its E4b the covariate clusters): each block is expanded on its own and the
+runs are concatenated, a run two blocks share kept once.
+
 `--set key=value` (value parsed as YAML) overrides a field in every expanded run; overriding a path that
 is a grid axis replaces that axis. `--set seeds=[0]`, `--set name=...` and `--set grid.X=[...]` change
-the task itself.
+the task itself (`grid.X` sets axis X in every block).
 
 A suite runs at several scales from one file: the fields as written are its `paper` profile, and
 `profiles:` names smaller ones as overrides (the same dotted paths `--set` takes), applied before the
@@ -21,7 +25,8 @@ never lands in the paper run's leaderboard:
     profiles:
       smoke: {rounds: 2, seeds: [42], grid.scenario.preset: [feroma/label_skew/medium]}
 
-`reference:` holds the published numbers a reproduction report compares with (`fedbench.config.reference`).
+`reference:` holds the published numbers a reproduction report compares with (`fedbench.config.reference`);
+its fields are checked against the paper profile's runs (a smaller profile need not have them all).
 """
 
 from __future__ import annotations
@@ -55,6 +60,9 @@ the same seed would fail the same way."""
 Override = str | tuple[str, Any]
 """`key.path=value` text (value parsed as YAML), or a (dotted path, value) pair."""
 
+Grid = tuple[tuple[str, tuple[Any, ...]], ...]
+"""One grid block: (dotted path, values) axes whose Cartesian product is run."""
+
 
 @dataclass(frozen=True)
 class TaskSpec:
@@ -62,7 +70,8 @@ class TaskSpec:
 
     name: str
     base: dict[str, Any]
-    grid: tuple[tuple[str, tuple[Any, ...]], ...] = ()
+    grid: tuple[Grid, ...] = ((),)
+    """The grid blocks, each expanded on its own (one block unless `grid:` is a list)."""
     seeds: tuple[int, ...] = (0,)
     overrides: tuple[tuple[str, Any], ...] = ()
     description: str = ""
@@ -77,15 +86,21 @@ class TaskSpec:
     max_failures: int = DEFAULT_MAX_FAILURES
 
     def expand(self) -> list[RunSpec]:
-        """Every grid point times every seed, validated; duplicates (same run hash) kept once."""
+        """Every point of every grid block times every seed, validated; duplicates (same run hash) kept once."""
         specs: dict[str, RunSpec] = {}
-        for point in itertools.product(*(values for _, values in self.grid)):
-            for seed in self.seeds:
-                spec = resolve_run(self.run_dict(point, seed))
-                if spec.run_name is None:
-                    spec = spec.replace(run_name=run_name(spec, {axis: v for (axis, _), v in zip(self.grid, point)}))
-                specs.setdefault(spec.run_hash, spec)
+        for block, grid in enumerate(self.grid):
+            for point in itertools.product(*(values for _, values in grid)):
+                for seed in self.seeds:
+                    spec = resolve_run(self.run_dict(point, seed, block))
+                    if spec.run_name is None:
+                        spec = spec.replace(run_name=run_name(spec, {axis: v for (axis, _), v in zip(grid, point)}))
+                    specs.setdefault(spec.run_hash, spec)
         return list(specs.values())
+
+    def grid_fields(self) -> dict[str, list[Any]] | list[dict[str, list[Any]]]:
+        """The grid as a task file writes it: one mapping, or a list of them for several blocks."""
+        blocks = [{axis: list(values) for axis, values in grid} for grid in self.grid]
+        return blocks[0] if len(blocks) == 1 else blocks
 
     def with_overrides(self, overrides: Sequence[Override]) -> TaskSpec:
         """This task with more overrides, applied after its own as if all had been given when it was loaded."""
@@ -93,12 +108,13 @@ class TaskSpec:
             return self
         return task_from_dict(self.source, [*self.given, *parse_overrides(overrides)])
 
-    def run_dict(self, point: Sequence[Any] | None = None, seed: int | None = None) -> dict[str, Any]:
-        """One run's raw mapping: the base, a grid point (default: every axis's first value), the overrides
-        and a seed (default: the first); what a search samples on top of."""
-        point = [values[0] for _, values in self.grid] if point is None else point
+    def run_dict(self, point: Sequence[Any] | None = None, seed: int | None = None, block: int = 0) -> dict[str, Any]:
+        """One run's raw mapping: the base, a point of grid block `block` (default: every axis's first value),
+        the overrides and a seed (default: the first); what a search samples on top of."""
+        grid = self.grid[block]
+        point = [values[0] for _, values in grid] if point is None else point
         raw = copy.deepcopy(self.base)
-        for (path, _), value in zip(self.grid, point):
+        for (path, _), value in zip(grid, point):
             set_path(raw, path, copy.deepcopy(value))
         for path, value in self.overrides:
             set_path(raw, path, copy.deepcopy(value))
@@ -106,6 +122,23 @@ class TaskSpec:
         if "seed" not in {path for path, _ in self.overrides}:  # an explicit --set seed=N wins over the seed list
             raw["seed"] = self.seeds[0] if seed is None else seed
         return raw
+
+
+LEARNER_FIELDS = ("algorithm", "seed", "run_name", "task", "resources")
+"""What a data configuration leaves out: how its federation is learnt (the algorithm and its parameters), the
+seed, and the run's name, task and placement."""
+
+
+def data_configuration(spec: RunSpec) -> str:
+    """What a run learns from, as a key: every field but `LEARNER_FIELDS` (dataset, scenario, model, training).
+    A paper's 'configuration' count (001: 97) counts these: runs differing only in algorithm or seed share one."""
+    kept = {k: v for k, v in spec.flat().items() if k.split(".")[0] not in LEARNER_FIELDS}
+    return repr(sorted(kept.items()))
+
+
+def count_data_configurations(specs: Sequence[RunSpec]) -> int:
+    """How many data configurations `specs` cover (see `data_configuration`)."""
+    return len({data_configuration(s) for s in specs})
 
 
 def run_name(spec: RunSpec, point: dict[str, Any]) -> str:
@@ -183,23 +216,15 @@ def task_from_dict(raw: dict[str, Any], overrides: Sequence[Override] = (), defa
     for path, value in [*profile_overrides(profiles, profile), *given]:
         if path == "profile":
             continue
-        if path.startswith("grid."):  # the axis is the whole dotted rest: grid.scenario.preset
-            grid = raw.get("grid") if isinstance(raw.get("grid"), dict) else {}
-            raw["grid"] = {**grid, path.removeprefix("grid."): value}
+        if path.startswith("grid."):  # the axis is the whole dotted rest: grid.scenario.preset; in every block
+            axis, grid = path.removeprefix("grid."), raw.get("grid")
+            blocks = grid if isinstance(grid, list) else [grid if isinstance(grid, dict) else {}]
+            raw["grid"] = [{**b, axis: value} if isinstance(b, dict) else b for b in blocks]
         elif path in TASK_KEYS:
             set_path(raw, path, value)
         else:
             run_overrides.append((path, value))
-    grid_raw = raw.pop("grid", None) or {}
-    if not isinstance(grid_raw, dict):
-        raise ConfigError("grid", grid_raw, "a mapping of dotted field paths to lists of values")
-    overridden = {p for p, _ in run_overrides}
-    grid = []
-    for axis, values in grid_raw.items():
-        if not isinstance(values, list) or not values:
-            raise ConfigError(f"grid.{axis}", values, "a non-empty list of values")
-        if axis not in overridden:
-            grid.append((axis, tuple(values)))
+    grid = parse_grid(raw.pop("grid", None) or {}, {p for p, _ in run_overrides})
     seeds = raw.pop("seeds", [0])
     if isinstance(seeds, int) and not isinstance(seeds, bool):
         seeds = [seeds]
@@ -211,11 +236,29 @@ def task_from_dict(raw: dict[str, Any], overrides: Sequence[Override] = (), defa
     description = raw.pop("description", "")
     reference = raw.pop("reference", None)
     max_failures = check_max_failures("max_failures", raw.pop("max_failures", DEFAULT_MAX_FAILURES))
-    task = TaskSpec(name, raw, tuple(grid), tuple(seeds), tuple(run_overrides), str(description), profile,
+    task = TaskSpec(name, raw, grid, tuple(seeds), tuple(run_overrides), str(description), profile,
                     (PAPER_PROFILE, *profiles), (), source, given, max_failures)
     specs = task.expand()  # validate now, so bad input fails before anything runs
-    known = {key for spec in specs for key in spec.flat()}
+    known = {key for spec in specs for key in spec.flat()} if profile == PAPER_PROFILE else None
     return dataclasses.replace(task, reference=parse_reference(reference, known))
+
+
+def parse_grid(raw: Any, overridden: set[str]) -> tuple[Grid, ...]:
+    """`grid:` (a mapping, or a list of them) as blocks of axes; an axis a run override sets is dropped."""
+    blocks = raw if isinstance(raw, list) and raw else [raw]
+    grids = []
+    for i, block in enumerate(blocks):
+        where = "grid" if len(blocks) == 1 and not isinstance(raw, list) else f"grid[{i}]"
+        if not isinstance(block, dict):
+            raise ConfigError(where, block, "a mapping of dotted field paths to lists of values, or a list of such mappings")
+        axes = []
+        for axis, values in block.items():
+            if not isinstance(values, list) or not values:
+                raise ConfigError(f"{where}.{axis}", values, "a non-empty list of values")
+            if axis not in overridden:
+                axes.append((axis, tuple(values)))
+        grids.append(tuple(axes))
+    return tuple(grids)
 
 
 def profile_overrides(profiles: Any, profile: Any) -> list[tuple[str, Any]]:

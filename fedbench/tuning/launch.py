@@ -32,7 +32,7 @@ def execute_sweep(task: TaskSpec, plan: SweepPlan, max_concurrent: int | None = 
     if outcome.best is not None:
         outcome.best_task = write_best_task(task, outcome.best, plan)
     if not outcome.interrupted:
-        task_fields = {**task.base, "grid": {axis: list(values) for axis, values in task.grid}, "seeds": list(task.seeds)}
+        task_fields = {**task.base, "grid": task.grid_fields(), "seeds": list(task.seeds)}
         outcome.reported = report_sweep(tracking_uri(), task.name, outcome.parent_run_id, task_fields, task.description,
                                         results_path("plots", task.name))
     return outcome

@@ -134,20 +134,6 @@ def test_shipped_quickstart_task_expands():
     assert {s.algorithm.name for s in specs} == {"fedavg", "local"}
 
 
-def test_the_papers_task_files_expand_to_their_grids():
-    feroma = load_task("tasks/feroma_drift.yaml").expand()
-    assert len(feroma) == 12 * 3 * 3 * 5  # 4 types x 3 levels x 3 drift frequencies x 3 algorithms x 5 seeds
-    assert {s.algorithm.name for s in feroma} == {"feroma", "fedavg", "local"}  # the paper's grid runs the paper's method
-    assert {s.scenario.num_clients for s in feroma} == {20} and {s.scenario.drift_every for s in feroma} == {1, 2, 4}
-    e1 = load_task("tasks/conditional_e1.yaml").expand()
-    assert len(e1) == 4 * 5 * 9 and max(s.scenario.num_clients for s in e1) == 10 * 100
-    # 001 Sec. IV-C: Conditional (pooled and federated), Oracle and the seven baselines
-    assert {s.algorithm.name for s in e1} == {"conditional", "oracle", "fedavg", "local", "gossip", "ifca", "dac", "ditto"}
-    shifts = load_task("tasks/conditional_e2_e4.yaml").expand()  # E2b (K = 4), E3a, E3b (K = 2) x 5 sparsities x 9
-    assert len(shifts) == 3 * 5 * 9 and {s.scenario.num_clients for s in shifts} >= {4 * 5, 2 * 100, 4 * 100}
-    assert len(load_task("tasks/conditional_e4a.yaml").expand()) == 5 * 9
-
-
 @pytest.mark.parametrize(
     "scenario, dataset, expected",
     [
@@ -284,3 +270,33 @@ def test_a_dotted_grid_axis_can_be_replaced_from_the_command_line(tmp_path):
     body = {**{k: v for k, v in TINY.items() if k != "task"}, "grid": {"scenario.alpha": [0.1, 1.0]}}
     specs = load_task(write_task(tmp_path, body), ["grid.scenario.alpha=[0.3]"]).expand()
     assert [s.scenario.partition.kwargs["alpha"] for s in specs] == [0.3]
+
+
+def test_a_grid_may_be_a_list_of_blocks_each_expanded_and_concatenated(tmp_path):
+    body = {**{k: v for k, v in TINY.items() if k != "task"}, "name": "t", "seeds": [0, 1],
+            "grid": [{"algorithm": ["fedavg", "local"], "scenario.alpha": [0.1]},
+                     {"algorithm": ["fedavg"], "scenario.alpha": [0.1, 1.0], "rounds": [3]},
+                     {"scenario.alpha": [0.1], "algorithm": ["local"]}]}  # a run the first block has: kept once
+    path = write_task(tmp_path, body)
+    task = load_task(path)
+    specs = task.expand()
+    assert len(specs) == (2 + 2) * 2
+    assert {(s.algorithm.name, s.scenario.partition.kwargs["alpha"], s.rounds) for s in specs} == {
+        ("fedavg", 0.1, TINY["rounds"]), ("local", 0.1, TINY["rounds"]), ("fedavg", 0.1, 3), ("fedavg", 1.0, 3)}
+    assert task.grid_fields()[1] == {"algorithm": ["fedavg"], "scenario.alpha": [0.1, 1.0], "rounds": [3]}
+    # grid.X sets the axis in every block; a run override drops it from every block
+    assert {s.scenario.partition.kwargs["alpha"] for s in load_task(path, ["grid.scenario.alpha=[0.5]"]).expand()} == {0.5}
+    assert len(load_task(path, ["rounds=4"]).expand()) == 3 * 2  # (fedavg, 0.1) and (local, 0.1) and (fedavg, 1.0)
+    with pytest.raises(ConfigError, match=r"grid\[1\].rounds"):
+        load_task(write_task(tmp_path, {**body, "grid": [body["grid"][0], {"rounds": 3}]}))
+    with pytest.raises(ConfigError, match=r"grid\[0\]"):
+        load_task(write_task(tmp_path, {**body, "grid": [["fedavg"]]}))
+
+
+def test_data_configurations_set_aside_algorithm_and_seed_only():
+    from fedbench.config.task import count_data_configurations
+
+    specs = load_task("tasks/quickstart.yaml").expand()  # 3 algorithm settings x 2 alphas x 3 seeds
+    assert len(specs) == 18 and count_data_configurations(specs) == 2
+    assert count_data_configurations([tiny_spec(), tiny_spec(seed=3), tiny_spec(algorithm="local")]) == 1
+    assert count_data_configurations([tiny_spec(), tiny_spec(rounds=3), tiny_spec(scenario={"partition": "iid", "num_clients": 4})]) == 3

@@ -58,7 +58,7 @@ def build_tables(task: TaskSpec, specs: list[RunSpec], runs: pd.DataFrame) -> li
     metrics = dict.fromkeys((ref.metric, ref.scale) for ref in task.reference) or {(DEFAULT_METRIC, 1.0): None}
     for metric, scale in metrics:
         states = run_states(specs, runs, metric, scale)
-        rest = ours_only_table(specs, flats, [axis for axis, _ in task.grid], covered, states, metric, scale)
+        rest = ours_only_table(specs, flats, list(dict.fromkeys(axis for block in task.grid for axis, _ in block)), covered, states, metric, scale)
         if rest is not None:
             tables.append(rest)
     return tables
