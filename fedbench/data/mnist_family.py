@@ -2,7 +2,8 @@
 
 torchvision with download=False reads only the extracted idx files, while machines without internet often
 keep just the original .gz files (they must not be extracted into a shared, possibly read-only root), so
-the .gz files are parsed here directly. Images become uint8 [N, 1, 28, 28].
+the .gz files are parsed here directly. Images become uint8 [N, 1, 28, 28], or [N, 3, 28, 28] with
+`colourise: true` (a seeded colour per sample, `fedbench.data.colourise`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import numpy as np
 
 from fedbench.core.registry import register_dataset
 from fedbench.data.base import BaseDataset, DatasetFacts, read_or_download, with_facts
+from fedbench.data.colourise import colour_facts, colourised
 
 DIGITS = tuple("0123456789")
 FASHION = ("T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot")
@@ -37,17 +39,23 @@ FMNIST_FACTS = dataclasses.replace(GRAY_28, mean_std=((0.2860,), (0.3530,)))
 
 
 @register_dataset("mnist")
-@with_facts(MNIST_FACTS)
-def mnist(root: Path) -> BaseDataset:
-    """MNIST handwritten digits (60000 train + 10000 test), from `<root>/MNIST/raw/`."""
-    return BaseDataset.from_splits("mnist", DIGITS, *_load_idx("mnist", root, "MNIST", _MNIST_FILES))
+@with_facts(lambda colourise, colour_seed: colour_facts(MNIST_FACTS, colourise, colour_seed))
+def mnist(root: Path, colourise: bool = False, colour_seed: int = 0) -> BaseDataset:
+    """MNIST handwritten digits (60000 train + 10000 test), from `<root>/MNIST/raw/`; `colourise`: RGB, each
+    sample tinted with a base colour drawn from `colour_seed` (`fedbench.data.colourise`)."""
+    colour_facts(MNIST_FACTS, colourise, colour_seed)
+    data = BaseDataset.from_splits("mnist", DIGITS, *_load_idx("mnist", root, "MNIST", _MNIST_FILES))
+    return colourised(data, colourise, colour_seed)
 
 
 @register_dataset("fmnist")
-@with_facts(FMNIST_FACTS)
-def fmnist(root: Path) -> BaseDataset:
-    """Fashion-MNIST clothing images (60000 train + 10000 test), from `<root>/FashionMNIST/raw/`."""
-    return BaseDataset.from_splits("fmnist", FASHION, *_load_idx("fmnist", root, "FashionMNIST", _MNIST_FILES))
+@with_facts(lambda colourise, colour_seed: colour_facts(FMNIST_FACTS, colourise, colour_seed))
+def fmnist(root: Path, colourise: bool = False, colour_seed: int = 0) -> BaseDataset:
+    """Fashion-MNIST clothing images (60000 train + 10000 test), from `<root>/FashionMNIST/raw/`; `colourise`
+    as for mnist."""
+    colour_facts(FMNIST_FACTS, colourise, colour_seed)
+    data = BaseDataset.from_splits("fmnist", FASHION, *_load_idx("fmnist", root, "FashionMNIST", _MNIST_FILES))
+    return colourised(data, colourise, colour_seed)
 
 
 @register_dataset("emnist")

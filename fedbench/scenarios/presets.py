@@ -213,6 +213,14 @@ def feddrm_shards(facts: DatasetFacts) -> dict[str, Any]:
     return _feddrm({"partition": "shards", "shards_per_client": 5})
 
 
+@preset("feddrm/spc")
+def feddrm_spc(facts: DatasetFacts) -> dict[str, Any]:
+    """004 Table 1's S-SPC with S by the class count, so one task grids it over datasets: 5 shards per client
+    on 10 classes (CIFAR-10, MNIST), 25 on CIFAR-100's 100, with the 8 photometric clients."""
+    _images(facts, "feddrm/spc")
+    return _feddrm({"partition": "shards", "shards_per_client": 5 if facts.num_classes <= 10 else 25})
+
+
 @preset("made/writers_noise")
 def made_writers_noise(facts: DatasetFacts, num_clients: int = 30, sigma: float = 0.5) -> dict[str, Any]:
     """003 Sec. III-A / IV: disjoint writer groups over 30 clients, plus noise sigma * i / N (sigma = 0.5)."""

@@ -90,7 +90,7 @@ def test_options_are_resolved_and_checked_like_the_loader_does():
     with pytest.raises(ConfigError) as info:
         dataset_facts("cifar100", label="superclass")
     assert info.value.field == "dataset.label"
-    with pytest.raises(ConfigError, match="options of mnist are: none"):
+    with pytest.raises(ConfigError, match="options of mnist are: colour_seed, colourise"):
         dataset_facts("mnist", label="fine")
     with pytest.raises(ConfigError) as info:
         dataset_facts("digits", test_fraction=0.0)
@@ -130,6 +130,7 @@ def assert_agrees(ds: BaseDataset, facts: DatasetFacts, full_size: bool = True) 
 OFFLINE = [
     ("digits", {}),
     ("digits", {"test_fraction": 0.5}),
+    ("digits", {"colourise": True, "colour_seed": 3}),
     ("synthetic", {"num_devices": 4, "samples_per_device": 20}),
     ("synthetic_images", {"train_samples": 30, "test_samples": 10}),
     ("synthetic_images", {"channels": 3, "size": 16, "num_classes": 5, "train_samples": 30, "test_samples": 10}),
@@ -153,7 +154,7 @@ def test_loaded_dataset_agrees_with_its_facts(name, params, tmp_path):
 
 
 @pytest.mark.real_data
-@pytest.mark.parametrize("name, params", [("mnist", {}), ("fmnist", {}), ("mixture", {})])
+@pytest.mark.parametrize("name, params", [("mnist", {}), ("fmnist", {}), ("mixture", {}), ("mnist", {"colourise": True})])
 def test_real_dataset_agrees_with_its_facts(name, params):
     root = os.environ.get("FEDBENCH_DATA")
     if not root or not all((Path(root) / f / "raw").is_dir() for f in ("MNIST", "FashionMNIST")):

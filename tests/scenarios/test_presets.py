@@ -120,6 +120,12 @@ def test_feddrm_shards_are_label_homogeneous():
     assert all(len(np.unique(data.y[np.concatenate([v.train, v.test])])) <= 5 for v in s.stages[0])
 
 
+@pytest.mark.parametrize("dataset, shards", [({**MNIST_LIKE, "channels": 3}, 5), (CIFAR100_LIKE, 25)])
+def test_feddrm_spc_takes_004s_shard_count_for_the_class_count(dataset, shards):
+    spec = run_spec({"preset": "feddrm/spc"}, dataset=dataset)
+    assert spec.scenario.partition.kwargs["shards_per_client"] == shards and spec.scenario.num_clients == 8
+
+
 def test_every_preset_is_listed_with_a_docstring():
     assert len([p for p in PRESETS if p.startswith("feroma/")]) == 12
     assert {"conditional/E1", "feddrm/dir0.3", "made/writers_noise", "feroma/label_skew/medium"} <= set(PRESETS)

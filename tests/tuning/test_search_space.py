@@ -92,14 +92,17 @@ def test_a_test_time_metric_needs_test_time_clients(tmp_path):
         make_plan(task(tmp_path, scenario=scenario), metric="final/acc_test_time")
 
 
-@pytest.mark.parametrize("space, task_path, metric, algorithms", [
-    ("search_spaces/feroma_tau.yaml", "tasks/feroma_tune.yaml", "final/acc_test_time", {"feroma", "fedavg"}),
-    ("search_spaces/feddrm_lambda.yaml", "tasks/feddrm_tune.yaml", "final/acc_system", {"feddrm", "fedprox_ft"}),
-    ("search_spaces/ditto_lambda.yaml", "tasks/conditional_97.yaml", "final/acc_local_mean", {"ditto", "fedavg"}),
+@pytest.mark.parametrize("space, task_path, overrides, metric, algorithms", [
+    ("search_spaces/feroma_tau.yaml", "tasks/feroma_tune.yaml", [], "final/acc_test_time", {"feroma", "fedavg"}),
+    ("search_spaces/feddrm_lambda.yaml", "tasks/feddrm_tune.yaml", [], "final/acc_system", {"feddrm", "fedprox_ft"}),
+    ("search_spaces/ditto_lambda.yaml", "tasks/conditional_97.yaml", ["profile=reduced"], "final/acc_local_mean",
+     {"ditto", "fedavg"}),
+    ("search_spaces/fedprox_mu.yaml", "tasks/quickstart.yaml", [], "final/acc_local_mean", {"fedprox", "fedavg"}),
+    ("search_spaces/moon_mu.yaml", "tasks/shift_mitigation.yaml",
+     ["profile=reduced", "scenario={preset: made/dirichlet, beta: 0.3}"], "final/acc_local_weighted", {"moon", "fedavg"}),
 ])
-def test_shipped_spaces_check_out_on_their_tasks(space, task_path, metric, algorithms):
-    task = load_task(task_path, ["profile=reduced"] if task_path.endswith("conditional_97.yaml") else [])
-    plan = make_plan(task, load_search_space(space), 4, metric)  # every field and bound checked
+def test_shipped_spaces_check_out_on_their_tasks(space, task_path, overrides, metric, algorithms):
+    plan = make_plan(load_task(task_path, overrides), load_search_space(space), 4, metric)  # every field and bound checked
     assert plan.trials == 4 and {name for name, _ in plan.space.branches} == algorithms
 
 
