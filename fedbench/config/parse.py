@@ -12,7 +12,7 @@ import typing
 from typing import Any
 
 from fedbench.core.errors import ConfigError
-from fedbench.core.fields import coerce, resolve_params
+from fedbench.core.fields import coerce, resolve_params, without_later_defaults
 from fedbench.core.registry import ALGORITHMS
 from fedbench.core.runspec import INLINE, Component, DatasetSpec, RunSpec, plain
 
@@ -97,6 +97,7 @@ def _parse_component(f: dataclasses.Field, cls: type, raw: Any, path: str) -> Co
     entry = registry.get(name, field=name_path)
     target = getattr(entry, "Config", entry)
     params = resolve_params(params_path, f"{registry.kind} {name}", section, target, skip)
+    params = without_later_defaults(params, entry, skip)
     if dataclasses.is_dataclass(target):
         try:
             target(**dict(params))  # runs the Config's own range checks (__post_init__)

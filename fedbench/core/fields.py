@@ -15,6 +15,31 @@ from typing import Any, Callable, Literal
 from fedbench.core.errors import ConfigError
 
 
+ADDED_LATER = "options_added_later"
+"""Attribute naming the options of a registered callable that were added after runs were recorded."""
+
+
+def added_later(*names: str) -> Callable[[Any], Any]:
+    """Mark options added to a registered loader or factory after runs of it were recorded: a spec leaves them
+    out while they are at their default, so those runs keep their run hash and their scenario (whose seeds derive
+    from the dataset's options)."""
+
+    def mark(target: Any) -> Any:
+        setattr(target, ADDED_LATER, names)
+        return target
+
+    return mark
+
+
+def without_later_defaults(params: tuple[tuple[str, Any], ...], entry: Any, skip: int) -> tuple[tuple[str, Any], ...]:
+    """`params` less the options `added_later` to `entry` that are at their default."""
+    later = getattr(entry, ADDED_LATER, ())
+    if not later:
+        return params
+    defaults = {name: default for name, (_, default) in signature_fields(entry, skip).items()}
+    return tuple((k, v) for k, v in params if not (k in later and v == defaults[k]))
+
+
 def signature_fields(target: Callable | type, skip: int = 0) -> dict[str, tuple[Any, Any]]:
     """{name: (annotation, default)} of the keyword parameters of a function or dataclass.
 

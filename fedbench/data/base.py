@@ -23,7 +23,7 @@ import pandas as pd
 import torch
 
 from fedbench.core.errors import ConfigError, DataMissingError
-from fedbench.core.fields import coerce, signature_fields
+from fedbench.core.fields import coerce, signature_fields, without_later_defaults
 from fedbench.core.registry import DATASETS
 from fedbench.core.runspec import Normalization
 
@@ -225,7 +225,8 @@ def load_dataset(name: str, data_root: str | os.PathLike | None = None, **option
     root = resolve_root(data_root)
     key = (name, str(root), tuple(sorted(resolved.items())))
     if key not in _LOADED:
-        _LOADED[key] = dataclasses.replace(loader(root, **resolved), options=tuple(sorted(resolved.items())))
+        options = without_later_defaults(tuple(sorted(resolved.items())), loader, skip=1)  # scenarios key on them
+        _LOADED[key] = dataclasses.replace(loader(root, **resolved), options=options)
     return _LOADED[key]
 
 

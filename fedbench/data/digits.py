@@ -9,6 +9,7 @@ import numpy as np
 from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
 
+from fedbench.core.fields import added_later
 from fedbench.core.registry import register_dataset
 from fedbench.data.base import BaseDataset, DatasetFacts, require, with_facts
 from fedbench.data.colourise import colour_facts, colourised
@@ -27,6 +28,7 @@ def _facts(test_fraction: float, colourise: bool = False, colour_seed: int = 0) 
 
 
 @register_dataset("digits")
+@added_later("colourise", "colour_seed")
 @with_facts(_facts)
 def digits(root: Path, test_fraction: float = 0.2, colourise: bool = False, colour_seed: int = 0) -> BaseDataset:
     """The 1797 UCI digits as uint8 [N, 1, 8, 8] images (values 0..16 rescaled to 0..255), 10 classes.

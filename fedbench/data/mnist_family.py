@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from fedbench.core.fields import added_later
 from fedbench.core.registry import register_dataset
 from fedbench.data.base import BaseDataset, DatasetFacts, read_or_download, with_facts
 from fedbench.data.colourise import colour_facts, colourised
@@ -39,6 +40,7 @@ FMNIST_FACTS = dataclasses.replace(GRAY_28, mean_std=((0.2860,), (0.3530,)))
 
 
 @register_dataset("mnist")
+@added_later("colourise", "colour_seed")
 @with_facts(lambda colourise, colour_seed: colour_facts(MNIST_FACTS, colourise, colour_seed))
 def mnist(root: Path, colourise: bool = False, colour_seed: int = 0) -> BaseDataset:
     """MNIST handwritten digits (60000 train + 10000 test), from `<root>/MNIST/raw/`; `colourise`: RGB, each
@@ -49,6 +51,7 @@ def mnist(root: Path, colourise: bool = False, colour_seed: int = 0) -> BaseData
 
 
 @register_dataset("fmnist")
+@added_later("colourise", "colour_seed")
 @with_facts(lambda colourise, colour_seed: colour_facts(FMNIST_FACTS, colourise, colour_seed))
 def fmnist(root: Path, colourise: bool = False, colour_seed: int = 0) -> BaseDataset:
     """Fashion-MNIST clothing images (60000 train + 10000 test), from `<root>/FashionMNIST/raw/`; `colourise`

@@ -83,7 +83,7 @@ def test_unknown_option_lists_the_allowed_ones():
         load_dataset("synthetic", gamma=2.0)
     assert info.value.field == "dataset.gamma"
     assert "options of synthetic are: alpha, beta, num_devices, samples_per_device, seed, test_fraction" in str(info.value)
-    with pytest.raises(ConfigError, match="options of mnist are: none"):
+    with pytest.raises(ConfigError, match="options of mnist are: colour_seed, colourise"):
         load_dataset("mnist", label="fine")
 
 

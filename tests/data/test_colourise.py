@@ -89,3 +89,15 @@ def test_bad_colour_options_are_refused_naming_the_option(options, field):
     with pytest.raises(ConfigError) as info:
         dataset_facts("mnist", **options)
     assert info.value.field == field
+
+
+def test_colour_options_at_their_default_stay_out_of_the_spec_so_older_runs_keep_their_hash():
+    from fedbench.config import load_task
+
+    [gray] = load_task("tasks/quickstart.yaml", ["seeds=[0]", "algorithm=fedavg", "scenario.alpha=0.1"]).expand()
+    assert dict(gray.dataset.params) == {"test_fraction": 0.2}
+    assert gray.run_hash == "42039b5a57"  # as recorded before colourise existed
+    [colour] = load_task("tasks/quickstart.yaml", ["seeds=[0]", "algorithm=fedavg", "scenario.alpha=0.1", "dataset.colourise=true"]).expand()
+    assert dict(colour.dataset.params)["colourise"] is True and colour.run_hash != gray.run_hash
+    # the dataset's options key its scenarios (and seed them): at their default the colour options are not among them
+    assert load_dataset("digits").options == (("test_fraction", 0.2),)
