@@ -114,7 +114,7 @@ def test_mlflow_listens_on_the_heads_private_ip_with_a_postgresql_store(cluster)
     assert "0.0.0.0" not in commands
     assert option(" ".join(cluster["head_start_ray_commands"]), "--dashboard-host") == "127.0.0.1"
     head_setup = " ".join(cluster["head_setup_commands"])
-    assert "apt-get install -y -qq postgresql" in head_setup and "psycopg2-binary" in head_setup
+    assert "apt-get install -y -qq postgresql" in head_setup and "psycopg2" not in head_setup  # psycopg 3: pyproject
     assert "CREATE ROLE mlflow" in head_setup and "createdb -O mlflow mlflow" in head_setup
 
 
