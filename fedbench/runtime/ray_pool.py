@@ -182,10 +182,9 @@ class RayBackend:
         queue = collections.deque(dispatch_order)
         in_order, released = sorted(payloads), 0
         idle = list(self.workers) * JOBS_IN_FLIGHT  # a slot per job a worker may hold
-        pending: dict[ray.ObjectRef, tuple[int, object, ray.ObjectRef | None]] = {}
+        pending: dict[ray.ObjectRef, tuple[int, object, ray.ObjectRef | None]] = {}  # in dispatch order
         finished: dict[int, ClientResult] = {}
         lost: dict[int, int] = {}  # client id -> workers that died running its job in this call
-        replaced: dict[object, object] = {}  # a dead worker -> its replacement (its other jobs died with it)
         while True:
             while idle and queue:
                 cid, worker = queue.popleft(), idle.pop()
@@ -201,22 +200,30 @@ class RayBackend:
             if not pending:
                 return
             [done], _ = ray.wait(list(pending), num_returns=1)
-            cid, worker, state_ref = pending.pop(done)
+            cid, worker, state_ref = pending[done]
             try:
                 finished[cid] = ray.get(done)
             except WORKER_DEATHS as exc:  # the worker's process died, not an exception of the job
-                lost[cid] = lost.get(cid, 0) + 1
-                if worker not in replaced:
-                    replaced[worker] = self._replace(worker, kind, round, cid, lost[cid], exc)
-                    idle = [replaced[worker] if w is worker else w for w in idle]
-                elif lost[cid] >= JOB_ATTEMPTS:
-                    self._replace(worker, kind, round, cid, lost[cid], exc)  # raises WorkerLostError
-                worker = replaced[worker]
-                queue.appendleft(cid)  # again, from the state the store still holds
-            else:
-                if state_ref is not None:  # stored only now: a dead worker's state ref must not replace the last good state
-                    store.put(cid, state_ref)
+                idle = self._after_death(worker, exc, pending, queue, idle, lost, kind, round)
+                continue
+            del pending[done]
+            if state_ref is not None:  # stored only now: a dead worker's state ref must not replace the last good state
+                store.put(cid, state_ref)
             idle.append(worker)
+
+    def _after_death(self, dead, exc: Exception, pending: dict, queue: collections.deque, idle: list, lost: dict,
+                     kind: str, round: int) -> list:
+        """Put every job the dead worker held back at the front of the queue, in dispatch order, and give its
+        slots to a replacement; returns the new idle slots. Only the job it was running (the first it was
+        handed: an actor runs its jobs one at a time) counts an attempt: the one queued behind it did nothing."""
+        jobs = [(ref, cid) for ref, (cid, worker, _) in pending.items() if worker == dead]
+        running = jobs[0][1]
+        lost[running] = lost.get(running, 0) + 1
+        for ref, _ in jobs:
+            del pending[ref]
+        queue.extendleft(cid for _, cid in reversed(jobs))
+        replacement = self._replace(dead, kind, round, running, lost[running], exc)
+        return [w for w in idle if w != dead] + [replacement] * JOBS_IN_FLIGHT
 
     def _replace(self, dead, kind: str, round: int, cid: int, lost: int, exc: Exception):
         """A new worker for the job whose worker died, or WorkerLostError once the job has taken down
