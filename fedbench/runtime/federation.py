@@ -1,8 +1,9 @@
 """Federation: one RunSpec, run round by round. The round loop lives here and nowhere else.
 
-Each round: sample clients, `configure`, meter the downlink, run fit jobs, meter the uplink, `aggregate`,
-evaluate on every client's local test split when due (or on the round's sampled clients: `eval_clients`), build the round record, call the callbacks. After
-the last round, system accuracy and the test-time clients are evaluated too.
+Each round: sample clients, `configure`, meter the downlink, run fit jobs, meter the uplink, `aggregate`
+(or fold each result as it arrives: `Algorithm.aggregator`), evaluate on every client's local test split
+when due (or on the round's sampled clients: `eval_clients`), build the round record, call the callbacks.
+After the last round, system accuracy and the test-time clients are evaluated too.
 A run that raises (a diverging client, missing data) ends FAILED with its reason, and so does one whose final
 local accuracy is NaN; it never raises to the caller, so the other runs of a task go on.
 """
