@@ -61,7 +61,6 @@ The paper's text could not be read offline when this was written: the defaults c
 from __future__ import annotations
 
 import math
-import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Iterable, Iterator, Literal, Sequence
@@ -72,7 +71,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call
 
-from fedbench.algorithms.base import AlgorithmConfig, ServerState, average_uplinks
+from fedbench.algorithms.base import AlgorithmConfig, ServerState, average_uplinks, warn_if_phase_covers_run
 from fedbench.algorithms.fedavg import FedAvg
 from fedbench.core import metrics as M
 from fedbench.core.errors import ClientDivergedError, ConfigError
@@ -228,10 +227,8 @@ class ATP(FedAvg):
     @classmethod
     def check_run(cls, spec: RunSpec) -> None:
         """Warn when the rate rounds cover the whole run: the model is never trained."""
-        rate_rounds = cls.Config(**spec.algorithm.kwargs).rate_rounds
-        if rate_rounds >= spec.rounds:
-            warnings.warn(f"algorithm.rate_rounds: {rate_rounds} >= rounds ({spec.rounds}): the global model is never "
-                          "trained, ATP adapts the initial model; lower rate_rounds or raise rounds", stacklevel=2)
+        warn_if_phase_covers_run("rate_rounds", cls.Config(**spec.algorithm.kwargs).rate_rounds, spec,
+                                 "the global model is never trained, ATP adapts the initial model")
 
     def learning_rates(self, round: int) -> bool:
         """Whether `round` is one of the last `rate_rounds` rounds (never where the run's length is unknown)."""

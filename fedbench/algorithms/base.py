@@ -13,6 +13,7 @@ FedAvg-style averages (`average_uplinks`) read only `weights`, so an extra can n
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, ClassVar, Mapping, Protocol, Sequence
@@ -355,6 +356,14 @@ def make_algorithm(spec: RunSpec, input_shape: tuple[int, ...], num_classes: int
 SAMPLES = "samples"
 """Uplink section `{"n": int64 [1]}`: the client's training-set size, by which FedAvg-style averages weigh its
 model (a real client sends it, so it is metered)."""
+
+
+def warn_if_phase_covers_run(field: str, rounds_of_phase: int, spec: RunSpec, consequence: str) -> None:
+    """For `check_run`: warn (naming `algorithm.<field>`) when a phase counted in rounds (a warm-up, ATP's rate
+    rounds) lasts the whole run, so what follows it never happens and `consequence` is what the run amounts to."""
+    if rounds_of_phase >= spec.rounds:
+        warnings.warn(f"algorithm.{field}: {rounds_of_phase} >= rounds ({spec.rounds}): {consequence}; lower {field} "
+                      "or raise rounds", stacklevel=3)
 
 
 def counted(weights: Arrays | None, n: int, extras: dict[str, Arrays] | None = None) -> Payload:

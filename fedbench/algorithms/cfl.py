@@ -34,7 +34,6 @@ Choices and omissions:
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass
 from typing import Literal, Sequence
 
@@ -42,7 +41,7 @@ import numpy as np
 from scipy.cluster import hierarchy
 from scipy.spatial.distance import squareform
 
-from fedbench.algorithms.base import AlgorithmConfig, Assignment, ServerState, sample_counts
+from fedbench.algorithms.base import AlgorithmConfig, Assignment, ServerState, sample_counts, warn_if_phase_covers_run
 from fedbench.algorithms.fedavg import FedAvg
 from fedbench.core.errors import ConfigError
 from fedbench.core.registry import register_algorithm
@@ -143,10 +142,8 @@ class CFL(FedAvg):
     @classmethod
     def check_run(cls, spec: RunSpec) -> None:
         """Warn when the warm-up covers the whole run: no cluster can split, so the run is FedAvg."""
-        warmup = cls.Config(**spec.algorithm.kwargs).warmup_rounds
-        if warmup >= spec.rounds:
-            warnings.warn(f"algorithm.warmup_rounds: {warmup} >= rounds ({spec.rounds}): CFL never splits a cluster, "
-                          "so this run is FedAvg; lower warmup_rounds or raise rounds", stacklevel=2)
+        warn_if_phase_covers_run("warmup_rounds", cls.Config(**spec.algorithm.kwargs).warmup_rounds, spec,
+                                 "CFL never splits a cluster, so this run is FedAvg")
 
     # -- server half ---------------------------------------------------------------------------------
     def init_state(self) -> ServerState:

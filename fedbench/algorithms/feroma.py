@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import warnings
 from dataclasses import dataclass
 from typing import Iterator, Literal, Sequence
 
@@ -43,6 +42,7 @@ import torch
 from fedbench.algorithms import feroma_profile as dpe
 from fedbench.algorithms.base import (
     SAMPLES, Algorithm, AlgorithmConfig, Assignment, ServerState, average_uplinks, counted, sample_counts,
+    warn_if_phase_covers_run,
 )
 from fedbench.core import metrics as M
 from fedbench.core.errors import ConfigError
@@ -198,10 +198,8 @@ class Feroma(Algorithm):
     @classmethod
     def check_run(cls, spec: RunSpec) -> None:
         """Warn when the warm-up covers the whole run: its profile mapping never starts, it is FedAvg."""
-        warmup = cls.Config(**spec.algorithm.kwargs).warmup_rounds
-        if warmup >= spec.rounds:
-            warnings.warn(f"algorithm.warmup_rounds: {warmup} >= rounds ({spec.rounds}): FEROMA never leaves its "
-                          "FedAvg warm-up, so this run is FedAvg; lower warmup_rounds or raise rounds", stacklevel=2)
+        warn_if_phase_covers_run("warmup_rounds", cls.Config(**spec.algorithm.kwargs).warmup_rounds, spec,
+                                 "FEROMA never leaves its FedAvg warm-up, so this run is FedAvg")
 
     # -- server half ---------------------------------------------------------------------------------
     def configure(self, round: int, state: ServerState, sampled: Sequence[int]) -> dict[int, Payload]:

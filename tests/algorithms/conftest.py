@@ -42,3 +42,20 @@ def assert_rounds_equal_fedavgs(algorithm: dict, also: tuple[str, ...] = ()):
         same = [k for k in b if k.startswith("acc_") or k in (M.TRAIN_LOSS_MEAN, *also)]
         assert {k: a[k] for k in same} == {k: b[k] for k in same}
     return ours, fedavg
+
+
+def client_setup(algorithm: dict, local_epochs: int):
+    """(the algorithm on TINY, client 2 of four Dirichlet(0.5) digits clients, its round-1 context at lr 0.05,
+    momentum 0.9): one client job's inputs, for tests that call a client half directly."""
+    from fedbench.algorithms import make_algorithm
+    from fedbench.core.runspec import OptimizerSpec
+    from fedbench.core.types import RoundContext
+    from tests.conftest import tiny_spec
+
+    spec = tiny_spec(algorithm=algorithm)
+    data, scenario = make({"partition": "dirichlet", "alpha": 0.5, "num_clients": 4}, dataset="digits")
+    client = materialize(data, scenario.view(1, 2), scenario.input_shape)
+    alg = make_algorithm(spec, scenario.input_shape, 10)
+    ctx = RoundContext(round=1, client_id=2, seed=0, local_epochs=local_epochs, batch_size=32,
+                       optimizer=OptimizerSpec(lr=0.05, momentum=0.9), num_classes=10)
+    return alg, client, ctx

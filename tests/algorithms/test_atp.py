@@ -15,15 +15,13 @@ from sklearn.datasets import load_digits
 from torch import nn
 
 from fedbench.algorithms import atp as A
-from fedbench.algorithms.base import make_algorithm
 from fedbench.core import metrics as M
 from fedbench.core.errors import ConfigError
-from fedbench.core.types import ClientResult, OptimizerSpec, Payload, RoundContext
+from fedbench.core.types import ClientResult, Payload
 from fedbench.runtime import run_spec
 from fedbench.runtime.worker import torch_job_scope
-from fedbench.training import materialize
+from tests.algorithms.conftest import client_setup
 from tests.conftest import tiny_spec
-from tests.scenarios.helpers import make
 
 
 def bn_net(dtype=torch.float32) -> nn.Module:
@@ -187,18 +185,8 @@ def test_meta_steps_learn_to_adapt_the_statistics_and_lower_the_loss_after_adapt
 
 
 # -- the algorithm --------------------------------------------------------------------------------------
-def client_setup(algorithm: dict):
-    spec = tiny_spec(algorithm=algorithm)
-    data, scenario = make({"partition": "dirichlet", "alpha": 0.5, "num_clients": 4}, dataset="digits")
-    client = materialize(data, scenario.view(1, 2), scenario.input_shape)
-    alg = make_algorithm(spec, scenario.input_shape, 10)
-    ctx = RoundContext(round=1, client_id=2, seed=0, local_epochs=1, batch_size=32,
-                       optimizer=OptimizerSpec(lr=0.05, momentum=0.9), num_classes=10)
-    return alg, client, ctx
-
-
 def test_adaptation_at_evaluation_never_reads_labels(monkeypatch):
-    alg, client, ctx = client_setup({"name": "atp", "rate_init": 0.3})
+    alg, client, ctx = client_setup({"name": "atp", "rate_init": 0.3}, local_epochs=1)
     payload = alg.init_state()["global"]
     seen = []
     adapt_batch = A.adapt_batch
@@ -222,19 +210,19 @@ def test_adaptation_at_evaluation_never_reads_labels(monkeypatch):
 
 def test_released_gradient_norm_divides_each_modules_step_by_the_root_of_its_size():
     def delta(norm: str) -> dict[str, float]:
-        alg, client, ctx = client_setup({"name": "atp", "rate_grad_norm": norm})
+        alg, client, ctx = client_setup({"name": "atp", "rate_grad_norm": norm}, local_epochs=1)
         payload = alg.init_state()["global"]
         rates, _ = alg.learn_rates(payload, client, dataclasses.replace(ctx, batch_size=10_000))  # one batch: one step
         return {k: float(rates[k][0]) for k in rates}
 
     plain, released = delta("none"), delta("sqrt_numel")
-    sizes = {k: v.size for k, v in client_setup({"name": "atp"})[0].init_state()["global"].weights.items()}
+    sizes = {k: v.size for k, v in client_setup({"name": "atp"}, local_epochs=1)[0].init_state()["global"].weights.items()}
     assert all(abs(plain[k]) > 0 for k in plain)
     assert released == pytest.approx({k: plain[k] / math.sqrt(sizes[k]) for k in plain}, rel=1e-4)
 
 
 def test_fedavg_rounds_then_rate_rounds_on_the_frozen_model():
-    alg, client, ctx = client_setup({"name": "atp", "rate_rounds": 1})  # tiny_spec: 2 rounds
+    alg, client, ctx = client_setup({"name": "atp", "rate_rounds": 1}, local_epochs=1)  # tiny_spec: 2 rounds
     state = alg.init_state()
     down = alg.configure(1, state, [2])[2]
     assert A.RATES not in down  # round 1 is FedAvg: the model alone travels
@@ -251,7 +239,7 @@ def test_fedavg_rounds_then_rate_rounds_on_the_frozen_model():
 
 
 def test_server_averages_the_model_by_samples_then_the_rates_plainly():
-    alg, _, _ = client_setup({"name": "atp", "rate_rounds": 1})  # tiny_spec: 2 rounds
+    alg, _, _ = client_setup({"name": "atp", "rate_rounds": 1}, local_epochs=1)  # tiny_spec: 2 rounds
     state = alg.init_state()
     weights = state["global"].weights
     names = list(state["global"][A.RATES])

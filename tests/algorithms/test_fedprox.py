@@ -7,15 +7,12 @@ import pytest
 import torch
 from torch import nn
 
-from fedbench.algorithms.base import make_algorithm
 from fedbench.algorithms.fedprox import proximal_term
 from fedbench.core import metrics as M
 from fedbench.core.errors import ConfigError
-from fedbench.core.types import OptimizerSpec, RoundContext
 from fedbench.runtime import run_spec
-from fedbench.training import materialize
+from tests.algorithms.conftest import client_setup
 from tests.conftest import tiny_spec
-from tests.scenarios.helpers import make
 
 
 def test_proximal_term_is_half_mu_squared_distance_over_trainable_parameters():
@@ -31,18 +28,8 @@ def test_proximal_term_is_half_mu_squared_distance_over_trainable_parameters():
     assert term(model, None, None, None).item() == pytest.approx(1.25)
 
 
-def client_setup(algorithm: dict):
-    spec = tiny_spec(algorithm=algorithm)
-    data, scenario = make({"partition": "dirichlet", "alpha": 0.5, "num_clients": 4}, dataset="digits")
-    client = materialize(data, scenario.view(1, 2), scenario.input_shape)
-    alg = make_algorithm(spec, scenario.input_shape, 10)
-    ctx = RoundContext(round=1, client_id=2, seed=0, local_epochs=2, batch_size=32,
-                       optimizer=OptimizerSpec(lr=0.05, momentum=0.9), num_classes=10)
-    return alg, client, ctx
-
-
 def update(algorithm: dict):
-    alg, client, ctx = client_setup(algorithm)
+    alg, client, ctx = client_setup(algorithm, local_epochs=2)
     state = alg.init_state()
     uplink, _, _ = alg.client_update(state["global"], {}, client, ctx)
     return state["global"].weights, uplink
