@@ -33,6 +33,8 @@ from fedbench.models import build_model
 from fedbench.training import ClientData, RunningAverage, average_weights, evaluate, get_weights, predict, probabilities, set_weights
 
 ServerState = dict[str, Any]
+"""The server's state between rounds; its keys belong to the algorithm (the runtime reads it only through
+the algorithm's methods, `round_metrics` included)."""
 
 
 class Aggregator(Protocol):
@@ -41,8 +43,6 @@ class Aggregator(Protocol):
     def add(self, result: ClientResult) -> None: ...
 
     def finish(self) -> ServerState: ...
-"""The server's state between rounds; its keys belong to the algorithm (the runtime reads it only through
-the algorithm's methods, `round_metrics` included)."""
 
 
 @dataclass(frozen=True)
