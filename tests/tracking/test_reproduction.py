@@ -140,3 +140,16 @@ def test_cells_the_task_cannot_fill_or_cannot_tell_apart_say_so_before_anything_
     assert report.files == [] and not (tmp_path / "results" / "mlflow.db").exists()
     assert report.summary() == {"compared": 0, "within the spread": 0, "beyond the spread": 0, "no run yet": 0,
                                      "failed": 0, "not in this task": 1}
+
+
+def test_numeric_columns_follow_the_grids_direction_with_reference_only_values_in_place():
+    """001's K columns read 2, 3, 5, 10 when the grid runs 2 and 5 and only reference cells name 3 and 10;
+    002's drift columns read 4, 2, 1 as the grid (and the paper) lists them; names keep the grid's order."""
+    from fedbench.tracking.reproduction.cells import value_order
+
+    grid_then_cells = [{"k": 2, "drift": 4, "preset": "b"}, {"k": 5, "drift": 2, "preset": "a"}, {"k": 10, "drift": 1},
+                       {"k": 3}]
+    order = value_order(grid_then_cells)
+    assert order["k"] == ["2.0", "3.0", "5.0", "10.0"]
+    assert order["drift"] == ["4.0", "2.0", "1.0"]
+    assert order["preset"] == ["b", "a"]

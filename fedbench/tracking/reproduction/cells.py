@@ -152,19 +152,30 @@ def make_cell(row, column, published, note, specs: list[RunSpec], states: dict[s
 
 
 def value_order(flats: Sequence[dict[str, Any]]) -> dict[str, list[str]]:
-    """Per field, its values in the order they first appear in `flats` (the expanded runs first: the order the
-    task's grid lists them; then the values only cells name), as text keys that compare as `same` does."""
-    order: dict[str, list[str]] = {}
+    """Per field, its values as text keys that compare as `same` does, in the order they first appear in
+    `flats` (the expanded runs first: the order the task's grid lists them; then the values only cells name),
+    except that numbers keep the direction the grid gives them: K = 2, 3, 5, 10 where the grid runs 2, 5 and a
+    reference cell names 3 and 10; drift every 4, 2, 1 where the grid lists it so, as 002 prints it."""
+    values: dict[str, dict[str, Any]] = {}
     for flat in flats:
         for name, value in flat.items():
-            text = order_key(value)
-            if text not in order.setdefault(name, []):
-                order[name].append(text)
-    return order
+            values.setdefault(name, {}).setdefault(order_key(value), value)
+    return {name: _numeric_order(seen) if all(map(_is_number, seen.values())) else list(seen)
+            for name, seen in values.items()}
+
+
+def _numeric_order(seen: dict[str, Any]) -> list[str]:
+    """`seen`'s keys sorted by value, descending where its first two values come in descending order."""
+    first = list(seen.values())[:2]
+    return sorted(seen, key=lambda text: float(seen[text]), reverse=len(first) == 2 and first[0] > first[1])
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def order_key(value: Any) -> str:
-    return repr(float(value)) if isinstance(value, (int, float)) and not isinstance(value, bool) else str(value)
+    return repr(float(value)) if _is_number(value) else str(value)
 
 
 def sort_keys(keys, fields: Sequence[str], order: dict[str, list[str]]) -> list[tuple]:
