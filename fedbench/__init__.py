@@ -5,8 +5,9 @@ From Python, as in a notebook:
     import fedbench
     results = fedbench.run("tasks/quickstart.yaml", rounds=3, seeds=[0])
     fedbench.leaderboard("tasks/quickstart.yaml")
+    fedbench.report("tasks/feroma_drift.yaml", profile="smoke")   # beside the published numbers
 
-`run`, `sweep` and `leaderboard` (see `fedbench.api`) are imported on first use, so `import fedbench` loads
+`run`, `sweep`, `leaderboard` and `report` (see `fedbench.api`) are imported on first use, so `import fedbench` loads
 neither torch, Ray nor MLflow.
 """
 
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["leaderboard", "run", "sweep"]
+__all__ = ["leaderboard", "report", "run", "sweep"]
 
 
 def __getattr__(name: str) -> Any:

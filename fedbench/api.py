@@ -1,4 +1,4 @@
-"""fedbench from Python (a notebook): `run`, `sweep` and `leaderboard`, doing what the commands of the same
+"""fedbench from Python (a notebook): `run`, `sweep`, `leaderboard` and `report`, doing what the commands of the same
 names do, through the same functions, and returning the results instead of printing tables.
 
 Overrides are `--set`'s: `overrides=["optimizer.lr=0.01"]` (values parsed as YAML), or keyword arguments
@@ -21,6 +21,7 @@ from fedbench.core.runspec import RunSpec
 if TYPE_CHECKING:
     import pandas as pd
 
+    from fedbench.tracking.reproduction import Report
     from fedbench.tuning.search_space import SearchSpace
     from fedbench.tuning.sweep import SweepOutcome
 
@@ -131,6 +132,30 @@ def leaderboard(task_or_experiment: TaskLike, *, metric: str = M.FINAL_PREFIX + 
     board = build_leaderboard(read_runs(experiment, uri or tracking_uri()), metric, fields, mode)
     board.table.attrs.update(failed=board.failed, metric=board.metric)
     return board.table
+
+
+def report(task: TaskLike, *, out: str | os.PathLike | None = None, tolerance: float | None = None,
+           uri: str | None = None, overrides: Sequence[str] = (), **fields: Any) -> Report:
+    """Write the task's reproduction report, as `fedbench report` does: its runs beside the published numbers
+    of its `reference:` block (report.md and PNGs), logged under the experiment's latest sweep parent run.
+
+    Args:
+        task: a task file's path, mapping or TaskSpec; `profile="reduced"` (a keyword) picks a profile.
+        out: the folder to write; None: `results/reports/<task>`.
+        tolerance: how far (on the metric's own scale) ours may be from a published value and still agree;
+            None: the command's default, 0.02.
+        uri: the MLflow tracking URI; None: where `fedbench run` records.
+
+    Returns:
+        The Report: its tables (cells with ours, the published value and the difference), `path` of
+        report.md, `files` (the PNGs) and `parent_run_id` where it was logged.
+    """
+    from fedbench.tracking.paths import results_path, tracking_uri
+    from fedbench.tracking.reproduction import DEFAULT_TOLERANCE, write_report
+
+    spec = as_task(task, [*overrides, *keyword_overrides(fields)])
+    folder = Path(out) if out is not None else results_path("reports", spec.name)
+    return write_report(spec, uri or tracking_uri(), folder, DEFAULT_TOLERANCE if tolerance is None else tolerance)
 
 
 def keyword_overrides(fields: Mapping[str, Any]) -> list[tuple[str, Any]]:

@@ -142,6 +142,20 @@ def test_cells_the_task_cannot_fill_or_cannot_tell_apart_say_so_before_anything_
                                      "failed": 0, "not in this task": 1}
 
 
+def test_the_python_api_writes_the_profiles_report_as_the_command_does(tmp_path, mlflow_store):
+    """`fedbench.report(task, profile=...)` reads the profile's own experiment and writes where it is told."""
+    import fedbench
+
+    path = write_task(tmp_path, "repro_api", profiles={"smoke": {"seeds": [0], "grid.optimizer.lr": [0.05]}})
+    results = fedbench.run(str(path), profile="smoke")
+    assert [r.spec.algorithm.name for r in results] == ["fedavg", "local"]
+
+    report = fedbench.report(str(path), profile="smoke", out=tmp_path / "api_report")
+    assert report.path == tmp_path / "api_report" / "report.md"
+    assert report.summary()["compared"] == 1  # fedavg at lr 0.05; lr 1e30 is not in the smoke profile
+    assert row(report.path.read_text(), "fedavg")[1].startswith(f"{stored('repro_api-smoke', 'fedavg', 0.05)[0]:.1f} ± 0.0 (n=1)")
+
+
 def test_numeric_columns_follow_the_grids_direction_with_reference_only_values_in_place():
     """001's K columns read 2, 3, 5, 10 when the grid runs 2 and 5 and only reference cells name 3 and 10;
     002's drift columns read 4, 2, 1 as the grid (and the paper) lists them; names keep the grid's order."""
