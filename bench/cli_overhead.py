@@ -51,7 +51,7 @@ HANDWRITTEN = "hand-written"
 TARGETS = {"wall_s": ("<= 1.05x", lambda v, h: v <= 1.05 * h), "steady_round_s": ("<= 1.03x", lambda v, h: v <= 1.03 * h),
            "first_client_s": ("within 1 s", lambda v, h: v <= h + 1.0), "peak_pss_mb": ("<= 1.15x", lambda v, h: v <= 1.15 * h)}
 STARTUP = {  # timeline mark -> what the gap ending at it holds (gaps are taken in time order, whatever the order)
-    "cli_entered": "interpreter and imports", "task_loaded": "task file loaded", "tracking_ready": "tracking store checked",
+    "cli_entered": "interpreter and imports", "task_loaded": "`run`'s imports and the task file", "tracking_ready": "tracking store checked",
     "ray_started": "Ray started", "run_started": "MLflow run created", "dataset_loaded": "dataset loaded",
     "scenario_built": "scenario built", "workers_loaded": "workers started and loaded", "job_start": "first client job starts",
 }
@@ -112,6 +112,7 @@ def measure(cmd: list[str], env: dict, folder: Path) -> dict:
     folder.mkdir(parents=True)
     timeline = folder / "timeline.jsonl"
     env = {**env, "FEDBENCH_TIMELINE": str(timeline)}
+    load = os.getloadavg()[0]
     with open(folder / "output.log", "w") as log:
         launch = time.time()
         proc = subprocess.Popen(cmd, env=env, cwd=folder, stdout=log, stderr=subprocess.STDOUT)
@@ -122,7 +123,7 @@ def measure(cmd: list[str], env: dict, folder: Path) -> dict:
     if code != 0:
         raise SystemExit(f"{' '.join(cmd)} exited with {code}:\n{output[-3000:]}")
     marks = [json.loads(line) for line in timeline.read_text().splitlines()] if timeline.exists() else []
-    return {"wall_s": end - launch, "peak_pss_mb": tree.peak / 1e6, **timings(marks, launch, end),
+    return {"wall_s": end - launch, "peak_pss_mb": tree.peak / 1e6, **timings(marks, launch, end), "load_1min": load,
             "pss_parts_mb": {k: round(v / 1e6) for k, v in sorted(tree.peak_parts.items(), key=lambda kv: -kv[1])},
             "workers_marking": len({m["pid"] for m in marks if m["phase"] == "job_start"})}
 
@@ -236,6 +237,13 @@ def report(runs: dict[str, list[dict]], cli: dict[str, dict], meta: dict) -> lis
                                                     for p in parts])]
     lines += ["", f"Workers that marked a first job (of 2): " + ", ".join(
         f"{n} {'/'.join(str(r['workers_marking']) for r in runs[n])}" for n in names)]
+    lines += ["", "Notes: the hand-written script reads torchvision's MNIST from an extracted copy of FEDBENCH_DATA's .gz "
+              "files (as torchvision leaves them after a download); fedbench decodes the .gz itself, from its cache when "
+              "the checkout has one (warmed before timing). fedbench's workers take one optimizer step at load (its "
+              "warm-up: torch's first optimizer imports torch._dynamo), which the hand-written actors pay inside their "
+              "first job instead: it counts in fedbench's start-up and in the hand-written round 1. PSS is sampled "
+              "every 0.5 s. Load average (1 min) at each run's launch: " + "; ".join(
+                  f"{n} " + "/".join(f"{r['load_1min']:.1f}" for r in runs[n]) for n in names)]
     lines += ["", "## Light commands: median whole-process seconds (target < 2 s)", "",
               *markdown_table(["variant", *CLI_COMMANDS], [[n, *(f"{t[c]:.2f}" for c in CLI_COMMANDS)] for n, t in cli.items()])]
     return lines + [""]
