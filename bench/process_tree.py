@@ -35,6 +35,11 @@ class TreePeak:
     def _size(self, proc: psutil.Process) -> int:
         return proc.memory_full_info().pss if self.measure == "pss" else proc.memory_info().rss
 
+    def label(self, proc: psutil.Process) -> str:
+        """What the peak's parts are keyed by: the process name (a Ray worker's title names its running method,
+        `ray::ClientWorker.fit`, so the method is cut off)."""
+        return proc.name().split(".")[0]
+
     def sample(self) -> dict[str, int]:
         """The tree's memory now, summed by process name (processes that end while being read are skipped)."""
         parts: dict[str, int] = {}
@@ -44,7 +49,7 @@ class TreePeak:
             return parts
         for proc in procs:
             try:
-                name = proc.name().split(".")[0]  # a Ray worker's title names its running method: `ray::ClientWorker.fit`
+                name = self.label(proc)
                 parts[name] = parts.get(name, 0) + self._size(proc)
             except psutil.Error:
                 pass

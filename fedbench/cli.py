@@ -19,6 +19,7 @@ from rich.table import Table
 from fedbench.config import load_task
 from fedbench.config.task import check_max_failures, count_data_configurations
 from fedbench.core import metrics as M
+from fedbench.core import timeline
 from fedbench.core.errors import ConfigError, FedbenchError
 from fedbench.core.registry import ALGORITHMS, DATASETS, MODELS, PARTITIONS, SHIFTS
 
@@ -34,6 +35,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     overrides = [*task_overrides(args), *([f"resources.backend={args.backend}"] if args.backend else [])]
     task = load_task(args.task, overrides)
+    timeline.mark("task_loaded")
     specs = task.expand()
     if args.dry_run:
         console.print(configurations_table(specs), width=max(console.width, 160))
@@ -49,6 +51,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                           f"{tracking_uri()} (--rerun runs them again)")
         if not specs:
             return 0
+    timeline.mark("tracking_ready")
     backends = ", ".join(sorted({s.resources.backend for s in specs}))
     console.print(f"task [bold]{task.name}[/]: {len(specs)} runs, backend {backends}, tracking {tracking_uri()}")
     results = run_specs(specs, callbacks)
@@ -399,6 +402,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    timeline.mark("cli_entered")
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)

@@ -18,6 +18,7 @@ import numpy as np
 
 from fedbench.algorithms import make_algorithm
 from fedbench.core import metrics as M
+from fedbench.core import timeline
 from fedbench.core.callbacks import Callback, RunResult
 from fedbench.core.runspec import RunSpec
 from fedbench.core.types import Payload, derive_seed
@@ -51,16 +52,20 @@ class Federation:
     def run(self) -> RunResult:
         for cb in self.callbacks:
             cb.on_run_start(self.spec)
+        timeline.mark("run_started")
         start = time.perf_counter()
         history: list[dict[str, float]] = []
         backend, placement = None, {}
         try:
             dataset = load_dataset(self.spec.dataset.name, self.spec.dataset.data_root, **self.spec.dataset.kwargs)
+            timeline.mark("dataset_loaded")
             scenario = build_scenario(dataset, self.spec.scenario, self.spec.seed, self.spec.rounds)
+            timeline.mark("scenario_built")
             algorithm = make_algorithm(self.spec, scenario.input_shape, dataset.num_classes,
                                        scenario.trained_distributions(self.spec.rounds))
             startup = time.perf_counter()
             backend = make_backend(self.backend_name, dataset, scenario, self.spec, self.pool)
+            timeline.mark("workers_loaded")
             self.worker_pids = backend.worker_pids()
             placement = placement_tags(backend.worker_places(), self.spec.scenario.num_clients)
             self._loop(algorithm, backend, scenario, history, time.perf_counter() - startup)
@@ -77,6 +82,7 @@ class Federation:
         result.tags.update(placement)
         for cb in self.callbacks:
             cb.on_run_end(result)
+        timeline.mark("run_end")
         return result
 
     def _loop(self, algorithm, backend, scenario, history: list[dict[str, float]], startup_s: float) -> None:
@@ -110,6 +116,7 @@ class Federation:
             record[M.TIME_ROUND_S] = time.perf_counter() - round_start
             history.append(record)
             stop = [cb.on_round_end(spec, record) for cb in self.callbacks]
+            timeline.mark("round_end")
             if any(stop):
                 break
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
+from fedbench.core import timeline
 from fedbench.core.callbacks import Callback, RunResult
 from fedbench.core.runspec import RunSpec
 from fedbench.runtime.federation import Federation
@@ -30,6 +31,7 @@ def run_specs(specs: Sequence[RunSpec], callbacks: Callable[[int, RunSpec], Sequ
 
             ray_started_here = not ray.is_initialized()
             ensure_ray()
+            timeline.mark("ray_started")
             for resources in on_ray:  # before the first run: a worker no node can hold would wait forever
                 check_worker_fits(resources, node_resources())
             pools = ReusedPool()

@@ -17,6 +17,7 @@ import torch
 
 from fedbench.algorithms import make_algorithm
 from fedbench.core import metrics as M
+from fedbench.core import timeline
 from fedbench.core.runspec import RunSpec
 from fedbench.core.types import ClientResult, ClientState, Payload, RoundContext, derive_seed
 from fedbench.data import BaseDataset, normalization_values
@@ -104,6 +105,7 @@ class ClientWorker:
         )
 
     def fit(self, round: int, client_id: int, payload: Payload, state: ClientState) -> tuple[ClientResult, ClientState]:
+        timeline.mark_once("job_start")
         (uplink, new_state, metrics), seconds = self._job(
             "fit", round, client_id, lambda data, ctx: self.algorithm.client_update(payload, state, data, ctx)
         )

@@ -1,0 +1,302 @@
+"""What a run costs as a user starts it: `fedbench run` beside hand-written Ray code, whole process, start-up by phase.
+
+The workload of issue 18 (bench/tasks/cli_overhead.yaml): real MNIST (FEDBENCH_DATA), 20 clients with Dirichlet(0.5)
+label skew, LeNet-5, FedAvg, 5 rounds x 2 local epochs, batch 64, SGD, 2 Ray client workers with 1 thread each,
+every client evaluated every round. Each variant is a separate process from its first line to its exit:
+- `fedbench run bench/tasks/cli_overhead.yaml --backend ray` of each `--variant NAME=CHECKOUT` (PYTHONPATH=CHECKOUT,
+  `python -m fedbench`; a fresh FEDBENCH_RESULTS, so a fresh MLflow store, per repeat; FEDBENCH_CACHE per variant,
+  warmed before timing as by a user's earlier run), so checkouts before and after a change are measured interleaved;
+- bench/handwritten_fedavg.py: plain Ray actors on the same federation (the partition is generated here with
+  fedbench's scenario generator before timing and handed over as an .npz), the same model, batches and optimizer,
+  torchvision's MNIST read from an extracted copy of FEDBENCH_DATA's files (as torchvision leaves them).
+Per variant, medians and ranges over `--repeats` (interleaved, the order rotating each repeat): whole-process wall,
+steady round (median gap between round_end marks, rounds 2..N), when the first client trains (a worker's first
+`job_start` mark minus the launch), the start-up by phase (gaps between consecutive fedbench.core.timeline marks,
+env FEDBENCH_TIMELINE), and the process tree's peak PSS (driver, raylet with the object store, GCS, workers, Ray's
+agents) with its parts. Targets, against the hand-written run: wall <= 1.05x, steady round <= 1.03x, first client
+within 1 s, peak PSS <= 1.15x. Also `fedbench --help`, `list` and `sweep tasks/feroma_drift.yaml --dry-run`: < 2 s.
+Writes bench/results/cli_overhead.md and .json.
+
+    FEDBENCH_DATA=/path/to/data python bench/cli_overhead.py [--repeats 3] [--variant before=../old --variant after=.]
+        [--note "quiet machine"]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import gzip
+import json
+import os
+import platform
+import shutil
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import psutil
+
+from process_tree import TreePeak
+from tables import RESULTS, markdown_table
+
+BENCH = Path(__file__).resolve().parent
+REPO = BENCH.parent
+TASK = BENCH / "tasks" / "cli_overhead.yaml"
+HANDWRITTEN = "hand-written"
+TARGETS = {"wall_s": ("<= 1.05x", lambda v, h: v <= 1.05 * h), "steady_round_s": ("<= 1.03x", lambda v, h: v <= 1.03 * h),
+           "first_client_s": ("within 1 s", lambda v, h: v <= h + 1.0), "peak_pss_mb": ("<= 1.15x", lambda v, h: v <= 1.15 * h)}
+STARTUP = {  # timeline mark -> what the gap ending at it holds (gaps are taken in time order, whatever the order)
+    "cli_entered": "interpreter and imports", "task_loaded": "`run`'s imports and the task file", "tracking_ready": "tracking store checked",
+    "ray_started": "Ray started", "run_started": "MLflow run created", "dataset_loaded": "dataset loaded",
+    "scenario_built": "scenario built", "workers_loaded": "workers started and loaded", "job_start": "first client job starts",
+}
+LATER = {"round_1": "round 1 (first job to its end)", "rounds_2_n": "rounds 2..N", "exit": "after the run to exit"}
+CLI_COMMANDS = {"--help": ["--help"], "list": ["list"], "sweep --dry-run": ["sweep", "tasks/feroma_drift.yaml", "--dry-run"]}
+
+
+# ---- preparation (not timed): the federation as an .npz, torchvision's MNIST root, warm caches ----
+
+def prepare(work: Path, data_root: Path) -> tuple[Path, Path]:
+    """The partition of the task's run (train_<c> and test_<c> rows into MNIST train + test) and a torchvision root
+    holding the extracted idx files (torchvision with download=False reads no .gz)."""
+    sys.path.insert(0, str(REPO))
+    from fedbench.config import load_task
+    from fedbench.data import load_dataset
+    from fedbench.scenarios import build_scenario
+
+    spec = load_task(str(TASK)).expand()[0]
+    scenario = build_scenario(load_dataset("mnist", str(data_root)), spec.scenario, spec.seed, spec.rounds)
+    parts = {}
+    for c in range(scenario.num_clients):
+        view = scenario.view(1, c)
+        parts[f"train_{c}"], parts[f"test_{c}"] = view.train, view.test
+    partition = work / "partition.npz"
+    np.savez(partition, **parts)
+    raw = work / "torchvision" / "MNIST" / "raw"
+    raw.mkdir(parents=True)
+    for gz in (data_root / "MNIST" / "raw").glob("*.gz"):
+        with gzip.open(gz) as src, open(raw / gz.stem, "wb") as dst:
+            shutil.copyfileobj(src, dst)
+    return partition, work / "torchvision"
+
+
+def warm_cache(checkout: Path, env: dict) -> None:
+    """Load the dataset once in the variant's FEDBENCH_CACHE, as a user's earlier run would have (a no-op for a
+    checkout that caches nothing)."""
+    code = "from fedbench.data import load_dataset; load_dataset('mnist')"
+    subprocess.run([sys.executable, "-c", code], env={**env, "PYTHONPATH": str(checkout)}, check=True)
+
+
+# ---- one measured process ----
+
+class LabelledTreePeak(TreePeak):
+    """TreePeak with the driver called `driver` and Ray's Python helpers by their script (dashboard/agent.py ...)."""
+
+    def label(self, proc: psutil.Process) -> str:
+        if proc.pid == self.root.pid:
+            return "driver"
+        name = proc.name()
+        if name.startswith("python"):
+            script = next((a for a in proc.cmdline()[1:] if a.endswith(".py")), None)
+            return "/".join(Path(script).parts[-2:]) if script else name
+        return super().label(proc)
+
+
+def measure(cmd: list[str], env: dict, folder: Path) -> dict:
+    """Run `cmd` as a user would, timing it from launch to exit and sampling its tree's PSS."""
+    folder.mkdir(parents=True)
+    timeline = folder / "timeline.jsonl"
+    env = {**env, "FEDBENCH_TIMELINE": str(timeline)}
+    load = os.getloadavg()[0]
+    with open(folder / "output.log", "w") as log:
+        launch = time.time()
+        proc = subprocess.Popen(cmd, env=env, cwd=folder, stdout=log, stderr=subprocess.STDOUT)
+        with LabelledTreePeak(proc.pid, measure="pss", interval=0.5) as tree:
+            code = proc.wait()
+        end = time.time()
+    output = (folder / "output.log").read_text()
+    if code != 0:
+        raise SystemExit(f"{' '.join(cmd)} exited with {code}:\n{output[-3000:]}")
+    marks = [json.loads(line) for line in timeline.read_text().splitlines()] if timeline.exists() else []
+    return {"wall_s": end - launch, "peak_pss_mb": tree.peak / 1e6, **timings(marks, launch, end), "load_1min": load,
+            "pss_parts_mb": {k: round(v / 1e6) for k, v in sorted(tree.peak_parts.items(), key=lambda kv: -kv[1])},
+            "workers_marking": len({m["pid"] for m in marks if m["phase"] == "job_start"})}
+
+
+def timings(marks: list[dict], launch: float, end: float) -> dict:
+    """Steady round, first client and the phases from the marks (empty for a checkout without a timeline)."""
+    if not marks:
+        return {"phases": {}}
+    jobs = [m["t"] for m in marks if m["phase"] == "job_start"]
+    startup = sorted([m for m in marks if m["phase"] in STARTUP and m["phase"] != "job_start"], key=lambda m: m["t"])
+    startup += [{"phase": "job_start", "t": min(jobs)}] if jobs else []
+    phases, previous = {}, launch
+    for m in startup:
+        phases[m["phase"]], previous = m["t"] - previous, m["t"]
+    rounds = sorted(m["t"] for m in marks if m["phase"] == "round_end")
+    run_end = [m["t"] for m in marks if m["phase"] == "run_end"]
+    if rounds and jobs:
+        phases["round_1"], phases["rounds_2_n"] = rounds[0] - min(jobs), rounds[-1] - rounds[0]
+    if run_end:
+        phases["exit"] = end - run_end[-1]
+    gaps = [b - a for a, b in zip(rounds, rounds[1:])]
+    return {"phases": phases, "steady_round_s": statistics.median(gaps) if gaps else None,
+            "first_client_s": min(jobs) - launch if jobs else None}
+
+
+# ---- the variants ----
+
+def fedbench_run(checkout: Path, env: dict, folder: Path) -> dict:
+    results = folder / "results"
+    env = {**env, "PYTHONPATH": str(checkout), "FEDBENCH_RESULTS": str(results)}
+    run = measure([sys.executable, "-m", "fedbench", "run", str(TASK), "--backend", "ray"], env, folder)
+    with sqlite3.connect(results / "mlflow.db") as db:
+        [(accuracy,)] = db.execute("SELECT value FROM latest_metrics WHERE key = 'final/acc_local_mean'").fetchall()
+    return {**run, "accuracy": accuracy}
+
+
+def handwritten_run(partition: Path, root: Path, env: dict, folder: Path) -> dict:
+    env = {k: v for k, v in env.items() if k != "PYTHONPATH"}  # it must not find fedbench
+    cmd = [sys.executable, str(BENCH / "handwritten_fedavg.py"), "--root", str(root), "--partition", str(partition)]
+    run = measure(cmd, env, folder)
+    line = [x for x in (folder / "output.log").read_text().splitlines() if x.startswith("final mean accuracy:")]
+    return {**run, "accuracy": float(line[-1].split(":")[1])}
+
+
+def cli_times(checkout: Path, env: dict, repeats: int, work: Path) -> dict[str, float]:
+    """Median whole-process seconds of the light commands (the sweep's task file from the checkout)."""
+    env = {**env, "PYTHONPATH": str(checkout), "FEDBENCH_RESULTS": str(work / "cli-results")}
+    times = {}
+    for name, args in CLI_COMMANDS.items():
+        samples = []
+        for _ in range(repeats):
+            start = time.time()
+            subprocess.run([sys.executable, "-m", "fedbench", *args], env=env, cwd=checkout, check=True,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            samples.append(time.time() - start)
+        times[name] = statistics.median(samples)
+    return times
+
+
+# ---- the report ----
+
+def spread(values: list) -> tuple[float, float, float] | None:
+    values = [v for v in values if v is not None]
+    return (statistics.median(values), min(values), max(values)) if values else None
+
+
+def cell(values: list, digits: int = 2) -> str:
+    s = spread(values)
+    if s is None:
+        return "n/a"
+    return f"{s[0]:,.{digits}f}" + (f" ({s[1]:,.{digits}f}-{s[2]:,.{digits}f})" if len(values) > 1 else "")
+
+
+def report(runs: dict[str, list[dict]], cli: dict[str, dict], meta: dict) -> list[str]:
+    names = list(runs)
+    lines = [f"# cli_overhead: `fedbench run` as a user starts it, beside hand-written Ray code", "",
+             f"{meta['note']}", "", f"- date: {meta['date']}; machine: {meta['machine']}",
+             f"- load average (1 min) before / after: {meta['load_before']:.2f} / {meta['load_after']:.2f}",
+             f"- command: `{meta['command']}`; variants: " + ", ".join(f"{k} = {v}" for k, v in meta["variants"].items()), "",
+             f"## Whole process, medians of {meta['repeats']} (range)", ""]
+    columns = {"wall_s": ("wall s", 2), "steady_round_s": ("steady round s", 2), "first_client_s": ("first client trains at s", 2),
+               "peak_pss_mb": ("tree peak PSS MB", 0), "accuracy": ("final mean local acc", 4)}
+    lines += markdown_table(["variant", *(label for label, _ in columns.values())],
+                            [[n, *(cell([r.get(k) for r in runs[n]], d) for k, (_, d) in columns.items())] for n in names])
+    hand = {k: spread([r.get(k) for r in runs[HANDWRITTEN]]) for k in TARGETS}
+    rows = []
+    for n in names[1:]:
+        row = [n]
+        for key, (target, met) in TARGETS.items():
+            mine = spread([r.get(key) for r in runs[n]])
+            if mine is None or hand[key] is None:
+                row.append("n/a")
+                continue
+            ratio = f"{mine[0] - hand[key][0]:+.2f} s" if key == "first_client_s" else f"{mine[0] / hand[key][0]:.2f}x"
+            row.append(f"{ratio} ({target}: {'met' if met(mine[0], hand[key][0]) else 'NOT met'})")
+        rows.append(row)
+    lines += ["", "Against the hand-written run (medians), with the issue's targets:", "",
+              *markdown_table(["variant", "wall", "steady round", "first client", "peak PSS"], rows)]
+    lines += ["", "## Start-up by phase: median seconds of the gap ending at each mark (time order)", "",
+              *markdown_table(["phase (timeline mark)", *names],
+                              [[f"{label} ({mark})", *(cell([r["phases"].get(mark) for r in runs[n]]) for n in names)]
+                               for mark, label in {**STARTUP, **LATER}.items()])]
+    missing = [n for n in names if not any(r["phases"] for r in runs[n])]
+    if missing:
+        lines += ["", f"No timeline marks from {', '.join(missing)} (a checkout without fedbench/core/timeline.py): "
+                      "wall and PSS only."]
+    parts = sorted({p for n in names for r in runs[n] for p in r["pss_parts_mb"]},
+                   key=lambda p: -max(statistics.median([r["pss_parts_mb"].get(p, 0) for r in runs[n]]) for n in names))
+    lines += ["", "## Peak PSS by process (MB, median over repeats of the parts at each run's peak)", "",
+              *markdown_table(["process", *names], [[p, *(cell([r["pss_parts_mb"].get(p, 0) for r in runs[n]], 0) for n in names)]
+                                                    for p in parts])]
+    lines += ["", f"Workers that marked a first job (of 2): " + ", ".join(
+        f"{n} {'/'.join(str(r['workers_marking']) for r in runs[n])}" for n in names)]
+    lines += ["", "Notes: the hand-written script reads torchvision's MNIST from an extracted copy of FEDBENCH_DATA's .gz "
+              "files (as torchvision leaves them after a download); fedbench decodes the .gz itself, from its cache when "
+              "the checkout has one (warmed before timing). fedbench's workers take one optimizer step at load (its "
+              "warm-up: torch's first optimizer imports torch._dynamo), which the hand-written actors pay inside their "
+              "first job instead: it counts in fedbench's start-up and in the hand-written round 1. PSS is sampled "
+              "every 0.5 s. Load average (1 min) at each run's launch: " + "; ".join(
+                  f"{n} " + "/".join(f"{r['load_1min']:.1f}" for r in runs[n]) for n in names)]
+    lines += ["", "## Light commands: median whole-process seconds (target < 2 s)", "",
+              *markdown_table(["variant", *CLI_COMMANDS], [[n, *(f"{t[c]:.2f}" for c in CLI_COMMANDS)] for n, t in cli.items()])]
+    return lines + [""]
+
+
+def machine() -> str:
+    model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                  if line.startswith("model name")), platform.processor())
+    return f"{model}, {os.cpu_count()} cores, {psutil.virtual_memory().total / 2**30:.0f} GiB, Python {platform.python_version()}"
+
+
+# ---- main ----
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeats", type=int, default=3, help="interleaved runs of each variant")
+    parser.add_argument("--variant", action="append", default=[], metavar="NAME=CHECKOUT",
+                        help="a fedbench checkout to run (repeatable; default fedbench=.)")
+    parser.add_argument("--cli-repeats", type=int, default=3, help="runs of each light command (median)")
+    parser.add_argument("--note", default="", help="a line for the top of the report (e.g. where and when taken)")
+    parser.add_argument("--out", default="cli_overhead", help="report name under bench/results/")
+    args = parser.parse_args()
+    if "FEDBENCH_DATA" not in os.environ:
+        raise SystemExit("set FEDBENCH_DATA to the folder holding MNIST/raw/*.gz")
+    variants = dict(v.split("=", 1) for v in args.variant or ["fedbench=."])
+    variants = {name: Path(path).resolve() for name, path in variants.items()}
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "MLFLOW_TRACKING_URI", "FEDBENCH_TIMELINE")}
+    env["RAY_AUTH_MODE"] = "disabled"
+    meta = {"note": args.note, "date": datetime.datetime.now().isoformat(timespec="minutes"), "machine": machine(),
+            "command": " ".join(["python", *("NOTE" if a == args.note else a for a in sys.argv)]), "variants": {k: str(v) for k, v in variants.items()},
+            "repeats": args.repeats, "load_before": os.getloadavg()[0]}
+    runs: dict[str, list[dict]] = {HANDWRITTEN: [], **{name: [] for name in variants}}
+    with tempfile.TemporaryDirectory(prefix="cli_overhead-") as tmp:
+        work = Path(tmp)
+        partition, root = prepare(work, Path(os.environ["FEDBENCH_DATA"]))
+        envs = {name: {**env, "FEDBENCH_CACHE": str(work / f"cache-{name}")} for name in variants}
+        for name, checkout in variants.items():
+            warm_cache(checkout, envs[name])
+        order = list(runs)
+        for repeat in range(args.repeats):
+            for name in order[repeat % len(order):] + order[:repeat % len(order)]:
+                folder = work / f"{name}-{repeat}"
+                run = (handwritten_run(partition, root, env, folder) if name == HANDWRITTEN
+                       else fedbench_run(variants[name], envs[name], folder))
+                runs[name].append(run)
+                print(json.dumps({"variant": name, "repeat": repeat, **run}), flush=True)
+        cli = {name: cli_times(checkout, envs[name], args.cli_repeats, work) for name, checkout in variants.items()}
+    meta["load_after"] = os.getloadavg()[0]
+    lines = report(runs, cli, meta)
+    (RESULTS / f"{args.out}.md").write_text("\n".join(lines))
+    (RESULTS / f"{args.out}.json").write_text(json.dumps({"meta": meta, "runs": runs, "cli": cli}, indent=1))
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()

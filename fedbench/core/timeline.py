@@ -1,0 +1,31 @@
+"""Start-up timeline: a JSON line per phase a run reaches, for bench/cli_overhead.py to break a run's wall time down.
+
+When env `FEDBENCH_TIMELINE` names a file, `mark(phase)` appends {"phase", "t" (time.time()), "pid"} to it; the
+bench reads the gaps between consecutive marks (interpreter and imports, task, tracking, Ray, dataset, scenario,
+workers, first job, rounds). Unset, a mark is one dictionary lookup: the calls stay in the code for good and this
+module imports nothing beyond os, json and time. Ray workers of a local Ray inherit the driver's environment,
+so their marks land in the same file; appends of one short line are atomic, so processes do not interleave.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+_marked_once: set[str] = set()
+
+
+def mark(phase: str) -> None:
+    """Append `phase` with the time now to the file named by FEDBENCH_TIMELINE; nothing when it is unset."""
+    path = os.environ.get("FEDBENCH_TIMELINE")
+    if path:
+        with open(path, "a") as file:
+            file.write(json.dumps({"phase": phase, "t": time.time(), "pid": os.getpid()}) + "\n")
+
+
+def mark_once(phase: str) -> None:
+    """`mark`, only the first time this process reaches `phase` (a worker's first job, not each of its jobs)."""
+    if phase not in _marked_once and os.environ.get("FEDBENCH_TIMELINE"):
+        _marked_once.add(phase)
+        mark(phase)

@@ -1,0 +1,38 @@
+"""The start-up timeline bench/cli_overhead.py reads: marks in the order a run reaches them, none when unset."""
+
+import json
+import os
+
+import yaml
+
+from tests.conftest import TINY
+
+RUN_PHASES = ["cli_entered", "task_loaded", "tracking_ready", "run_started", "dataset_loaded", "scenario_built",
+              "workers_loaded", "job_start", "round_end", "round_end", "run_end"]
+
+
+def run_tiny_task(tmp_path) -> int:
+    from fedbench.cli import main
+
+    path = tmp_path / "task.yaml"
+    path.write_text(yaml.safe_dump({**{k: v for k, v in TINY.items() if k != "task"}, "name": "timeline", "seeds": [0]}))
+    return main(["run", str(path), "--backend", "serial"])
+
+
+def test_a_serial_run_marks_its_phases_in_order_with_one_job_start(tmp_path, mlflow_store, monkeypatch):
+    timeline = tmp_path / "timeline.jsonl"
+    monkeypatch.setenv("FEDBENCH_TIMELINE", str(timeline))
+    monkeypatch.setattr("fedbench.core.timeline._marked_once", set())  # a fresh process's first job
+    assert run_tiny_task(tmp_path) == 0
+    marks = [json.loads(line) for line in timeline.read_text().splitlines()]
+    assert [m["phase"] for m in marks] == RUN_PHASES  # 4 clients x 2 rounds of fit jobs, one job_start
+    times = [m["t"] for m in marks]
+    assert times == sorted(times)
+    assert {m["pid"] for m in marks} == {os.getpid()}  # serial: every job runs in this process
+
+
+def test_no_timeline_file_is_written_when_unset(tmp_path, mlflow_store, monkeypatch):
+    monkeypatch.delenv("FEDBENCH_TIMELINE", raising=False)
+    monkeypatch.chdir(tmp_path)
+    assert run_tiny_task(tmp_path) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["results", "task.yaml"]
