@@ -211,6 +211,13 @@ class RunSpec:
     """Whose local test split a round evaluates: every registered client, or only the round's sampled ones, so
     that a round of a large federation at partial participation costs what its sampled clients cost. The last
     round evaluates every client either way: the final numbers cover the whole federation."""
+    system_accuracy: bool = field(default=True, metadata=IDENTITY_UNLESS_DEFAULT)
+    """Report `acc_system` (004 Sec. 5: the pooled test splits, one answer per sample from the federation) and,
+    where a router answers, `acc_routing`, after the last round. Where the clients' models differ (personal
+    models vote) or a router picks one, that takes one more pass over every test split, each client running every
+    distinct model (clients holding part of their model upload it first); where every client answers with the one
+    model it was just evaluated with (FedAvg's global model), the vote is that model's answer, so `acc_system` is
+    the last evaluation's pooled accuracy, taken from it without a pass. False: neither metric, and no pass."""
     resources: ResourceSpec = field(default_factory=ResourceSpec, metadata=NOT_IDENTITY)
     run_name: str | None = field(default=None, metadata=NOT_IDENTITY)
     """The run's display name (MLflow run name, progress lines); a task names its runs by what varies in its
@@ -222,6 +229,8 @@ class RunSpec:
                 raise ConfigError(name, getattr(self, name), "an integer >= 1")
         if self.rounds > MAX_ROUNDS:
             raise ConfigError("rounds", self.rounds, f"at most {MAX_ROUNDS:,} (a sane maximum: the papers run up to 800)")
+        if not isinstance(self.system_accuracy, bool):
+            raise ConfigError("system_accuracy", self.system_accuracy, "true or false")
         if self.local_steps is not None and self.local_steps < 1:
             raise ConfigError("local_steps", self.local_steps, "an integer >= 1, or null for local_epochs epochs")
 

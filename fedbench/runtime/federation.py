@@ -3,7 +3,7 @@
 Each round: sample clients, `configure`, meter the downlink, run fit jobs, meter the uplink, `aggregate`
 (or fold each result as it arrives: `Algorithm.aggregator`), evaluate on every client's local test split
 when due (or on the round's sampled clients: `eval_clients`), build the round record, call the callbacks.
-After the last round, system accuracy and the test-time clients are evaluated too.
+After the last round, system accuracy (unless the run turns it off) and the test-time clients are evaluated too.
 A run that raises (a diverging client, missing data) ends FAILED with its reason, and so does one whose final
 local accuracy is NaN; it never raises to the caller, so the other runs of a task go on.
 """
@@ -29,7 +29,9 @@ from fedbench.runtime.failures import failure_reason, failure_traceback
 from fedbench.runtime.placement import placement_tags
 from fedbench.runtime.records import evaluation_metrics, meaningless, summarize, test_time_metrics, training_metrics
 from fedbench.runtime.state_store import StateStore
-from fedbench.runtime.system_eval import bundle, ensemble_bundle, system_metrics
+from fedbench.runtime.system_eval import (
+    answered_by_evaluation, bundle, ensemble_bundle, pooled_accuracy, system_metrics,
+)
 from fedbench.scenarios import build_scenario
 
 
@@ -108,8 +110,9 @@ class Federation:
                 evals = backend.run("evaluate", round, eval_payloads, store)
                 record.update(evaluation_metrics(evals))
                 record[M.TIME_CLIENT_COMPUTE_S] += sum(r.compute_s for r in evals)
-            if round == spec.rounds:
-                final, seconds = self._final_evaluation(algorithm, backend, scenario, state, store, meter, round)
+            if round == spec.rounds:  # the last round evaluated every client: `eval_payloads` and `evals` are its
+                final, seconds = self._final_evaluation(algorithm, backend, scenario, state, store, meter, round,
+                                                        eval_payloads, evals)
                 record.update(final)
                 record[M.TIME_CLIENT_COMPUTE_S] += seconds
             record.update(meter.take_round())
@@ -145,23 +148,16 @@ class Federation:
         start = time.perf_counter()
         return aggregator.finish(), results, seconds + time.perf_counter() - start
 
-    def _final_evaluation(self, algorithm, backend, scenario, state, store, meter, round: int) -> tuple[dict[str, float], float]:
-        """After the last round: system accuracy over the pooled test splits (004) and the test-time clients
-        (002 Sec. 3.3). Returns their metrics and the jobs' compute seconds; what they download is metered
-        on the evaluation channel."""
+    def _final_evaluation(self, algorithm, backend, scenario, state, store, meter, round: int,
+                          evaluated: dict[int, Payload], evals: list) -> tuple[dict[str, float], float]:
+        """After the last round: system accuracy over the pooled test splits (004; `spec.system_accuracy`) and the
+        test-time clients (002 Sec. 3.3). `evaluated` and `evals` are the last round's evaluation payloads and
+        results. Returns the metrics and the jobs' compute seconds; what they download is metered on the
+        evaluation channel."""
         record: dict[str, float] = {}
         jobs: list = []
-        personal = algorithm.system_payloads(state, list(range(scenario.num_clients)))
-        if algorithm.completes_personal_models and personal:  # each client uploads its own model, for the vote only
-            jobs += (completed := backend.run("share", round, personal, store))
-            meter.uplink(completed, channel=M.COMM_EVAL_UP_BYTES)
-            personal = {r.client_id: personal[r.client_id].merged(r.uplink) for r in completed}
-        if personal and all(p.sections for p in personal.values()):  # models living on clients: no system answer
-            shared = bundle(personal)
-            payloads = {cid: shared for cid in personal}
-            meter.downlink(payloads, channel=M.COMM_EVAL_DOWN_BYTES)
-            jobs += (results := backend.run("predict", round, payloads, store))
-            record.update(system_metrics(results))
+        if self.spec.system_accuracy:
+            jobs += self._system_accuracy(algorithm, backend, state, store, meter, round, evaluated, evals, record)
         test_ids = list(range(len(scenario.test_clients)))
         if test_ids:
             no_state = StateStore()  # test-time clients never trained: they have no client state
@@ -181,6 +177,27 @@ class Federation:
                 jobs += (tested := backend.run("test", round, payloads, no_state))
                 record.update(test_time_metrics(tested, assignment.matched, scenario, round))
         return record, sum(r.compute_s for r in jobs)
+
+    def _system_accuracy(self, algorithm, backend, state, store, meter, round: int, evaluated: dict[int, Payload],
+                         evals: list, record: dict[str, float]) -> list:
+        """Add `acc_system` (and `acc_routing`) to `record`; returns the jobs it ran. Where every client answers
+        with the one model it was just evaluated with, the last evaluation already holds the answer (no job)."""
+        personal = algorithm.system_payloads(state, list(range(self.spec.scenario.num_clients)))
+        if answered_by_evaluation(algorithm, personal, evaluated):
+            record.update(pooled_accuracy(evals))
+            return []
+        jobs: list = []
+        if algorithm.completes_personal_models and personal:  # each client uploads its own model, for the vote only
+            jobs += (completed := backend.run("share", round, personal, store))
+            meter.uplink(completed, channel=M.COMM_EVAL_UP_BYTES)
+            personal = {r.client_id: personal[r.client_id].merged(r.uplink) for r in completed}
+        if personal and all(p.sections for p in personal.values()):  # models living on clients: no system answer
+            shared = bundle(personal)
+            payloads = {cid: shared for cid in personal}
+            meter.downlink(payloads, channel=M.COMM_EVAL_DOWN_BYTES)
+            jobs += (results := backend.run("predict", round, payloads, store))
+            record.update(system_metrics(results))
+        return jobs
 
     def _sample(self, round: int, m: int) -> list[int]:
         """Clients taking part in `round`: a seeded sample of m of the K clients (`clients_per_round`)."""

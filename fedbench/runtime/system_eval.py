@@ -6,7 +6,9 @@ With a router (FedDRM's client head) the sample goes to the client it scores hig
 model answers; without one, the personal models vote (ties to the smallest class id, docs/methods.md).
 Clients sharing one payload object (FedAvg's global model) share one entry of the bundle, and an array
 that several models share (FedDRM's backbone next to each client's own target layer) travels once: the
-other models carry a one-number reference to the model that holds it.
+other models carry a one-number reference to the model that holds it. Where one model answers for every
+client and it is the model each client was just evaluated with, the vote is that model's answer: the pooled
+accuracy comes from the last evaluation's counts, with no second pass (`answered_by_evaluation`).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
+from fedbench.algorithms.base import Algorithm
 from fedbench.core import metrics as M
 from fedbench.core.types import Arrays, ClientResult, Payload
 
@@ -125,3 +128,25 @@ def system_metrics(results: Sequence[ClientResult]) -> dict[str, float]:
     if all(M.ROUTED_HOME in r.metrics for r in results):
         record[M.ACC_ROUTING] = sum(r.metrics[M.ROUTED_HOME] for r in results) / total
     return record
+
+
+def answered_by_evaluation(algorithm: Algorithm, system: Mapping[int, Payload], evaluated: Mapping[int, Payload]) -> bool:
+    """Whether system accuracy's vote would answer every sample as the last evaluation did, so that its pass can be
+    skipped: one payload answers for every client (the vote of one model is its prediction), it is the payload
+    each client was evaluated with, and the algorithm evaluates and predicts with that payload's model as
+    `Algorithm` does (the same model on the same batches, the same argmax), with no client part to upload."""
+    kind = type(algorithm)
+    return (bool(system) and not algorithm.completes_personal_models
+            and kind.client_evaluate is Algorithm.client_evaluate and kind.client_predict is Algorithm.client_predict
+            and len({id(p) for p in system.values()}) == 1
+            and all(evaluated.get(cid) is payload and payload.sections for cid, payload in system.items()))
+
+
+def pooled_accuracy(evals: Sequence[ClientResult]) -> dict[str, float]:
+    """`system_metrics` from the evaluation results of one shared model: each client's correct answers are its
+    accuracy times its test samples (exact: an integer count divided and multiplied back by the same size)."""
+    total = sum(r.metrics[M.TEST_SAMPLES] for r in evals)
+    if not total:
+        return {}
+    correct = sum(float(round(r.metrics[M.ACCURACY] * r.metrics[M.TEST_SAMPLES])) for r in evals if r.metrics[M.TEST_SAMPLES])
+    return {M.ACC_SYSTEM: correct / total}

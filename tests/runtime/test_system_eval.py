@@ -92,3 +92,55 @@ def test_merged_adds_a_clients_arrays_to_the_servers_part():
     whole = body.merged(Payload({"head.w": np.ones(1)}))
     assert sorted(whole.weights) == ["body.w", "head.w"] and whole["mixture"]["pi"] is body["mixture"]["pi"]
     assert body.merged(Payload({"body.w": np.ones(2)})).weights["body.w"].sum() == 2  # the client's array wins
+
+
+def test_one_shared_model_takes_system_accuracy_from_the_last_evaluation_the_same_number_as_the_pass(monkeypatch):
+    """FedAvg: every client answers with the global model it was evaluated with, so the vote is its prediction and
+    the pooled accuracy is the last evaluation's; forcing the predict pass gives the same number, bit for bit."""
+    from fedbench.runtime import federation
+
+    spec = tiny_spec(rounds=2, scenario={"partition": "dirichlet", "alpha": 0.5, "num_clients": 5,
+                                         "test_clients": {"mode": "none"}})
+    derived = run_spec(spec)
+    monkeypatch.setattr(federation, "answered_by_evaluation", lambda *args: False)
+    passed = run_spec(spec)
+    assert derived.status == passed.status == "FINISHED", (derived.reason, passed.reason)
+    assert derived.history[-1][M.ACC_SYSTEM] == passed.history[-1][M.ACC_SYSTEM]
+    last = derived.history[-1]
+    assert last[M.ACC_SYSTEM] == pytest.approx(last[M.ACC_LOCAL_WEIGHTED], abs=1e-12)  # pooled = test-size weighted
+    # the pass downloads a bundle to each of the 5 clients: the one distinct model and 5 int64 owner ids; taken
+    # from the evaluation, nothing travels for it
+    model = derived.history[0][M.COMM_EVAL_DOWN_BYTES] / 5
+    assert last[M.COMM_EVAL_DOWN_BYTES] == 5 * model
+    assert passed.history[-1][M.COMM_EVAL_DOWN_BYTES] == 5 * model + 5 * (model + 5 * 8)
+
+
+def test_differing_personal_models_still_vote_in_a_pass(monkeypatch):
+    """IFCA's cluster models differ between clients: the vote is not one model's answer, so its pass runs."""
+    from fedbench.runtime import federation, system_eval
+
+    calls = []
+    real = system_eval.answered_by_evaluation
+    monkeypatch.setattr(federation, "answered_by_evaluation", lambda *args: calls.append(real(*args)) or calls[-1])
+    result = run_spec(tiny_spec(algorithm={"name": "ifca", "clusters": 2}, scenario={
+        "partition": "dirichlet", "alpha": 0.5, "num_clients": 4, "test_clients": {"mode": "none"}}))
+    assert result.status == "FINISHED", result.reason
+    assert calls == [False] and M.ACC_SYSTEM in result.history[-1]
+
+
+def test_system_accuracy_off_skips_the_pass_and_the_metric_and_keeps_the_run_hash_of_the_default():
+    base = tiny_spec(algorithm={"name": "ifca", "clusters": 2})
+    off = tiny_spec(algorithm={"name": "ifca", "clusters": 2}, system_accuracy=False)
+    assert tiny_spec().run_hash == "6a04d8d664"  # the hash this spec had before the field existed
+    assert tiny_spec(system_accuracy=True).run_hash == tiny_spec().run_hash != tiny_spec(system_accuracy=False).run_hash
+    on, skipped = run_spec(base), run_spec(off)
+    assert M.ACC_SYSTEM in on.history[-1] and M.ACC_SYSTEM not in skipped.history[-1]
+    assert skipped.history[-1][M.COMM_EVAL_DOWN_BYTES] < on.history[-1][M.COMM_EVAL_DOWN_BYTES]
+    assert [r[M.ACC_LOCAL_MEAN] for r in skipped.history] == [r[M.ACC_LOCAL_MEAN] for r in on.history]
+
+
+def test_system_accuracy_must_be_a_boolean():
+    from fedbench.core.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="system_accuracy"):
+        tiny_spec(system_accuracy="yes")
