@@ -20,7 +20,9 @@ so an entry is read only once every file of it is complete, and processes fillin
 write the same bytes. An entry that does not load (deleted or truncated files) is decoded and written again;
 a cache folder that cannot be written to costs a warning and a decode on every run, never a failure.
 
-Clearing: delete the `decoded` folder (or any entry in it) at any time; what is needed is rebuilt.
+Clearing: delete the `decoded` folder (or any entry in it) at any time, even while runs use it (they keep
+their mapping); what is needed is rebuilt. Never edit a cached file in place: processes mapping it would see
+the edit.
 """
 
 from __future__ import annotations
