@@ -144,8 +144,7 @@ def read_idx_gz(path: Path, magic: int) -> np.ndarray:
 
     The magic's low byte is the number of dimensions (2051: 3-d images, 2049: 1-d labels).
     """
-    with gzip.open(path, "rb") as f:
-        blob = f.read()
+    blob = gzip.decompress(path.read_bytes())  # one output buffer (GzipFile.read joins chunks: another copy)
     found = int.from_bytes(blob[:4], "big")
     if found != magic:
         raise ValueError(f"{path}: idx magic number {found}, expected {magic}")

@@ -192,3 +192,19 @@ def test_processes_filling_the_cache_at_once_all_read_whole_identical_files(tmp_
     assert [out.strip() for out, _ in results] == [expected] * 3
     (entry,) = entries()
     assert not [p.name for p in entry.iterdir() if p.name.endswith(".tmp")]
+
+
+@pytest.mark.ray
+def test_workers_read_a_cached_dataset_from_the_object_store_without_copying_it(tmp_path, ray_session):
+    ray = ray_session
+    write_sources("mnist", tmp_path)
+    dataset = load("mnist", tmp_path)
+
+    @ray.remote(num_cpus=1)
+    def seen(shipped):
+        arrays = (shipped.x, shipped.y)
+        return [(a.flags.owndata, a.flags.writeable) for a in arrays], [a.tobytes() for a in arrays]
+
+    flags, content = ray.get(seen.remote(ray.put(dataset)))
+    assert flags == [(False, False), (False, False)]  # views of the object store's shared memory
+    assert content == [dataset.x.tobytes(), dataset.y.tobytes()]
