@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
+import mmap
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -111,6 +112,18 @@ class BaseDataset:
             means.append(mean)
             stds.append(float(np.sqrt(counts @ (values - mean) ** 2 / counts.sum())))
         return tuple(means), tuple(stds)
+
+    def release_pages(self) -> None:
+        """Unmap from this process the pages of arrays memory-mapped from the cache (`decoded_cache`).
+
+        They stay in the page cache and fault back in on the next access. Once `ray.put` has copied the
+        arrays into the object store, the driver holding the mapped pages too would count them twice in its
+        memory. Arrays held in memory are left alone.
+        """
+        for array in (self.x, self.y):
+            mapping = getattr(array.base, "_mmap", None) if isinstance(array.base, np.memmap) else None
+            if mapping is not None and hasattr(mmap, "MADV_DONTNEED"):
+                mapping.madvise(mmap.MADV_DONTNEED)  # a shared file mapping: re-read from the file, never zeroed
 
     @property
     def input_shape(self) -> tuple[int, ...]:

@@ -208,3 +208,27 @@ def test_workers_read_a_cached_dataset_from_the_object_store_without_copying_it(
     flags, content = ray.get(seen.remote(ray.put(dataset)))
     assert flags == [(False, False), (False, False)]  # views of the object store's shared memory
     assert content == [dataset.x.tobytes(), dataset.y.tobytes()]
+
+
+def mapped_kb(path: Path) -> int:
+    """Resident kB of this process's mappings of `path` (/proc/self/smaps)."""
+    total, inside = 0, False
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        fields = line.split()
+        if "-" in fields[0] and not fields[0].endswith(":"):  # a mapping's header: address range ... pathname
+            inside = fields[-1] == str(path)
+        elif inside and fields[0] == "Rss:":
+            total += int(fields[1])
+    return total
+
+
+@pytest.mark.skipif(not Path("/proc/self/smaps").exists(), reason="reads Linux's /proc/self/smaps")
+def test_released_pages_leave_the_process_and_come_back_on_access(tmp_path):
+    write_idx_set(tmp_path / "MNIST" / "raw", MNIST_NAMES, gz=True, n_train=2000, n_test=500)
+    dataset = load("mnist", tmp_path)
+    (entry,) = entries()
+    expected = dataset.x.tobytes()  # touches every page
+    assert mapped_kb(entry / "x.npy") * 1024 >= dataset.x.nbytes * 0.9
+    dataset.release_pages()
+    assert mapped_kb(entry / "x.npy") <= 8
+    assert dataset.x.tobytes() == expected
