@@ -2,7 +2,8 @@
 
 A dataset is loaded once per process and shared read-only: scenarios hold indices into it and workers form
 batches from it, so images stay uint8 (4x smaller in memory and in Ray's object store) until
-`to_float_batch` turns a batch into floats.
+`to_float_batch` turns a batch into floats. Loaders that decode files (MNIST family, CIFAR, FEMNIST) keep the
+decoded arrays on disk, memory-mapped by later runs (`fedbench.data.decoded_cache`: where, key, clearing).
 
 Each loader also declares its `DatasetFacts` (`@with_facts`), so that a task's scenario can be checked
 against the dataset (enough classes? a 'writer' column?) when the task is loaded, before any file is read.
@@ -301,7 +302,7 @@ def read_or_download(
         root: the resolved data root.
         folder: torchvision's folder of the files relative to a root (e.g. `MNIST/raw`).
         expected: the files looked for, as the message should name them.
-        read: returns the data found under a root, or None when its files are not there.
+        read: returns what it finds under a root (the files, or their data), or None when they are not there.
         download: torchvision's download into a root; any exception it raises counts as "no network".
 
     Raises:
