@@ -2,7 +2,8 @@
 
 A dataset is loaded once per process and shared read-only: scenarios hold indices into it and workers form
 batches from it, so images stay uint8 (4x smaller in memory and in Ray's object store) until
-`to_float_batch` turns a batch into floats.
+`to_float_batch` turns a batch into floats. Loaders that decode files (MNIST family, CIFAR, FEMNIST) keep the
+decoded arrays on disk, memory-mapped by later runs (`fedbench.data.decoded_cache`: where, key, clearing).
 
 Each loader also declares its `DatasetFacts` (`@with_facts`), so that a task's scenario can be checked
 against the dataset (enough classes? a 'writer' column?) when the task is loaded, before any file is read.
@@ -13,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
+import mmap
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -111,6 +113,18 @@ class BaseDataset:
             means.append(mean)
             stds.append(float(np.sqrt(counts @ (values - mean) ** 2 / counts.sum())))
         return tuple(means), tuple(stds)
+
+    def release_pages(self) -> None:
+        """Unmap from this process the pages of arrays memory-mapped from the cache (`decoded_cache`).
+
+        They stay in the page cache and fault back in on the next access. Once `ray.put` has copied the
+        arrays into the object store, the driver holding the mapped pages too would count them twice in its
+        memory. Arrays held in memory are left alone.
+        """
+        for array in (self.x, self.y):
+            mapping = getattr(array.base, "_mmap", None) if isinstance(array.base, np.memmap) else None
+            if mapping is not None and hasattr(mmap, "MADV_DONTNEED"):
+                mapping.madvise(mmap.MADV_DONTNEED)  # a shared file mapping: re-read from the file, never zeroed
 
     @property
     def input_shape(self) -> tuple[int, ...]:
@@ -288,7 +302,7 @@ def read_or_download(
         root: the resolved data root.
         folder: torchvision's folder of the files relative to a root (e.g. `MNIST/raw`).
         expected: the files looked for, as the message should name them.
-        read: returns the data found under a root, or None when its files are not there.
+        read: returns what it finds under a root (the files, or their data), or None when they are not there.
         download: torchvision's download into a root; any exception it raises counts as "no network".
 
     Raises:

@@ -1,7 +1,8 @@
 """CIFAR-10 and CIFAR-100 from the python pickles in torchvision's root layout.
 
 The pickles are parsed here rather than through torchvision's classes, which verify every file's md5 and so
-could only ever be tested on the real 160 MB downloads. Images become uint8 [N, 3, 32, 32].
+could only ever be tested on the real 160 MB downloads. Images become uint8 [N, 3, 32, 32]; the decoded arrays
+are cached on disk and memory-mapped by later runs (`fedbench.data.decoded_cache`).
 
 A data folder is user input, and `pickle.load` runs whatever a pickle asks for, so the batches are read by
 `SafeUnpickler`, which builds only numpy arrays and plain Python values (dicts, lists, str, bytes, numbers)
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 import pickle
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Callable, Literal
 
 import numpy as np
 
@@ -23,6 +24,7 @@ except ImportError:  # numpy < 2
 
 from fedbench.core.registry import register_dataset
 from fedbench.data.base import BaseDataset, DatasetFacts, read_or_download, with_facts
+from fedbench.data.decoded_cache import cached_dataset
 
 _CIFAR10 = ("cifar-10-batches-py", [f"data_batch_{i}" for i in range(1, 6)], ["test_batch"], "batches.meta")
 _CIFAR100 = ("cifar-100-python", ["train"], ["test"], "meta")
@@ -58,8 +60,11 @@ CIFAR100_MEAN_STD = ((0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762))
                          train_size=50000, test_size=10000))
 def cifar10(root: Path) -> BaseDataset:
     """CIFAR-10: 50000 train + 10000 test colour images, 10 classes, from `<root>/cifar-10-batches-py/`."""
-    train, test, meta = _load("cifar10", root, "CIFAR10", *_CIFAR10)
-    return BaseDataset.from_splits("cifar10", meta["label_names"], _arrays(train, "labels"), _arrays(test, "labels"))
+
+    def build(train: list[dict[str, Any]], test: list[dict[str, Any]], meta: dict[str, Any]) -> BaseDataset:
+        return BaseDataset.from_splits("cifar10", meta["label_names"], _arrays(train, "labels"), _arrays(test, "labels"))
+
+    return _cifar_dataset("cifar10", root, "CIFAR10", _CIFAR10, {}, build)
 
 
 def _cifar100_facts(label: str) -> DatasetFacts:
@@ -79,9 +84,12 @@ def cifar100(root: Path, label: Literal["fine", "coarse"] = "fine") -> BaseDatas
         label: which labels become `y`: the 100 'fine' classes or the 20 'coarse' superclasses. Both are
             always in meta ('fine_label', 'coarse_label'), so scenarios can shift within a superclass.
     """
-    train, test, meta = _load("cifar100", root, "CIFAR100", *_CIFAR100)
-    parts = [_arrays(p, f"{label}_labels", fine_label="fine_labels", coarse_label="coarse_labels") for p in (train, test)]
-    return BaseDataset.from_splits("cifar100", meta[f"{label}_label_names"], *parts)
+
+    def build(train: list[dict[str, Any]], test: list[dict[str, Any]], meta: dict[str, Any]) -> BaseDataset:
+        parts = [_arrays(p, f"{label}_labels", fine_label="fine_labels", coarse_label="coarse_labels") for p in (train, test)]
+        return BaseDataset.from_splits("cifar100", meta[f"{label}_label_names"], *parts)
+
+    return _cifar_dataset("cifar100", root, "CIFAR100", _CIFAR100, {"label": label}, build)
 
 
 def _arrays(entries: list[dict[str, Any]], label_key: str, **meta_keys: str) -> dict[str, np.ndarray]:
@@ -92,24 +100,43 @@ def _arrays(entries: list[dict[str, Any]], label_key: str, **meta_keys: str) -> 
     return out
 
 
-def _load(
-    name: str, root: Path, torchvision_class: str, folder: str, train_files: list[str], test_files: list[str], meta_file: str
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
-    """The unpickled train batches, test batches and meta of a CIFAR folder, or a download into the cache."""
+def _cifar_dataset(
+    name: str,
+    root: Path,
+    torchvision_class: str,
+    layout: tuple[str, list[str], list[str], str],
+    options: dict[str, Any],
+    build: Callable[[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]], BaseDataset],
+) -> BaseDataset:
+    """A CIFAR dataset from its folder of pickles, or a download into the cache; decoded once (`decoded_cache`).
+
+    Args:
+        name: dataset name, for messages and the cache.
+        root: the data root.
+        torchvision_class: torchvision's class, for a download.
+        layout: (folder, train batch files, test batch files, meta file).
+        options: the loader options `build` depends on (part of the cache key).
+        build: the dataset from the unpickled train batches, test batches and meta.
+    """
+    folder, train_files, test_files, meta_file = layout
     names = [*train_files, *test_files, meta_file]
 
-    def read(where: Path) -> list[dict[str, Any]] | None:
-        if not all((where / folder / n).is_file() for n in names):
-            return None
-        return [_unpickle(where / folder / n) for n in names]
+    def locate(where: Path) -> list[Path] | None:
+        paths = [where / folder / n for n in names]
+        return paths if all(p.is_file() for p in paths) else None
 
     def download(where: Path) -> None:
         import torchvision.datasets  # here, not at the top: a seconds-long import digits/synthetic need not pay
 
         getattr(torchvision.datasets, torchvision_class)(where, train=True, download=True)
 
-    batches = read_or_download(name, root, folder, ", ".join(names), read, download)
-    return batches[: len(train_files)], batches[len(train_files) : -1], batches[-1]
+    sources = read_or_download(name, root, folder, ", ".join(names), locate, download)
+
+    def decode() -> BaseDataset:
+        batches = [_unpickle(path) for path in sources]
+        return build(batches[: len(train_files)], batches[len(train_files) : -1], batches[-1])
+
+    return cached_dataset(name, sources, decode, **options)
 
 
 def _latin1_bytes(text: str, encoding: str = "latin1") -> bytes:

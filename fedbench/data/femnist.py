@@ -2,7 +2,9 @@
 
 The writer is what makes FEMNIST federated (one client per writer or per group of writers, seed 003's
 EMNIST-digits writer split), so it becomes the meta column 'writer'. LEAF only ships scripts that build the
-JSON from NIST's raw images, so nothing is downloaded here: the files must already be under the root.
+JSON from NIST's raw images, so nothing is downloaded here: the files must already be under the root. Parsing
+the JSON is slow, so the decoded arrays are cached on disk and memory-mapped by later runs
+(`fedbench.data.decoded_cache`).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import numpy as np
 from fedbench.core.errors import DataMissingError
 from fedbench.core.registry import register_dataset
 from fedbench.data.base import BaseDataset, DatasetFacts, with_facts
+from fedbench.data.decoded_cache import cached_dataset
 
 # LEAF's relabel_class: 0-9 digits, 10-35 uppercase, 36-61 lowercase letters.
 CLASSES = tuple(string.digits + string.ascii_uppercase + string.ascii_lowercase)
@@ -48,6 +51,12 @@ def femnist(root: Path, digits_only: bool = False) -> BaseDataset:
             and how to build them).
     """
     files = _find(root)
+    return cached_dataset("femnist", [p for paths in files.values() for p in paths],
+                          lambda: _decode(files, digits_only), digits_only=digits_only)
+
+
+def _decode(files: dict[str, list[Path]], digits_only: bool) -> BaseDataset:
+    """The dataset from LEAF's JSON files of each split (`_find`)."""
     records = {split: [r for path in paths for r in _read(path, digits_only)] for split, paths in files.items()}
     if "all" in records:
         records = _split_per_writer(records.pop("all"))

@@ -3,16 +3,17 @@
 torchvision with download=False reads only the extracted idx files, while machines without internet often
 keep just the original .gz files (they must not be extracted into a shared, possibly read-only root), so
 the .gz files are parsed here directly. Images become uint8 [N, 1, 28, 28], or [N, 3, 28, 28] with
-`colourise: true` (a seeded colour per sample, `fedbench.data.colourise`).
+`colourise: true` (a seeded colour per sample, `fedbench.data.colourise`). The decoded (and colourised)
+arrays are cached on disk and memory-mapped by later runs (`fedbench.data.decoded_cache`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-
 import gzip
 import math
 from pathlib import Path
+from typing import Any, Callable
 
 import numpy as np
 
@@ -20,6 +21,7 @@ from fedbench.core.fields import added_later
 from fedbench.core.registry import register_dataset
 from fedbench.data.base import BaseDataset, DatasetFacts, read_or_download, with_facts
 from fedbench.data.colourise import colour_facts, colourised
+from fedbench.data.decoded_cache import cached_dataset
 
 DIGITS = tuple("0123456789")
 FASHION = ("T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot")
@@ -46,8 +48,9 @@ def mnist(root: Path, colourise: bool = False, colour_seed: int = 0) -> BaseData
     """MNIST handwritten digits (60000 train + 10000 test), from `<root>/MNIST/raw/`; `colourise`: RGB, each
     sample tinted with a base colour drawn from `colour_seed` (`fedbench.data.colourise`)."""
     colour_facts(MNIST_FACTS, colourise, colour_seed)
-    data = BaseDataset.from_splits("mnist", DIGITS, *_load_idx("mnist", root, "MNIST", _MNIST_FILES))
-    return colourised(data, colourise, colour_seed)
+    options = {"colourise": colourise, "colour_seed": colour_seed}
+    return _idx_dataset("mnist", root, "MNIST", _MNIST_FILES, options,
+                        lambda train, test: colourised(BaseDataset.from_splits("mnist", DIGITS, train, test), **options))
 
 
 @register_dataset("fmnist")
@@ -57,8 +60,9 @@ def fmnist(root: Path, colourise: bool = False, colour_seed: int = 0) -> BaseDat
     """Fashion-MNIST clothing images (60000 train + 10000 test), from `<root>/FashionMNIST/raw/`; `colourise`
     as for mnist."""
     colour_facts(FMNIST_FACTS, colourise, colour_seed)
-    data = BaseDataset.from_splits("fmnist", FASHION, *_load_idx("fmnist", root, "FashionMNIST", _MNIST_FILES))
-    return colourised(data, colourise, colour_seed)
+    options = {"colourise": colourise, "colour_seed": colour_seed}
+    return _idx_dataset("fmnist", root, "FashionMNIST", _MNIST_FILES, options,
+                        lambda train, test: colourised(BaseDataset.from_splits("fmnist", FASHION, train, test), **options))
 
 
 @register_dataset("emnist")
@@ -69,22 +73,36 @@ def emnist(root: Path) -> BaseDataset:
     The NIST files store each image transposed relative to MNIST, and torchvision leaves them so; they are
     transposed back here so that a model sees upright digits, as with MNIST.
     """
-    train, test = _load_idx("emnist", root, "EMNIST", _EMNIST_FILES, split="digits")
-    for part in (train, test):
-        part["x"] = part["x"].transpose(0, 1, 3, 2)
-    return BaseDataset.from_splits("emnist", DIGITS, train, test)
+
+    def upright(train: dict[str, np.ndarray], test: dict[str, np.ndarray]) -> BaseDataset:
+        for part in (train, test):
+            part["x"] = part["x"].transpose(0, 1, 3, 2)
+        return BaseDataset.from_splits("emnist", DIGITS, train, test)
+
+    return _idx_dataset("emnist", root, "EMNIST", _EMNIST_FILES, {}, upright, split="digits")
 
 
-def _load_idx(
-    name: str, root: Path, folder: str, files: dict[str, tuple[str, str]], **torchvision_kwargs: str
-) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
-    """The train and test {'x', 'y'} of an idx dataset: extracted files, else .gz files, else a download.
+Splits = dict[str, np.ndarray]
+
+
+def _idx_dataset(
+    name: str,
+    root: Path,
+    folder: str,
+    files: dict[str, tuple[str, str]],
+    options: dict[str, Any],
+    build: Callable[[Splits, Splits], BaseDataset],
+    **torchvision_kwargs: str,
+) -> BaseDataset:
+    """An idx dataset from its extracted files, else its .gz files, else a download; decoded once (`decoded_cache`).
 
     Args:
-        name: dataset name, for messages.
+        name: dataset name, for messages and the cache.
         root: the data root.
         folder: torchvision's folder (and class name) of the dataset under a root.
         files: (images, labels) file names of each split, without .gz.
+        options: the loader options `build` depends on (part of the cache key).
+        build: the dataset from the train and test {'x': uint8 [n, 1, H, W], 'y'}.
         **torchvision_kwargs: further arguments of torchvision's class (EMNIST's `split`).
     """
     names = [n for pair in files.values() for n in pair]
@@ -95,22 +113,30 @@ def _load_idx(
         cls = getattr(torchvision.datasets, folder)
         return cls(where, train=train, download=download, **torchvision_kwargs)
 
-    def read(where: Path) -> dict[str, tuple[np.ndarray, np.ndarray]] | None:
+    def locate(where: Path) -> tuple[Path, bool] | None:
+        """(root, gzipped?) of a complete set of files under `where`."""
         raw = where / folder / "raw"
-        if all((raw / n).is_file() for n in names):
-            loaded = {s: open_torchvision(where, s == "train", False) for s in files}
-            return {s: (d.data.numpy(), d.targets.numpy()) for s, d in loaded.items()}
-        if all((raw / f"{n}.gz").is_file() for n in names):
-            return {
-                s: (read_idx_gz(raw / f"{img}.gz", IMAGES_MAGIC), read_idx_gz(raw / f"{lbl}.gz", LABELS_MAGIC))
-                for s, (img, lbl) in files.items()
-            }
+        for gz in (False, True):
+            if all((raw / (f"{n}.gz" if gz else n)).is_file() for n in names):
+                return where, gz
         return None
 
     expected = ", ".join(f"{n}.gz" for n in names) + " (or the same files extracted, without .gz)"
-    found = read_or_download(name, root, f"{folder}/raw", expected, read, lambda where: open_torchvision(where, True, True))
-    train, test = ({"x": x[:, None], "y": y} for x, y in (found["train"], found["test"]))
-    return train, test
+    where, gz = read_or_download(name, root, f"{folder}/raw", expected, locate, lambda to: open_torchvision(to, True, True))
+    raw = where / folder / "raw"
+
+    def decode() -> BaseDataset:
+        if gz:
+            found = {s: (read_idx_gz(raw / f"{img}.gz", IMAGES_MAGIC), read_idx_gz(raw / f"{lbl}.gz", LABELS_MAGIC))
+                     for s, (img, lbl) in files.items()}
+        else:
+            loaded = {s: open_torchvision(where, s == "train", False) for s in files}
+            found = {s: (d.data.numpy(), d.targets.numpy()) for s, d in loaded.items()}
+        train, test = ({"x": x[:, None], "y": y} for x, y in (found["train"], found["test"]))
+        return build(train, test)
+
+    sources = [raw / (f"{n}.gz" if gz else n) for n in names]
+    return cached_dataset(name, sources, decode, **options)
 
 
 def read_idx_gz(path: Path, magic: int) -> np.ndarray:
@@ -118,8 +144,7 @@ def read_idx_gz(path: Path, magic: int) -> np.ndarray:
 
     The magic's low byte is the number of dimensions (2051: 3-d images, 2049: 1-d labels).
     """
-    with gzip.open(path, "rb") as f:
-        blob = f.read()
+    blob = gzip.decompress(path.read_bytes())  # one output buffer (GzipFile.read joins chunks: another copy)
     found = int.from_bytes(blob[:4], "big")
     if found != magic:
         raise ValueError(f"{path}: idx magic number {found}, expected {magic}")

@@ -95,6 +95,7 @@ class RayWorkerPool:
         it changed since the last run."""
         if self._dataset is None or self._dataset[0] is not dataset:
             self._dataset = (dataset, ray.put(dataset))
+            dataset.release_pages()  # a cached dataset's pages, read by the copy into the store, need not stay mapped
         scenario_ref = ray.put(scenario)
         self._loaded = (self._dataset[1], scenario_ref, spec)
         loads = [w.load.remote(self._dataset[1], scenario_ref, spec) for w in self.workers]
