@@ -63,7 +63,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from fedbench.config.task import check_max_failures
     from fedbench.tracking.console import configurations_table, failures_table, results_table
     from fedbench.tracking.paths import tracking_uri
-    from fedbench.tuning.launch import plan_sweep
+    from fedbench.tuning.plan import plan_sweep
 
     if args.max_concurrent is not None and args.max_concurrent < 1:
         raise ConfigError("--max-concurrent", args.max_concurrent, "an integer >= 1, or leave it out for as many as resources allow")

@@ -17,7 +17,7 @@ _MODULE_OF = {
     "execute_sweep": "launch",
     "load_search_space": "search_space",
     "make_plan": "plan",
-    "plan_sweep": "launch",
+    "plan_sweep": "plan",
     "run_sweep": "sweep",
     "write_best_task": "best_task",
 }
