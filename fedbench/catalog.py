@@ -7,12 +7,13 @@ loader's or factory's docstring. There is no second place where defaults or cita
 Reading that means importing every registered module, and with them torch and scikit-learn: seconds, for a
 listing that depends on nothing but fedbench's own source files (and the Python version, which prints the
 types). So the listing of fedbench's own entries is kept as JSON under `cache_dir()/catalog`, named by a
-digest of the Python version and of every source file of the package: any edit gives a new name, the first
-`list` after it builds the file (slow, as before), later ones read it and import none of those modules.
-What fedbench's sources do not decide is read live, as before: entries that installed packages declare as
-entry points (their code is not in the digest), `module:attribute` names and unknown names (whose message
-lists the known ones). Reading the sources statically instead would not be exact: defaults and types are
-shown as Python prints the objects (`1e-3` is 0.001, inherited fields, `Literal[...]`).
+digest of the Python version, of every source file of the package and of the names installed packages
+declare as entry points: any edit or install gives a new name, the first `list` after it builds the file
+(slow, as before), later ones read it and import none of those modules. What fedbench's sources do not
+decide is read live, as before: entries of installed packages (their code is not in the digest; a built-in
+name one of them also declares too, though it keeps its built-in meaning), `module:attribute` names and
+unknown names (whose message lists the known ones). Reading the sources statically instead would not be
+exact: defaults and types are shown as Python prints the objects (`1e-3` is 0.001, inherited fields).
 """
 
 from __future__ import annotations
@@ -76,7 +77,8 @@ class Catalog:
 
     def entries(self, kind: str) -> list[Listed]:
         """Every entry of `kind`, by name."""
-        return [self.own[kind].get(name) or _listed(kind, name) for name in sorted({*self.own[kind], *self.declared[kind]})]
+        names = sorted({*self.own[kind], *self.declared[kind]})
+        return [self.own[kind].get(name) or _listed(kind, name) for name in names]
 
     def entry(self, kind: str, name: str) -> Listed:
         """Entry `name` of `kind`; an unknown name raises as the registry does, naming `list KIND`."""
@@ -90,7 +92,8 @@ def load() -> Catalog:
     """The catalog: fedbench's own entries from the cache file of the current sources and entry points, else
     built (importing every registered module) and written there."""
     installed = importlib.metadata.entry_points()
-    declared = {kind: {ep.name for ep in installed.select(group=registry.group)} for kind, (registry, _) in KINDS.items()}
+    declared = {kind: {ep.name for ep in installed.select(group=registry.group)}
+                for kind, (registry, _) in KINDS.items()}
     path = cache_dir() / "catalog" / f"{_digest(declared)}.json"
     try:
         raw = json.loads(path.read_text())
