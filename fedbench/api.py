@@ -94,7 +94,8 @@ def sweep(task: TaskLike, *, search: str | os.PathLike | SearchSpace | None = No
     Raises:
         ConfigError: bad input (checked before any trial starts).
     """
-    from fedbench.tuning.launch import execute_sweep, plan_sweep
+    from fedbench.tuning.launch import execute_sweep
+    from fedbench.tuning.plan import plan_sweep
 
     spec = as_task(task, [*overrides, *keyword_overrides(fields)])
     plan = plan_sweep(spec, search, num_samples, metric, mode, scheduler)

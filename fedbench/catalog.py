@@ -3,18 +3,36 @@
 A parameter's documentation is where its owner wrote it: the docstring under a `Config` or dataclass field
 (read from the source, since Python keeps no such docstrings at run time), or the `Args:` section of a
 loader's or factory's docstring. There is no second place where defaults or citations live.
+
+Reading that means importing every registered module, and with them torch and scikit-learn: seconds, for a
+listing that depends on nothing but fedbench's own source files (and the Python version, which prints the
+types). So the listing of fedbench's own entries is kept as JSON under `cache_dir()/catalog`, named by a
+digest of the Python version, of every source file of the package and of the names installed packages
+declare as entry points: any edit or install gives a new name, the first `list` after it builds the file
+(slow, as before), later ones read it and import none of those modules. What fedbench's sources do not
+decide is read live, as before: entries of installed packages (their code is not in the digest; a built-in
+name one of them also declares too, though it keeps its built-in meaning), `module:attribute` names and
+unknown names (whose message lists the known ones). Reading the sources statically instead would not be
+exact: defaults and types are shown as Python prints the objects (`1e-3` is 0.001, inherited fields).
 """
 
 from __future__ import annotations
 
 import ast
 import dataclasses
+import hashlib
+import importlib.metadata
 import inspect
+import json
+import os
 import re
+import sys
 import textwrap
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable
 
+from fedbench.core.cache import cache_dir
 from fedbench.core.errors import UnknownNameError
 from fedbench.core.fields import signature_fields
 from fedbench.core.registry import ALGORITHMS, DATASETS, MODELS, PARTITIONS, SHIFTS, Registry
@@ -35,6 +53,56 @@ class Parameter:
     type: str
     default: str
     doc: str
+
+
+@dataclass(frozen=True)
+class Listed:
+    """One registered entry as `list` shows it."""
+
+    name: str
+    summary: str
+    parameters: tuple[Parameter, ...]
+
+
+@dataclass(frozen=True)
+class Catalog:
+    """Everything `list` shows: fedbench's own entries (cached) and the names installed packages declare."""
+
+    own: dict[str, dict[str, Listed]]
+    """Kind -> name -> entry, for fedbench's own entries that no entry point declares."""
+    declared: dict[str, set[str]]
+    """Kind -> the names entry points declare: read live, as their code is not in the digest."""
+    presets: list[tuple[str, str]]
+    """(name, summary) of every scenario preset, by name."""
+
+    def entries(self, kind: str) -> list[Listed]:
+        """Every entry of `kind`, by name."""
+        names = sorted({*self.own[kind], *self.declared[kind]})
+        return [self.own[kind].get(name) or _listed(kind, name) for name in names]
+
+    def entry(self, kind: str, name: str) -> Listed:
+        """Entry `name` of `kind`; an unknown name raises as the registry does, naming `list KIND`."""
+        if name in self.own[kind]:
+            return self.own[kind][name]
+        KINDS[kind][0].get(name, field=f"list {kind}")
+        return _listed(kind, name)
+
+
+def load() -> Catalog:
+    """The catalog: fedbench's own entries from the cache file of the current sources and entry points, else
+    built (importing every registered module) and written there."""
+    installed = importlib.metadata.entry_points()
+    declared = {kind: {ep.name for ep in installed.select(group=registry.group)}
+                for kind, (registry, _) in KINDS.items()}
+    path = cache_dir() / "catalog" / f"{_digest(declared)}.json"
+    try:
+        raw = json.loads(path.read_text())
+    except (OSError, ValueError):
+        raw = _build(declared)
+        _write(path, raw)
+    own = {kind: {name: Listed(name, text, tuple(Parameter(*p) for p in params)) for name, text, params in rows}
+           for kind, rows in raw["kinds"].items()}
+    return Catalog(own, declared, [tuple(row) for row in raw["presets"]])
 
 
 def summary(obj: Any) -> str:
@@ -104,3 +172,41 @@ def _is_string(node: ast.stmt) -> bool:
 def _type_name(annotation: Any) -> str:
     text = getattr(annotation, "__name__", None) if isinstance(annotation, type) else None
     return text or str(annotation).replace("typing.", "")
+
+
+def _listed(kind: str, name: str) -> Listed:
+    return Listed(name, summary(KINDS[kind][0].get(name, field=kind)), tuple(parameters(kind, name)))
+
+
+def _build(declared: dict[str, set[str]]) -> dict[str, Any]:
+    """fedbench's own entries and the presets as JSON-ready lists (a name an entry point declares is left out)."""
+    from fedbench.scenarios.presets import PRESETS
+
+    kinds = {kind: [[item.name, item.summary, [dataclasses.astuple(p) for p in item.parameters]]
+                    for item in (_listed(kind, name) for name in registry.names() if name not in declared[kind])]
+             for kind, (registry, _) in KINDS.items()}
+    return {"kinds": kinds, "presets": [[name, summary(fn)] for name, fn in sorted(PRESETS.items())]}
+
+
+def _digest(declared: dict[str, set[str]]) -> str:
+    """sha256 of the Python version, the names entry points declare, and every source file of the package."""
+    root = Path(__file__).resolve().parent
+    digest = hashlib.sha256(f"{sys.version}\0{sorted((k, sorted(v)) for k, v in declared.items())}\0".encode())
+    for path in sorted(root.rglob("*.py")):
+        digest.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:32]
+
+
+def _write(path: Path, raw: dict[str, Any]) -> None:
+    """Write atomically (another `list` may be reading) and drop the files of older sources; a cache folder
+    that cannot be written only means the next `list` builds the listing again."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_suffix(f".{os.getpid()}.tmp")
+        partial.write_text(json.dumps(raw))
+        os.replace(partial, path)
+        for old in path.parent.glob("*.json"):
+            if old != path:
+                old.unlink(missing_ok=True)
+    except OSError:
+        pass

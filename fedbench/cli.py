@@ -16,22 +16,16 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from fedbench.config import load_task
-from fedbench.config.task import check_max_failures, count_data_configurations
 from fedbench.core import metrics as M
 from fedbench.core import timeline
 from fedbench.core.errors import ConfigError, FedbenchError
-from fedbench.core.registry import ALGORITHMS, DATASETS, MODELS, PARTITIONS, SHIFTS
 
 console = Console(width=None if sys.stdout.isatty() else 140)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from fedbench.runtime.session import run_specs
+    from fedbench.config import load_task
     from fedbench.tracking.console import configurations_table, failures_table, results_table
-    from fedbench.tracking.leaderboard import finished_run_hashes
-    from fedbench.tracking.paths import tracking_uri
-    from fedbench.tracking.run_callbacks import run_callbacks
 
     overrides = [*task_overrides(args), *([f"resources.backend={args.backend}"] if args.backend else [])]
     task = load_task(args.task, overrides)
@@ -41,6 +35,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         console.print(configurations_table(specs), width=max(console.width, 160))
         console.print(f"task [bold]{task.name}[/]: {len(specs)} runs, {data_configurations_text(specs)} (nothing was run)")
         return 0
+    from fedbench.runtime.session import run_specs
+    from fedbench.tracking.leaderboard import finished_run_hashes
+    from fedbench.tracking.paths import tracking_uri
+    from fedbench.tracking.run_callbacks import run_callbacks
+
     callbacks = run_callbacks(len(specs), console)  # checks the tracking server first
     if not args.rerun:
         done = finished_run_hashes(task.name, tracking_uri())
@@ -63,9 +62,11 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
+    from fedbench.config import load_task
+    from fedbench.config.task import check_max_failures
     from fedbench.tracking.console import configurations_table, failures_table, results_table
     from fedbench.tracking.paths import tracking_uri
-    from fedbench.tuning import plan_sweep
+    from fedbench.tuning.plan import plan_sweep
 
     if args.max_concurrent is not None and args.max_concurrent < 1:
         raise ConfigError("--max-concurrent", args.max_concurrent, "an integer >= 1, or leave it out for as many as resources allow")
@@ -83,7 +84,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             console.print(f"task [bold]{task.name}[/]: {plan.num_samples} Optuna samples of {space.name} on its first "
                           f"configuration, optimising {plan.metric} ({plan.mode}); the space checks out (nothing was run)")
         return 0
-    from fedbench.tuning import execute_sweep
+    from fedbench.tuning.launch import execute_sweep
 
     what = f"{plan.num_samples} Optuna samples of {space.name}" if space else f"{plan.trials} trials"
     console.print(f"task [bold]{task.name}[/]: sweeping {what} on Ray Tune, tracking {tracking_uri()}")
@@ -110,12 +111,16 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 def data_configurations_text(specs) -> str:
     """'97 data configurations': runs that differ only in algorithm and seed count once."""
+    from fedbench.config.task import count_data_configurations
+
     return f"{count_data_configurations(specs)} data configurations (runs differing only in algorithm and seed count once)"
 
 
 def experiment_of(args: argparse.Namespace) -> str:
     """The MLflow experiment `--experiment` names, or the one of the task file given as `--task` or as the
     positional argument (exactly one of them)."""
+    from fedbench.config import load_task
+
     given = [v for v in (args.experiment, args.task, args.task_file) if v is not None]
     if len(given) != 1:
         raise ConfigError("--experiment/--task", given or None, "exactly one of them (or a task file as the argument)")
@@ -193,6 +198,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
 def cmd_report(args: argparse.Namespace) -> int:
     """The task's runs beside the published numbers of its `reference:` block: report.md, PNGs, a summary."""
+    from fedbench.config import load_task
     from fedbench.tracking.paths import results_path, tracking_uri
     from fedbench.tracking.reproduction import write_report
 
@@ -224,35 +230,32 @@ def parse_formats(text: str) -> list[str]:
 def cmd_list(args: argparse.Namespace) -> int:
     """Every kind with a line per entry; `list KIND` the same for one kind; `list KIND NAME` its parameters."""
     from fedbench import catalog
-    from fedbench.scenarios import PRESETS
 
+    kinds = [catalog.resolve_kind(args.kind)] if args.kind else list(catalog.KINDS)
+    listing = catalog.load()
     if args.name:
-        kind = catalog.resolve_kind(args.kind)
-        entry = catalog.KINDS[kind][0].get(args.name, field=f"list {kind}")
-        table = Table(title=f"{kind[:-1]} {args.name}: {escape(catalog.summary(entry))}", title_justify="left")
+        kind = kinds[0]
+        entry = listing.entry(kind, args.name)
+        table = Table(title=f"{kind[:-1]} {args.name}: {escape(entry.summary)}", title_justify="left")
         for column in ("parameter", "type", "default", "what it is (paper section)"):
             table.add_column(column, overflow="fold")
-        params = catalog.parameters(kind, args.name)
-        for p in params:
+        for p in entry.parameters:
             table.add_row(p.name, escape(p.type), escape(p.default), escape(p.doc))
-        console.print(table if params else f"{kind[:-1]} {args.name}: {escape(catalog.summary(entry))} (no parameters)")
+        console.print(table if entry.parameters else f"{kind[:-1]} {args.name}: {escape(entry.summary)} (no parameters)")
         return 0
-    kinds = [catalog.resolve_kind(args.kind)] if args.kind else list(catalog.KINDS)
     for kind in kinds:
-        registry = catalog.KINDS[kind][0]
         table = Table(title=f"{kind} (fedbench list {kind} NAME: its parameters)", title_justify="left")
         for column in ("name", "parameters", "what it is"):
             table.add_column(column, overflow="fold")
-        for name in registry.names():
-            params = ", ".join(p.name for p in catalog.parameters(kind, name))
-            table.add_row(name, escape(params), escape(catalog.summary(registry.get(name))))
+        for entry in listing.entries(kind):
+            table.add_row(entry.name, escape(", ".join(p.name for p in entry.parameters)), escape(entry.summary))
         console.print(table)
     if not args.kind:
         table = Table(title="scenario presets", title_justify="left")
         for column in ("name", "what it is"):
             table.add_column(column, overflow="fold")
-        for name, fn in sorted(PRESETS.items()):
-            table.add_row(name, escape(catalog.summary(fn)))
+        for name, text in listing.presets:
+            table.add_row(name, escape(text))
         console.print(table)
     return 0
 
@@ -272,6 +275,7 @@ def parse_rounds(text: str, last: int) -> list[int]:
 
 def cmd_scenario_show(args: argparse.Namespace) -> int:
     """Print one run's federation per round (and its test clients), a summary line, and save a heatmap PNG."""
+    from fedbench.config import load_task
     from fedbench.data import load_dataset
     from fedbench.scenarios import build_scenario
     from fedbench.scenarios.plot import plot_scenario

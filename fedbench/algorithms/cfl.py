@@ -38,8 +38,6 @@ from dataclasses import dataclass
 from typing import Literal, Sequence
 
 import numpy as np
-from scipy.cluster import hierarchy
-from scipy.spatial.distance import squareform
 
 from fedbench.algorithms.base import AlgorithmConfig, Assignment, ServerState, sample_counts, warn_if_phase_covers_run
 from fedbench.algorithms.fedavg import FedAvg
@@ -95,6 +93,9 @@ def bipartition(similarity: np.ndarray, linkage: Literal["single", "complete"]) 
     the bipartition with the smallest maximum cross-cluster similarity. `complete` is the released code's.
     The distance is 1 - similarity. Each group is ascending, and the group holding row 0 comes first.
     """
+    from scipy.cluster import hierarchy  # scipy only where clusters are split, not when the method is registered
+    from scipy.spatial.distance import squareform
+
     distance = 1.0 - (similarity + similarity.T) / 2
     np.fill_diagonal(distance, 0.0)
     tree = hierarchy.linkage(squareform(np.maximum(distance, 0.0), checks=False), method=linkage)

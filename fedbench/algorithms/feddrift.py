@@ -58,8 +58,6 @@ from typing import Literal, Sequence
 
 import numpy as np
 import torch
-from scipy.cluster import hierarchy
-from scipy.spatial.distance import squareform
 from torch import nn
 
 from fedbench.algorithms.base import (
@@ -121,6 +119,9 @@ def cluster_distances(losses: np.ndarray, variant: Literal["paper", "released"])
 def merge_groups(distances: np.ndarray, delta: float) -> list[list[int]]:
     """The groups of two or more rows that complete linkage joins while the merge distance is at most delta (the
     released code's `fcluster(..., criterion="distance")`); each ascending, ordered by their first row."""
+    from scipy.cluster import hierarchy  # scipy only where groups merge, not when the method is registered
+    from scipy.spatial.distance import squareform
+
     if len(distances) < 2:
         return []
     finite = np.where(np.isfinite(distances), distances, np.finfo(np.float64).max)

@@ -18,16 +18,19 @@ import mmap
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence, TypeVar
 
 import numpy as np
-import pandas as pd
 import torch
 
+from fedbench.core.cache import cache_dir
 from fedbench.core.errors import ConfigError, DataMissingError
 from fedbench.core.fields import coerce, signature_fields, without_later_defaults
 from fedbench.core.registry import DATASETS
 from fedbench.core.runspec import Normalization
+
+if TYPE_CHECKING:  # pandas is imported where a dataset is built: checking a task's facts needs none
+    import pandas as pd
 
 T = TypeVar("T")
 
@@ -75,6 +78,8 @@ class BaseDataset:
             train: arrays of the training split: 'x', 'y', and any further key becomes a meta column.
             test: the same keys for the test split.
         """
+        import pandas as pd
+
         columns = {key: np.concatenate([train[key], test[key]]) for key in train}
         x, y = columns.pop("x"), columns.pop("y").astype(np.int64)
         split = np.repeat(np.array(["train", "test"]), [len(train["y"]), len(test["y"])])
@@ -90,6 +95,8 @@ class BaseDataset:
         """What scenarios built on this dataset depend on, for their cache keys: its name, loader options,
         shape and a digest of its labels and metadata (two loads that differ in any of these never share
         a scenario, whatever their options say)."""
+        import pandas as pd
+
         content = hashlib.blake2b(np.ascontiguousarray(self.y).tobytes(), digest_size=16)
         content.update(pd.util.hash_pandas_object(self.meta, index=True).to_numpy().tobytes())
         return {
@@ -277,11 +284,6 @@ def resolve_root(data_root: str | os.PathLike | None) -> Path:
     """
     chosen = data_root or os.environ.get("FEDBENCH_DATA") or "~/.cache/fedbench/data"
     return Path(chosen).expanduser().resolve()
-
-
-def cache_dir() -> Path:
-    """fedbench's writable folder (env `FEDBENCH_CACHE`, else ~/.cache/fedbench); never a user's data root."""
-    return Path(os.environ.get("FEDBENCH_CACHE") or "~/.cache/fedbench").expanduser()
 
 
 def read_or_download(

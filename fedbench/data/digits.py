@@ -6,8 +6,6 @@ import math
 from pathlib import Path
 
 import numpy as np
-from sklearn.datasets import load_digits
-from sklearn.model_selection import train_test_split
 
 from fedbench.core.fields import added_later
 from fedbench.core.registry import register_dataset
@@ -42,6 +40,9 @@ def digits(root: Path, test_fraction: float = 0.2, colourise: bool = False, colo
         colourise: RGB images, each tinted with a base colour drawn from `colour_seed` (`fedbench.data.colourise`).
         colour_seed: seeds the colours.
     """
+    from sklearn.datasets import load_digits  # scikit-learn only when digits are loaded, not when registered
+    from sklearn.model_selection import train_test_split
+
     _facts(test_fraction, colourise, colour_seed)
     bunch = load_digits()
     x = np.round(bunch.images * 255 / 16).astype(np.uint8)[:, None]

@@ -16,7 +16,6 @@ from rich.table import Table
 from fedbench.core import metrics as M
 from fedbench.core.callbacks import Callback, RoundRecord, RunResult
 from fedbench.core.runspec import RunSpec, changed_params
-from fedbench.tracking.leaderboard import STD_NOTE
 
 
 class ProgressCallback(Callback):
@@ -92,6 +91,8 @@ def varying_fields(specs: Sequence[RunSpec]) -> list[str]:
 
 def results_table(results: Sequence[RunResult]) -> Table:
     """One row per configuration: final local accuracy mean ± std over seeds, cost columns, n."""
+    from fedbench.tracking.leaderboard import STD_NOTE  # pandas: not for a dry run's tables
+
     finished = [r for r in results if r.status == "FINISHED"]
     fields = varying_fields([r.spec for r in results])
     groups: dict[tuple, list[RunResult]] = defaultdict(list)

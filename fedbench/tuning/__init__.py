@@ -1,11 +1,35 @@
 """Sweeps: every RunSpec of a task (or every Optuna sample of a search space) as one Ray Tune trial, its
-client actors inside the trial's placement group."""
+client actors inside the trial's placement group.
 
-from fedbench.tuning.best_task import write_best_task
-from fedbench.tuning.launch import execute_sweep, plan_sweep
-from fedbench.tuning.plan import SweepPlan, make_plan
-from fedbench.tuning.search_space import SearchSpace, load_search_space
-from fedbench.tuning.sweep import SweepOutcome, run_sweep
+The names below are imported from their modules on first use, so that planning a sweep (`fedbench sweep
+--dry-run`, which imports `tuning.plan`) loads neither Ray Tune, Optuna nor MLflow.
+"""
 
-__all__ = ["SearchSpace", "SweepOutcome", "SweepPlan", "execute_sweep", "load_search_space", "make_plan",
-           "plan_sweep", "run_sweep", "write_best_task"]
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_MODULE_OF = {
+    "SearchSpace": "search_space",
+    "SweepOutcome": "sweep",
+    "SweepPlan": "plan",
+    "execute_sweep": "launch",
+    "load_search_space": "search_space",
+    "make_plan": "plan",
+    "plan_sweep": "plan",
+    "run_sweep": "sweep",
+    "write_best_task": "best_task",
+}
+
+__all__ = sorted(_MODULE_OF)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _MODULE_OF:
+        return getattr(importlib.import_module(f"{__name__}.{_MODULE_OF[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

@@ -1,26 +1,14 @@
-"""A task swept the one way, for `fedbench sweep` and `fedbench.sweep` alike: planned (its search space file
-read), run on Ray Tune, and a search's best sample written as a task file."""
+"""A task swept the one way, for `fedbench sweep` and `fedbench.sweep` alike: run on Ray Tune as planned
+(`plan.plan_sweep`), and a search's best sample written as a task file."""
 
 from __future__ import annotations
-
-import os
-from pathlib import Path
 
 from fedbench.config.task import TaskSpec
 from fedbench.tracking.paths import results_path, tracking_uri
 from fedbench.tracking.sweep_report import report_sweep
 from fedbench.tuning.best_task import write_best_task
-from fedbench.tuning.plan import SweepPlan, make_plan
-from fedbench.tuning.search_space import SearchSpace, load_search_space
+from fedbench.tuning.plan import SweepPlan
 from fedbench.tuning.sweep import SweepOutcome, run_sweep
-
-
-def plan_sweep(task: TaskSpec, search: str | Path | SearchSpace | None = None, num_samples: int | None = None,
-               metric: str | None = None, mode: str = "max", scheduler: str | None = None) -> SweepPlan:
-    """The sweep of `task`: its grid, or `num_samples` Optuna samples of `search` (a space or its YAML file);
-    every problem is reported now (see `make_plan`)."""
-    space = load_search_space(search) if isinstance(search, (str, os.PathLike)) else search
-    return make_plan(task, space, num_samples, metric, mode, scheduler)
 
 
 def execute_sweep(task: TaskSpec, plan: SweepPlan, max_concurrent: int | None = None, address: str | None = None,

@@ -1,11 +1,15 @@
 """What a sweep runs, checked before any trial starts: a grid of RunSpecs, or Optuna samples of a search
-space on top of a task's base run, with the metric to optimise and an optional scheduler."""
+space on top of a task's base run, with the metric to optimise and an optional scheduler.
+
+Planning imports neither Ray Tune, Optuna nor MLflow, so that `fedbench sweep --dry-run` answers at once."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from fedbench.config.parse import parse_run
@@ -14,7 +18,7 @@ from fedbench.core import metrics as M
 from fedbench.core.errors import ConfigError
 from fedbench.core.runspec import RunSpec
 from fedbench.tuning.resources import for_trial
-from fedbench.tuning.search_space import SearchSpace, apply
+from fedbench.tuning.search_space import SearchSpace, apply, load_search_space
 
 SCHEDULERS = ("asha",)
 
@@ -125,3 +129,11 @@ def make_plan(task: TaskSpec, space: SearchSpace | None = None, num_samples: int
         raise ConfigError("--metric", metric, "a metric these runs report: their scenarios have no test-time clients "
                           "(scenario.test_clients.mode: none)")
     return plan
+
+
+def plan_sweep(task: TaskSpec, search: str | Path | SearchSpace | None = None, num_samples: int | None = None,
+               metric: str | None = None, mode: str = "max", scheduler: str | None = None) -> SweepPlan:
+    """The sweep of `task`: its grid, or `num_samples` Optuna samples of `search` (a space or its YAML file);
+    every problem is reported now (see `make_plan`)."""
+    space = load_search_space(search) if isinstance(search, (str, os.PathLike)) else search
+    return make_plan(task, space, num_samples, metric, mode, scheduler)

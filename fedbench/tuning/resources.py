@@ -7,12 +7,13 @@ an actor beyond the last bundle would wait forever, so the RunSpec's `num_worker
 from __future__ import annotations
 
 import dataclasses
-from typing import Mapping, Sequence
-
-from ray import tune
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 from fedbench.core.runspec import RunSpec
 from fedbench.runtime.ray_resources import check_fits, check_worker_fits, cluster_total
+
+if TYPE_CHECKING:
+    from ray import tune
 
 DRIVER_CPUS = 0.5
 """CPU of a trial's driver bundle: it only dispatches jobs and aggregates, the clients do the training."""
@@ -29,6 +30,8 @@ def for_trial(spec: RunSpec) -> RunSpec:
 
 def placement(spec: RunSpec, driver_cpus: float = DRIVER_CPUS) -> tune.PlacementGroupFactory:
     """One driver bundle, then one bundle per client worker with its CPU and GPU fraction."""
+    from ray import tune
+
     worker = {"CPU": spec.resources.client_cpus}
     if spec.resources.client_gpus > 0:
         worker["GPU"] = spec.resources.client_gpus
