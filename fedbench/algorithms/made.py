@@ -62,7 +62,7 @@ from fedbench.core import metrics as M
 from fedbench.core.errors import ConfigError
 from fedbench.core.registry import register_algorithm
 from fedbench.core.types import Arrays, ClientResult, ClientState, Metrics, OptimizerSpec, Payload, RoundContext, derive_seed
-from fedbench.data.base import cache_dir
+from fedbench.core.cache import cache_dir
 from fedbench.models.made import MADE
 from fedbench.training import ClientData, TrainHooks, get_weights, set_weights, train_local
 

@@ -39,7 +39,8 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import pandas as pd
 
-from fedbench.data.base import BaseDataset, cache_dir
+from fedbench.core.cache import cache_dir
+from fedbench.data.base import BaseDataset
 
 MANIFEST = "manifest.json"
 

@@ -9,7 +9,8 @@ import torch
 
 from fedbench.core.errors import ConfigError, DataMissingError, UnknownNameError
 from fedbench.data import BaseDataset, load_dataset, to_float_batch
-from fedbench.data.base import cache_dir, read_or_download, resolve_root
+from fedbench.core.cache import cache_dir
+from fedbench.data.base import read_or_download, resolve_root
 
 
 def _tiny(n_train=3, n_test=2):

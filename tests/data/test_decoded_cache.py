@@ -16,7 +16,8 @@ import pytest
 
 from fedbench.core.registry import DATASETS
 from fedbench.data import mnist_family
-from fedbench.data.base import BaseDataset, cache_dir
+from fedbench.core.cache import cache_dir
+from fedbench.data.base import BaseDataset
 from tests.data.test_cifar import write_cifar10, write_cifar100
 from tests.data.test_femnist import LEAF_FILES, write_leaf
 from tests.data.test_mnist_family import MNIST_NAMES, _idx_bytes, write_idx_set
