@@ -34,13 +34,15 @@ import os
 import uuid
 import warnings
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
-import pandas as pd
 
 from fedbench.core.cache import cache_dir
 from fedbench.data.base import BaseDataset
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 MANIFEST = "manifest.json"
 
@@ -116,6 +118,8 @@ def _code_digest() -> str:
 
 def _read_entry(entry: Path, name: str) -> BaseDataset | None:
     """The cached dataset, memory-mapped; None when the entry is absent or any file of it does not load."""
+    import pandas as pd
+
     try:
         manifest = json.loads((entry / MANIFEST).read_text())
         x, y = (_load(entry / f"{key}.npy", mmap=True) for key in ("x", "y"))
