@@ -243,9 +243,9 @@ def main() -> None:
         for mode in args.only.split(","):
             runs.append(measure(mode, args.rounds))
             print(json.dumps({k: v for k, v in runs[-1].items() if k != "rounds"}), flush=True)
-    saved, lines = report(runs, args.note)
-    (RESULTS / "many_clients.json").write_text(json.dumps(saved, indent=1))
-    (RESULTS / "many_clients.md").write_text("\n".join(lines))
+        saved, lines = report(runs, args.note)  # after every repeat: a run cut short keeps what it measured
+        (RESULTS / "many_clients.json").write_text(json.dumps(saved, indent=1))
+        (RESULTS / "many_clients.md").write_text("\n".join(lines))
     print("\n".join(lines))
 
 
