@@ -2,8 +2,8 @@
 
 1,000 clients of 48 training samples each (real MNIST, FEDBENCH_DATA: `chunks` of 60 samples from MNIST's training
 split pooled twice, 80% for training), LeNet-5, FedAvg at full participation, 1 local epoch of batch 64 (one SGD step
-per client), evaluation only in the last round. Each round's client updates per second (clients / round wall time) over the steady rounds (all but the
-first and the last, which also evaluates), medians over `--repeats`, for:
+per client), evaluation only in the last round. Each round's client updates per second (clients / round wall time)
+over the steady rounds (all but the first and the last, which also evaluates), medians over `--repeats`, for:
 
 - `ray-single`: fedbench's whole round loop, ray backend, 2 client workers x 1 thread, one client per call
   (`JOB_SECONDS_TARGET = 0`: the dispatch before batching);
@@ -209,18 +209,19 @@ def report(runs: list[dict], note: str) -> tuple[dict, list[str]]:
     for mode in MODES:
         mine = [r for r in runs if r["mode"] == mode]
         if mine:
-            medians[mode] = {key: statistics.median(r[key] for r in mine)
-                             for key in ("updates_per_s", "orchestration_ms_per_job", "compute_ms_per_job") if key in mine[0]}
+            keys = [key for key in ("updates_per_s", "orchestration_ms_per_job", "compute_ms_per_job") if key in mine[0]]
+            medians[mode] = {key: statistics.median(r[key] for r in mine) for key in keys}
             medians[mode]["range"] = [min(r["updates_per_s"] for r in mine), max(r["updates_per_s"] for r in mine)]
     rows = [[mode, f"{m['updates_per_s']:.1f} ({m['range'][0]:.1f}-{m['range'][1]:.1f})",
              f"{m['compute_ms_per_job']:.1f}" if "compute_ms_per_job" in m else "-",
              f"{m['orchestration_ms_per_job']:.2f}" if "orchestration_ms_per_job" in m else "-"]
             for mode, m in medians.items()]
+    repeats = max(sum(r["mode"] == mode for r in runs) for mode in medians)
+    header = ["configuration", "client updates / s", "compute / job (ms)", "orchestration / job (ms)"]
     lines = ["# Many tiny clients: client updates per second", "", note, "",
              f"{CLIENTS} clients x 48 MNIST training samples, LeNet-5, FedAvg, 1 epoch of batch {BATCH}, "
-             f"{WORKERS} Ray workers x 1 thread; steady rounds; medians of {max(len([r for r in runs if r['mode'] == m]) for m in medians)} "
-             "interleaved repeats (range).", "",
-             *markdown_table(["configuration", "client updates / s", "compute / job (ms)", "orchestration / job (ms)"], rows), ""]
+             f"{WORKERS} Ray workers x 1 thread; steady rounds; medians of {repeats} interleaved repeats (range).", "",
+             *markdown_table(header, rows), ""]
     ratios = {}
     for mode in ("ray-single", "ray-batched"):
         for base in ("plain-1", "plain-2"):

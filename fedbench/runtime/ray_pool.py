@@ -222,7 +222,7 @@ class RayBackend:
             results = results if len(clients) > 1 else [results]
             for i, cid in enumerate(clients):
                 finished[cid] = results[i]
-                if state_refs is not None:  # stored only now: a dead worker's state ref must not replace the last good state
+                if state_refs is not None:  # stored only now: a dead worker's must not replace the last good state
                     store.put(cid, state_refs[i])
             self._job_seconds[kind] = sum(r.compute_s for r in results) / len(results)
             idle.append(worker)

@@ -30,11 +30,12 @@ def batched_spec(**changes):
 def run_rounds(backend, spec, scenario, dataset, resolve=lambda state: state):
     """Two rounds of fit (listed and streamed) and evaluate; returns every uplink, metric and final state."""
     algorithm = make_algorithm(spec, scenario.input_shape, dataset.num_classes)
-    state, store, seen = algorithm.init_state(), StateStore(), []
+    state, store, seen, everyone = algorithm.init_state(), StateStore(), [], list(range(CLIENTS))
     for round, how in ((1, "run"), (2, "stream")):
-        results = list(getattr(backend, how)("fit", round, algorithm.configure(round, state, list(range(CLIENTS))), store))
-        evals = backend.run("evaluate", round, algorithm.evaluation_payloads(state, list(range(CLIENTS))), store)
-        seen += [(r.client_id, r.uplink.weights, r.metrics) for r in results] + [(r.client_id, r.metrics) for r in evals]
+        results = list(getattr(backend, how)("fit", round, algorithm.configure(round, state, everyone), store))
+        evals = backend.run("evaluate", round, algorithm.evaluation_payloads(state, everyone), store)
+        seen += [(r.client_id, r.uplink.weights, r.metrics) for r in results]
+        seen += [(r.client_id, r.metrics) for r in evals]
         state = algorithm.aggregate(round, state, results)
     return seen, state["global"].weights, [resolve(store.get(cid)) for cid in range(CLIENTS)]
 
@@ -130,7 +131,7 @@ def test_a_client_that_kills_its_workers_is_found_in_its_batch_and_named(ray_ses
     payloads = dict(algorithm.configure(1, algorithm.init_state(), list(range(8))))
     payloads[2] = Payload({"poison": np.zeros(1)}, {"poison": {"reader": KillsItsReader()}})
     pool = RayWorkerPool(spec.resources, CLIENTS)
-    backend = RayBackend(dataset, scenario, spec, pool, clients_per_job=4)  # client 2 shares its first call with three others
+    backend = RayBackend(dataset, scenario, spec, pool, clients_per_job=4)  # client 2's first call has 3 others
     try:
         with pytest.raises(WorkerLostError) as lost:
             backend.run("fit", 1, payloads, StateStore())
