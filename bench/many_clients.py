@@ -209,7 +209,7 @@ def report(runs: list[dict], note: str) -> tuple[dict, list[str]]:
     for mode in MODES:
         mine = [r for r in runs if r["mode"] == mode]
         if mine:
-            keys = [key for key in ("updates_per_s", "orchestration_ms_per_job", "compute_ms_per_job") if key in mine[0]]
+            keys = [k for k in ("updates_per_s", "orchestration_ms_per_job", "compute_ms_per_job") if k in mine[0]]
             medians[mode] = {key: statistics.median(r[key] for r in mine) for key in keys}
             medians[mode]["range"] = [min(r["updates_per_s"] for r in mine), max(r["updates_per_s"] for r in mine)]
     rows = [[mode, f"{m['updates_per_s']:.1f} ({m['range'][0]:.1f}-{m['range'][1]:.1f})",
@@ -237,7 +237,8 @@ def report(runs: list[dict], note: str) -> tuple[dict, list[str]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--rounds", type=int, default=4, help="rounds per run; steady ones are all but the first and last")
+    parser.add_argument("--rounds", type=int, default=4,
+                        help="rounds per run; the steady ones are all but the first and the last")
     parser.add_argument("--only", default=",".join(MODES), help="configurations to run, comma-separated")
     parser.add_argument("--note", default="", help="a line for the report (e.g. the machine's load)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
