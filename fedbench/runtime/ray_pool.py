@@ -3,8 +3,9 @@
 The pool outlives a run: consecutive runs with the same resources reuse its actors. The base dataset is
 `ray.put` once (again only when a run uses another dataset), the scenario once per run; each
 distinct payload of a round (usually one global model) is `ray.put` once, as numpy; updates come back as
-numpy. Client states stay in the object store: `fit` has two returns and the driver fetches only the
-result, keeping the new state's reference in the StateStore once the result is in.
+numpy. Client states stay in the object store: `fit` returns each new state as a return of its own and the
+driver fetches only the results, keeping each new state's reference in the StateStore once the results are in.
+Tiny clients go several to a call (`JOB_SECONDS_TARGET`), so a call's cost does not outweigh their training.
 
 A worker whose process dies (killed, out of memory, its node lost) is replaced by a new one and its job runs
 again from the client's last stored state, a bounded number of times; an exception a job raises is the job's
@@ -43,8 +44,14 @@ WORKER_DEATHS = (ray.exceptions.RayActorError, ray.exceptions.OutOfMemoryError)
 Ray's memory monitor), as opposed to a `RayTaskError`: an exception the job itself raised."""
 
 JOBS_IN_FLIGHT = 2
-"""Jobs handed to each worker at once: the next one waits in the actor's queue while the driver learns that the
+"""Calls handed to each worker at once: the next one waits in the actor's queue while the driver learns that the
 last one ended, so a worker never idles for that round trip (each job is still seeded and computed alone)."""
+
+JOB_SECONDS_TARGET = 0.2
+"""About how much compute one call to a worker carries: clients whose jobs are shorter go several to a call
+(`ClientWorker.jobs`), so the call's own cost (Ray's dispatch, its arguments and results, the driver's bookkeeping:
+milliseconds) stays small beside the training of many tiny clients; longer jobs go one to a call, and so do
+those of every client while none of its kind has been measured yet."""
 
 
 def ensure_ray(address: str | None = None, num_cpus: int | None = None) -> None:
@@ -151,16 +158,25 @@ class ReusedPool:
 
 
 class RayBackend:
-    """Client jobs on a pool of `ClientWorker` actors; one dispatch loop for every kind of job."""
+    """Client jobs on a pool of `ClientWorker` actors; one dispatch loop for every kind of job.
+
+    Clients whose jobs are short go several to a call (`ClientWorker.jobs`), sized from the jobs' measured seconds
+    (`JOB_SECONDS_TARGET`) and shrinking as a round's last clients are handed out, so that workers end a round
+    together; `clients_per_job` fixes the number instead. Numbers never depend on it: each job is seeded and
+    computed alone, and results come back in the same order.
+    """
 
     name = "ray"
 
-    def __init__(self, dataset: BaseDataset, scenario: Scenario, spec: RunSpec, pool: RayWorkerPool | None = None):
+    def __init__(self, dataset: BaseDataset, scenario: Scenario, spec: RunSpec, pool: RayWorkerPool | None = None,
+                 clients_per_job: int | None = None):
         self.owns_pool = pool is None
         self.pool = pool or RayWorkerPool(spec.resources, spec.scenario.num_clients)
         self.pool.load(dataset, scenario, spec)
         self.workers = self.pool.workers
         self.scenario = scenario
+        self.clients_per_job = clients_per_job
+        self._job_seconds: dict[str, float] = {}  # kind -> mean compute seconds of its last call's jobs
 
     def run(self, kind: str, round: int, payloads: Mapping[int, Payload], store: StateStore) -> list[ClientResult]:
         sizes = self._sizes(kind, round)
@@ -182,60 +198,106 @@ class RayBackend:
                 shipped[id(payload)] = ray.put(payload)
         queue = collections.deque(dispatch_order)
         in_order, released = sorted(payloads), 0
-        idle = list(self.workers) * JOBS_IN_FLIGHT  # a slot per job a worker may hold
-        pending: dict[ray.ObjectRef, tuple[int, object, ray.ObjectRef | None]] = {}  # in dispatch order
+        idle = list(self.workers) * JOBS_IN_FLIGHT  # a slot per call a worker may hold
+        pending: dict[ray.ObjectRef, tuple[list[int], object, list | None]] = {}  # in dispatch order
         finished: dict[int, ClientResult] = {}
         lost: dict[int, int] = {}  # client id -> workers that died running its job in this call
         while True:
             while idle and queue:
-                cid, worker = queue.popleft(), idle.pop()
-                args = (round, cid, shipped[id(payloads[cid])], store.get(cid))
-                if kind == "fit":
-                    result_ref, state_ref = worker.fit.options(num_returns=2).remote(*args)
-                else:
-                    result_ref, state_ref = getattr(worker, kind).remote(*args), None
-                pending[result_ref] = (cid, worker, state_ref)
+                clients, worker = self._next_clients(kind, queue, lost), idle.pop()
+                result_ref, state_refs = self._submit(worker, kind, round, clients, payloads, shipped, store)
+                pending[result_ref] = (clients, worker, state_refs)
             while released < len(in_order) and in_order[released] in finished:
                 yield finished.pop(in_order[released])
                 released += 1
             if not pending:
                 return
             [done], _ = ray.wait(list(pending), num_returns=1)
-            cid, worker, state_ref = pending[done]
+            clients, worker, state_refs = pending[done]
             try:
-                finished[cid] = ray.get(done)
+                results = ray.get(done)
             except WORKER_DEATHS as exc:  # the worker's process died, not an exception of the job
                 idle = self._after_death(worker, exc, pending, queue, idle, lost, kind, round)
                 continue
             del pending[done]
-            if state_ref is not None:  # stored only now: a dead worker's state ref must not replace the last good state
-                store.put(cid, state_ref)
+            results = results if len(clients) > 1 else [results]
+            for i, cid in enumerate(clients):
+                finished[cid] = results[i]
+                if state_refs is not None:  # stored only now: a dead worker's must not replace the last good state
+                    store.put(cid, state_refs[i])
+            self._job_seconds[kind] = sum(r.compute_s for r in results) / len(results)
             idle.append(worker)
+
+    def _next_clients(self, kind: str, queue: collections.deque, lost: dict[int, int]) -> list[int]:
+        """The next call's clients, from the front of `queue`. A client whose worker died before runs alone, so
+        that a client which kills its workers is found and its attempts counted on their own."""
+        clients = [queue.popleft()]
+        if lost.get(clients[0]):
+            return clients
+        size = self._clients_per_call(kind, len(queue) + 1)
+        while len(clients) < size and queue and not lost.get(queue[0]):
+            clients.append(queue.popleft())
+        return clients
+
+    def _clients_per_call(self, kind: str, remaining: int) -> int:
+        """`clients_per_job` when set; else as many jobs as take about `JOB_SECONDS_TARGET` by the last call's
+        measure (one until a job of `kind` has been measured), and no more than a share of the clients left that
+        gives every call slot at least two more calls, so the round's last calls are short."""
+        if self.clients_per_job is not None:
+            return self.clients_per_job
+        seconds = self._job_seconds.get(kind)
+        if seconds is None:
+            return 1
+        by_time = int(JOB_SECONDS_TARGET // seconds) if seconds > 0 else remaining
+        by_balance = -(-remaining // (2 * JOBS_IN_FLIGHT * len(self.workers)))
+        return max(1, min(by_time, by_balance))
+
+    def _submit(self, worker, kind: str, round: int, clients: list[int], payloads: Mapping[int, Payload],
+                shipped: dict, store: StateStore) -> tuple[ray.ObjectRef, list | None]:
+        """One call: the job's own method for one client, `jobs` for several. Returns the ref of its result(s) and,
+        for `fit`, a ref per new client state (each stays in the object store)."""
+        if len(clients) == 1:
+            [cid] = clients
+            args = (round, cid, shipped[id(payloads[cid])], store.get(cid))
+            if kind != "fit":
+                return getattr(worker, kind).remote(*args), None
+            result_ref, state_ref = worker.fit.options(num_returns=2).remote(*args)
+            return result_ref, [state_ref]
+        slot_of: dict[int, int] = {}  # id(payload) -> its place among the call's distinct payloads
+        slots = [slot_of.setdefault(id(payloads[cid]), len(slot_of)) for cid in clients]
+        distinct = [shipped[key] for key in slot_of]
+        args = (kind, round, clients, slots, *distinct, *(store.get(cid) for cid in clients))
+        if kind != "fit":
+            return worker.jobs.remote(*args), None
+        result_ref, *state_refs = worker.jobs.options(num_returns=1 + len(clients)).remote(*args)
+        return result_ref, state_refs
 
     def _after_death(self, dead, exc: Exception, pending: dict, queue: collections.deque, idle: list, lost: dict,
                      kind: str, round: int) -> list:
-        """Put every job the dead worker held back at the front of the queue, in dispatch order, and give its
-        slots to a replacement; returns the new idle slots. Only the job it was running (the first it was
-        handed: an actor runs its jobs one at a time) counts an attempt: the one queued behind it did nothing."""
-        jobs = [(ref, cid) for ref, (cid, worker, _) in pending.items() if worker == dead]
-        running = jobs[0][1]
-        lost[running] = lost.get(running, 0) + 1
-        for ref, _ in jobs:
+        """Put every call the dead worker held back at the front of the queue, in dispatch order, and give its
+        slots to a replacement; returns the new idle slots. Only the clients of the call it was running (the first
+        it was handed: an actor runs its calls one at a time) count an attempt: those queued behind did nothing."""
+        calls = [(ref, clients) for ref, (clients, worker, _) in pending.items() if worker == dead]
+        running = calls[0][1]
+        for cid in running:
+            lost[cid] = lost.get(cid, 0) + 1
+        for ref, _ in calls:
             del pending[ref]
-        queue.extendleft(cid for _, cid in reversed(jobs))
-        replacement = self._replace(dead, kind, round, running, lost[running], exc)
+        queue.extendleft(cid for _, clients in reversed(calls) for cid in reversed(clients))
+        replacement = self._replace(dead, kind, round, running, max(lost[cid] for cid in running), exc)
         return [w for w in idle if w != dead] + [replacement] * JOBS_IN_FLIGHT
 
-    def _replace(self, dead, kind: str, round: int, cid: int, lost: int, exc: Exception):
-        """A new worker for the job whose worker died, or WorkerLostError once the job has taken down
-        `JOB_ATTEMPTS` workers."""
+    def _replace(self, dead, kind: str, round: int, clients: list[int], lost: int, exc: Exception):
+        """A new worker for the call whose worker died, or WorkerLostError once its job has taken down
+        `JOB_ATTEMPTS` workers (a client that died with others runs alone after, so this names one client)."""
         cause = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        jobs = f"client {clients[0]}'s {kind} job" if len(clients) == 1 else f"the {kind} jobs of clients {clients}"
         if lost >= JOB_ATTEMPTS:
-            raise WorkerLostError(f"client {cid}'s {kind} job of round {round} ran on {lost} client workers and each "
+            raise WorkerLostError(f"{jobs} of round {round} ran on {lost} client workers and each "
                                   f"one's process died ({type(exc).__name__}: {cause}); a job that kills every worker "
                                   "it runs on, e.g. out of memory, cannot finish") from exc
-        log.warning("a client worker died running client %d's %s job of round %d (%s: %s): replaced, the job runs "
-                    "again (attempt %d of %d)", cid, kind, round, type(exc).__name__, cause, lost + 1, JOB_ATTEMPTS)
+        log.warning("a client worker died running %s of round %d (%s: %s): replaced, the job runs again, one client "
+                    "per call (attempt %d of %d)", jobs, round, type(exc).__name__, cause, lost + 1, JOB_ATTEMPTS)
         return self.pool.replace(dead)
 
     def _sizes(self, kind: str, round: int) -> list[int]:
