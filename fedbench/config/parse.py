@@ -12,7 +12,7 @@ import typing
 from typing import Any
 
 from fedbench.core.errors import ConfigError
-from fedbench.core.fields import coerce, resolve_params, without_later_defaults
+from fedbench.core.fields import coerce, resolve_params, type_hints, without_later_defaults
 from fedbench.core.registry import ALGORITHMS
 from fedbench.core.runspec import INLINE, Component, DatasetSpec, RunSpec, plain
 
@@ -37,7 +37,7 @@ def parse_spec(cls: type, raw: Any, path: str) -> Any:
     """
     section = _mapping(cls, raw, path)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
-    hints = typing.get_type_hints(cls)
+    hints = type_hints(cls)
     inline = next((f for f in fields.values() if f.metadata.get(INLINE)), None)
     if inline is not None:
         extra = {k: v for k, v in section.items() if k not in fields}
@@ -90,7 +90,7 @@ def _parse_component(f: dataclasses.Field, cls: type, raw: Any, path: str) -> Co
     section = _section(raw, path)
     params_path = path.rpartition(".")[0] if f.metadata.get(INLINE) else path
     name_path = path if f.metadata.get(INLINE) else f"{path}.name"
-    hints = typing.get_type_hints(cls)
+    hints = type_hints(cls)
     own = {k: coerce(_join(path, k), section.pop(k), hints[k])
            for k in [x.name for x in dataclasses.fields(cls) if x.name not in ("name", "params")] if k in section}
     name = coerce(name_path, section.pop("name"), str)

@@ -33,8 +33,9 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import re
+import functools
 import itertools
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
@@ -87,6 +88,12 @@ class TaskSpec:
 
     def expand(self) -> list[RunSpec]:
         """Every point of every grid block times every seed, validated; duplicates (same run hash) kept once."""
+        return list(self._expanded)
+
+    @functools.cached_property
+    def _expanded(self) -> tuple[RunSpec, ...]:
+        """Expanded once per TaskSpec (it is frozen): loading validates it and the sweep's plan reads it again,
+        thousands of configurations for a paper-scale suite."""
         specs: dict[str, RunSpec] = {}
         for block, grid in enumerate(self.grid):
             for point in itertools.product(*(values for _, values in grid)):
@@ -95,7 +102,7 @@ class TaskSpec:
                     if spec.run_name is None:
                         spec = spec.replace(run_name=run_name(spec, {axis: v for (axis, _), v in zip(grid, point)}))
                     specs.setdefault(spec.run_hash, spec)
-        return list(specs.values())
+        return tuple(specs.values())
 
     def grid_fields(self) -> dict[str, list[Any]] | list[dict[str, list[Any]]]:
         """The grid as a task file writes it: one mapping, or a list of them for several blocks."""
@@ -240,7 +247,9 @@ def task_from_dict(raw: dict[str, Any], overrides: Sequence[Override] = (), defa
                     (PAPER_PROFILE, *profiles), (), source, given, max_failures)
     specs = task.expand()  # validate now, so bad input fails before anything runs
     known = {key for spec in specs for key in spec.flat()} if profile == PAPER_PROFILE else None
-    return dataclasses.replace(task, reference=parse_reference(reference, known))
+    checked = dataclasses.replace(task, reference=parse_reference(reference, known))
+    checked.__dict__["_expanded"] = task._expanded  # the reference block changes no run: keep the expansion
+    return checked
 
 
 def parse_grid(raw: Any, overridden: set[str]) -> tuple[Grid, ...]:

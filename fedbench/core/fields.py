@@ -8,6 +8,7 @@ signature and fills in the defaults, so there is no second place where defaults 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 import typing
 from typing import Any, Callable, Literal
@@ -47,14 +48,22 @@ def signature_fields(target: Callable | type, skip: int = 0) -> dict[str, tuple[
         target: a function or a dataclass type.
         skip: leading positional parameters to leave out (e.g. `input_shape, num_classes` of a model).
     """
-    hints = typing.get_type_hints(target.__init__ if isinstance(target, type) else target)
+    return dict(_signature_fields(target, skip))
+
+
+@functools.lru_cache(maxsize=1024)
+def _signature_fields(target: Callable | type, skip: int) -> tuple[tuple[str, tuple[Any, Any]], ...]:
+    """Cached: a sweep's dry run resolves thousands of configurations against the same few classes."""
+    hints = type_hints(target.__init__ if isinstance(target, type) else target)
     params = list(inspect.signature(target).parameters.values())[skip:]
-    fields = {}
-    for p in params:
-        if p.kind in (p.VAR_KEYWORD, p.VAR_POSITIONAL):
-            continue
-        fields[p.name] = (hints.get(p.name, Any), p.default)
-    return fields
+    return tuple((p.name, (hints.get(p.name, Any), p.default)) for p in params
+                 if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL))
+
+
+@functools.lru_cache(maxsize=1024)
+def type_hints(target: Callable | type) -> dict[str, Any]:
+    """`typing.get_type_hints(target)`, evaluated once per class or function (treat the result as read-only)."""
+    return typing.get_type_hints(target)
 
 
 def coerce(path: str, value: Any, annotation: Any) -> Any:
