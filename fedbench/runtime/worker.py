@@ -31,13 +31,20 @@ T = TypeVar("T")
 
 
 @contextlib.contextmanager
-def torch_job_scope(seed: int, threads: int) -> Iterator[None]:
-    """Seeded torch RNG and a fixed thread count for one job, restoring both afterwards."""
+def torch_job_scope(seed: int, threads: int, device: str = "cpu") -> Iterator[None]:
+    """Seeded torch RNG and a fixed thread count for one job, restoring both afterwards.
+
+    A CPU job seeds only the CPU generator, which is all it draws from: `torch.manual_seed` also queues seeds
+    for CUDA, XPU and MTIA, recording a stack trace each time (milliseconds per job, which tiny clients feel).
+    """
     previous = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
         with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed % (2**31))
+            if device == "cpu":
+                torch.default_generator.manual_seed(seed % (2**31))
+            else:
+                torch.manual_seed(seed % (2**31))
             yield
     finally:
         torch.set_num_threads(previous)
@@ -80,7 +87,7 @@ class ClientWorker:
         """One optimizer step of a throwaway model on a zero batch, so that torch's first-call costs (the
         optimizer's lazy imports, thread pools, kernel selection) count as the run's start-up, not as the
         first client's compute. Its own seeded scope: no job's random draws or weights are touched."""
-        with torch_job_scope(0, self.threads):
+        with torch_job_scope(0, self.threads, self.device):
             model = self.algorithm.builder().to(self.device)
             optimizer = make_optimizer(list(model.parameters()), self.spec.optimizer, self.spec.optimizer.lr)
             x = torch.zeros((2, *self.scenario.input_shape), device=self.device)
@@ -186,7 +193,7 @@ class ClientWorker:
             view, labelled = self.scenario.view(round, client_id), None
         ctx = self._context(round, client_id, view)
         data = materialize(self.dataset, view, self.scenario.input_shape, train=labelled, normalization=self.normalization)
-        with torch_job_scope(derive_seed(self.spec.seed, round, client_id, purpose), self.threads):
+        with torch_job_scope(derive_seed(self.spec.seed, round, client_id, purpose), self.threads, self.device):
             out = call(data, ctx)
         return out, time.perf_counter() - start
 
