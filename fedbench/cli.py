@@ -198,17 +198,15 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
 def cmd_report(args: argparse.Namespace) -> int:
     """The task's runs beside the published numbers of its `reference:` block: report.md, PNGs, a summary."""
+    from fedbench.api import report as write_report
     from fedbench.config import load_task
-    from fedbench.tracking.paths import results_path, tracking_uri
-    from fedbench.tracking.reproduction import write_report
 
     task = load_task(args.task, task_overrides(args))
-    out = Path(args.out) if args.out else results_path("reports", task.name)
-    report = write_report(task, tracking_uri(), out, args.tolerance)
+    report = write_report(task, out=args.out, tolerance=args.tolerance)
     counts = report.summary()
     console.print(f"task [bold]{escape(task.name)}[/]: {len(report.tables)} tables; "
                   + ", ".join(f"{n} {what}" for what, n in counts.items()) + " (cells)")
-    console.print(f"written: {escape(str(report.path))} and {len(report.files)} PNGs in {escape(str(out))}")
+    console.print(f"written: {escape(str(report.path))} and {len(report.files)} PNGs in {escape(str(report.path.parent))}")
     if report.parent_run_id:
         console.print(f"logged as artifacts under 'report/' of sweep parent run {report.parent_run_id}")
     else:
