@@ -13,18 +13,7 @@ neither torch, Ray nor MLflow.
 
 from __future__ import annotations
 
-from typing import Any
+from fedbench.core.lazy import lazy_exports
 
 __all__ = ["leaderboard", "report", "run", "sweep"]
-
-
-def __getattr__(name: str) -> Any:
-    if name in __all__:
-        from fedbench import api
-
-        return getattr(api, name)
-    raise AttributeError(f"module 'fedbench' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *__all__])
+__getattr__, __dir__ = lazy_exports(__name__, dict.fromkeys(__all__, "fedbench.api"))

@@ -6,18 +6,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from fedbench.core.lazy import lazy_exports
 
 __all__ = ["Federation", "run_spec"]
-
-
-def __getattr__(name: str) -> Any:
-    if name in __all__:
-        from fedbench.runtime import federation
-
-        return getattr(federation, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *__all__])
+__getattr__, __dir__ = lazy_exports(__name__, dict.fromkeys(__all__, "fedbench.runtime.federation"))

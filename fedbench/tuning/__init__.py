@@ -7,8 +7,7 @@ The names below are imported from their modules on first use, so that planning a
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from fedbench.core.lazy import lazy_exports
 
 _MODULE_OF = {
     "SearchSpace": "search_space",
@@ -23,13 +22,4 @@ _MODULE_OF = {
 }
 
 __all__ = sorted(_MODULE_OF)
-
-
-def __getattr__(name: str) -> Any:
-    if name in _MODULE_OF:
-        return getattr(importlib.import_module(f"{__name__}.{_MODULE_OF[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *__all__])
+__getattr__, __dir__ = lazy_exports(__name__, {name: f"{__name__}.{module}" for name, module in _MODULE_OF.items()})
