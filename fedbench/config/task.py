@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import functools
 import itertools
 import re
 from dataclasses import dataclass, field
@@ -85,15 +84,15 @@ class TaskSpec:
     """The mapping the task was made from and the overrides it was given: what `with_overrides` starts again from."""
     given: tuple[tuple[str, Any], ...] = field(default=(), repr=False, compare=False)
     max_failures: int = DEFAULT_MAX_FAILURES
+    runs: tuple[RunSpec, ...] = field(default=(), repr=False, compare=False)
+    """The expansion `load_task` validated, kept: the sweep's plan reads the same runs again, thousands of
+    configurations for a paper-scale suite."""
 
     def expand(self) -> list[RunSpec]:
         """Every point of every grid block times every seed, validated; duplicates (same run hash) kept once."""
-        return list(self._expanded)
+        return list(self.runs or self._expansion())
 
-    @functools.cached_property
-    def _expanded(self) -> tuple[RunSpec, ...]:
-        """Expanded once per TaskSpec (it is frozen): loading validates it and the sweep's plan reads it again,
-        thousands of configurations for a paper-scale suite."""
+    def _expansion(self) -> tuple[RunSpec, ...]:
         specs: dict[str, RunSpec] = {}
         for block, grid in enumerate(self.grid):
             for point in itertools.product(*(values for _, values in grid)):
@@ -241,15 +240,13 @@ def task_from_dict(raw: dict[str, Any], overrides: Sequence[Override] = (), defa
     if profile != PAPER_PROFILE:
         name = check_name("profile", f"{name}-{profile}")
     description = raw.pop("description", "")
-    reference = raw.pop("reference", None)
+    raw_reference = raw.pop("reference", None)
     max_failures = check_max_failures("max_failures", raw.pop("max_failures", DEFAULT_MAX_FAILURES))
     task = TaskSpec(name, raw, grid, tuple(seeds), tuple(run_overrides), str(description), profile,
                     (PAPER_PROFILE, *profiles), (), source, given, max_failures)
-    specs = task.expand()  # validate now, so bad input fails before anything runs
-    known = {key for spec in specs for key in spec.flat()} if profile == PAPER_PROFILE else None
-    checked = dataclasses.replace(task, reference=parse_reference(reference, known))
-    checked.__dict__["_expanded"] = task._expanded  # the reference block changes no run: keep the expansion
-    return checked
+    runs = task._expansion()  # validate now, so bad input fails before anything runs
+    known = {key for spec in runs for key in spec.flat()} if profile == PAPER_PROFILE else None
+    return dataclasses.replace(task, reference=parse_reference(raw_reference, known), runs=runs)
 
 
 def parse_grid(raw: Any, overridden: set[str]) -> tuple[Grid, ...]:
