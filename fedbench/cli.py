@@ -376,7 +376,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_profile_option(report)
     report.add_argument("--out", default=None, metavar="DIR", help="folder for report.md and the PNGs "
                         "(default: results/reports/<task>)")
-    report.add_argument("--tolerance", type=float, default=0.02,
+    report.add_argument("--tolerance", type=float, default=None,
                         help="a cell is flagged when |ours - published| > 2 std + this, on the metric's own scale "
                              "(times the table's scale; default 0.02: two points of accuracy)")
     report.set_defaults(func=cmd_report)

@@ -118,6 +118,17 @@ def test_the_report_is_logged_on_the_experiments_latest_sweep_parent(tmp_path, m
     assert "report/report.md" in logged and any(p.endswith("_vs_published.png") for p in logged)
 
 
+def test_report_cli_leaves_the_default_tolerance_to_the_report_and_states_its_value():
+    """`--tolerance` defaults to None, so DEFAULT_TOLERANCE alone decides; the help says what that value is."""
+    from fedbench.cli import build_parser
+    from fedbench.tracking.reproduction import DEFAULT_TOLERANCE
+
+    report = next(a for a in build_parser()._subparsers._group_actions[0].choices["report"]._actions
+                  if a.dest == "tolerance")
+    assert report.default is None
+    assert f"default {DEFAULT_TOLERANCE}:" in report.help
+
+
 def test_a_negative_tolerance_is_refused(tmp_path):
     from fedbench.core.errors import ConfigError
 
