@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 from pathlib import Path
 from typing import Sequence
 
@@ -25,14 +26,14 @@ console = Console(width=None if sys.stdout.isatty() else 140)
 
 def cmd_run(args: argparse.Namespace) -> int:
     from fedbench.config import load_task
-    from fedbench.tracking.console import configurations_table, failures_table, results_table
+    from fedbench.tracking.console import DRY_RUN_ROWS, configurations_table, failures_table, results_table
 
     overrides = [*task_overrides(args), *([f"resources.backend={args.backend}"] if args.backend else [])]
     task = load_task(args.task, overrides)
     timeline.mark("task_loaded")
     specs = task.expand()
     if args.dry_run:
-        console.print(configurations_table(specs), width=max(console.width, 160))
+        console.print(configurations_table(specs, None if args.all else DRY_RUN_ROWS), width=max(console.width, 160))
         console.print(f"task [bold]{task.name}[/]: {len(specs)} runs, {data_configurations_text(specs)} (nothing was run)")
         return 0
     from fedbench.runtime.session import run_specs
@@ -64,7 +65,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_sweep(args: argparse.Namespace) -> int:
     from fedbench.config import load_task
     from fedbench.config.task import check_max_failures
-    from fedbench.tracking.console import configurations_table, failures_table, results_table
+    from fedbench.tracking.console import DRY_RUN_ROWS, configurations_table, failures_table, results_table
     from fedbench.tracking.paths import tracking_uri
     from fedbench.tuning.plan import plan_sweep
 
@@ -77,7 +78,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     space = plan.space
     if args.dry_run:
         if space is None:
-            console.print(configurations_table(plan.specs), width=max(console.width, 160))  # one line a run, also in logs
+            console.print(configurations_table(plan.specs, None if args.all else DRY_RUN_ROWS), width=max(console.width, 160))
             console.print(f"task [bold]{task.name}[/]: {len(plan.specs)} configurations, "
                           f"{data_configurations_text(plan.specs)} (nothing was run)")
         else:
@@ -131,6 +132,11 @@ def task_overrides(args: argparse.Namespace) -> list[str]:
     """`--profile` (as the override `profile=NAME`) then the `--set` overrides: a user's --set wins."""
     profile = [f"profile={args.profile}"] if getattr(args, "profile", None) else []
     return [*profile, *getattr(args, "set", [])]
+
+
+def add_all_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--all", action="store_true",
+                        help="with --dry-run, list every run (a long list otherwise shows its first and last rows)")
 
 
 def add_profile_option(parser: argparse.ArgumentParser) -> None:
@@ -313,6 +319,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_profile_option(run)
     run.add_argument("--backend", choices=["serial", "ray"], default=None, help="where client jobs run")
     run.add_argument("--dry-run", action="store_true", help="list the runs and their count, run nothing")
+    add_all_option(run)
     run.add_argument("--rerun", action="store_true",
                      help="run again the runs already finished in the tracking store (default: skip them)")
     run.set_defaults(func=cmd_run)
@@ -321,6 +328,7 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a field (repeatable)")
     add_profile_option(sweep)
     sweep.add_argument("--dry-run", action="store_true", help="list the configurations and their count, run nothing")
+    add_all_option(sweep)
     sweep.add_argument("--max-concurrent", type=int, default=None, metavar="K", help="trials at once (default: as resources allow)")
     sweep.add_argument("--address", default=None, help="Ray cluster address (auto or HOST:PORT); default: a local Ray")
     sweep.add_argument("--search", default=None, metavar="SPACE.yaml", help="Optuna (TPE) search space, e.g. search_spaces/feroma_tau.yaml")
@@ -406,11 +414,18 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     timeline.mark("cli_entered")
     args = build_parser().parse_args(argv)
-    try:
-        return args.func(args)
-    except FedbenchError as exc:
-        console.print(f"[red]error:[/] {exc}")
-        return 2
+    with warnings.catch_warnings():
+        warnings.showwarning = show_warning
+        try:
+            return args.func(args)
+        except FedbenchError as exc:
+            console.print(f"[red]error:[/] {exc}")
+            return 2
+
+
+def show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """A warning as a user reads it: one line on stderr, without the source file and line Python prints."""
+    Console(stderr=True).print(f"[yellow]warning:[/] {escape(str(message))}", soft_wrap=True)
 
 
 if __name__ == "__main__":

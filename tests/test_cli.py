@@ -88,7 +88,11 @@ def test_sweep_dry_run_lists_the_configurations_and_their_count(capsys):
     assert main(["sweep", "tasks/feroma_drift.yaml", "--dry-run", "--set", "seeds=[42]"]) == 0
     out = capsys.readouterr().out
     assert "468 configurations, 36 data configurations" in out  # 12 presets x 3 drift frequencies x 13 algorithms
-    assert "feroma/label_skew/medium, drift every 2" in out
+    assert "... 408 more (--all lists every run)" in out  # the first 50 rows and the last 10
+    assert "feroma/label_skew/medium, drift every 2" not in out and "│ 467 " in out
+    assert main(["sweep", "tasks/feroma_drift.yaml", "--dry-run", "--all", "--set", "seeds=[42]"]) == 0
+    out = capsys.readouterr().out
+    assert "feroma/label_skew/medium, drift every 2" in out and "more (--all" not in out
 
 
 def test_profile_picks_a_task_files_scale_and_an_unknown_one_is_refused(tmp_path, capsys):
@@ -157,3 +161,16 @@ def test_run_skips_runs_already_finished_unless_rerun_and_has_a_dry_run(tmp_path
     assert len(client.search_runs([experiment])) == 3
     assert main(["run", str(path), "--rerun"]) == 0
     assert len(client.search_runs([experiment])) == 5
+
+
+def test_a_warning_reads_as_one_line_without_pythons_source_location(tmp_path, capsys):
+    from fedbench.cli import main
+
+    task = {k: v for k, v in TINY.items() if k != "task"}
+    task.update(name="warned", algorithm="pfedme")  # TINY trains with momentum 0.9, which pFedMe ignores
+    path = tmp_path / "warned.yaml"
+    path.write_text(yaml.safe_dump(task))
+    assert main(["run", str(path), "--dry-run"]) == 0
+    err = capsys.readouterr().err
+    assert "warning: pFedMe ignores optimizer.momentum = 0.9" in err
+    assert "UserWarning" not in err and "parse.py" not in err

@@ -109,11 +109,11 @@ class PFedMe(PersonalModels, FedAvg):
         """Warn where the run's optimizer is not plain SGD: pFedMe's two updates are the paper's plain gradient steps,
         which take only its learning rate and schedule, so the rest of its settings would be silently ignored."""
         opt = spec.optimizer
-        ignored = [f"optimizer.{name}: {value}" for name, value, plain in
+        ignored = [f"optimizer.{name} = {value}" for name, value, plain in
                    (("name", opt.name, "sgd"), ("momentum", opt.momentum, 0.0), ("weight_decay", opt.weight_decay, 0.0))
                    if value != plain]
         if ignored:
-            warnings.warn(f"{', '.join(ignored)}: pFedMe ignores them; its inner and outer updates are plain gradient "
+            warnings.warn(f"pFedMe ignores {', '.join(ignored)}: its inner and outer updates are plain gradient "
                           "steps at optimizer.lr and its schedule (Dinh et al. 2020, Algorithm 1)", stacklevel=2)
 
     # -- server half ---------------------------------------------------------------------------------

@@ -67,12 +67,27 @@ class ResultLine(Callback):
         self.console.print(f"{self.position}{result.spec.label}: {M.ACC_LOCAL_MEAN}={acc:.4f} {status}")
 
 
-def configurations_table(specs: Sequence[RunSpec]) -> Table:
-    """What a task expands to, one row per RunSpec (`fedbench sweep --dry-run`)."""
+DRY_RUN_ROWS = 60
+"""Rows a dry run lists before it elides the middle (the first 50 and the last 10): a paper suite's 2,340 rows
+read no better in a terminal and take seconds to lay out; `--all` lists every one."""
+TAIL_ROWS = 10
+
+
+def configurations_table(specs: Sequence[RunSpec], rows: int | None = None) -> Table:
+    """What a task expands to, one row per RunSpec (`fedbench sweep --dry-run`); with `rows`, a longer list
+    keeps its first `rows - 10` and last 10 and says how many lie between."""
     table = Table(title=f"{len(specs)} configurations")
     for column in ("#", "run (what varies)", "algorithm", "dataset", "scenario", "rounds", "seed"):
         table.add_column(column)
-    for i, spec in enumerate(specs):
+    shown = list(enumerate(specs))
+    if rows is not None and len(specs) > rows:
+        head, tail = shown[:rows - TAIL_ROWS], shown[len(specs) - TAIL_ROWS:]
+        omitted = len(specs) - len(head) - len(tail)
+        shown = [*head, (None, f"... {omitted} more (--all lists every run)"), *tail]
+    for i, spec in shown:
+        if i is None:
+            table.add_row("...", spec, style="dim")
+            continue
         scenario = spec.scenario.preset or spec.scenario.partition.name
         if spec.scenario.drift_every:
             scenario += f", drift every {spec.scenario.drift_every}"
