@@ -18,6 +18,7 @@ Each type checks its own values in `__post_init__` and names fields relative to 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 from dataclasses import dataclass, field
@@ -242,9 +243,10 @@ class RunSpec:
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.to_dict(), sort_keys=False)
 
-    @property
+    @functools.cached_property
     def run_hash(self) -> str:
-        """10 hex digits identifying what the run computes (fields marked NOT_IDENTITY left out)."""
+        """10 hex digits identifying what the run computes (fields marked NOT_IDENTITY left out); computed once
+        per spec (it is frozen): a sweep's plan, its resume and its callbacks ask for it again and again."""
         return digest(plain(self, identity_only=True))[:10]
 
     def flat(self) -> dict[str, Any]:
@@ -280,19 +282,26 @@ def plain(value: Any, identity_only: bool = False) -> Any:
 
 def _fields(value: Any, identity_only: bool, skip: tuple[str, ...] = ()) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    for f in dataclasses.fields(value):
-        identity = f.metadata.get("identity", True)
-        if f.name in skip or (identity_only and not identity):
+    for name, identity, default, inline in _field_facts(type(value)):
+        if name in skip or (identity_only and not identity):
             continue
-        if identity_only and identity == "unless_default" and getattr(value, f.name) == f.default:
+        if identity_only and identity == "unless_default" and getattr(value, name) == default:
             continue
-        item = plain(getattr(value, f.name), identity_only)
-        if f.metadata.get(INLINE):
-            out[f.name] = item.pop("name")
+        item = plain(getattr(value, name), identity_only)
+        if inline:
+            out[name] = item.pop("name")
             out.update(item)
         else:
-            out[f.name] = item
+            out[name] = item
     return out
+
+
+@functools.lru_cache(maxsize=None)
+def _field_facts(cls: type) -> tuple[tuple[str, Any, Any, bool], ...]:
+    """(name, identity, default, inline) of each dataclass field, read once per class: a paper suite's plan
+    turns thousands of specs into plain values."""
+    return tuple((f.name, f.metadata.get("identity", True), f.default, bool(f.metadata.get(INLINE)))
+                 for f in dataclasses.fields(cls))
 
 
 def algorithm_defaults(name: str) -> dict[str, Any]:
