@@ -178,3 +178,22 @@ def test_numeric_columns_follow_the_grids_direction_with_reference_only_values_i
     assert order["k"] == ["2.0", "3.0", "5.0", "10.0"]
     assert order["drift"] == ["4.0", "2.0", "1.0"]
     assert order["preset"] == ["b", "a"]
+
+
+def test_a_smaller_profiles_report_keeps_the_rows_and_columns_it_runs_and_names_the_tables_it_leaves_out(
+        tmp_path, mlflow_store):
+    unrun = {**REFERENCE[0], "title": "Diverging only", "cells": [{"algorithm": "fedavg", "optimizer.lr": 1.0e30, "value": 50.0}]}
+    path = write_task(tmp_path, "part", reference=[REFERENCE[0], unrun],
+                      profiles={"small": {"grid.optimizer.lr": [0.05]}})
+
+    paper = write_report(load_task(path), tracking_uri(), tmp_path / "paper", log_artifacts=False)
+    assert [len(t.column_keys) for t in paper.tables] == [2, 1]
+
+    small = write_report(load_task(path, ["profile=small"]), tracking_uri(), tmp_path / "small", log_artifacts=False)
+    [table] = small.tables
+    assert table.column_keys == [(0.05,)] and table.left_out_columns == 1
+    assert small.not_run == ["Diverging only"] and small.summary()["not in this task"] == 0
+    markdown = small.path.read_text()
+    assert "Tables it runs no cell of, left out: Diverging only." in markdown
+    assert "1 more columns of the paper's table are not in this profile" in markdown
+    assert row(markdown, "fedavg")[1] == "no run yet vs 90.0" and len(row(markdown, "fedavg")) == 2 + 4  # + costs

@@ -8,6 +8,7 @@ times the table's `scale`); std is the sample std over seeds (ddof 1, 0 for one 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import Any, Sequence
@@ -101,6 +102,21 @@ class TableResult:
     column_costs: dict[tuple[Any, ...], dict[tuple[Any, ...], dict[str, float]]]
     """Per row, per column: each cost's mean per finished run (for plots along a numeric column)."""
     ours_only: bool = False
+    left_out_columns: int = 0
+    """Columns of the paper's table left out because the task runs none of their cells (`in_task`)."""
+
+    def in_task(self) -> TableResult | None:
+        """The rows and columns holding a cell the task runs; None when it runs none of the table. What a
+        smaller profile's report shows: its few columns, not the paper's dozens of `not in this task`."""
+        ran = [key for key, cell in self.cells.items() if cell.specs]
+        if not ran:
+            return None
+        rows = [r for r in self.row_keys if any(r == row for row, _ in ran)]
+        columns = [c for c in self.column_keys if any(c == column for _, column in ran)]
+        return dataclasses.replace(
+            self, row_keys=rows, column_keys=columns,
+            cells={(r, c): cell for (r, c), cell in self.cells.items() if r in rows and c in columns},
+            left_out_columns=self.left_out_columns + len(self.column_keys) - len(columns))
 
 
 def run_states(specs: Sequence[RunSpec], runs: pd.DataFrame, metric: str, scale: float) -> dict[str, RunState]:

@@ -72,7 +72,8 @@ def render_table(result: TableResult, tolerance: float, figures: Iterable[str]) 
         costs = [fmt(result.row_costs[row][name]) for name in COSTS]
         lines.append("| " + " | ".join([*(str(v) for v in row), *cells, *costs]) + " |")
     lines += ["", f"Cost columns: mean per finished run of the row (client compute and wall seconds, MB sent up and "
-              "down).", ""]
+              "down)." + (f" {result.left_out_columns} more columns of the paper's table are not in this profile."
+                          if result.left_out_columns else ""), ""]
     lines += [f"![{ref.title}]({name})" for name in figures] or ["(No figure: no finished run of ours yet.)"]
     lines += [""]
     lines += _listed("Notes from the task file", [(c, c.note) for c in _cells(result) if c.note])

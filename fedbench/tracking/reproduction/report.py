@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from fedbench.config.task import TaskSpec
+from fedbench.config.task import PAPER_PROFILE, TaskSpec
 from fedbench.core.errors import ConfigError
 from fedbench.core.runspec import RunSpec
 from fedbench.tracking.leaderboard import DEFAULT_METRIC, read_runs
@@ -30,6 +30,8 @@ class Report:
 
     tables: list[TableResult]
     tolerance: float
+    not_run: list[str] = field(default_factory=list)
+    """Titles of the reference tables the task's profile runs no cell of (left out of the report)."""
     path: Path | None = None
     files: list[Path] = field(default_factory=list)
     parent_run_id: str | None = None
@@ -75,7 +77,11 @@ def write_report(task: TaskSpec, uri: str, out: Path, tolerance: float = DEFAULT
     if tolerance < 0:
         raise ConfigError("--tolerance", tolerance, "a number >= 0 (on the metric's own scale, e.g. 0.02)")
     runs, specs = stored_runs(task.name, uri), task.expand()
-    report = Report(build_tables(task, specs, runs), tolerance)
+    tables, not_run = build_tables(task, specs, runs), []
+    if task.profile != PAPER_PROFILE:  # a smaller profile's report shows what it runs, not the paper's whole grid
+        not_run = [t.reference.title for t in tables if t.in_task() is None]
+        tables = [trimmed for t in tables if (trimmed := t.in_task()) is not None]
+    report = Report(tables, tolerance, not_run)
     parent = sweep_parent(task.name, uri)
     out.mkdir(parents=True, exist_ok=True)
     parts = []
@@ -103,7 +109,18 @@ def header(task: TaskSpec, uri: str, report: Report, stored: int, planned: int, 
             f"Profile `{task.profile}`; experiment `{task.name}` in `{uri}` ({stored} runs stored); "
             f"{planned} runs in the task; written {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC; {where}.",
             "", "Summary: " + ", ".join(f"{n} {what}" for what, n in counts.items()) + ".", "",
-            how_to_read(report.tolerance), ""]
+            *not_run_text(task, report), how_to_read(report.tolerance), ""]
+
+
+def not_run_text(task: TaskSpec, report: Report) -> list[str]:
+    """What a smaller profile leaves out of the paper's tables, so that no one reads the report as the whole paper."""
+    if task.profile == PAPER_PROFILE:
+        return []
+    text = (f"Profile `{task.profile}` runs part of the paper's grid: each table below keeps the rows and columns it "
+            "runs (the paper profile has the rest).")
+    if report.not_run:
+        text += " Tables it runs no cell of, left out: " + "; ".join(report.not_run) + "."
+    return [text, ""]
 
 
 def stored_runs(experiment: str, uri: str) -> pd.DataFrame:

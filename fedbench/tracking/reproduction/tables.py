@@ -37,7 +37,8 @@ def ours_only_table(specs: Sequence[RunSpec], flats: Flats, axes: Sequence[str],
     rest = [s for s in specs if s.run_hash not in covered]
     if not rest:
         return None
-    columns = tuple(f for axis in axes if not axis.startswith("algorithm") for f in axis_fields(axis, list(flats.values())))
+    columns = [f for axis in axes if not axis.startswith("algorithm") for f in axis_fields(axis, list(flats.values()))]
+    columns = tuple(columns + [f for f in varying_fields([flats[s.run_hash] for s in rest]) if f not in columns])
     order = value_order([flats[s.run_hash] for s in specs])
     labels = algorithm_labels(rest, flats)
     cells, members = {}, {}
@@ -62,6 +63,14 @@ def axis_fields(axis: str, flats: Sequence[dict[str, Any]]) -> list[str]:
             return [name]
     under = dict.fromkeys(k for flat in flats for k in flat if k.startswith(axis + "."))
     return [f for f in under if f not in IGNORED and len({str(flat.get(f)) for flat in flats}) > 1]
+
+
+def varying_fields(flats: Sequence[dict[str, Any]]) -> list[str]:
+    """Fields other than the algorithm's and the seed that differ between runs: what an axis that names no field
+    of its own resolves into (a preset's `sparsity` sets `scenario.num_clients`)."""
+    keys = dict.fromkeys(k for flat in flats for k in flat)
+    return [k for k in keys if k not in IGNORED and not k.startswith(("algorithm", "resources."))
+            and len({str(flat.get(k)) for flat in flats}) > 1]
 
 
 def algorithm_labels(specs: Sequence[RunSpec], flats: Flats) -> dict[str, str]:
