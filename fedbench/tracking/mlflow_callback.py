@@ -19,6 +19,7 @@ from mlflow.tracking import MlflowClient
 from fedbench.core.callbacks import Callback, RoundRecord, RunResult
 from fedbench.core.runspec import RunSpec
 from fedbench.tracking.paths import inside, tracking_uri
+from fedbench.tracking.store_template import prepare_store
 from fedbench.tracking.tags import FAILURE_REASON_TAG, FAILURE_TRACEBACK_ARTIFACT, PARENT_RUN_TAG
 
 MAX_PARAM_LENGTH = 6000
@@ -57,7 +58,9 @@ class MlflowCallback(Callback):
     """Logs runs into the experiment named after the task (or `experiment`)."""
 
     def __init__(self, uri: str | None = None, experiment: str | None = None, parent_run_id: str | None = None):
-        self.client = MlflowClient(tracking_uri=uri or tracking_uri())
+        uri = uri or tracking_uri()
+        prepare_store(uri)
+        self.client = MlflowClient(tracking_uri=uri)
         self.experiment = experiment
         self.parent_run_id = parent_run_id
         self.run_id: str | None = None

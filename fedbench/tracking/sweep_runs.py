@@ -15,6 +15,7 @@ from mlflow.tracking import MlflowClient
 
 from fedbench.tracking.mlflow_callback import experiment_id_for
 from fedbench.tracking.search_filter import where
+from fedbench.tracking.store_template import prepare_store
 from fedbench.tracking.tags import ATTEMPTS_TAG, PARENT_RUN_TAG, RETRIED_TAG, SWEEP_TAG, TRIAL_KEY_TAG, TRIALS_TAG
 
 ENDED = ("FINISHED", "FAILED")
@@ -40,6 +41,7 @@ class SweepRuns:
     """The sweeps of experiment `experiment` (created if needed) in the tracking store at `uri`."""
 
     def __init__(self, uri: str, experiment: str):
+        prepare_store(uri)
         self.client = MlflowClient(uri)
         self.experiment_id = experiment_id_for(self.client, experiment)
 
