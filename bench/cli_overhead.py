@@ -85,10 +85,23 @@ def prepare(work: Path, data_root: Path) -> tuple[Path, Path]:
     return partition, work / "torchvision"
 
 
+WARM_UP = """
+from fedbench.data import load_dataset
+load_dataset('mnist')
+try:
+    from fedbench.tracking.store_template import template
+except ImportError:  # a checkout from before the store template
+    pass
+else:
+    template()
+"""
+
+
 def warm_cache(checkout: Path, env: dict) -> None:
-    """Load the dataset once in the variant's FEDBENCH_CACHE, as a user's earlier run would have (a no-op for a
-    checkout that caches nothing)."""
-    code = "from fedbench.data import load_dataset; load_dataset('mnist')"
+    """Load the dataset and make the MLflow store template once in the variant's FEDBENCH_CACHE, as a user's
+    earlier run (in any folder) would have; each repeat still starts a new store. A no-op for what a checkout
+    does not cache."""
+    code = WARM_UP
     subprocess.run([sys.executable, "-c", code], env={**env, "PYTHONPATH": str(checkout)}, check=True)
 
 
@@ -239,7 +252,8 @@ def report(runs: dict[str, list[dict]], cli: dict[str, dict], meta: dict) -> lis
         f"{n} {'/'.join(str(r['workers_marking']) for r in runs[n])}" for n in names)]
     lines += ["", "Notes: the hand-written script reads torchvision's MNIST from an extracted copy of FEDBENCH_DATA's .gz "
               "files (as torchvision leaves them after a download); fedbench decodes the .gz itself, from its cache when "
-              "the checkout has one (warmed before timing). fedbench's workers take one optimizer step at load (its "
+              "the checkout has one (warmed before timing); each repeat's new MLflow store is copied from the migrated template "
+              "where the checkout has one (made before timing), else migrated by MLflow. fedbench's workers take one optimizer step at load (its "
               "warm-up: torch's first optimizer imports torch._dynamo), which the hand-written actors pay inside their "
               "first job instead: it counts in fedbench's start-up and in the hand-written round 1. PSS is sampled "
               "every 0.5 s. Load average (1 min) at each run's launch: " + "; ".join(
