@@ -216,3 +216,43 @@ def test_training_loss_is_the_mean_cross_entropy_over_the_training_split_and_nan
     assert training_loss(m, data) == evaluate(m, on_train)["loss"]  # the same sums, bit for bit
     empty = replace(data, train_x=data.train_x[:0], train_y=data.train_y[:0], train_source_y=data.train_source_y[:0])
     assert math.isnan(training_loss(m, empty)) and training_losses(m, empty).shape == (0,)
+
+
+@pytest.mark.parametrize("spec", [OptimizerSpec(lr=0.1, momentum=0.9, weight_decay=0.01),
+                                  OptimizerSpec(name="adam", lr=0.01, weight_decay=0.01)])
+def test_a_reused_optimizer_trains_exactly_as_a_new_one(spec, monkeypatch):
+    """A worker's model is trained by job after job with one optimizer, its state (momentum, Adam's moments and
+    step) cleared and the round's lr set: the second job must equal that job run with a brand-new optimizer."""
+    from fedbench.training import loop
+
+    data, start = separable_data(), get_weights(model())
+    first, second = replace(ctx(), optimizer=spec), replace(ctx(seed=1), optimizer=replace(spec, lr=spec.lr / 2))
+
+    def second_job(kept: int) -> dict:
+        monkeypatch.setattr(loop, "OPTIMIZERS_KEPT", kept)
+        loop._kept.clear()
+        m = model()
+        train_local(m, data, first)  # leaves momentum / moments behind in a kept optimizer
+        set_weights(m, start)
+        train_local(m, data, second)
+        return get_weights(m)
+
+    reused, fresh = second_job(4), second_job(0)
+    assert all(np.array_equal(reused[k], fresh[k]) for k in fresh)
+    assert len(loop._kept) == 0  # kept 0: nothing kept, every job made its own
+    monkeypatch.setattr(loop, "OPTIMIZERS_KEPT", 4)
+    m = model()
+    train_local(m, data, first)
+    optimizer = loop._kept[next(reversed(loop._kept))]
+    train_local(m, data, second)
+    assert loop._kept[next(reversed(loop._kept))] is optimizer and optimizer.param_groups[0]["lr"] == second.optimizer.lr
+
+
+def test_a_model_already_on_the_device_is_not_moved_again():
+    from fedbench.training.loop import on_device
+
+    m = model()
+    calls = []
+    m.to = lambda *a, **k: calls.append(a) or m  # noqa: E731: count what .to would have walked
+    assert on_device(m, "cpu") is m and on_device(m, torch.device("cpu")) is m and not calls
+    assert on_device(nn.ReLU(), "cpu") is not None  # no parameters: moved as before (nothing to walk)
