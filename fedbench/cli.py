@@ -37,12 +37,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         console.print(f"task [bold]{task.name}[/]: {len(specs)} runs, {data_configurations_text(specs)} (nothing was run)")
         return 0
     from fedbench.runtime.session import run_specs
-    from fedbench.tracking.leaderboard import finished_run_hashes
-    from fedbench.tracking.paths import tracking_uri
+    from fedbench.tracking.paths import store_missing, tracking_uri
     from fedbench.tracking.run_callbacks import run_callbacks
 
     callbacks = run_callbacks(len(specs), console)  # checks the tracking server first
-    if not args.rerun:
+    if not args.rerun and not store_missing(tracking_uri()):  # a new store holds no finished run to skip
+        from fedbench.tracking.leaderboard import finished_run_hashes  # pandas and MLflow: only for a store
+
         done = finished_run_hashes(task.name, tracking_uri())
         skipped = [s for s in specs if s.run_hash in done]
         specs = [s for s in specs if s.run_hash not in done]

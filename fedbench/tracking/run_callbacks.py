@@ -9,7 +9,6 @@ from rich.console import Console
 from fedbench.core.callbacks import Callback
 from fedbench.core.runspec import RunSpec
 from fedbench.tracking.console import ProgressCallback, ResultLine
-from fedbench.tracking.mlflow_callback import MlflowCallback
 from fedbench.tracking.paths import check_tracking_uri, tracking_uri
 
 
@@ -23,6 +22,8 @@ def run_callbacks(total: int, console: Console, track: bool = True) -> Callable[
         check_tracking_uri(tracking_uri())
 
     def make(i: int, spec: RunSpec) -> list[Callback]:
+        from fedbench.tracking.mlflow_callback import MlflowCallback  # MLflow's import (~0.8 s) after Ray has started
+
         position = f"[{i}/{total}] "
         return [*([MlflowCallback()] if track else []), ProgressCallback(position=position), ResultLine(console, position)]
 
