@@ -105,7 +105,7 @@ def header(task: TaskSpec, uri: str, report: Report, stored: int, planned: int, 
     counts = report.summary()
     where = (f"attached to sweep parent run `{parent}` (artifacts under `{ARTIFACT_FOLDER}/`)" if parent else
              "not attached to any run: the experiment has no sweep parent run (plain `fedbench run` runs)")
-    return [f"# Reproduction report: {task.name}", "",
+    return [f"# Reproduction report: {task.name}", "", *([task.description, ""] if task.description else []),
             f"Profile `{task.profile}`; experiment `{task.name}` in `{uri}` ({stored} runs stored); "
             f"{planned} runs in the task; written {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC; {where}.",
             "", "Summary: " + ", ".join(f"{n} {what}" for what, n in counts.items()) + ".", "",
