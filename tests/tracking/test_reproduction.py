@@ -197,3 +197,20 @@ def test_a_smaller_profiles_report_keeps_the_rows_and_columns_it_runs_and_names_
     assert "Tables it runs no cell of, left out: Diverging only." in markdown
     assert "1 more columns of the paper's table are not in this profile" in markdown
     assert row(markdown, "fedavg")[1] == "no run yet vs 90.0" and len(row(markdown, "fedavg")) == 2 + 4  # + costs
+
+
+@pytest.mark.parametrize("columns, keys, axis", [
+    (("dataset.name", "scenario.clusters"), [("mnist", 2), ("mnist", 5), ("fmnist", 2), ("fmnist", 5)], 1),
+    # the clients only follow K here (one sparsity): every panel would hold a single point, so no line figure
+    (("dataset.name", "scenario.clusters", "scenario.num_clients"),
+     [("mnist", 2, 40), ("mnist", 5, 100), ("fmnist", 2, 40), ("fmnist", 5, 100)], None),
+    (("scenario.preset", "scenario.drift_every"), [("low", 4), ("low", 2), ("low", 1), ("high", 4)], 1),
+    (("algorithm.name",), [("fedavg",), ("local",)], None),
+])
+def test_a_line_figure_runs_along_the_numeric_column_whose_panels_hold_most_points(columns, keys, axis):
+    from fedbench.config.reference import ReferenceTable
+    from fedbench.tracking.reproduction.cells import TableResult
+    from fedbench.tracking.reproduction.figures import numeric_axis
+
+    table = ReferenceTable("t", "s", "final/acc_local_mean", 1.0, ("algorithm.name",), columns, ())
+    assert numeric_axis(TableResult(table, [("fedavg",)], keys, {}, {}, {})) == axis

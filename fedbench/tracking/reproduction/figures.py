@@ -5,6 +5,7 @@ draws: matplotlib's Figure on Agg, no pyplot, the same colours and title fitting
 
 from __future__ import annotations
 
+import collections
 import math
 from pathlib import Path
 from typing import Any
@@ -30,12 +31,18 @@ def draw_table(result: TableResult, stem: Path, dpi: int = 110) -> list[Path]:
 
 
 def numeric_axis(result: TableResult) -> int | None:
-    """The last column field whose values are all numbers (at least two of them), or None."""
-    for j in reversed(range(len(result.reference.columns))):
+    """The numeric column field a line runs along: of the fields whose values are all numbers, the one whose
+    panels (the other fields fixed) hold the most points, the last on a tie; None where no panel would hold
+    two (a field that only follows another, as the clients follow K at one sparsity, draws single points)."""
+    best, most = None, 1
+    for j in range(len(result.reference.columns)):
         values = {key[j] for key in result.column_keys}
-        if len(values) > 1 and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
-            return j
-    return None
+        if len(values) < 2 or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+            continue
+        points = max(collections.Counter(key[:j] + key[j + 1:] for key in result.column_keys).values())
+        if points >= most and points > 1:
+            best, most = j, points
+    return best
 
 
 def comparison_figure(result: TableResult):
