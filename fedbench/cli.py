@@ -28,6 +28,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from fedbench.config import load_task
     from fedbench.tracking.console import DRY_RUN_ROWS, configurations_table, failures_table, results_table
 
+    check_all_option(args)
     overrides = [*task_overrides(args), *([f"resources.backend={args.backend}"] if args.backend else [])]
     task = load_task(args.task, overrides)
     timeline.mark("task_loaded")
@@ -70,6 +71,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from fedbench.tracking.paths import tracking_uri
     from fedbench.tuning.plan import plan_sweep
 
+    check_all_option(args)
     if args.max_concurrent is not None and args.max_concurrent < 1:
         raise ConfigError("--max-concurrent", args.max_concurrent, "an integer >= 1, or leave it out for as many as resources allow")
     if args.max_failures is not None:
@@ -138,6 +140,11 @@ def task_overrides(args: argparse.Namespace) -> list[str]:
 def add_all_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--all", action="store_true",
                         help="with --dry-run, list every run (a long list otherwise shows its first and last rows)")
+
+
+def check_all_option(args: argparse.Namespace) -> None:
+    if args.all and not args.dry_run:
+        raise ConfigError("--all", True, "only with --dry-run: it lists every run of the plan instead of its first and last")
 
 
 def add_profile_option(parser: argparse.ArgumentParser) -> None:

@@ -93,6 +93,8 @@ def test_sweep_dry_run_lists_the_configurations_and_their_count(capsys):
     assert main(["sweep", "tasks/feroma_drift.yaml", "--dry-run", "--all", "--set", "seeds=[42]"]) == 0
     out = capsys.readouterr().out
     assert "feroma/label_skew/medium, drift every 2" in out and "more (--all" not in out
+    assert main(["sweep", "tasks/feroma_drift.yaml", "--all"]) == 2  # nothing to list: refused before anything runs
+    assert "--all" in capsys.readouterr().out
 
 
 def test_profile_picks_a_task_files_scale_and_an_unknown_one_is_refused(tmp_path, capsys):
