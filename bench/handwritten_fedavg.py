@@ -6,7 +6,7 @@ between the actors, sample-weighted averaging, every client evaluated on its loc
 federation (each client's training and test rows into MNIST's 60,000 + 10,000 images, train rows first) comes
 from an .npz that bench/cli_overhead.py writes with fedbench's scenario generator before timing; this script
 never imports fedbench. It writes the same start-up marks as fedbench (env FEDBENCH_TIMELINE) with its own
-few lines, and prints its final mean local accuracy.
+few lines (a `job` mark with seconds and CPU seconds at each job's end), and prints its final mean local accuracy.
 
     python bench/handwritten_fedavg.py --root TORCHVISION_ROOT --partition partition.npz [--rounds 5 --epochs 2]
 """
@@ -24,11 +24,15 @@ import torchvision
 from torch import nn
 
 
-def mark(phase):
-    """One JSON line per phase reached, as fedbench.core.timeline writes them."""
+def mark(phase, **facts):
+    """One JSON line per phase reached (and per job ended, with its seconds), as fedbench.core.timeline writes them."""
     if os.environ.get("FEDBENCH_TIMELINE"):
         with open(os.environ["FEDBENCH_TIMELINE"], "a") as file:
-            file.write(json.dumps({"phase": phase, "t": time.time(), "pid": os.getpid()}) + "\n")
+            file.write(json.dumps({"phase": phase, "t": time.time(), "pid": os.getpid(), **facts}) + "\n")
+
+
+def job_mark(kind, began, cpu_began):
+    mark("job", kind=kind, seconds=time.perf_counter() - began, cpu_s=time.process_time() - cpu_began)
 
 
 MEAN, STD = 0.1307, 0.3081
@@ -64,6 +68,7 @@ class Trainer:
         if not self.started:
             self.started = True
             mark("job_start")
+        began, cpu_began = time.perf_counter(), time.process_time()
         self.load(weights)
         torch.manual_seed(1000 * round + client)
         rows = self.parts[f"train_{client}"]
@@ -76,10 +81,13 @@ class Trainer:
                 opt.zero_grad()
                 F.cross_entropy(self.model(x), y).backward()
                 opt.step()
-        return {k: v.detach().numpy().copy() for k, v in self.model.state_dict().items()}, len(rows)
+        update = {k: v.detach().numpy().copy() for k, v in self.model.state_dict().items()}
+        job_mark("fit", began, cpu_began)
+        return update, len(rows)
 
     @torch.no_grad()
     def evaluate(self, weights, client):
+        began, cpu_began = time.perf_counter(), time.process_time()
         self.load(weights)
         self.model.eval()
         rows = self.parts[f"test_{client}"]
@@ -87,6 +95,7 @@ class Trainer:
         for start in range(0, len(rows), 256):
             x, y = self.batch(rows[start:start + 256])
             correct += int((self.model(x).argmax(1) == y).sum())
+        job_mark("evaluate", began, cpu_began)
         return correct / len(rows)
 
 

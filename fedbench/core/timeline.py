@@ -2,9 +2,11 @@
 
 When env `FEDBENCH_TIMELINE` names a file, `mark(phase)` appends {"phase", "t" (time.time()), "pid"} to it; the
 bench reads the gaps between consecutive marks (interpreter and imports, task, tracking, Ray, dataset, scenario,
-workers, first job, rounds). Unset, a mark is one dictionary lookup: the calls stay in the code for good and this
-module imports nothing beyond os, json and time. Ray workers of a local Ray inherit the driver's environment,
-so their marks land in the same file; appends of one short line are atomic, so processes do not interleave.
+workers, first job, rounds). Every client job also marks its end (`job`, with its kind, wall and CPU seconds), so
+that a round's time splits into the jobs' compute and what lies between them. Unset, a mark is one dictionary
+lookup: the calls stay in the code for good and this module imports nothing beyond os, json and time. Ray workers
+of a local Ray inherit the driver's environment, so their marks land in the same file; appends of one short line
+are atomic, so processes do not interleave.
 """
 
 from __future__ import annotations
@@ -16,12 +18,13 @@ import time
 _marked_once: set[str] = set()
 
 
-def mark(phase: str) -> None:
-    """Append `phase` with the time now to the file named by FEDBENCH_TIMELINE; nothing when it is unset."""
+def mark(phase: str, **facts: float | str) -> None:
+    """Append `phase` with the time now (and `facts`, such as a job's seconds) to the file named by
+    FEDBENCH_TIMELINE; nothing when it is unset."""
     path = os.environ.get("FEDBENCH_TIMELINE")
     if path:
         with open(path, "a") as file:
-            file.write(json.dumps({"phase": phase, "t": time.time(), "pid": os.getpid()}) + "\n")
+            file.write(json.dumps({"phase": phase, "t": time.time(), "pid": os.getpid(), **facts}) + "\n")
 
 
 def mark_once(phase: str) -> None:

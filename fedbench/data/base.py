@@ -271,7 +271,7 @@ def to_float_batch(xb: torch.Tensor) -> torch.Tensor:
     (after moving it to the device, so that the transfer is also 4x smaller).
     """
     if xb.dtype == torch.uint8:
-        return xb.to(torch.float32) / 255.0
+        return xb.to(torch.float32).div_(255.0)  # the conversion made a new tensor: divided in place
     if xb.is_floating_point():
         return xb.to(torch.float32)
     raise TypeError(f"expected a uint8 or floating-point batch, got {xb.dtype}")

@@ -185,7 +185,7 @@ class ClientWorker:
 
         A test-time client (`test_time`) trains on nothing: its training rows are its few labelled samples.
         """
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         if test_time:
             client = self.scenario.test_clients[client_id]
             view, labelled = client.view, client.labelled
@@ -195,7 +195,9 @@ class ClientWorker:
         data = materialize(self.dataset, view, self.scenario.input_shape, train=labelled, normalization=self.normalization)
         with torch_job_scope(derive_seed(self.spec.seed, round, client_id, purpose), self.threads, self.device):
             out = call(data, ctx)
-        return out, time.perf_counter() - start
+        seconds = time.perf_counter() - start
+        timeline.mark("job", kind=purpose, seconds=seconds, cpu_s=time.process_time() - cpu_start)
+        return out, seconds
 
     def pid(self) -> int:
         return os.getpid()

@@ -6,7 +6,7 @@ applied to each batch then, so the scenario never stores transformed copies.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
 import numpy as np
@@ -34,13 +34,18 @@ class Standardized:
     prepare: Prepare
     mean: tuple[float, ...]
     std: tuple[float, ...]
+    _constants: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+    """(dtype, device, dims) -> the (mean, std) tensors: made once per job's data, not on every batch."""
 
     def __call__(self, x: torch.Tensor, source_y: torch.Tensor) -> torch.Tensor:
         batch = self.prepare(x, source_y)
-        shape = (1, len(self.mean), *([1] * (batch.dim() - 2)))
-        mean = torch.tensor(self.mean, dtype=batch.dtype, device=batch.device).view(shape)
-        std = torch.tensor(self.std, dtype=batch.dtype, device=batch.device).view(shape)
-        return (batch - mean) / std
+        key = (batch.dtype, batch.device, batch.dim())
+        if key not in self._constants:
+            shape = (1, len(self.mean), *([1] * (batch.dim() - 2)))
+            self._constants[key] = tuple(torch.tensor(v, dtype=batch.dtype, device=batch.device).view(shape)
+                                         for v in (self.mean, self.std))
+        mean, std = self._constants[key]
+        return (batch - mean).div_(std)  # the subtraction made a new tensor: divided in place
 
 
 @dataclass(frozen=True, eq=False)

@@ -25,10 +25,16 @@ def test_a_serial_run_marks_its_phases_in_order_with_one_job_start(tmp_path, mlf
     monkeypatch.setattr("fedbench.core.timeline._marked_once", set())  # a fresh process's first job
     assert run_tiny_task(tmp_path) == 0
     marks = [json.loads(line) for line in timeline.read_text().splitlines()]
-    assert [m["phase"] for m in marks] == RUN_PHASES  # 4 clients x 2 rounds of fit jobs, one job_start
+    jobs = [m for m in marks if m["phase"] == "job"]
+    assert [m["phase"] for m in marks if m["phase"] != "job"] == RUN_PHASES  # one job_start for all the jobs
     times = [m["t"] for m in marks]
     assert times == sorted(times)
     assert {m["pid"] for m in marks} == {os.getpid()}  # serial: every job runs in this process
+    # every job marks its end with its kind and seconds: 4 clients x 2 rounds of fit and of evaluate jobs, then
+    # the test-time clients after the last round
+    assert sorted({m["kind"] for m in jobs}) == ["evaluate", "fit", "test"]
+    assert [sum(m["kind"] == kind for m in jobs) for kind in ("fit", "evaluate")] == [8, 8]
+    assert all(0 < m["cpu_s"] and 0 < m["seconds"] for m in jobs)
 
 
 def test_no_timeline_file_is_written_when_unset(tmp_path, mlflow_store, monkeypatch):
