@@ -7,9 +7,10 @@ the path (`ConfigError.under`), so a message names exactly what the user wrote: 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import typing
-from typing import Any
+from typing import Any, Iterator
 
 from fedbench.core.errors import ConfigError
 from fedbench.core.fields import coerce, resolve_params, type_hints, without_later_defaults
@@ -79,6 +80,24 @@ def _parse_value(f: dataclasses.Field, annotation: Any, value: Any, path: str) -
     return coerce(path, value, annotation)
 
 
+_parsed_components: dict[tuple, Component] | None = None
+"""While `components_parsed_once` is open: each component parsed so far, by field, place and text."""
+
+
+@contextlib.contextmanager
+def components_parsed_once() -> Iterator[None]:
+    """Parse a component written the same way at the same place once while open: a task's runs repeat the same
+    few (a 2,340-run grid holds 13 algorithms), and each parse builds its Config to check it. Components are
+    frozen, so the runs share them. Kept for one task's expansion only, so a registry changed later is read again."""
+    global _parsed_components
+    outer = _parsed_components
+    _parsed_components = {} if outer is None else outer
+    try:
+        yield
+    finally:
+        _parsed_components = outer
+
+
 def _parse_component(f: dataclasses.Field, cls: type, raw: Any, path: str) -> Component:
     """A registered component: its name looked up, its parameters checked against what the entry declares
     (a registered function's signature or an algorithm's `Config`), defaults filled in.
@@ -86,6 +105,15 @@ def _parse_component(f: dataclasses.Field, cls: type, raw: Any, path: str) -> Co
     An inline component's parameters sit in its parent's section, so they are named under the parent
     (`scenario.alpha`) and its name under the field (`scenario.partition`).
     """
+    if _parsed_components is None:
+        return _parse_new_component(f, cls, raw, path)
+    key = (f.name, f.metadata["registry"].kind, cls, path, repr(raw))
+    if key not in _parsed_components:
+        _parsed_components[key] = _parse_new_component(f, cls, raw, path)
+    return _parsed_components[key]
+
+
+def _parse_new_component(f: dataclasses.Field, cls: type, raw: Any, path: str) -> Component:
     registry, skip = f.metadata["registry"], f.metadata["skip"]
     section = _section(raw, path)
     params_path = path.rpartition(".")[0] if f.metadata.get(INLINE) else path

@@ -250,7 +250,13 @@ class RunSpec:
         return digest(plain(self, identity_only=True))[:10]
 
     def flat(self) -> dict[str, Any]:
-        """Dotted keys to scalar values, for MLflow params and tables."""
+        """Dotted keys to scalar values, for MLflow params and tables (a new mapping each call; its values are shared)."""
+        return dict(self._flat)
+
+    @functools.cached_property
+    def _flat(self) -> dict[str, Any]:
+        """Computed once per spec (it is frozen): loading a task asks for every run's twice (reference fields, data
+        configurations), 0.1 ms each."""
         return flatten(self.to_dict())
 
     def replace(self, **changes: Any) -> RunSpec:
