@@ -300,3 +300,17 @@ def test_data_configurations_set_aside_algorithm_and_seed_only():
     assert len(specs) == 18 and count_data_configurations(specs) == 2
     assert count_data_configurations([tiny_spec(), tiny_spec(seed=3), tiny_spec(algorithm="local")]) == 1
     assert count_data_configurations([tiny_spec(), tiny_spec(rounds=3), tiny_spec(scenario={"partition": "iid", "num_clients": 4})]) == 3
+
+
+def test_a_tasks_runs_share_each_component_parsed_once_and_a_bad_one_still_names_its_place(tmp_path):
+    body = {k: v for k, v in TINY.items() if k != "task"}
+    body.update(name="t", seeds=[0, 1, 2], grid={"algorithm": ["fedavg", {"name": "fedprox", "mu": 0.1}]})
+    specs = load_task(write_task(tmp_path, body)).expand()
+    fedprox = [s.algorithm for s in specs if s.algorithm.name == "fedprox"]
+    assert len(fedprox) == 3 and all(a is fedprox[0] for a in fedprox)  # one parse, shared by the seeds' runs
+    assert dict(fedprox[0].params)["mu"] == 0.1
+    assert all(s.model is specs[0].model for s in specs)
+    body["grid"] = {"algorithm": ["fedavg", {"name": "fedprox", "mu": -1.0}]}
+    for _ in range(2):  # a failed parse is not remembered: the error comes each time, naming the field
+        with pytest.raises(ConfigError, match="algorithm.mu"):
+            load_task(write_task(tmp_path, body))
