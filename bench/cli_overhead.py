@@ -162,7 +162,7 @@ def timings(marks: list[dict], launch: float, end: float) -> dict:
     # rounds 2..N-1: the last round also evaluates the run's end (fedbench's test-time clients), which the
     # hand-written run has no counterpart of, so it is reported on its own
     steady = [split_round(marks, a, b) for a, b in zip(rounds, rounds[1:-1])]
-    median = {key: statistics.median(r[key] for r in steady) if steady else None
+    median = {key: statistics.median(values) if (values := [r[key] for r in steady if r[key] is not None]) else None
               for key in ("round_s", "jobs_s", "jobs_cpu_s", "outside_jobs_s")}
     return {"phases": phases, "steady_round_s": median["round_s"], "steady_jobs_cpu_s": median["jobs_cpu_s"],
             "steady_jobs_s": median["jobs_s"], "steady_outside_jobs_s": median["outside_jobs_s"],
@@ -174,6 +174,8 @@ def split_round(marks: list[dict], start: float, end: float) -> dict:
     """One round (between two round_end marks) split by its jobs' `job` marks: the round's seconds, the jobs' wall
     and CPU seconds summed over workers, and the workers' seconds outside jobs (dispatch, transfers, waiting)."""
     jobs = [m for m in marks if m["phase"] == "job" and start < m["t"] <= end]
+    if not jobs:  # a checkout from before the jobs' marks: the round alone
+        return {"round_s": end - start, "jobs_s": None, "jobs_cpu_s": None, "outside_jobs_s": None}
     workers = len({m["pid"] for m in jobs})
     busy = sum(m["seconds"] for m in jobs)
     return {"round_s": end - start, "jobs_s": busy, "jobs_cpu_s": sum(m["cpu_s"] for m in jobs),
