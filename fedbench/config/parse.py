@@ -8,6 +8,7 @@ the path (`ConfigError.under`), so a message names exactly what the user wrote: 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import dataclasses
 import typing
 from typing import Any, Iterator
@@ -80,8 +81,10 @@ def _parse_value(f: dataclasses.Field, annotation: Any, value: Any, path: str) -
     return coerce(path, value, annotation)
 
 
-_parsed_components: dict[tuple, Component] | None = None
-"""While `components_parsed_once` is open: each component parsed so far, by field, place and text."""
+_parsed_components: contextvars.ContextVar[dict[tuple, Component] | None] = contextvars.ContextVar(
+    "parsed_components", default=None)
+"""While `components_parsed_once` is open (in this thread or task): each component parsed so far, by field, place
+and text."""
 
 
 @contextlib.contextmanager
@@ -89,13 +92,11 @@ def components_parsed_once() -> Iterator[None]:
     """Parse a component written the same way at the same place once while open: a task's runs repeat the same
     few (a 2,340-run grid holds 13 algorithms), and each parse builds its Config to check it. Components are
     frozen, so the runs share them. Kept for one task's expansion only, so a registry changed later is read again."""
-    global _parsed_components
-    outer = _parsed_components
-    _parsed_components = {} if outer is None else outer
+    token = _parsed_components.set(_parsed_components.get() or {})  # nested: the outer one's
     try:
         yield
     finally:
-        _parsed_components = outer
+        _parsed_components.reset(token)
 
 
 def _parse_component(f: dataclasses.Field, cls: type, raw: Any, path: str) -> Component:
@@ -105,12 +106,13 @@ def _parse_component(f: dataclasses.Field, cls: type, raw: Any, path: str) -> Co
     An inline component's parameters sit in its parent's section, so they are named under the parent
     (`scenario.alpha`) and its name under the field (`scenario.partition`).
     """
-    if _parsed_components is None:
+    parsed = _parsed_components.get()
+    if parsed is None:
         return _parse_new_component(f, cls, raw, path)
     key = (f.name, f.metadata["registry"].kind, cls, path, repr(raw))
-    if key not in _parsed_components:
-        _parsed_components[key] = _parse_new_component(f, cls, raw, path)
-    return _parsed_components[key]
+    if key not in parsed:
+        parsed[key] = _parse_new_component(f, cls, raw, path)
+    return parsed[key]
 
 
 def _parse_new_component(f: dataclasses.Field, cls: type, raw: Any, path: str) -> Component:

@@ -314,3 +314,20 @@ def test_a_tasks_runs_share_each_component_parsed_once_and_a_bad_one_still_names
     for _ in range(2):  # a failed parse is not remembered: the error comes each time, naming the field
         with pytest.raises(ConfigError, match="algorithm.mu"):
             load_task(write_task(tmp_path, body))
+
+
+def test_the_parse_memo_is_the_opening_threads_own():
+    import threading
+
+    from fedbench.config.parse import components_parsed_once
+
+    raw = {**TINY, "seed": 0}
+    seen = []
+    with components_parsed_once():
+        first = parse_run(raw).algorithm
+        assert parse_run(raw).algorithm is first  # shared here
+        thread = threading.Thread(target=lambda: seen.append(parse_run(raw).algorithm))
+        thread.start()
+        thread.join()
+    assert seen[0] is not first and seen[0] == first  # another thread parses for itself, to the same value
+    assert parse_run(raw).algorithm is not first  # and once closed, nothing is remembered
