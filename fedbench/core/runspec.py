@@ -267,12 +267,17 @@ class RunSpec:
         return self.run_name or f"{self.algorithm.name}-{self.dataset.name}-s{self.seed}-{self.run_hash}"
 
 
+_LEAVES = frozenset({str, int, float, bool, type(None)})
+
+
 def plain(value: Any, identity_only: bool = False) -> Any:
     """A spec as plain JSON/YAML values, derived from its dataclass fields.
 
     Args:
         identity_only: leave out fields marked NOT_IDENTITY (what the run hash and cache keys cover).
     """
+    if type(value) in _LEAVES:  # most calls: a task's plan turns thousands of specs into plain values
+        return value
     if isinstance(value, Component):
         out = {"name": value.name, **{k: plain(v) for k, v in value.params}}
         out.update(_fields(value, identity_only, skip=("name", "params")))
