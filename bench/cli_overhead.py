@@ -160,9 +160,10 @@ def timings(marks: list[dict], launch: float, end: float) -> dict:
         phases["exit"] = end - run_end[-1]
     steady = [split_round(marks, a, b) for a, b in zip(rounds, rounds[1:])]
     median = {key: statistics.median(values) if (values := [r[key] for r in steady if r[key] is not None]) else None
-              for key in ("round_s", "jobs_s", "jobs_cpu_s", "outside_jobs_s")}
+              for key in ("round_s", "jobs_s", "jobs_cpu_s", "outside_jobs_s", "jobs_page_faults")}
     return {"phases": phases, "steady_round_s": median["round_s"], "steady_jobs_cpu_s": median["jobs_cpu_s"],
             "steady_jobs_s": median["jobs_s"], "steady_outside_jobs_s": median["outside_jobs_s"],
+            "steady_jobs_page_faults": median["jobs_page_faults"],
             "last_round_s": rounds[-1] - rounds[-2] if len(rounds) > 1 else None,
             "first_client_s": min(jobs) - launch if jobs else None}
 
@@ -172,11 +173,12 @@ def split_round(marks: list[dict], start: float, end: float) -> dict:
     and CPU seconds summed over workers, and the workers' seconds outside jobs (dispatch, transfers, waiting)."""
     jobs = [m for m in marks if m["phase"] == "job" and start < m["t"] <= end]
     if not jobs:  # a checkout from before the jobs' marks: the round alone
-        return {"round_s": end - start, "jobs_s": None, "jobs_cpu_s": None, "outside_jobs_s": None}
+        return {"round_s": end - start, "jobs_s": None, "jobs_cpu_s": None, "outside_jobs_s": None, "jobs_page_faults": None}
     workers = len({m["pid"] for m in jobs})
     busy = sum(m["seconds"] for m in jobs)
+    faults = [m["page_faults"] for m in jobs if "page_faults" in m]
     return {"round_s": end - start, "jobs_s": busy, "jobs_cpu_s": sum(m["cpu_s"] for m in jobs),
-            "outside_jobs_s": workers * (end - start) - busy}
+            "outside_jobs_s": workers * (end - start) - busy, "jobs_page_faults": sum(faults) if faults else None}
 
 
 # ---- the variants ----
@@ -253,13 +255,16 @@ def report(runs: dict[str, list[dict]], cli: dict[str, dict], meta: dict) -> lis
     lines += ["", "Against the hand-written run (medians), with the issue's targets:", "",
               *markdown_table(["variant", "wall", "steady round", "first client", "peak PSS"], rows)]
     lines += ["", "## Steady round, split (medians over repeats of each run's median of rounds 2..N; seconds)", "",
-              "Each client job marks its end with its wall and CPU seconds; summed over the workers of a round they split "
-              "it into the jobs' compute and the workers' time outside jobs (dispatch, transfers, waiting for the "
-              "driver). The last round is also shown alone: it ends the run (fedbench's final metrics).", "",
-              *markdown_table(["variant", "round", "jobs' wall (all workers)", "jobs' CPU", "workers outside jobs", "last round"],
-                              [[n, *(cell([r.get(k) for r in runs[n]]) for k in
+              "Each client job marks its end with its wall and CPU seconds and the page faults it took; summed over the "
+              "workers of a round they split it into the jobs' compute and the workers' time outside jobs (dispatch, "
+              "transfers, waiting for the driver). Page faults count memory that malloc gave back to the system and a "
+              "job touched again (fedbench/runtime/allocator.py). The last round is also shown alone: it ends the run "
+              "(fedbench's final metrics).", "",
+              *markdown_table(["variant", "round", "jobs' wall (all workers)", "jobs' CPU", "workers outside jobs",
+                               "jobs' page faults", "last round"],
+                              [[n, *(cell([r.get(k) for r in runs[n]], 0 if k == "steady_jobs_page_faults" else 2) for k in
                                      ("steady_round_s", "steady_jobs_s", "steady_jobs_cpu_s", "steady_outside_jobs_s",
-                                      "last_round_s"))] for n in names])]
+                                      "steady_jobs_page_faults", "last_round_s"))] for n in names])]
     lines += ["", "## Start-up by phase: median seconds of the gap ending at each mark (time order)", "",
               *markdown_table(["phase (timeline mark)", *names],
                               [[f"{label} ({mark})", *(cell([r["phases"].get(mark) for r in runs[n]]) for n in names)]

@@ -14,6 +14,7 @@ few lines (a `job` mark with seconds and CPU seconds at each job's end), and pri
 import argparse
 import json
 import os
+import resource
 import time
 
 import numpy as np
@@ -31,8 +32,13 @@ def mark(phase, **facts):
             file.write(json.dumps({"phase": phase, "t": time.time(), "pid": os.getpid(), **facts}) + "\n")
 
 
-def job_mark(kind, began, cpu_began):
-    mark("job", kind=kind, seconds=time.perf_counter() - began, cpu_s=time.process_time() - cpu_began)
+def page_faults():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
+def job_mark(kind, began, cpu_began, faults_began):
+    mark("job", kind=kind, seconds=time.perf_counter() - began, cpu_s=time.process_time() - cpu_began,
+         page_faults=page_faults() - faults_began)
 
 
 MEAN, STD = 0.1307, 0.3081
@@ -68,7 +74,7 @@ class Trainer:
         if not self.started:
             self.started = True
             mark("job_start")
-        began, cpu_began = time.perf_counter(), time.process_time()
+        began, cpu_began, faults_began = time.perf_counter(), time.process_time(), page_faults()
         self.load(weights)
         torch.manual_seed(1000 * round + client)
         rows = self.parts[f"train_{client}"]
@@ -82,12 +88,12 @@ class Trainer:
                 F.cross_entropy(self.model(x), y).backward()
                 opt.step()
         update = {k: v.detach().numpy().copy() for k, v in self.model.state_dict().items()}
-        job_mark("fit", began, cpu_began)
+        job_mark("fit", began, cpu_began, faults_began)
         return update, len(rows)
 
     @torch.no_grad()
     def evaluate(self, weights, client):
-        began, cpu_began = time.perf_counter(), time.process_time()
+        began, cpu_began, faults_began = time.perf_counter(), time.process_time(), page_faults()
         self.load(weights)
         self.model.eval()
         rows = self.parts[f"test_{client}"]
@@ -95,7 +101,7 @@ class Trainer:
         for start in range(0, len(rows), 256):
             x, y = self.batch(rows[start:start + 256])
             correct += int((self.model(x).argmax(1) == y).sum())
-        job_mark("evaluate", began, cpu_began)
+        job_mark("evaluate", began, cpu_began, faults_began)
         return correct / len(rows)
 
 

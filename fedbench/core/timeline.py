@@ -2,9 +2,10 @@
 
 When env `FEDBENCH_TIMELINE` names a file, `mark(phase)` appends {"phase", "t" (time.time()), "pid"} to it; the
 bench reads the gaps between consecutive marks (interpreter and imports, task, tracking, Ray, dataset, scenario,
-workers, first job, rounds). Every client job also marks its end (`job`, with its kind, wall and CPU seconds), so
-that a round's time splits into the jobs' compute and what lies between them. Unset, a mark is one dictionary
-lookup: the calls stay in the code for good and this module imports nothing beyond os, json and time. Ray workers
+workers, first job, rounds). Every client job also marks its end (`job`, with its kind, wall and CPU seconds and the
+page faults it took), so that a round's time splits into the jobs' compute and what lies between them. Unset, a mark
+is one dictionary lookup: the calls stay in the code for good and this module imports nothing beyond os, json,
+resource and time. Ray workers
 of a local Ray inherit the driver's environment, so their marks land in the same file; appends of one short line
 are atomic, so processes do not interleave.
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import time
 
 _marked_once: set[str] = set()
@@ -25,6 +27,12 @@ def mark(phase: str, **facts: float | str) -> None:
     if path:
         with open(path, "a") as file:
             file.write(json.dumps({"phase": phase, "t": time.time(), "pid": os.getpid(), **facts}) + "\n")
+
+
+def page_faults() -> int:
+    """Minor page faults this process has taken so far: memory that malloc gave back and a job touched again shows
+    here (fedbench.runtime.allocator)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
 def mark_once(phase: str) -> None:

@@ -185,7 +185,7 @@ class ClientWorker:
 
         A test-time client (`test_time`) trains on nothing: its training rows are its few labelled samples.
         """
-        start, cpu_start = time.perf_counter(), time.process_time()
+        start, cpu_start, faults_start = time.perf_counter(), time.process_time(), timeline.page_faults()
         if test_time:
             client = self.scenario.test_clients[client_id]
             view, labelled = client.view, client.labelled
@@ -196,7 +196,8 @@ class ClientWorker:
         with torch_job_scope(derive_seed(self.spec.seed, round, client_id, purpose), self.threads, self.device):
             out = call(data, ctx)
         seconds = time.perf_counter() - start
-        timeline.mark("job", kind=purpose, seconds=seconds, cpu_s=time.process_time() - cpu_start)
+        timeline.mark("job", kind=purpose, seconds=seconds, cpu_s=time.process_time() - cpu_start,
+                      page_faults=timeline.page_faults() - faults_start)
         return out, seconds
 
     def pid(self) -> int:
