@@ -21,6 +21,7 @@ from fedbench.core import timeline
 from fedbench.core.runspec import RunSpec
 from fedbench.core.types import ClientResult, ClientState, Payload, RoundContext, derive_seed
 from fedbench.data import BaseDataset, normalization_values
+from fedbench.runtime.allocator import keep_freed_memory
 from fedbench.runtime.placement import WorkerPlace, worker_place
 from fedbench.runtime.system_eval import ENSEMBLE, ensemble_metrics, system_counts, unbundle
 from fedbench.scenarios import ClientView, Scenario
@@ -80,6 +81,7 @@ class ClientWorker:
         self.device = client_device(spec.resources.client_gpus)
         self.threads = max(1, int(spec.resources.client_cpus))
         self.normalization = normalization_values(spec.normalize, dataset)
+        keep_freed_memory()
         self._warm_up()
         return worker_place(self.device)
 
