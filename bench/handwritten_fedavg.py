@@ -6,7 +6,8 @@ between the actors, sample-weighted averaging, every client evaluated on its loc
 federation (each client's training and test rows into MNIST's 60,000 + 10,000 images, train rows first) comes
 from an .npz that bench/cli_overhead.py writes with fedbench's scenario generator before timing; this script
 never imports fedbench. It writes the same start-up marks as fedbench (env FEDBENCH_TIMELINE) with its own
-few lines (a `job` mark with seconds and CPU seconds at each job's end), and prints its final mean local accuracy.
+few lines (a `job` mark with seconds, CPU seconds and page faults at each job's end, `first_step` when training
+first starts), and prints its final mean local accuracy.
 
     python bench/handwritten_fedavg.py --root TORCHVISION_ROOT --partition partition.npz [--rounds 5 --epochs 2]
 """
@@ -71,7 +72,8 @@ class Trainer:
         self.model.load_state_dict({k: torch.tensor(v) for k, v in weights.items()})
 
     def fit(self, weights, client, round):
-        if not self.started:
+        first = not self.started
+        if first:
             self.started = True
             mark("job_start")
         began, cpu_began, faults_began = time.perf_counter(), time.process_time(), page_faults()
@@ -79,6 +81,8 @@ class Trainer:
         torch.manual_seed(1000 * round + client)
         rows = self.parts[f"train_{client}"]
         opt = torch.optim.SGD(self.model.parameters(), lr=self.args.lr, momentum=self.args.momentum)
+        if first:  # torch's first optimizer imports torch._dynamo (seconds): training starts after it
+            mark("first_step")
         self.model.train()
         for _ in range(self.args.epochs):
             order = rows[torch.randperm(len(rows)).numpy()]
