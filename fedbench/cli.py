@@ -8,6 +8,7 @@ Here are the arguments and what each command prints; the work is done by the lay
 from __future__ import annotations
 
 import argparse
+import gc
 import sys
 import warnings
 from pathlib import Path
@@ -431,10 +432,23 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
 
 
+def entry() -> None:
+    """The `fedbench` command: `main`, then exit without the interpreter's last garbage collection.
+
+    Everything is frozen first (`gc.freeze`), so that the collection Python runs while it shuts down skips the
+    objects torch, Ray and MLflow leave behind: with all three imported, exiting took 0.8 s here, 0.2 s frozen.
+    Nothing needs that pass: output is flushed, the store's writes are committed and Ray was shut down. Only
+    the command runs this; `main` is what tests and callers in a longer-lived process call.
+    """
+    code = main()
+    gc.freeze()
+    sys.exit(code)
+
+
 def show_warning(message, category, filename, lineno, file=None, line=None) -> None:
     """A warning as a user reads it: one line on stderr, without the source file and line Python prints."""
     Console(stderr=True).print(f"[yellow]warning:[/] {escape(str(message))}", soft_wrap=True)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()
