@@ -8,7 +8,7 @@ import yaml
 from tests.conftest import TINY
 
 RUN_PHASES = ["cli_entered", "task_loaded", "tracking_ready", "run_started", "dataset_loaded", "scenario_built",
-              "workers_loaded", "job_start", "round_end", "round_end", "run_end"]
+              "workers_loaded", "job_start", "first_step", "round_end", "round_end", "run_end"]
 
 
 def run_tiny_task(tmp_path) -> int:
@@ -26,7 +26,7 @@ def test_a_serial_run_marks_its_phases_in_order_with_one_job_start(tmp_path, mlf
     assert run_tiny_task(tmp_path) == 0
     marks = [json.loads(line) for line in timeline.read_text().splitlines()]
     jobs = [m for m in marks if m["phase"] == "job"]
-    assert [m["phase"] for m in marks if m["phase"] != "job"] == RUN_PHASES  # one job_start for all the jobs
+    assert [m["phase"] for m in marks if m["phase"] != "job"] == RUN_PHASES  # one job_start, one first_step
     times = [m["t"] for m in marks]
     assert times == sorted(times)
     assert {m["pid"] for m in marks} == {os.getpid()}  # serial: every job runs in this process
@@ -34,7 +34,8 @@ def test_a_serial_run_marks_its_phases_in_order_with_one_job_start(tmp_path, mlf
     # the test-time clients after the last round
     assert sorted({m["kind"] for m in jobs}) == ["evaluate", "fit", "test"]
     assert [sum(m["kind"] == kind for m in jobs) for kind in ("fit", "evaluate")] == [8, 8]
-    assert all(0 < m["cpu_s"] and 0 < m["seconds"] for m in jobs)
+    assert all(0 < m["cpu_s"] and 0 < m["seconds"] and isinstance(m["page_faults"], int) and m["page_faults"] >= 0
+               for m in jobs)
 
 
 def test_no_timeline_file_is_written_when_unset(tmp_path, mlflow_store, monkeypatch):
