@@ -4,10 +4,10 @@ glibc's malloc gives memory back to the system as soon as more than its trim thr
 heap. Its thresholds adapt to the largest block freed so far (a 1.2 MB activation sets them near 2.4 MB), so a
 training step, which frees several MB of activations and gradients at its end, can land above the threshold on
 every step: the memory is returned, and the next step faults it in again page by page. Whether a process falls into
-this depends on its heap's history. Measured in the cli_overhead workload (LeNet-5, batch 64, two Ray workers
-on 2 cores): a worker that fell into it took about 70,000 page faults and 0.1 s of system time per 0.3 s job,
-10-30% more CPU than a worker that did not. Fixing both thresholds keeps the memory for the next step. A worker
-then holds at most `TRIM_THRESHOLD` of freed memory, which it had used at its peak anyway.
+this depends on its heap's history. Measured on the cli_overhead workload's jobs (LeNet-5, batch 64, Ray actors
+on 2 cores, bench/job_cpu.py): an actor that fell into it took 10,000-90,000 page faults per 0.3 s job and 5-45%
+more CPU than one that did not. Fixing both thresholds keeps the memory for the next step. A worker then holds at
+most `TRIM_THRESHOLD` of freed memory, which it had used at its peak anyway.
 """
 
 from __future__ import annotations
