@@ -308,7 +308,8 @@ def report(runs: dict[str, list[dict]], cli: dict[str, dict], meta: dict) -> lis
               "the checkout has one (warmed before timing); each repeat's new MLflow store is copied from the migrated template "
               "where the checkout has one (made before timing), else migrated by MLflow. fedbench's workers take one optimizer step at load (its "
               "warm-up: torch's first optimizer imports torch._dynamo), which the hand-written actors pay inside their "
-              "first job instead: it counts in fedbench's start-up and in the hand-written round 1. PSS is sampled "
+              "first job instead: it counts in fedbench's 'workers started and loaded' and in the hand-written run's "
+              "gap between its first job's start and its first training step. PSS is sampled "
               "every 0.5 s. Load average (1 min) at each run's launch: " + "; ".join(
                   f"{n} " + "/".join(f"{r['load_1min']:.1f}" for r in runs[n]) for n in names)]
     lines += ["", "## Light commands: median whole-process seconds (target < 2 s)", "",
