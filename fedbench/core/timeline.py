@@ -5,17 +5,20 @@ bench reads the gaps between consecutive marks (interpreter and imports, task, t
 workers, first job, rounds). Every client job also marks its end (`job`, with its kind, wall and CPU seconds and the
 page faults it took), so that a round's time splits into the jobs' compute and what lies between them. Unset, a mark
 is one dictionary lookup: the calls stay in the code for good and this module imports nothing beyond os, json,
-resource and time. Ray workers
-of a local Ray inherit the driver's environment, so their marks land in the same file; appends of one short line
-are atomic, so processes do not interleave.
+resource and time. Ray workers of a local Ray inherit the driver's environment, so their marks land in the same
+file; appends of one short line are atomic, so processes do not interleave.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import resource
 import time
+
+try:
+    import resource
+except ImportError:  # Windows has no getrusage
+    resource = None
 
 _marked_once: set[str] = set()
 
@@ -31,8 +34,8 @@ def mark(phase: str, **facts: float | str) -> None:
 
 def page_faults() -> int:
     """Minor page faults this process has taken so far: memory that malloc gave back and a job touched again shows
-    here (fedbench.runtime.allocator)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    here (fedbench.runtime.allocator). 0 where the platform does not count them (Windows)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt if resource is not None else 0
 
 
 def mark_once(phase: str) -> None:
