@@ -107,9 +107,14 @@ class TaskSpec:
         """A grid point's run at every seed, parsed once: the seed is a plain integer that no check reads, so the
         other seeds' runs are copies with it replaced (a 2,340-run grid of 5 seeds parses 468 points). An explicit
         --set seed=N is the only seed."""
-        if "seed" in {path for path, _ in self.overrides}:
+        if self.seed_overridden:
             return [first]
         return [first.replace(seed=seed) if seed != first.seed else first for seed in self.seeds]
+
+    @property
+    def seed_overridden(self) -> bool:
+        """Whether an override sets `seed` (`--set seed=N`): it then wins over the seed list."""
+        return any(path == "seed" for path, _ in self.overrides)
 
     def grid_fields(self) -> dict[str, list[Any]] | list[dict[str, list[Any]]]:
         """The grid as a task file writes it: one mapping, or a list of them for several blocks."""
@@ -133,7 +138,7 @@ class TaskSpec:
         for path, value in self.overrides:
             set_path(raw, path, copy.deepcopy(value))
         raw["task"] = self.name
-        if "seed" not in {path for path, _ in self.overrides}:  # an explicit --set seed=N wins over the seed list
+        if not self.seed_overridden:
             raw["seed"] = self.seeds[0] if seed is None else seed
         return raw
 
