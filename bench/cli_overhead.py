@@ -65,20 +65,28 @@ CLI_COMMANDS = {"--help": ["--help"], "list": ["list"], "sweep --dry-run": ["swe
 
 # ---- preparation (not timed): the federation as an .npz, torchvision's MNIST root, warm caches ----
 
-def prepare(work: Path, data_root: Path) -> tuple[Path, Path]:
-    """The partition of the task's run (train_<c> and test_<c> rows into MNIST train + test) and a torchvision root
-    holding the extracted idx files (torchvision with download=False reads no .gz)."""
+def workload(data_root: Path | None = None):
+    """The task's run as fedbench builds it, (spec, dataset, scenario), and its partition as the hand-written script
+    reads it: each client's train_<c> and test_<c> rows into MNIST train + test."""
     sys.path.insert(0, str(REPO))
     from fedbench.config import load_task
     from fedbench.data import load_dataset
     from fedbench.scenarios import build_scenario
 
     spec = load_task(str(TASK)).expand()[0]
-    scenario = build_scenario(load_dataset("mnist", str(data_root)), spec.scenario, spec.seed, spec.rounds)
+    dataset = load_dataset(spec.dataset.name, None if data_root is None else str(data_root))
+    scenario = build_scenario(dataset, spec.scenario, spec.seed, spec.rounds)
     parts = {}
     for c in range(scenario.num_clients):
         view = scenario.view(1, c)
         parts[f"train_{c}"], parts[f"test_{c}"] = view.train, view.test
+    return spec, dataset, scenario, parts
+
+
+def prepare(work: Path, data_root: Path) -> tuple[Path, Path]:
+    """The partition of the task's run as an .npz (`workload`) and a torchvision root holding the extracted idx files
+    (torchvision with download=False reads no .gz)."""
+    *_, parts = workload(data_root)
     partition = work / "partition.npz"
     np.savez(partition, **parts)
     raw = work / "torchvision" / "MNIST" / "raw"

@@ -24,7 +24,6 @@ from pathlib import Path
 import numpy as np
 
 BENCH = Path(__file__).resolve().parent
-TASK = BENCH / "tasks" / "cli_overhead.yaml"
 
 
 def fix_malloc(actor) -> bool:
@@ -46,20 +45,13 @@ def main() -> None:
     import ray
     import handwritten_fedavg as hand
 
-    from fedbench.config import load_task
+    from cli_overhead import workload
+
     from fedbench.core.types import Payload
-    from fedbench.data import load_dataset
     from fedbench.runtime.ray_pool import RemoteClientWorker, ensure_ray
-    from fedbench.scenarios import build_scenario
     from fedbench.training import get_weights
 
-    spec = load_task(str(TASK)).expand()[0]
-    dataset = load_dataset(spec.dataset.name)
-    scenario = build_scenario(dataset, spec.scenario, spec.seed, spec.rounds)
-    parts = {}
-    for c in range(scenario.num_clients):
-        view = scenario.view(1, c)
-        parts[f"train_{c}"], parts[f"test_{c}"] = view.train, view.test
+    spec, dataset, scenario, parts = workload()
     settings = argparse.Namespace(epochs=spec.local_epochs, batch=spec.batch_size, lr=spec.optimizer.lr,
                                   momentum=spec.optimizer.momentum)
     ensure_ray()
