@@ -6,6 +6,7 @@ import pytest
 import yaml
 
 from fedbench.config import load_task, parse_run
+from fedbench.config.task import resolve_run
 from fedbench.core.errors import ConfigError, UnknownNameError
 from fedbench.core.runspec import RunSpec
 from tests.conftest import TINY, tiny_spec
@@ -26,6 +27,21 @@ def test_grid_times_seeds_expands_to_distinct_runspecs(tmp_path):
     assert {s.seed for s in specs} == {0, 1}
     assert {s.scenario.partition.kwargs["alpha"] for s in specs} == {0.1, 1.0}
     assert all(s.task == "t" for s in specs)
+
+
+def test_each_seeds_run_is_the_run_parsed_at_that_seed_and_set_seed_is_the_only_seed(tmp_path):
+    """The expansion parses a grid point once and copies it per seed: each copy must equal a parse at its seed."""
+    body = {k: v for k, v in TINY.items() if k != "task"}
+    body.update(name="t", seeds=[3, 0, 1], grid={"algorithm": ["fedavg", "local"]})
+    task = load_task(write_task(tmp_path, body))
+    specs = task.expand()
+    assert [(s.algorithm.name, s.seed) for s in specs] == [(a, seed) for a in ("fedavg", "local") for seed in (3, 0, 1)]
+    for block_point, group in zip((["fedavg"], ["local"]), (specs[:3], specs[3:])):
+        for spec in group:
+            parsed = resolve_run(task.run_dict(block_point, spec.seed))
+            assert spec.replace(run_name=None) == parsed and spec.run_hash == parsed.run_hash
+    fixed = load_task(write_task(tmp_path, body), ["seed=9"]).expand()
+    assert [(s.algorithm.name, s.seed) for s in fixed] == [("fedavg", 9), ("local", 9)]
 
 
 def test_set_overrides_every_run_and_replaces_grid_axes(tmp_path):
