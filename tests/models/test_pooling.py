@@ -1,0 +1,90 @@
+"""MaxPool2x2 gives torch's max_pool2d numbers: the pooled values, and gradients bit for bit, ties included."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from fedbench.core.registry import MODELS
+from fedbench.models.pooling import MaxPool2x2
+
+
+def bits(t: torch.Tensor) -> torch.Tensor:
+    """The tensor's raw bits: equal bits mean equal numbers, signed zeros and NaN payloads included."""
+    return t.view({torch.float32: torch.int32, torch.float64: torch.int64}[t.dtype])
+
+
+def pooled_and_grad(pool, x: torch.Tensor, grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    x = x.detach().clone().requires_grad_()
+    y = pool(x)
+    (dx,) = torch.autograd.grad(y, x, grad)
+    return y, dx
+
+
+def cases():
+    g = torch.Generator().manual_seed(0)
+    small_ints = torch.randint(-2, 3, (5, 3, 9, 11), generator=g).float()  # odd sizes, ties in most windows
+    signed_zeros = torch.zeros(4, 2, 8, 8)
+    signed_zeros[torch.rand(signed_zeros.shape, generator=g) < 0.5] = -0.0
+    with_nan = torch.randint(-2, 3, (4, 3, 8, 10), generator=g).float()
+    with_nan[torch.rand(with_nan.shape, generator=g) < 0.1] = float("nan")
+    with_inf = torch.randint(-2, 3, (4, 3, 8, 10), generator=g).float()
+    with_inf[torch.rand(with_inf.shape, generator=g) < 0.1] = float("inf")
+    with_inf[torch.rand(with_inf.shape, generator=g) < 0.1] = float("-inf")
+    return {
+        "relu activations": torch.relu(torch.randn(16, 6, 28, 28, generator=g)),
+        "small integers, odd sizes": small_ints,
+        "unbatched": small_ints[0],
+        "constant": torch.full((2, 3, 6, 6), 0.5),
+        "float64": torch.randn(3, 4, 10, 12, generator=g, dtype=torch.float64).round(),
+        "signed zeros": signed_zeros,
+        "NaN": with_nan,
+        "infinities": with_inf,
+        "empty batch": torch.zeros(0, 3, 8, 8),
+    }
+
+
+@pytest.mark.parametrize("name", list(cases()))
+def test_values_and_gradients_are_torchs(name):
+    x = cases()[name]
+    grad = torch.randn(F.max_pool2d(x, 2).shape, generator=torch.Generator().manual_seed(1), dtype=x.dtype)
+    want_y, want_dx = pooled_and_grad(lambda t: F.max_pool2d(t, 2), x, grad)
+    got_y, got_dx = pooled_and_grad(MaxPool2x2(), x, grad)
+    assert torch.equal(got_y.isnan(), want_y.isnan())
+    assert torch.equal(got_y.nan_to_num(), want_y.nan_to_num())  # equal values (either zero of a tied +-0 window)
+    assert torch.equal(bits(got_dx), bits(want_dx))  # each gradient on the element torch sends it to
+
+
+def test_cpu_float_input_takes_the_fast_path_and_others_are_torchs():
+    x = torch.rand(2, 3, 8, 8, requires_grad=True)
+    assert type(MaxPool2x2()(x).grad_fn).__name__ == "_MaxPool2x2Backward"
+    half = torch.rand(2, 3, 8, 8).bfloat16()  # its index arithmetic would not be exact: torch's kernel
+    assert torch.equal(MaxPool2x2()(half), F.max_pool2d(half, 2))
+    with pytest.raises(RuntimeError):  # a window larger than the input fails as torch's does
+        MaxPool2x2()(torch.rand(2, 3, 1, 8))
+
+
+def test_lenet5_trains_to_the_same_weights_as_with_torchs_pooling():
+    """20 SGD steps on images with a blank border (the tied windows MNIST gives): the same weights, bit for bit."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.zeros(32, 1, 28, 28)
+    x[:, :, 6:22, 6:22] = torch.rand(32, 1, 16, 16, generator=g)
+    y = torch.randint(0, 10, (32,), generator=g)
+    models = []
+    for use_torchs in (False, True):
+        torch.manual_seed(0)
+        model = MODELS.get("lenet5")((1, 28, 28), 10)
+        if use_torchs:
+            for i, layer in enumerate(model.features):
+                if isinstance(layer, MaxPool2x2):
+                    model.features[i] = nn.MaxPool2d(2)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        for step in range(20):
+            rows = torch.arange(step % 4 * 8, step % 4 * 8 + 8)
+            optimizer.zero_grad()
+            F.cross_entropy(model(x[rows]), y[rows]).backward()
+            optimizer.step()
+        models.append(model.state_dict())
+    assert sum(isinstance(m, nn.MaxPool2d) for m in model.modules()) == 2  # the comparison really used torch's
+    fast, torchs = models
+    assert all(torch.equal(bits(fast[k]), bits(torchs[k])) for k in fast)
