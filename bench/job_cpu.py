@@ -7,7 +7,8 @@ workload's 20 clients (real MNIST, Dirichlet(0.5), LeNet-5, 2 local epochs of ba
 the fedbench pair and the hand-written pair taking turns by round, the clients' halves swapped each round. The jobs'
 own marks (FEDBENCH_TIMELINE) give each side's CPU seconds and page faults. With `--fixed-malloc` the hand-written
 actors also get fedbench's malloc thresholds (fedbench/runtime/allocator.py), which leaves only the two job codes
-to differ.
+to differ. fedbench's job code includes its model: its LeNet-5 pools with MaxPool2x2 (fedbench/models/pooling.py,
+torch's numbers at less CPU: bench/pool_cost.py), the hand-written one with torch's nn.MaxPool2d.
 
     FEDBENCH_DATA=/path/to/data python bench/job_cpu.py [--rounds 6] [--fixed-malloc]
 """
