@@ -4,9 +4,9 @@ For every model with 2 x 2 max pooling it builds a twin with torch's `nn.MaxPool
 weights) and times, side by side, step by step, alternating which goes first:
   (train) a training step: forward, cross-entropy, backward, SGD step (momentum 0.9), batch 64;
   (eval) a forward pass without gradients, batch 256 (a client's evaluation).
-Then it checks the twins' weights after the timed training steps are equal bit for bit. Inputs are synthetic
-images with a blank border, as MNIST's and centred CIFAR crops have (the tied windows that the pooling's
-tie rule decides). One torch thread, as a client job gets. Times are medians over `--repeats`; the ratio is
+Then it checks that the twins' weights after the timed training steps are equal (an end-to-end check; the tie
+rule itself is tests/models/test_pooling.py's). Inputs are synthetic images with a blank border, as MNIST's
+have. One torch thread, as a client job gets. Times are medians over `--repeats`; the ratio is
 fedbench's over torch's (below 1: faster).
 
     python bench/pool_cost.py [--steps 10] [--repeats 3]
@@ -48,6 +48,7 @@ def with_torchs_pooling(model: nn.Module) -> nn.Module:
         for name, child in module.named_children():
             if isinstance(child, MaxPool2x2):
                 setattr(module, name, nn.MaxPool2d(2))
+    assert not any(isinstance(m, MaxPool2x2) for m in twin.modules())
     return twin
 
 
@@ -89,9 +90,10 @@ def measure(name: str, steps: int, repeat: int) -> dict:
 
     seconds = {f"{part}_{kind}": 0.0 for part in ("train", "eval") for kind in twins}
     for kind in twins:  # warm-up, untimed: torch's first calls build kernels and the optimizer's state
+        train_step(kind, slice(0, 64))
+        twins[kind].eval()
         evaluate(kind)
         twins[kind].train()
-        train_step(kind, slice(0, 64))
     for step in range(steps):
         order = ("fedbench", "torch") if step % 2 == 0 else ("torch", "fedbench")
         for kind in order:

@@ -5,18 +5,17 @@ of LeNet-5 training on MNIST, 1.1 ms of a 3.8 ms step, more than both convolutio
 fedbench pools 2 x 2, so on CPU this layer replaces it (bench/results/pool_cost.md: LeNet-5's training step
 0.90x, its evaluation pass 0.52x; cnn_mnist's 0.81x and 0.50x):
 
-- forward: the elementwise maximum of the window's four strided quarters: the value torch takes (a maximum is
-  exact; where a window's maximum is a zero held with both signs, either zero may come out: no value
-  downstream other than a zero's sign can change with it);
+- forward: the elementwise maximum of the window's four strided quarters, the value torch takes (a maximum is
+  exact). Where a window's maximum is a zero held with both signs, either zero may come out; sums and products,
+  all these models compute, give the same numbers from either.
 - backward: each output's gradient goes to the element torch sends it to, the first maximum of the window in
   row-major order (torch keeps the first of equal values). The indices are worked out from the saved input
-  only in the backward pass (evaluation never pays for them) and handed to torch's own max-pool backward.
-  An input holding NaN or an infinity takes torch's kernel for the indices: its rule there is other (the
-  last NaN wins) and the arithmetic below assumes finite numbers.
+  only in the backward pass (evaluation never pays for them) and handed to torch's own max-pool backward, so
+  the gradients are torch's bit for bit. An input holding NaN or an infinity takes torch's kernel for the
+  indices: its rule there is other (the last NaN wins) and the arithmetic below assumes finite numbers.
 
-Elsewhere (CUDA, half precision, a window plane too large for exact float indices) it is torch's
-`max_pool2d`. tests/models/test_pooling.py checks values and gradients bit for bit against torch's, ties,
-signed zeros, NaN and infinities included.
+Elsewhere (CUDA, other dtypes than float32 and float64, planes too large for exact float indices, shapes torch
+rejects) it is torch's `max_pool2d`. tests/models/test_pooling.py compares values and gradients with torch's.
 """
 
 from __future__ import annotations
@@ -36,23 +35,26 @@ def _quarters(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
 
 
 def _torch_indices(x: torch.Tensor) -> torch.Tensor:
+    """torch's own indices for `x` (its kernel: slow, but right for NaN and infinities)."""
     return F.max_pool2d_with_indices(x, 2)[1]
 
 
-def _first_max_indices(x: torch.Tensor, top: torch.Tensor, pooled: torch.Tensor) -> torch.Tensor:
-    """Flat index into each H x W plane of every window's first maximum (row-major), as torch's kernel returns it.
+def _first_max_indices(x: torch.Tensor, top: torch.Tensor, bottom: torch.Tensor) -> torch.Tensor:
+    """Flat index into each H x W plane of every window's first maximum (row-major), as torch's kernel returns it;
+    `top` and `bottom` are the maxima of the window's rows.
 
-    With finite numbers, a - b > 0 exactly when a > b, so `sign` turns each comparison into 0 or 1 in float
-    arithmetic (measured several times faster here than comparisons producing booleans):
-    the maximum is in the bottom row when the top row's maximum is below it; within a row it is the right
-    element when that is strictly greater than the left one.
+    With finite numbers and gradual underflow (torch's default; `torch.set_flush_denormal(True)` breaks it),
+    a - b > 0 exactly when a > b, so `sign` turns each comparison into 0 or 1 in float arithmetic, measured
+    several times faster here than comparisons producing booleans. The maximum is in the bottom row when that
+    row's maximum is strictly greater than the top row's; within a row it is the right element when that is
+    strictly greater than the left one.
     """
     left_top, right_top, left_bottom, right_bottom = _quarters(x)
     width = x.shape[-1]
-    in_bottom = torch.sub(pooled, top).sign_()
+    in_bottom = torch.sub(bottom, top).sign_().clamp_min_(0)
     right_of_top = torch.sub(right_top, left_top).sign_().clamp_min_(0)
     right_of_bottom = torch.sub(right_bottom, left_bottom).sign_().clamp_min_(0)
-    out_h, out_w = pooled.shape[-2:]
+    out_h, out_w = top.shape[-2:]
     corners = (torch.arange(out_h, dtype=x.dtype).mul_(2 * width).unsqueeze(1)
                + torch.arange(out_w, dtype=x.dtype).mul_(2))
     column = right_of_bottom.sub_(right_of_top).mul_(in_bottom).add_(right_of_top)
@@ -63,25 +65,26 @@ class _MaxPool2x2(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: torch.Tensor) -> torch.Tensor:
         left_top, right_top, left_bottom, right_bottom = _quarters(x)
-        top = torch.maximum(left_top, right_top)
-        pooled = torch.maximum(top, torch.maximum(left_bottom, right_bottom))
-        ctx.save_for_backward(x, top, pooled)
-        return pooled
+        top, bottom = torch.maximum(left_top, right_top), torch.maximum(left_bottom, right_bottom)
+        ctx.save_for_backward(x, top, bottom)  # not the output: a caller may change that in place
+        return torch.maximum(top, bottom)
 
     @staticmethod
-    @torch.autograd.function.once_differentiable
     def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
-        x, top, pooled = ctx.saved_tensors
-        indices = _first_max_indices(x, top, pooled) if torch.isfinite(x.sum()) else _torch_indices(x)
+        """torch's max-pool backward on the indices torch's kernel would have returned; differentiable again
+        (torch knows that backward's derivative), so double backward works as with nn.MaxPool2d."""
+        x, top, bottom = ctx.saved_tensors
+        indices = _first_max_indices(x, top, bottom) if torch.isfinite(x.sum()) else _torch_indices(x)
         return torch.ops.aten.max_pool2d_with_indices_backward(grad, x, [2, 2], [2, 2], [0, 0], [1, 1], False,
                                                                indices)
 
 
 class MaxPool2x2(nn.Module):
-    """`nn.MaxPool2d(2)`: the same outputs and gradients, computed faster on CPU (this module's docstring)."""
+    """`nn.MaxPool2d(2)`, faster on CPU (this module's docstring). Not supported here, unlike torch's: torch.func
+    transforms (vmap, grad) and TorchScript; no fedbench method uses them."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        fast = (x.device.type == "cpu" and x.dim() in (3, 4) and min(x.shape[-2:]) >= 2
+        fast = (x.device.type == "cpu" and x.dim() in (3, 4) and x.shape[-3] > 0 and min(x.shape[-2:]) >= 2
                 and x.shape[-2] * x.shape[-1] <= _EXACT_INDEX.get(x.dtype, 0))
         return _MaxPool2x2.apply(x) if fast else F.max_pool2d(x, 2)
 
