@@ -3,7 +3,7 @@
 torch 2.14's CPU kernel for `max_pool2d` on NCHW tensors takes about 15 ns an output window: in torch's profile
 of LeNet-5 training on MNIST, 1.1 ms of a 3.8 ms step, more than both convolutions' forward passes. Every CNN in
 fedbench pools 2 x 2, so on CPU this layer replaces it (bench/results/pool_cost.md: LeNet-5's training step
-0.90x, its evaluation pass 0.52x; cnn_mnist's 0.81x and 0.50x):
+0.92x, its evaluation pass 0.53x; cnn_mnist's 0.81x and 0.48x):
 
 - forward: the elementwise maximum of the window's four strided quarters, the value torch takes (a maximum is
   exact). Where a window's maximum is a zero held with both signs, either zero may come out; sums and products,
@@ -15,7 +15,7 @@ fedbench pools 2 x 2, so on CPU this layer replaces it (bench/results/pool_cost.
   indices: its rule there is other (the last NaN wins) and the arithmetic below assumes finite numbers.
 
 Elsewhere (CUDA, other dtypes than float32 and float64, planes too large for exact float indices, shapes torch
-rejects) it is torch's `max_pool2d`. tests/models/test_pooling.py compares values and gradients with torch's.
+rejects, inputs above `GRADIENT_BYTES_LIMIT` that need a gradient) it is torch's `max_pool2d`. tests/models/test_pooling.py compares values and gradients with torch's.
 """
 
 from __future__ import annotations
@@ -26,6 +26,12 @@ from torch import nn
 
 _EXACT_INDEX = {torch.float32: 2**24, torch.float64: 2**53}
 """Input dtypes whose index arithmetic (done in the input's dtype) is exact, and the plane size (H x W) up to which."""
+
+GRADIENT_BYTES_LIMIT = 8 * 2**20
+"""The largest input (bytes) pooled here when a gradient will be wanted; larger ones take torch's kernel. Working out
+the indices passes over the input several times, which stops paying once the input outgrows the caches: measured
+here (fwd + bwd, 1 thread, batch 64) 0.33-0.47x torch's time up to 6 MiB, 0.76-0.89x at 8 MiB, 1.02x and 1.13x at
+16 MiB (64 x 64 x 32 x 32, 64 x 256 x 16 x 16). Without a gradient (evaluation) every size measured was faster."""
 
 
 def _quarters(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -84,8 +90,10 @@ class MaxPool2x2(nn.Module):
     transforms (vmap, grad) and TorchScript; no fedbench method uses them."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        wants_gradient = x.requires_grad and torch.is_grad_enabled()
         fast = (x.device.type == "cpu" and x.dim() in (3, 4) and x.shape[-3] > 0 and min(x.shape[-2:]) >= 2
-                and x.shape[-2] * x.shape[-1] <= _EXACT_INDEX.get(x.dtype, 0))
+                and x.shape[-2] * x.shape[-1] <= _EXACT_INDEX.get(x.dtype, 0)
+                and not (wants_gradient and x.numel() * x.element_size() > GRADIENT_BYTES_LIMIT))
         return _MaxPool2x2.apply(x) if fast else F.max_pool2d(x, 2)
 
     def extra_repr(self) -> str:

@@ -6,7 +6,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from fedbench.core.registry import MODELS
-from fedbench.models.pooling import MaxPool2x2
+from fedbench.models.pooling import GRADIENT_BYTES_LIMIT, MaxPool2x2
 
 
 def bits(t: torch.Tensor) -> torch.Tensor:
@@ -67,6 +67,9 @@ def test_values_and_gradients_are_torchs(name):
 def test_other_inputs_are_torchs_and_bad_shapes_fail_as_torchs_do():
     bf16 = torch.rand(2, 3, 8, 8).bfloat16()  # its index arithmetic would not be exact: torch's kernel
     assert torch.equal(MaxPool2x2()(bf16), F.max_pool2d(bf16, 2))
+    large = torch.rand(GRADIENT_BYTES_LIMIT // 4 // (16 * 16) + 1, 1, 16, 16, requires_grad=True)
+    assert type(MaxPool2x2()(large).grad_fn).__name__ == "MaxPool2DWithIndicesBackward0"
+    assert type(MaxPool2x2()(large[:-1]).grad_fn).__name__ == "_MaxPool2x2Backward"
     for shape in [(2, 3, 1, 8), (1, 0, 8, 8)]:  # a window larger than the input; no channels
         with pytest.raises(RuntimeError):
             F.max_pool2d(torch.rand(shape), 2)
