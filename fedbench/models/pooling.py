@@ -14,8 +14,8 @@ fedbench pools 2 x 2, so on CPU this layer replaces it (bench/results/pool_cost.
   the gradients are torch's bit for bit. An input holding NaN or an infinity takes torch's kernel for the
   indices: its rule there is other (the last NaN wins) and the arithmetic below assumes finite numbers.
 
-Elsewhere (CUDA, other dtypes than float32 and float64, planes too large for exact float indices, shapes torch
-rejects, inputs above `GRADIENT_BYTES_LIMIT` that need a gradient) it is torch's `max_pool2d`. tests/models/test_pooling.py compares values and gradients with torch's.
+Elsewhere (`_pooled_here`) it is torch's `max_pool2d`. tests/models/test_pooling.py compares values and
+gradients with torch's.
 """
 
 from __future__ import annotations
@@ -38,11 +38,6 @@ def _quarters(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
     """Each window's top-left, top-right, bottom-left and bottom-right elements, as strided views [..., H/2, W/2]."""
     h, w = x.shape[-2] // 2 * 2, x.shape[-1] // 2 * 2
     return x[..., 0:h:2, 0:w:2], x[..., 0:h:2, 1:w:2], x[..., 1:h:2, 0:w:2], x[..., 1:h:2, 1:w:2]
-
-
-def _torch_indices(x: torch.Tensor) -> torch.Tensor:
-    """torch's own indices for `x` (its kernel: slow, but right for NaN and infinities)."""
-    return F.max_pool2d_with_indices(x, 2)[1]
 
 
 def _first_max_indices(x: torch.Tensor, top: torch.Tensor, bottom: torch.Tensor) -> torch.Tensor:
@@ -80,9 +75,24 @@ class _MaxPool2x2(torch.autograd.Function):
         """torch's max-pool backward on the indices torch's kernel would have returned; differentiable again
         (torch knows that backward's derivative), so double backward works as with nn.MaxPool2d."""
         x, top, bottom = ctx.saved_tensors
-        indices = _first_max_indices(x, top, bottom) if torch.isfinite(x.sum()) else _torch_indices(x)
+        if torch.isfinite(x.sum()):
+            indices = _first_max_indices(x, top, bottom)
+        else:  # NaN or an infinity: torch's kernel, slow but with torch's rule for them
+            indices = F.max_pool2d_with_indices(x, 2)[1]
         return torch.ops.aten.max_pool2d_with_indices_backward(grad, x, [2, 2], [2, 2], [0, 0], [1, 1], False,
                                                                indices)
+
+
+def _pooled_here(x: torch.Tensor) -> bool:
+    """Whether this module pools `x` itself: on the CPU (elsewhere torch's kernel is fast), a shape torch accepts
+    (3-d or 4-d, channels, windows that fit: torch raises its own errors for the rest), a dtype whose index
+    arithmetic is exact for this plane size, and no larger than `GRADIENT_BYTES_LIMIT` when a gradient is wanted."""
+    if x.device.type != "cpu" or x.dim() not in (3, 4) or x.shape[-3] == 0 or min(x.shape[-2:]) < 2:
+        return False
+    if x.shape[-2] * x.shape[-1] > _EXACT_INDEX.get(x.dtype, 0):
+        return False
+    wants_gradient = x.requires_grad and torch.is_grad_enabled()
+    return not wants_gradient or x.numel() * x.element_size() <= GRADIENT_BYTES_LIMIT
 
 
 class MaxPool2x2(nn.Module):
@@ -90,11 +100,7 @@ class MaxPool2x2(nn.Module):
     transforms (vmap, grad) and TorchScript; no fedbench method uses them."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        wants_gradient = x.requires_grad and torch.is_grad_enabled()
-        fast = (x.device.type == "cpu" and x.dim() in (3, 4) and x.shape[-3] > 0 and min(x.shape[-2:]) >= 2
-                and x.shape[-2] * x.shape[-1] <= _EXACT_INDEX.get(x.dtype, 0)
-                and not (wants_gradient and x.numel() * x.element_size() > GRADIENT_BYTES_LIMIT))
-        return _MaxPool2x2.apply(x) if fast else F.max_pool2d(x, 2)
+        return _MaxPool2x2.apply(x) if _pooled_here(x) else F.max_pool2d(x, 2)
 
     def extra_repr(self) -> str:
         return "kernel_size=2, stride=2"
