@@ -31,8 +31,13 @@ def cases():
     with_inf = torch.randint(-2, 3, (4, 3, 8, 10), generator=g).float()
     with_inf[torch.rand(with_inf.shape, generator=g) < 0.1] = float("inf")
     with_inf[torch.rand(with_inf.shape, generator=g) < 0.1] = float("-inf")
-    huge = torch.finfo(torch.float32).max * torch.rand(3, 2, 8, 8, generator=g)
-    huge[..., 1::2] *= -1  # neighbours of both signs: their differences overflow to infinity, their sum does not
+    big = 0.75 * torch.finfo(torch.float32).max  # two of opposite signs differ by more than float32 holds
+
+    def overflowing(row: list[float]) -> torch.Tensor:
+        """One window with `row` on top, small values elsewhere: its difference overflows, the sum does not."""
+        x = torch.full((1, 1, 4, 4), 5.0)
+        x[0, 0, 0, :2] = torch.tensor(row)
+        return x
     relu = torch.relu(torch.randn(16, 6, 28, 28, generator=g))
     return {
         "relu activations": relu,
@@ -45,8 +50,9 @@ def cases():
         "signed zeros": signed_zeros,
         "NaN": with_nan,
         "infinities": with_inf,
-        "huge values": huge,
-        "a sum that overflows": huge.abs(),
+        "a difference that overflows, left largest": overflowing([big, -big]),
+        "a difference that overflows, right largest": overflowing([-big, big]),
+        "a sum that overflows": overflowing([big, big]),
         "subnormals": small_ints * 1e-40,
         "empty batch": torch.zeros(0, 3, 8, 8),
     }
@@ -59,6 +65,8 @@ def test_values_and_gradients_are_torchs(name):
     want_y, want_dx = pooled_and_grad(lambda t: F.max_pool2d(t, 2), x, grad)
     got_y, got_dx = pooled_and_grad(MaxPool2x2(), x, grad)
     assert type(got_y.grad_fn).__name__ == "_MaxPool2x2Backward"  # the fast path, whatever it asks torch for
+    if "difference that overflows" in name or name == "subnormals":  # for the sign arithmetic, not torch's indices
+        assert torch.isfinite(x.sum())
     assert torch.equal(got_y.isnan(), want_y.isnan())
     assert torch.equal(got_y.nan_to_num(), want_y.nan_to_num())  # equal values (either zero of a tied +-0 window)
     assert torch.equal(bits(got_dx), bits(want_dx))  # each gradient on the element torch sends it to
