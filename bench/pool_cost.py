@@ -67,6 +67,14 @@ def timed(call) -> float:
     return time.process_time() - start
 
 
+def alternating(steps: int):
+    """(step, twin) pairs, both twins each step, the one going first alternating: neither always runs on a cache
+    the other warmed."""
+    for step in range(steps):
+        for kind in ("fedbench", "torch") if step % 2 == 0 else ("torch", "fedbench"):
+            yield step, kind
+
+
 def measure(name: str, steps: int, repeat: int) -> dict:
     """One repeat for one model: mean CPU seconds of a training step and of an evaluation pass, each way."""
     shape, options = MODELS[name]
@@ -94,17 +102,14 @@ def measure(name: str, steps: int, repeat: int) -> dict:
         twins[kind].eval()
         evaluate(kind)
         twins[kind].train()
-    for step in range(steps):
-        order = ("fedbench", "torch") if step % 2 == 0 else ("torch", "fedbench")
-        for kind in order:
-            seconds[f"train_{kind}"] += timed(lambda: train_step(kind, slice(64 * step, 64 * step + 64)))
+    for step, kind in alternating(steps):
+        seconds[f"train_{kind}"] += timed(lambda: train_step(kind, slice(64 * step, 64 * step + 64)))
     same = all(torch.equal(a, b) for a, b in zip(twins["fedbench"].state_dict().values(),
                                                  twins["torch"].state_dict().values()))
     for model in twins.values():
         model.eval()
-    for step in range(steps):
-        for kind in (("fedbench", "torch") if step % 2 == 0 else ("torch", "fedbench")):
-            seconds[f"eval_{kind}"] += timed(lambda: evaluate(kind))
+    for _, kind in alternating(steps):
+        seconds[f"eval_{kind}"] += timed(lambda: evaluate(kind))
     return {**{k: v / steps for k, v in seconds.items()}, "same_weights": same}
 
 
@@ -120,24 +125,20 @@ def main() -> None:
     for repeat in range(args.repeats):
         for name in names:
             runs[name].append(measure(name, args.steps, repeat))
-            last = runs[name][-1]
-            print(f"#{repeat + 1} {name:26s} train {last['train_fedbench'] * 1e3:7.2f} vs {last['train_torch'] * 1e3:7.2f} ms"
-                  f"  eval {last['eval_fedbench'] * 1e3:7.2f} vs {last['eval_torch'] * 1e3:7.2f} ms", flush=True)
+            last = {k: v * 1e3 for k, v in runs[name][-1].items() if k != "same_weights"}
+            print(f"#{repeat + 1} {name:26s} train {last['train_fedbench']:7.2f} vs {last['train_torch']:7.2f} ms"
+                  f"  eval {last['eval_fedbench']:7.2f} vs {last['eval_torch']:7.2f} ms", flush=True)
 
-    def median(name: str, key: str) -> float:
-        return statistics.median(run[key] for run in runs[name])
+    def cells(name: str, part: str) -> list[str]:
+        """torch's ms, fedbench's ms and their ratio for `part` (train or eval): medians over the repeats."""
+        fast, torchs = (statistics.median(run[f"{part}_{kind}"] for run in runs[name]) for kind in ("fedbench", "torch"))
+        return [f"{torchs * 1e3:.2f}", f"{fast * 1e3:.2f}", f"{fast / torchs:.2f}x"]
 
-    rows = []
-    for name in names:
-        train = (median(name, "train_fedbench"), median(name, "train_torch"))
-        evaluation = (median(name, "eval_fedbench"), median(name, "eval_torch"))
-        same = all(run["same_weights"] for run in runs[name])
-        rows.append((name, f"{train[1] * 1e3:.2f}", f"{train[0] * 1e3:.2f}", f"{train[0] / train[1]:.2f}x",
-                     f"{evaluation[1] * 1e3:.2f}", f"{evaluation[0] * 1e3:.2f}", f"{evaluation[0] / evaluation[1]:.2f}x",
-                     "yes" if same else "NO"))
+    rows = [(name, *cells(name, "train"), *cells(name, "eval"),
+             "yes" if all(run["same_weights"] for run in runs[name]) else "NO") for name in names]
     meta = {"date": datetime.now(timezone.utc).isoformat(timespec="minutes"), "torch": torch.__version__,
-            "cpu_capability": torch.backends.cpu.get_cpu_capability(), "machine": platform.processor() or platform.machine(),
-            "args": vars(args)}
+            "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "machine": platform.processor() or platform.machine(), "args": vars(args)}
     table = markdown_table(["model", "train step, torch's pool ms", "fedbench's ms", "ratio",
                             "eval pass, torch's pool ms", "fedbench's ms", "ratio", "same weights after training"], rows)
     lines = ["# pool_cost: fedbench's 2 x 2 max pooling against torch's, in each CNN", "",
