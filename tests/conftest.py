@@ -91,7 +91,7 @@ def free_port() -> int:
 
 @contextlib.contextmanager
 def serving_mlflow(backend_store_uri: str, artifacts: Path) -> Iterator[str]:
-    """A real `mlflow server` subprocess on 127.0.0.1 (one worker, no job runner: RAY_NOTES.md) over
+    """A real `mlflow server` subprocess on 127.0.0.1 (one worker, and no job runner, which these tests never use) over
     `backend_store_uri`; yields its URL once /health answers, and stops it by its process group."""
     port = free_port()
     env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}

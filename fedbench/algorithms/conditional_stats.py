@@ -22,8 +22,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fedbench.models.pooling import MaxPool2x2
-
 Normalization = Literal["log1p", "raw"]
 
 IDENTITY_MAX_DIM = 1024
@@ -49,10 +47,10 @@ def random_conv_encoder(channels: int, seed: int) -> nn.Module:
         _Centre(),
         nn.Conv2d(channels, 32, kernel_size=3, padding=1),
         nn.ReLU(),
-        MaxPool2x2(),
+        nn.MaxPool2d(2),
         nn.Conv2d(32, 32, kernel_size=3, padding=1),
         nn.ReLU(),
-        MaxPool2x2(),
+        nn.MaxPool2d(2),
         nn.AdaptiveAvgPool2d(2),
         nn.Flatten(),
     )

@@ -7,7 +7,6 @@ from torch import nn
 from fedbench.core.errors import ConfigError
 from fedbench.core.registry import register_model
 from fedbench.models.base import FedModel, conv_bn_relu, shape_error
-from fedbench.models.pooling import MaxPool2x2
 
 
 @register_model("cnn_cifar")
@@ -28,10 +27,10 @@ def cnn_cifar(input_shape: tuple[int, ...], num_classes: int, cond_dim: int = 0)
     features = nn.Sequential(
         conv_bn_relu(3, 32),
         conv_bn_relu(32, 32),
-        MaxPool2x2(),
+        nn.MaxPool2d(2),
         conv_bn_relu(32, 64),
         conv_bn_relu(64, 64),
-        MaxPool2x2(),
+        nn.MaxPool2d(2),
         nn.Flatten(),
     )
     body = nn.Sequential(nn.Linear(64 * 8 * 8 + cond_dim, 256), nn.ReLU())

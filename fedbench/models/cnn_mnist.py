@@ -7,7 +7,6 @@ from torch import nn
 from fedbench.core.errors import ConfigError
 from fedbench.core.registry import register_model
 from fedbench.models.base import FedModel, shape_error
-from fedbench.models.pooling import MaxPool2x2
 
 
 @register_model("cnn_mnist")
@@ -30,10 +29,10 @@ def cnn_mnist(input_shape: tuple[int, ...], num_classes: int, cond_dim: int = 0)
     features = nn.Sequential(
         nn.Conv2d(1, 32, kernel_size=3, padding=1),
         nn.ReLU(),
-        MaxPool2x2(),
+        nn.MaxPool2d(2),
         nn.Conv2d(32, 64, kernel_size=3, padding=1),
         nn.ReLU(),
-        MaxPool2x2(),
+        nn.MaxPool2d(2),
         nn.Flatten(),
     )
     body = nn.Sequential(nn.Linear(64 * 7 * 7 + cond_dim, 128), nn.ReLU())

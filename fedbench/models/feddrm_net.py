@@ -21,7 +21,6 @@ from torch import nn
 from fedbench.core.errors import ConfigError
 from fedbench.core.registry import register_model
 from fedbench.models.base import FedModel, image_shape
-from fedbench.models.pooling import MaxPool2x2
 from fedbench.models.resnet18 import resnet18
 
 
@@ -69,7 +68,7 @@ def small_cnn(channels: int, h: int, w: int) -> tuple[nn.Sequential, int]:
     """
     layers: list[nn.Module] = []
     for c_in, c_out in ((channels, 16), (16, 32)):
-        layers += [nn.Conv2d(c_in, c_out, 3, padding=1), nn.GroupNorm(c_out // 4, c_out), nn.ReLU(), MaxPool2x2()]
+        layers += [nn.Conv2d(c_in, c_out, 3, padding=1), nn.GroupNorm(c_out // 4, c_out), nn.ReLU(), nn.MaxPool2d(2)]
     return nn.Sequential(*layers, nn.Flatten()), 32 * (h // 4) * (w // 4)
 
 

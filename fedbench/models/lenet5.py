@@ -6,7 +6,6 @@ from torch import nn
 
 from fedbench.core.registry import register_model
 from fedbench.models.base import FedModel, image_shape
-from fedbench.models.pooling import MaxPool2x2
 
 
 @register_model("lenet5")
@@ -23,10 +22,10 @@ def lenet5(input_shape: tuple[int, ...], num_classes: int) -> FedModel:
     features = nn.Sequential(
         nn.Conv2d(channels, 6, kernel_size=5, padding=2),
         nn.ReLU(),
-        MaxPool2x2(),
+        nn.MaxPool2d(2),
         nn.Conv2d(6, 16, kernel_size=5),
         nn.ReLU(),
-        MaxPool2x2(),
+        nn.MaxPool2d(2),
         nn.Flatten(),
     )
     body = nn.Sequential(nn.Linear(flat, 120), nn.ReLU(), nn.Linear(120, 84), nn.ReLU())

@@ -7,7 +7,6 @@ from torch import nn
 
 from fedbench.core.registry import register_model
 from fedbench.models.base import FedModel, conv_bn_relu, image_shape
-from fedbench.models.pooling import MaxPool2x2
 
 
 class Residual(nn.Module):
@@ -37,12 +36,12 @@ def resnet9(input_shape: tuple[int, ...], num_classes: int) -> FedModel:
     features = nn.Sequential(
         conv_bn_relu(channels, 64),
         conv_bn_relu(64, 128),
-        MaxPool2x2(),
+        nn.MaxPool2d(2),
         Residual(128),
         conv_bn_relu(128, 256),
-        MaxPool2x2(),
+        nn.MaxPool2d(2),
         conv_bn_relu(256, 512),
-        MaxPool2x2(),
+        nn.MaxPool2d(2),
         Residual(512),
         nn.AdaptiveMaxPool2d(2),
         nn.Flatten(),

@@ -1,7 +1,8 @@
 """Where a run's clients trained: each worker's Ray node, the GPU ids Ray gave it and the torch device it used.
 
-Ray's GPU shares are scheduling labels (RAY_NOTES.md): a worker given GPU 0 trains on CPU when torch sees no
-CUDA there (a simulated GPU, or a CPU-only torch), so a run records both what Ray gave and what torch used.
+Ray's GPU shares are only scheduling labels (Ray sets CUDA_VISIBLE_DEVICES and checks no device): a worker given
+GPU 0 trains on CPU when torch sees no CUDA there (a simulated GPU, or a CPU-only torch), so a run records both what
+Ray gave and what torch used.
 Workers report once, when they load a run; the tags stay a handful of lines however many clients there are.
 """
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import collections
 import math
 from dataclasses import dataclass
-from typing import Callable, Iterator
+from typing import Callable, Iterator, TypeVar
 
 import torch
 import torch.nn.functional as F
@@ -28,6 +28,14 @@ from fedbench.core.types import OptimizerSpec, RoundContext
 from fedbench.training.client_data import ClientData
 
 ExtraLoss = Callable[[nn.Module, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+Forward = Callable[[nn.Module, torch.Tensor], torch.Tensor]
+"""`(model, x) -> logits`: how a method calls its model where `model(x)` will not do (a conditioning vector)."""
+T = TypeVar("T")
+
+
+def _call(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """The forward pass of a method without a `forward` hook."""
+    return model(x)
 
 
 @dataclass(frozen=True)
@@ -57,7 +65,7 @@ class TrainHooks:
     extra_loss: ExtraLoss | None = None
     trainable: Callable[[str], bool] | None = None
     sample_weight: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor] | None = None
-    forward: Callable[[nn.Module, torch.Tensor], torch.Tensor] | None = None
+    forward: Forward | None = None
     loss: Callable[[nn.Module, torch.Tensor, torch.Tensor], torch.Tensor] | None = None
     adjust_gradients: Callable[[nn.Module], None] | None = None
     inner_steps: int = 1
@@ -149,7 +157,7 @@ def train_local(model: nn.Module, data: ClientData, ctx: RoundContext, hooks: Tr
         p.requires_grad_(hooks.trainable is None or hooks.trainable(name))
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = make_optimizer(params, ctx.optimizer, scheduled_lr(ctx.optimizer, ctx.round, ctx.rounds))
-    forward = hooks.forward or (lambda m, x: m(x))
+    forward = hooks.forward or _call
 
     def batch_loss(x: torch.Tensor, y: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
         if hooks.loss is not None:
@@ -186,57 +194,62 @@ def train_local(model: nn.Module, data: ClientData, ctx: RoundContext, hooks: Tr
     return {M.TRAIN_LOSS: total_loss / max(steps, 1), M.TRAIN_STEPS: float(steps), M.TRAIN_SAMPLES: float(data.num_train)}
 
 
-def _test_outputs(model: nn.Module, data: ClientData, batch_size: int, device: str,
-                  forward: Callable[[nn.Module, torch.Tensor], torch.Tensor] | None,
-                  per_batch: Callable[[torch.Tensor], torch.Tensor]) -> list[torch.Tensor]:
-    """`per_batch(logits)` of every batch of the client's local test split, in order, on the CPU."""
-    on_device(model, device).eval()
-    forward = forward or (lambda m, xb: m(xb))
-    return [per_batch(forward(model, xb)).cpu() for xb, _ in data.test_batches(batch_size, device)]
-
-
 @torch.no_grad()
+def _over_test_split(model: nn.Module, data: ClientData, batch_size: int, device: str, forward: Forward | None,
+                     per_batch: Callable[[torch.Tensor, torch.Tensor], T]) -> list[T]:
+    """`per_batch(logits, labels)` of each batch of the client's local test split, in order.
+
+    The set-up `evaluate`, `predict` and `probabilities` share, so that the three score a model the same way:
+    on `device`, in eval mode (BatchNorm's running statistics, no dropout), without an autograd graph, through
+    the method's `forward` where it has one.
+    """
+    on_device(model, device).eval()
+    forward = forward or _call
+    return [per_batch(forward(model, xb), yb) for xb, yb in data.test_batches(batch_size, device)]
+
+
 def predict(
     model: nn.Module,
     data: ClientData,
     batch_size: int = 256,
     device: str = "cpu",
-    forward: Callable[[nn.Module, torch.Tensor], torch.Tensor] | None = None,
+    forward: Forward | None = None,
 ) -> torch.Tensor:
     """The model's predicted classes (int64 [n_test], on the CPU) for the client's local test split."""
-    preds = _test_outputs(model, data, batch_size, device, forward, lambda logits: logits.argmax(dim=1))
+    preds = _over_test_split(model, data, batch_size, device, forward, lambda logits, _: logits.argmax(dim=1).cpu())
     return torch.cat(preds) if preds else torch.zeros(0, dtype=torch.int64)
 
 
-@torch.no_grad()
 def probabilities(
     model: nn.Module,
     data: ClientData,
     batch_size: int = 256,
     device: str = "cpu",
-    forward: Callable[[nn.Module, torch.Tensor], torch.Tensor] | None = None,
+    forward: Forward | None = None,
 ) -> torch.Tensor:
     """Softmax of the model's logits (float64 [n_test, classes], on the CPU) for the client's local test split."""
-    rows = _test_outputs(model, data, batch_size, device, forward, lambda logits: F.softmax(logits.double(), dim=1))
+    rows = _over_test_split(model, data, batch_size, device, forward,
+                            lambda logits, _: F.softmax(logits.double(), dim=1).cpu())
     return torch.cat(rows) if rows else torch.zeros((0, 0), dtype=torch.float64)
 
 
-@torch.no_grad()
+def _batch_scores(logits: torch.Tensor, labels: torch.Tensor) -> tuple[float, int]:
+    """One test batch's summed cross-entropy and count of correct predictions."""
+    return F.cross_entropy(logits, labels, reduction="sum").item(), (logits.argmax(dim=1) == labels).sum().item()
+
+
 def evaluate(
     model: nn.Module,
     data: ClientData,
     batch_size: int = 256,
     device: str = "cpu",
-    forward: Callable[[nn.Module, torch.Tensor], torch.Tensor] | None = None,
+    forward: Forward | None = None,
 ) -> dict[str, float]:
     """Accuracy and mean cross-entropy of `model` on the client's local test split; `test_samples` is the count."""
-    on_device(model, device).eval()
-    forward = forward or (lambda m, xb: m(xb))
     correct, loss_sum = 0, 0.0
-    for xb, yb in data.test_batches(batch_size, device):
-        logits = forward(model, xb)
-        loss_sum += F.cross_entropy(logits, yb, reduction="sum").item()
-        correct += (logits.argmax(dim=1) == yb).sum().item()
+    for batch_loss, batch_correct in _over_test_split(model, data, batch_size, device, forward, _batch_scores):
+        loss_sum += batch_loss  # one float addition a batch, in order (sum() compensates from Python 3.12)
+        correct += batch_correct
     n = data.num_test
     return {M.ACCURACY: correct / n if n else float("nan"), M.LOSS: loss_sum / n if n else float("nan"), M.TEST_SAMPLES: float(n)}
 

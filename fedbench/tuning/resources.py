@@ -1,4 +1,4 @@
-"""What one trial reserves: a bundle for its driver plus one per client worker (RAY_NOTES.md, nested Tune).
+"""What one trial reserves: a bundle for its driver plus one per client worker (Tune's placement groups, nested).
 
 Tune places the trial's driver in bundle 0 and captures the client actors it creates into bundles 1..N;
 an actor beyond the last bundle would wait forever, so the RunSpec's `num_workers` is set to exactly N.

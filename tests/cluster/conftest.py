@@ -25,7 +25,7 @@ WORKER_CPUS = 3
 """The worker node's CPUs: one 2-CPU trial, or one trial of eight 0.25-CPU client workers and its driver."""
 
 WORKER_GPUS = 2
-"""Simulated GPUs of the worker node: Ray schedules on them, torch sees none (RAY_NOTES.md)."""
+"""Simulated GPUs of the worker node: Ray schedules on them, torch sees none."""
 
 OBJECT_STORE_BYTES = 256 * 1024**2
 """Each node's object store: the tests ship digits (a few MB), and the default (30% of RAM per node) is far more."""
