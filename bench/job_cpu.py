@@ -7,8 +7,7 @@ workload's 20 clients (real MNIST, Dirichlet(0.5), LeNet-5, 2 local epochs of ba
 the fedbench pair and the hand-written pair taking turns by round, the clients' halves swapped each round. The jobs'
 own marks (FEDBENCH_TIMELINE) give each side's CPU seconds and page faults. With `--fixed-malloc` the hand-written
 actors also get fedbench's malloc thresholds (fedbench/runtime/allocator.py), which leaves only the two job codes
-to differ. fedbench's job code includes its model: its LeNet-5 pools with MaxPool2x2 (fedbench/models/pooling.py,
-torch's numbers at less CPU: bench/pool_cost.py), the hand-written one with torch's nn.MaxPool2d.
+to differ: both sides' LeNet-5 is the same stack of torch's own layers (nn.Conv2d, nn.MaxPool2d, nn.Linear).
 
     FEDBENCH_DATA=/path/to/data python bench/job_cpu.py [--rounds 6] [--fixed-malloc]
 """
@@ -49,6 +48,7 @@ def main() -> None:
     from cli_overhead import workload
 
     from fedbench.core.types import Payload
+    from fedbench.runtime.jobs import FIT
     from fedbench.runtime.ray_pool import RemoteClientWorker, ensure_ray
     from fedbench.training import get_weights
 
@@ -69,7 +69,7 @@ def main() -> None:
     for round in range(args.rounds):
         for side in (("ours", "theirs") if round % 2 == 0 else ("theirs", "ours")):
             if side == "ours":
-                ray.get([w.jobs.remote("fit", 2, h, [0] * len(h), our_payload, *[{}] * len(h)) for w, h in zip(ours, halves)])
+                ray.get([w.jobs.remote(FIT, 2, h, [0] * len(h), our_payload, *[None] * len(h)) for w, h in zip(ours, halves)])
             else:
                 ray.get([t.fit.remote(their_weights, c, 2) for t, h in zip(theirs, halves) for c in h])
         halves.reverse()

@@ -13,13 +13,14 @@ Run from the repository root, this script runs `examples/my_algorithm.yaml` and 
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 
-from fedbench.algorithms.base import AlgorithmConfig, ServerState, average_uplinks
+from fedbench.algorithms.base import AlgorithmConfig, GlobalState, average_uplinks
 from fedbench.algorithms.fedavg import FedAvg
 from fedbench.core.errors import ConfigError
 from fedbench.core.types import ClientResult, Payload
@@ -38,10 +39,10 @@ class ServerLrFedAvg(FedAvg):
             if self.server_lr <= 0:
                 raise ConfigError("server_lr", self.server_lr, "a number > 0")
 
-    def aggregate(self, round: int, state: ServerState, results: Sequence[ClientResult]) -> ServerState:
-        current, average = state["global"].weights, average_uplinks(results)
+    def aggregate(self, round: int, state: GlobalState, results: Sequence[ClientResult]) -> GlobalState:
+        current, average = state.global_model.weights, average_uplinks(results)
         step = {name: server_step(current[name], value, self.config.server_lr) for name, value in average.items()}
-        return {**state, "global": Payload(step)}
+        return dataclasses.replace(state, global_model=Payload(step))
 
 
 def server_step(current: np.ndarray, average: np.ndarray, lr: float) -> np.ndarray:

@@ -62,6 +62,8 @@ class Listed:
     name: str
     summary: str
     parameters: tuple[Parameter, ...]
+    capabilities: tuple[str, ...] = ()
+    """An algorithm's capabilities beyond the core (`fedbench.algorithms.capabilities`); empty for other kinds."""
 
 
 @dataclass(frozen=True)
@@ -100,7 +102,8 @@ def load() -> Catalog:
     except (OSError, ValueError):
         raw = _build(declared)
         _write(path, raw)
-    own = {kind: {name: Listed(name, text, tuple(Parameter(*p) for p in params)) for name, text, params in rows}
+    own = {kind: {name: Listed(name, text, tuple(Parameter(*p) for p in params), tuple(abilities))
+                  for name, text, params, abilities in rows}
            for kind, rows in raw["kinds"].items()}
     return Catalog(own, declared, [tuple(row) for row in raw["presets"]])
 
@@ -175,14 +178,20 @@ def _type_name(annotation: Any) -> str:
 
 
 def _listed(kind: str, name: str) -> Listed:
-    return Listed(name, summary(KINDS[kind][0].get(name, field=kind)), tuple(parameters(kind, name)))
+    entry = KINDS[kind][0].get(name, field=kind)
+    abilities = ()
+    if kind == "algorithms":
+        from fedbench.algorithms.capabilities import capabilities_of
+
+        abilities = tuple(capabilities_of(entry))
+    return Listed(name, summary(entry), tuple(parameters(kind, name)), abilities)
 
 
 def _build(declared: dict[str, set[str]]) -> dict[str, Any]:
     """fedbench's own entries and the presets as JSON-ready lists (a name an entry point declares is left out)."""
     from fedbench.scenarios.presets import PRESETS
 
-    kinds = {kind: [[item.name, item.summary, [dataclasses.astuple(p) for p in item.parameters]]
+    kinds = {kind: [[item.name, item.summary, [dataclasses.astuple(p) for p in item.parameters], list(item.capabilities)]
                     for item in (_listed(kind, name) for name in registry.names() if name not in declared[kind])]
              for kind, (registry, _) in KINDS.items()}
     return {"kinds": kinds, "presets": [[name, summary(fn)] for name, fn in sorted(PRESETS.items())]}

@@ -8,6 +8,7 @@ import sys
 
 from examples.my_algorithm import ServerLrFedAvg
 from fedbench import catalog
+from fedbench.algorithms.capabilities import capabilities_of
 from fedbench.algorithms.fedavg import FedAvg
 from fedbench.core.cache import cache_dir
 from fedbench.scenarios.presets import PRESETS
@@ -16,7 +17,9 @@ from fedbench.scenarios.presets import PRESETS
 def live(kind: str) -> list[catalog.Listed]:
     """Every entry of `kind` as the registry and its sources give it now, without the cache."""
     registry = catalog.KINDS[kind][0]
-    return [catalog.Listed(name, catalog.summary(registry.get(name)), tuple(catalog.parameters(kind, name)))
+    abilities = (lambda entry: tuple(capabilities_of(entry))) if kind == "algorithms" else (lambda entry: ())
+    return [catalog.Listed(name, catalog.summary(registry.get(name)), tuple(catalog.parameters(kind, name)),
+                           abilities(registry.get(name)))
             for name in registry.names()]
 
 

@@ -24,8 +24,8 @@ Where the paper is silent (choices):
   model as w (what the client holds after synchronising), so evaluation downloads the global model; a client
   that never trained evaluates the global model.
 - System accuracy (004 Sec. 5) is the majority vote of the clients' v_bar: each client uploads it once after
-  the last round, for the vote only (`completes_personal_models`, counted as evaluation traffic). Unseen test
-  clients get the global model (base `assign`).
+  the last round, for the vote only (`PersonalModels`, counted as evaluation traffic). Unseen test
+  clients get the global model (FedAvg's `GlobalModelAtTestTime`).
 """
 
 from __future__ import annotations
@@ -39,17 +39,22 @@ from torch import nn
 from torch.func import functional_call
 
 from fedbench.algorithms.base import AlgorithmConfig, counted
+from fedbench.algorithms.capabilities import PersonalModels
 from fedbench.algorithms.fedavg import FedAvg
 from fedbench.core.errors import ConfigError
 from fedbench.core.registry import register_algorithm
-from fedbench.core.types import Arrays, ClientState, Metrics, Payload, RoundContext
+from fedbench.core.types import Arrays, Metrics, Payload, RoundContext
 from fedbench.training import ClientData, TrainHooks, evaluate, get_weights, set_weights, train_local
 from fedbench.training.loop import scheduled_lr
 
-PERSONAL = "personal"
-"""Client-state key of the personal model v."""
-ALPHA = "alpha"
-"""Client-state key of the mixing weight alpha (a float)."""
+
+@dataclass(frozen=True)
+class APFLClientState:
+    """A client's personal model v and its mixing weight alpha; None before its first job (v = w, the configured
+    alpha)."""
+
+    personal: Arrays | None = None
+    alpha: float | None = None
 
 
 class MixedPair(nn.Module):
@@ -88,8 +93,10 @@ def mixed_weights(alpha: float, personal: Arrays, shared: Arrays, parameters: se
 
 
 @register_algorithm("apfl")
-class APFL(FedAvg):
+class APFL(FedAvg, PersonalModels):
     """FedAvg on the shared copy w; each client also trains its personal model v and mixing weight alpha."""
+
+    ClientState = APFLClientState
 
     @dataclass(frozen=True)
     class Config(AlgorithmConfig):
@@ -107,41 +114,39 @@ class APFL(FedAvg):
             if not isinstance(self.adaptive_alpha, bool):
                 raise ConfigError("adaptive_alpha", self.adaptive_alpha, "true or false")
 
-    completes_personal_models = True
-
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self._personal: nn.Module | None = None
 
     def client_update(
-        self, payload: Payload, state: ClientState, data: ClientData, ctx: RoundContext
-    ) -> tuple[Payload, ClientState, Metrics]:
+        self, payload: Payload, state: APFLClientState, data: ClientData, ctx: RoundContext
+    ) -> tuple[Payload, APFLClientState, Metrics]:
         pair = self._pair(payload.weights, state, ctx.device)
         metrics = train_local(pair, data, ctx, pair.hooks(scheduled_lr(ctx.optimizer, ctx.round, ctx.rounds)))
-        new_state = {**state, PERSONAL: get_weights(pair.personal), ALPHA: float(pair.alpha.detach())}
+        new_state = APFLClientState(get_weights(pair.personal), float(pair.alpha.detach()))
         return counted(get_weights(pair.shared), data.num_train), new_state, metrics
 
-    def client_evaluate(self, payload: Payload, state: ClientState, data: ClientData, ctx: RoundContext) -> Metrics:
+    def client_evaluate(self, payload: Payload, state: APFLClientState, data: ClientData, ctx: RoundContext) -> Metrics:
         """Accuracy of v_bar with the latest global model as w (the global model where the client never trained)."""
         return evaluate(self.model_with(self.personalised(payload, state)), data, device=ctx.device)
 
-    def client_share(self, payload: Payload, state: ClientState) -> Payload:
+    def client_share(self, payload: Payload, state: APFLClientState) -> Payload:
         """v_bar with the latest global model as w, for system accuracy's vote (nothing where the client never
         trained: it votes with the global model, its system payload)."""
-        return Payload(self.personalised(payload, state)) if PERSONAL in state else Payload()
+        return Payload(self.personalised(payload, state)) if state.personal is not None else Payload()
 
-    def personalised(self, payload: Payload, state: ClientState) -> Arrays:
+    def personalised(self, payload: Payload, state: APFLClientState) -> Arrays:
         """v_bar = alpha v + (1 - alpha) w on the parameters (v's buffers); w where the client never trained."""
-        if PERSONAL not in state:
+        if state.personal is None:
             return payload.weights
-        return mixed_weights(state[ALPHA], state[PERSONAL], payload.weights, set(self.parameter_names))
+        return mixed_weights(state.alpha, state.personal, payload.weights, set(self.parameter_names))
 
-    def _pair(self, weights: Arrays, state: ClientState, device: str) -> MixedPair:
+    def _pair(self, weights: Arrays, state: APFLClientState, device: str) -> MixedPair:
         """This process's pair of models: w from the downlink, v and alpha from the client state (a client's
         first job: v = w and the configured alpha)."""
         if self._personal is None:
             with torch.random.fork_rng(devices=[]):
                 self._personal = self.builder()
-        set_weights(self._personal, state.get(PERSONAL, weights))
-        alpha = state.get(ALPHA, self.config.alpha)
+        set_weights(self._personal, weights if state.personal is None else state.personal)
+        alpha = self.config.alpha if state.alpha is None else state.alpha
         return MixedPair(self.model_with(weights), self._personal, alpha, self.config.adaptive_alpha, device)

@@ -62,7 +62,7 @@ from __future__ import annotations
 
 import math
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Iterable, Iterator, Literal, Sequence
 
 import numpy as np
@@ -71,13 +71,16 @@ import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call
 
-from fedbench.algorithms.base import AlgorithmConfig, ServerState, average_uplinks, warn_if_phase_covers_run
+from fedbench.algorithms.base import (
+    AlgorithmConfig, GlobalState, NoClientState, average_uplinks, warn_if_phase_covers_run,
+)
+from fedbench.algorithms.capabilities import RoundReport
 from fedbench.algorithms.fedavg import FedAvg
 from fedbench.core import metrics as M
 from fedbench.core.errors import ClientDivergedError, ConfigError
 from fedbench.core.registry import register_algorithm
 from fedbench.core.runspec import RunSpec
-from fedbench.core.types import Arrays, ClientResult, ClientState, Metrics, Payload, RoundContext
+from fedbench.core.types import Arrays, ClientResult, Metrics, Payload, RoundContext
 from fedbench.training import ClientData, get_weights
 
 RATES = "rates"
@@ -185,8 +188,16 @@ def to_tensors(weights: Arrays, device: str) -> Tensors:
     return {name: torch.tensor(np.asarray(value), device=device) for name, value in weights.items()}
 
 
+@dataclass(frozen=True)
+class ATPState(GlobalState):
+    """`global_model`: the model with the rates (what rate rounds, evaluation and test clients get); `model`: the
+    model alone (FedAvg's downlink)."""
+
+    model: Payload
+
+
 @register_algorithm("atp")
-class ATP(FedAvg):
+class ATP(FedAvg, RoundReport):
     """FedAvg, then per-module adaptation rates learned on the frozen global model; every client, seen or
     unseen, predicts with the global model adapted on its unlabeled batches."""
 
@@ -222,49 +233,48 @@ class ATP(FedAvg):
             if self.rate_grad_norm not in ("sqrt_numel", "none"):
                 raise ConfigError("rate_grad_norm", self.rate_grad_norm, "sqrt_numel or none")
 
-    config: Config
+        def check_run(self, spec: RunSpec) -> None:
+            """Warn when the rate rounds cover the whole run: the model is never trained."""
+            warn_if_phase_covers_run("rate_rounds", self.rate_rounds, spec,
+                                     "the global model is never trained, ATP adapts the initial model")
 
-    @classmethod
-    def check_run(cls, spec: RunSpec) -> None:
-        """Warn when the rate rounds cover the whole run: the model is never trained."""
-        warn_if_phase_covers_run("rate_rounds", cls.Config(**spec.algorithm.kwargs).rate_rounds, spec,
-                                 "the global model is never trained, ATP adapts the initial model")
+    config: Config
+    State = ATPState
 
     def learning_rates(self, round: int) -> bool:
         """Whether `round` is one of the last `rate_rounds` rounds (never where the run's length is unknown)."""
         return self.rounds is not None and round > self.rounds - self.config.rate_rounds
 
     # -- server half ---------------------------------------------------------------------------------
-    def init_state(self) -> ServerState:
-        """`global`: the model with the rates (what rate rounds, evaluation and test clients get); `model`: the
-        model alone (FedAvg's downlink)."""
+    def init_state(self) -> ATPState:
+        """The initial model with the rates at `rate_init`, and alone."""
         model = self.builder.initial(self.seed)
         rates = {name: np.array([self.config.rate_init], dtype=np.float32) for name in rate_modules(model)}
         weights = get_weights(model)
-        return {"global": Payload(weights, {RATES: rates}), "model": Payload(weights)}
+        return ATPState(Payload(weights, {RATES: rates}), Payload(weights))
 
-    def configure(self, round: int, state: ServerState, sampled: Sequence[int]) -> dict[int, Payload]:
-        payload = state["global"] if self.learning_rates(round) else state["model"]
+    def configure(self, round: int, state: ATPState, sampled: Sequence[int]) -> dict[int, Payload]:
+        payload = state.global_model if self.learning_rates(round) else state.model
         return {cid: payload for cid in sampled}
 
-    def aggregate(self, round: int, state: ServerState, results: Sequence[ClientResult]) -> ServerState:
+    def aggregate(self, round: int, state: ATPState, results: Sequence[ClientResult]) -> ATPState:
         """FedAvg's model; in a rate round each rate is the plain mean of the clients' (the released
         TTPBase.learn_to_adapt) and the model stays."""
         if not self.learning_rates(round):
             weights = average_uplinks(results)
-            return {**state, "global": state["global"].replace({"weights": weights}), "model": Payload(weights)}
+            return replace(state, global_model=state.global_model.replace({"weights": weights}), model=Payload(weights))
         rates = {name: np.mean([r.uplink[RATES][name] for r in results], axis=0, dtype=np.float64).astype(np.float32)
-                 for name in state["global"][RATES]}
-        return {**state, "global": state["global"].replace({RATES: rates})}
+                 for name in state.global_model[RATES]}
+        return replace(state, global_model=state.global_model.replace({RATES: rates}))
 
-    def round_metrics(self, state: ServerState) -> Metrics:
+    def round_metrics(self, state: ATPState) -> Metrics:
         """The averaged rate of every module (`atp_rate_<module>`), to plot what ATP learned to adapt."""
-        return {f"atp_rate_{name}": float(value[0]) for name, value in state["global"][RATES].items()}
+        return {f"atp_rate_{name}": float(value[0]) for name, value in state.global_model[RATES].items()}
 
     # -- client half ---------------------------------------------------------------------------------
     def client_update(
-        self, payload: Payload, state: ClientState, data: ClientData, ctx: RoundContext
-    ) -> tuple[Payload, ClientState, Metrics]:
+        self, payload: Payload, state: NoClientState, data: ClientData, ctx: RoundContext
+    ) -> tuple[Payload, NoClientState, Metrics]:
         if not self.learning_rates(ctx.round):
             return super().client_update(payload, state, data, ctx)
         rates, loss = self.learn_rates(payload, data, ctx)
@@ -300,7 +310,7 @@ class ATP(FedAvg):
         values = rates.detach().cpu().numpy().astype(np.float32)
         return {name: values[i : i + 1] for i, name in enumerate(names)}, float(np.mean(losses))
 
-    def client_evaluate(self, payload: Payload, state: ClientState, data: ClientData, ctx: RoundContext) -> Metrics:
+    def client_evaluate(self, payload: Payload, state: NoClientState, data: ClientData, ctx: RoundContext) -> Metrics:
         """Accuracy on the test split of the global model adapted on each of its batches (inputs only)."""
         if not self._adapts(payload):
             return super().client_evaluate(payload, state, data, ctx)
@@ -312,7 +322,7 @@ class ATP(FedAvg):
         return {M.ACCURACY: float((logits.argmax(dim=1) == labels).float().mean()),
                 M.LOSS: float(F.cross_entropy(logits, labels, reduction="sum")) / n, M.TEST_SAMPLES: float(n)}
 
-    def client_predict(self, payload: Payload, state: ClientState, data: ClientData, ctx: RoundContext) -> dict[str, np.ndarray]:
+    def client_predict(self, payload: Payload, state: NoClientState, data: ClientData, ctx: RoundContext) -> dict[str, np.ndarray]:
         """System accuracy's answers: the global model adapted on each batch of the client's test inputs."""
         if not self._adapts(payload):
             return super().client_predict(payload, state, data, ctx)

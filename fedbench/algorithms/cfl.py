@@ -34,12 +34,15 @@ Choices and omissions:
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Literal, Sequence
 
 import numpy as np
 
-from fedbench.algorithms.base import AlgorithmConfig, Assignment, ServerState, sample_counts, warn_if_phase_covers_run
+from fedbench.algorithms.base import AlgorithmConfig, sample_counts, warn_if_phase_covers_run
+from fedbench.algorithms.capabilities import Assignment, RoundReport
 from fedbench.algorithms.fedavg import FedAvg
 from fedbench.core.errors import ConfigError
 from fedbench.core.registry import register_algorithm
@@ -104,10 +107,26 @@ def bipartition(similarity: np.ndarray, linkage: Literal["single", "complete"]) 
     return first, [i for i in range(len(labels)) if labels[i] != labels[0]]
 
 
+@dataclass(frozen=True)
+class CFLState:
+    """The clusters and their models, and what this round's splitting saw."""
+
+    clusters: tuple[tuple[int, ...], ...]
+    """Each cluster's client ids, ascending; the clusters ordered by their smallest member."""
+    models: tuple[Payload, ...]
+    """One model per cluster, in the order of `clusters`."""
+    splits: int = 0
+    """How many clusters split this round."""
+    norms: tuple[float, float] = (math.nan, math.nan)
+    """(mean update norm, largest client update norm) of this round's largest cluster; NaN where it had a single
+    client."""
+
+
 @register_algorithm("cfl")
-class CFL(FedAvg):
-    """Server state: `clusters` (tuples of client ids, ordered by smallest member), `models` (one Payload per
-    cluster), and this round's `splits` and `norms`."""
+class CFL(FedAvg, RoundReport):
+    """FedAvg within clusters that split in two by their members' update similarities."""
+
+    State = CFLState
 
     @dataclass(frozen=True)
     class Config(AlgorithmConfig):
@@ -140,24 +159,22 @@ class CFL(FedAvg):
             if self.warmup_rounds < 0:
                 raise ConfigError("warmup_rounds", self.warmup_rounds, "an integer >= 0, or null for the variant's")
 
-    @classmethod
-    def check_run(cls, spec: RunSpec) -> None:
-        """Warn when the warm-up covers the whole run: no cluster can split, so the run is FedAvg."""
-        warn_if_phase_covers_run("warmup_rounds", cls.Config(**spec.algorithm.kwargs).warmup_rounds, spec,
-                                 "CFL never splits a cluster, so this run is FedAvg")
+        def check_run(self, spec: RunSpec) -> None:
+            """Warn when the warm-up covers the whole run: no cluster can split, so the run is FedAvg."""
+            warn_if_phase_covers_run("warmup_rounds", self.warmup_rounds, spec,
+                                     "CFL never splits a cluster, so this run is FedAvg")
 
     # -- server half ---------------------------------------------------------------------------------
-    def init_state(self) -> ServerState:
-        return {"clusters": (tuple(range(self.num_clients)),), "models": (Payload(self.initial_weights()),),
-                "splits": 0, "norms": (float("nan"), float("nan"))}
+    def init_state(self) -> CFLState:
+        return CFLState((tuple(range(self.num_clients)),), (Payload(self.initial_weights()),))
 
-    def configure(self, round: int, state: ServerState, sampled: Sequence[int]) -> dict[int, Payload]:
+    def configure(self, round: int, state: CFLState, sampled: Sequence[int]) -> dict[int, Payload]:
         return self.cluster_models(state, sampled)
 
-    def aggregate(self, round: int, state: ServerState, results: Sequence[ClientResult]) -> ServerState:
+    def aggregate(self, round: int, state: CFLState, results: Sequence[ClientResult]) -> CFLState:
         uplinks = {r.client_id: r for r in results}
         clusters, models, splits, norms = [], [], 0, {}
-        for members, model in zip(state["clusters"], state["models"]):
+        for members, model in zip(state.clusters, state.models):
             group = [uplinks[c] for c in members]
             halves = [group]
             if len(group) >= 2:
@@ -172,31 +189,32 @@ class CFL(FedAvg):
                 clusters.append(tuple(r.client_id for r in half))
                 models.append(Payload(average_weights([r.uplink.weights for r in half], self._weights(half))))
         order = sorted(range(len(clusters)), key=lambda k: clusters[k][0])
-        largest = max(state["clusters"], key=len)
-        return {**state, "clusters": tuple(clusters[k] for k in order), "models": tuple(models[k] for k in order),
-                "splits": splits, "norms": norms.get(largest, (float("nan"), float("nan")))}
+        largest = max(state.clusters, key=len)
+        return dataclasses.replace(state, clusters=tuple(clusters[k] for k in order),
+                                   models=tuple(models[k] for k in order), splits=splits,
+                                   norms=norms.get(largest, (math.nan, math.nan)))
 
-    def round_metrics(self, state: ServerState) -> Metrics:
-        metrics = {CLUSTERS: float(len(state["clusters"])), SPLITS: float(state["splits"])}
-        if not np.isnan(state["norms"][0]):  # no norms where every cluster is a single client
-            metrics.update({MEAN_NORM: state["norms"][0], MAX_NORM: state["norms"][1]})
-        for k, members in enumerate(state["clusters"]):
+    def round_metrics(self, state: CFLState) -> Metrics:
+        metrics = {CLUSTERS: float(len(state.clusters)), SPLITS: float(state.splits)}
+        if not np.isnan(state.norms[0]):  # no norms where every cluster is a single client
+            metrics.update({MEAN_NORM: state.norms[0], MAX_NORM: state.norms[1]})
+        for k, members in enumerate(state.clusters):
             metrics.update({CLUSTER_OF.format(c): float(k) for c in members})
         return metrics
 
-    def evaluation_payloads(self, state: ServerState, clients: Sequence[int]) -> dict[int, Payload]:
+    def evaluation_payloads(self, state: CFLState, clients: Sequence[int]) -> dict[int, Payload]:
         return self.cluster_models(state, clients)
 
-    def assign(self, state: ServerState, descriptions: dict[int, Payload]) -> Assignment:
+    def assign(self, state: CFLState, descriptions: dict[int, Payload]) -> Assignment:
         """The cluster models' ensemble, each weighted by its number of clients (002 App. I.3)."""
-        sizes = {k: float(len(members)) for k, members in enumerate(state["clusters"])}
-        models = {k: state["models"][k] for k in sizes if sizes[k] > 0}
+        sizes = {k: float(len(members)) for k, members in enumerate(state.clusters)}
+        models = {k: state.models[k] for k in sizes if sizes[k] > 0}
         return Assignment.size_weighted(models, {k: sizes[k] for k in models}, list(descriptions))
 
     # -- helpers -------------------------------------------------------------------------------------
-    def cluster_models(self, state: ServerState, clients: Sequence[int]) -> dict[int, Payload]:
+    def cluster_models(self, state: CFLState, clients: Sequence[int]) -> dict[int, Payload]:
         """Each client's cluster model (the same object for a cluster's members, so it ships once)."""
-        model_of = {c: state["models"][k] for k, members in enumerate(state["clusters"]) for c in members}
+        model_of = {c: state.models[k] for k, members in enumerate(state.clusters) for c in members}
         return {cid: model_of[cid] for cid in clients}
 
     def _weights(self, group: Sequence[ClientResult]) -> list[float]:

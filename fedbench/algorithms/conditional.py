@@ -42,14 +42,17 @@ from __future__ import annotations
 import hashlib
 import inspect
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Callable, Literal, Sequence
 
 import numpy as np
 import torch
 from torch import nn
 
-from fedbench.algorithms.base import Algorithm, AlgorithmConfig, ServerState, average_uplinks, counted
+from fedbench.algorithms.base import (
+    Algorithm, AlgorithmConfig, GlobalModelAtTestTime, GlobalState, average_uplinks, counted,
+)
+from fedbench.algorithms.capabilities import RoundReport, SystemVote
 from fedbench.algorithms.conditional_stats import (
     IDENTITY_MAX_DIM,
     Normalization,
@@ -61,7 +64,7 @@ from fedbench.core import metrics as M
 from fedbench.core.errors import ConfigError
 from fedbench.core.registry import MODELS, register_algorithm
 from fedbench.core.runspec import RunSpec
-from fedbench.core.types import ClientResult, ClientState, Metrics, Payload, RoundContext, derive_seed
+from fedbench.core.types import ClientResult, Metrics, Payload, RoundContext, derive_seed
 from fedbench.data import dataset_facts
 from fedbench.training import ClientData, TrainHooks, evaluate, get_weights, predict, train_local
 
@@ -95,6 +98,43 @@ class ConditionalConfig(AlgorithmConfig):
         if self.pseudo_label_iterations < 0:
             raise ConfigError("pseudo_label_iterations", self.pseudo_label_iterations, "an integer >= 0")
 
+    def check_run(self, spec: RunSpec) -> None:
+        conditioned_options(spec.model.name, dict(spec.model.params), self.num_eigenvalues)
+        if self.centralized_pool and spec.local_steps is not None:
+            raise ConfigError("local_steps", spec.local_steps, "null with algorithm.centralized_pool (the server "
+                              "trains local_epochs whole epochs on the pool each round)")
+        facts = dataset_facts(spec.dataset.name, **spec.dataset.kwargs)
+        if self.feature_map == "random_conv" and not (facts.image_size and min(facts.image_size) >= 4):
+            raise ConfigError("algorithm.feature_map", "random_conv", f"identity or auto for {facts.dataset} "
+                              "(the encoder takes images [C, H, W] with H, W >= 4)")
+
+
+@dataclass(frozen=True)
+class PooledRows:
+    """One client's rows in the server's pool (pooled protocol): [flattened x || s_i], labels, and the digest of
+    the data they came from."""
+
+    rows: np.ndarray
+    y: np.ndarray
+    key: np.ndarray
+
+
+@dataclass(frozen=True)
+class ConditionalState(GlobalState):
+    """The global model; with the pooled protocol the pool by client and the server's last training loss."""
+
+    pool: dict[int, PooledRows] = field(default_factory=dict)
+    pool_loss: float = math.nan
+
+
+@dataclass(frozen=True)
+class ConditionalClientState:
+    """The client's statistics s_i and the digest of the data they were computed from (`data_key`); None before
+    its first job."""
+
+    stats: np.ndarray | None = None
+    stats_key: str | None = None
+
 
 def conditioned_models() -> list[str]:
     """Registered models whose factory takes `cond_dim` (001's conditioning input)."""
@@ -127,10 +167,10 @@ def as_is(x: torch.Tensor, source_y: torch.Tensor) -> torch.Tensor:
     return x
 
 
-def pooled_data(pool: dict[int, dict[str, np.ndarray]]) -> ClientData:
+def pooled_data(pool: dict[int, PooledRows]) -> ClientData:
     """The server's pool as one training set of rows [flattened x || s_i], in client-id order."""
-    rows = torch.from_numpy(np.concatenate([pool[c]["rows"] for c in sorted(pool)]))
-    labels = torch.from_numpy(np.concatenate([pool[c]["y"] for c in sorted(pool)]))
+    rows = torch.from_numpy(np.concatenate([pool[c].rows for c in sorted(pool)]))
+    labels = torch.from_numpy(np.concatenate([pool[c].y for c in sorted(pool)]))
     empty = torch.zeros(0, dtype=torch.int64)
     return ClientData(rows, labels, rows[:0], empty, labels, empty, as_is)
 
@@ -145,10 +185,12 @@ def with_cond(stats: torch.Tensor) -> Forward:
 
 
 @register_algorithm("conditional")
-class Conditional(Algorithm):
+class Conditional(Algorithm, RoundReport, GlobalModelAtTestTime, SystemVote):
     """FedAvg (or pooled training) of one model f(x; theta, s_i); s_i is computed and kept on client i."""
 
     Config = ConditionalConfig
+    State = ConditionalState
+    ClientState = ConditionalClientState
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -157,18 +199,6 @@ class Conditional(Algorithm):
         self.feature_map = self._resolve_feature_map(tuple(self.builder.input_shape))
         self._phi: nn.Module | None = None
 
-    @classmethod
-    def check_run(cls, spec: RunSpec) -> None:
-        config = cls.Config(**spec.algorithm.kwargs)
-        conditioned_options(spec.model.name, dict(spec.model.params), config.num_eigenvalues)
-        if config.centralized_pool and spec.local_steps is not None:
-            raise ConfigError("local_steps", spec.local_steps, "null with algorithm.centralized_pool (the server "
-                              "trains local_epochs whole epochs on the pool each round)")
-        facts = dataset_facts(spec.dataset.name, **spec.dataset.kwargs)
-        if config.feature_map == "random_conv" and not (facts.image_size and min(facts.image_size) >= 4):
-            raise ConfigError("algorithm.feature_map", "random_conv", f"identity or auto for {facts.dataset} "
-                              "(the encoder takes images [C, H, W] with H, W >= 4)")
-
     def _resolve_feature_map(self, shape: tuple[int, ...]) -> str:
         is_image = len(shape) == 3 and min(shape[1:]) >= 4
         if self.config.feature_map != "auto":
@@ -176,32 +206,32 @@ class Conditional(Algorithm):
         return "random_conv" if is_image and math.prod(shape) > IDENTITY_MAX_DIM else "identity"
 
     # -- server half ---------------------------------------------------------------------------------
-    def configure(self, round: int, state: ServerState, sampled: Sequence[int]) -> dict[int, Payload]:
+    def configure(self, round: int, state: ConditionalState, sampled: Sequence[int]) -> dict[int, Payload]:
         """Federated: the global model. Pooled: to each client, the digest of its rows the server holds."""
         if not self.config.centralized_pool:
             return super().configure(round, state, sampled)
-        held = state.get("pool", {})
-        return {cid: Payload(extras={POOL: {"key": held[cid]["key"] if cid in held else np.zeros(0, np.uint8)}})
+        held = state.pool
+        return {cid: Payload(extras={POOL: {"key": held[cid].key if cid in held else np.zeros(0, np.uint8)}})
                 for cid in sampled}
 
-    def aggregate(self, round: int, state: ServerState, results: Sequence[ClientResult]) -> ServerState:
+    def aggregate(self, round: int, state: ConditionalState, results: Sequence[ClientResult]) -> ConditionalState:
         if not self.config.centralized_pool:
-            return {**state, "global": Payload(average_uplinks(results))}
-        pool = dict(state.get("pool", {}))
+            return replace(state, global_model=Payload(average_uplinks(results)))
+        pool = dict(state.pool)
         for r in results:
             if POOL in r.uplink:
                 upload = r.uplink[POOL]
                 n = len(upload["y"])
                 stats = np.broadcast_to(upload["stats"], (n, len(upload["stats"])))
                 rows = np.concatenate([upload["x"].reshape(n, -1), stats], axis=1)
-                pool[r.client_id] = {"rows": rows, "y": upload["y"], "key": upload["key"]}
-        model = self.model_with(state["global"].weights)
+                pool[r.client_id] = PooledRows(rows, upload["y"], upload["key"])
+        model = self.model_with(state.global_model.weights)
         metrics = train_local(model, pooled_data(pool), self._server_context(round), TrainHooks(forward=self._split_forward))
-        return {**state, "global": Payload(get_weights(model)), "pool": pool, "pool_loss": metrics[M.TRAIN_LOSS]}
+        return replace(state, global_model=Payload(get_weights(model)), pool=pool, pool_loss=metrics[M.TRAIN_LOSS])
 
-    def round_metrics(self, state: ServerState) -> Metrics:
+    def round_metrics(self, state: ConditionalState) -> Metrics:
         """Pooled: the server's training loss stands for the clients', which do not train."""
-        return {M.TRAIN_LOSS_MEAN: state["pool_loss"]} if self.config.centralized_pool else {}
+        return {M.TRAIN_LOSS_MEAN: state.pool_loss} if self.config.centralized_pool else {}
 
     def _server_context(self, round: int) -> RoundContext:
         if self.training is None:
@@ -218,33 +248,33 @@ class Conditional(Algorithm):
 
     # -- client half ---------------------------------------------------------------------------------
     def client_update(
-        self, payload: Payload, state: ClientState, data: ClientData, ctx: RoundContext
-    ) -> tuple[Payload, ClientState, Metrics]:
+        self, payload: Payload, state: ConditionalClientState, data: ClientData, ctx: RoundContext
+    ) -> tuple[Payload, ConditionalClientState, Metrics]:
         key = data_key(data)
-        if state.get("stats_key") != key:
-            state = {**state, "stats": self.statistics(data, ctx).numpy(), "stats_key": key}
+        if state.stats_key != key:
+            state = ConditionalClientState(self.statistics(data, ctx).numpy(), key)
         if self.config.centralized_pool:
             return self._pool_upload(payload, state, data, ctx), state, {M.TRAIN_LOSS: float("nan")}
         model = self.model_with(payload.weights)
         # torch.tensor copies: on Ray the state arrives as read-only object-store memory
-        metrics = train_local(model, data, ctx, TrainHooks(forward=with_cond(torch.tensor(state["stats"]))))
+        metrics = train_local(model, data, ctx, TrainHooks(forward=with_cond(torch.tensor(state.stats))))
         return counted(get_weights(model), data.num_train), state, metrics
 
-    def _pool_upload(self, payload: Payload, state: ClientState, data: ClientData, ctx: RoundContext) -> Payload:
+    def _pool_upload(self, payload: Payload, state: ConditionalClientState, data: ClientData, ctx: RoundContext) -> Payload:
         """Pooled protocol: the client's rows as the model sees them, labels and s_i, unless the server holds them."""
-        key = np.frombuffer(bytes.fromhex(state["stats_key"]), dtype=np.uint8)
+        key = np.frombuffer(bytes.fromhex(state.stats_key), dtype=np.uint8)
         if np.array_equal(payload[POOL]["key"], key):
             return counted(None, data.num_train)
         rows = [data.train_batch(idx)[0].numpy() for idx in torch.arange(data.num_train).split(CHUNK)]
-        upload = {"x": np.concatenate(rows).astype(np.float32), "y": data.train_y.numpy(), "stats": np.array(state["stats"]),
+        upload = {"x": np.concatenate(rows).astype(np.float32), "y": data.train_y.numpy(), "stats": np.array(state.stats),
                   "key": key}
         return counted(None, data.num_train, {POOL: upload})
 
-    def client_evaluate(self, payload: Payload, state: ClientState, data: ClientData, ctx: RoundContext) -> Metrics:
+    def client_evaluate(self, payload: Payload, state: ConditionalClientState, data: ClientData, ctx: RoundContext) -> Metrics:
         model = self.model_with(payload.weights)
         return evaluate(model, data, device=ctx.device, forward=with_cond(self._evaluation_stats(model, state, data, ctx)))
 
-    def client_predict(self, payload: Payload, state: ClientState, data: ClientData, ctx: RoundContext) -> dict[str, np.ndarray]:
+    def client_predict(self, payload: Payload, state: ConditionalClientState, data: ClientData, ctx: RoundContext) -> dict[str, np.ndarray]:
         model = self.model_with(payload.weights)
         stats = self._evaluation_stats(model, state, data, ctx)
         return {M.PRED: self._predict(model, data, ctx, stats).numpy()}
@@ -260,10 +290,11 @@ class Conditional(Algorithm):
         l, labels = self.config.num_eigenvalues, None if labels is None else labels.to(features.device)
         return client_statistics(features, labels, ctx.num_classes, l, seed, self.config.normalization).cpu()
 
-    def _evaluation_stats(self, model: nn.Module, state: ClientState, data: ClientData, ctx: RoundContext) -> torch.Tensor:
+    def _evaluation_stats(self, model: nn.Module, state: ConditionalClientState, data: ClientData,
+                          ctx: RoundContext) -> torch.Tensor:
         """The client's own s_i when its state holds one for these data; else see the module docstring."""
-        if "stats" in state and state.get("stats_key") == data_key(data):
-            return torch.tensor(state["stats"])
+        if state.stats is not None and state.stats_key == data_key(data):
+            return torch.tensor(state.stats)
         if data.num_train > self.config.num_eigenvalues:
             return self.statistics(data, ctx)
         if data.num_test == 0:

@@ -29,26 +29,25 @@ details and the other differences from the released code.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Literal, Sequence
 
 import numpy as np
 
-from fedbench.algorithms.base import SAMPLES, AlgorithmConfig, ServerState, counted
-from fedbench.algorithms.peer_relay import MODEL, PeerRelay
+from fedbench.algorithms.base import SAMPLES, AlgorithmConfig, counted, samples_of
+from fedbench.algorithms.peer_relay import Decentralized, DecentralizedClientState, DecentralizedState
 from fedbench.core.errors import ConfigError
 from fedbench.core.registry import register_algorithm
-from fedbench.core.types import WEIGHTS, Arrays, ClientState, Metrics, Payload, RoundContext
+from fedbench.core.types import WEIGHTS, Arrays, Metrics, Payload, RoundContext
 from fedbench.training import ClientData, average_weights, get_weights, train_local, training_loss
 
 SIMILARITY = "similarity"
-"""Uplink section (and client-state key) `{"s": float64 [clients]}`: the client's similarity vector s_i, which
-the neighbours it answers read for their 2-hop approximation."""
+"""Uplink section `{"s": float64 [clients]}`: the client's similarity vector s_i, which the neighbours it answers
+read for their 2-hop approximation."""
 REQUEST = "request"
 """Uplink section `{"ids": int64 [n]}`: the neighbours the client asks for their models next round."""
-CONTACTED = "contacted"
-"""Client-state key, bool [clients]: the clients whose similarity this client measured itself."""
 MIN_LOSS = 1e-12
 """Floor on a measured loss, so that a model fitting i's data perfectly has a large, finite similarity."""
 
@@ -85,10 +84,22 @@ def sample_neighbours(similarity: np.ndarray, client: int, tau: float, n: int, r
     return np.sort(np.argsort(-keys)[:n]).astype(np.int64)
 
 
+@dataclass(frozen=True)
+class DACClientState(DecentralizedClientState):
+    """The client's own model, its similarity vector s_i and which clients it measured itself; None before its
+    first job (s_i = 0, nobody measured)."""
+
+    similarity: np.ndarray | None = None
+    """float64 [clients]: s_i, 0 where unknown."""
+    contacted: np.ndarray | None = None
+    """bool [clients]: the clients whose similarity this client measured itself (the rest are 2-hop or unknown)."""
+
+
 @register_algorithm("dac")
-class DAC(PeerRelay):
+class DAC(Decentralized):
     """Similarity-driven neighbour sampling, sample-count averaging with the sampled neighbours, local training."""
 
+    ClientState = DACClientState
     SHARED = (WEIGHTS, SAMPLES, SIMILARITY)
 
     @dataclass(frozen=True)
@@ -113,24 +124,24 @@ class DAC(PeerRelay):
                 raise ConfigError("tau_schedule", self.tau_schedule, "constant or sigmoid")
 
     # -- server half ---------------------------------------------------------------------------------
-    def configure(self, round: int, state: ServerState, sampled: Sequence[int]) -> dict[int, Payload]:
+    def configure(self, round: int, state: DecentralizedState, sampled: Sequence[int]) -> dict[int, Payload]:
         """Each client gets what the neighbours it asked for last parked (nothing before its first job)."""
-        parked = state["parked"]
+        parked = state.parked
         downlinks = {}
         for cid in sampled:
             asked = [int(j) for j in parked[cid][REQUEST]["ids"]] if cid in parked else []
-            downlinks[cid] = Payload.from_peers({j: self.sent(state, j) for j in asked if j in parked})
+            downlinks[cid] = Payload(peers={j: self.sent(state, j) for j in asked if j in parked})
         return downlinks
 
     # -- client half ---------------------------------------------------------------------------------
     def exchange(
-        self, payload: Payload, state: ClientState, data: ClientData, ctx: RoundContext
+        self, payload: Payload, state: DACClientState, data: ClientData, ctx: RoundContext
     ) -> tuple[Arrays, np.ndarray, np.ndarray]:
         """Steps 2-4 with the neighbours' answers: (the averaged model, s_i, the contacted mask)."""
-        similarity = state.get(SIMILARITY, np.zeros(self.num_clients))
-        contacted = state.get(CONTACTED, np.zeros(self.num_clients, dtype=bool))
+        similarity = state.similarity if state.similarity is not None else np.zeros(self.num_clients)
+        contacted = state.contacted if state.contacted is not None else np.zeros(self.num_clients, dtype=bool)
         own = self.own_weights(state)
-        peers = payload.peers()
+        peers = payload.peers
         if not peers:
             return own, similarity, contacted
         similarity, contacted = similarity.copy(), contacted.copy()
@@ -141,12 +152,12 @@ class DAC(PeerRelay):
                 similarity[k] = 1.0 / max(loss, MIN_LOSS)
                 contacted[k] = True
         similarity = two_hop(similarity, contacted, {k: peers[k][SIMILARITY]["s"] for k in senders}, ctx.client_id)
-        counts = [data.num_train, *(int(peers[k][SAMPLES]["n"][0]) for k in senders)]
+        counts = [data.num_train, *(samples_of(peers[k]) for k in senders)]
         return average_weights([own, *(peers[k].weights for k in senders)], counts), similarity, contacted
 
     def client_update(
-        self, payload: Payload, state: ClientState, data: ClientData, ctx: RoundContext
-    ) -> tuple[Payload, ClientState, Metrics]:
+        self, payload: Payload, state: DACClientState, data: ClientData, ctx: RoundContext
+    ) -> tuple[Payload, DACClientState, Metrics]:
         weights, similarity, contacted = self.exchange(payload, state, data, ctx)
         model = self.model_with(weights)
         metrics = train_local(model, data, ctx)
@@ -156,4 +167,4 @@ class DAC(PeerRelay):
         request = sample_neighbours(similarity, ctx.client_id, tau, n, np.random.default_rng(ctx.rng_seed("neighbours")))
         trained = get_weights(model)
         uplink = counted(trained, data.num_train, {SIMILARITY: {"s": similarity}, REQUEST: {"ids": request}})
-        return uplink, {**state, MODEL: trained, SIMILARITY: similarity, CONTACTED: contacted}, metrics
+        return uplink, dataclasses.replace(state, model=trained, similarity=similarity, contacted=contacted), metrics

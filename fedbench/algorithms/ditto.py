@@ -16,10 +16,10 @@ Choices where the paper is silent (docs/methods.md compares them with the releas
   each on every batch; the two updates do not depend on each other, so training one job after the other
   gives the same models), with the run's optimizer and learning rate; `personal_epochs` can change its length.
 - Local accuracy is each client's personal model's; a client never sampled has none and is evaluated
-  with the global model, and so are test-time clients (base `assign`).
+  with the global model, and so are test-time clients (FedAvg's `GlobalModelAtTestTime`).
 - System accuracy is 004's majority vote of the personal models (004 Table 1 reports one for Ditto). The
   server never holds them in training, so after the last round each client uploads its personal model once,
-  for the vote only (`completes_personal_models`), metered as evaluation traffic (`comm_eval_up_bytes`), never
+  for the vote only (`PersonalModels`), metered as evaluation traffic (`comm_eval_up_bytes`), never
   as Ditto's training communication.
 """
 
@@ -30,19 +30,20 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
-from fedbench.algorithms.base import PERSONAL, AlgorithmConfig, PersonalModels, ServerState, counted
+from fedbench.algorithms.base import AlgorithmConfig, counted
 from fedbench.algorithms.fedavg import FedAvg
 from fedbench.algorithms.fedprox import proximal_term
+from fedbench.algorithms.personal import PersonalBesideGlobal, PersonalClientState, PersonalisedState
 from fedbench.core.errors import ConfigError
 from fedbench.core.registry import register_algorithm
-from fedbench.core.types import ClientResult, ClientState, Metrics, Payload, RoundContext
+from fedbench.core.types import ClientResult, Metrics, Payload, RoundContext
 from fedbench.training import ClientData, TrainHooks, get_weights, train_local
 
 
 @register_algorithm("ditto")
-class Ditto(PersonalModels, FedAvg):
-    """FedAvg's global model, plus a personal model v_k per client (`PERSONAL`) trained against it with
-    lam/2 ||v - w^t||^2."""
+class Ditto(PersonalBesideGlobal, FedAvg):
+    """FedAvg's global model, plus a personal model v_k per client (`PersonalClientState.personal`) trained against
+    it with lam/2 ||v - w^t||^2."""
 
     @dataclass(frozen=True)
     class Config(AlgorithmConfig):
@@ -63,22 +64,22 @@ class Ditto(PersonalModels, FedAvg):
                 raise ConfigError("personal_epochs", self.personal_epochs, "an integer >= 1, or None for the run's")
 
     # -- server half ---------------------------------------------------------------------------------
-    def aggregate(self, round: int, state: ServerState, results: Sequence[ClientResult]) -> ServerState:
+    def aggregate(self, round: int, state: PersonalisedState, results: Sequence[ClientResult]) -> PersonalisedState:
         return self.with_trained(super().aggregate(round, state, results), results)
 
     # -- client half ---------------------------------------------------------------------------------
     def client_update(
-        self, payload: Payload, state: ClientState, data: ClientData, ctx: RoundContext
-    ) -> tuple[Payload, ClientState, Metrics]:
+        self, payload: Payload, state: PersonalClientState, data: ClientData, ctx: RoundContext
+    ) -> tuple[Payload, PersonalClientState, Metrics]:
         model = self.model_with(payload.weights)
         anchor = {name: p.detach().clone().to(ctx.device) for name, p in model.named_parameters()}
         metrics = train_local(model, data, ctx)  # FedAvg's job, untouched: same batches, same RNG draws
         uplink = counted(get_weights(model), data.num_train)
 
-        personal = self.model_with(state.get(PERSONAL, payload.weights))
+        personal = self.model_with(payload.weights if state.personal is None else state.personal)
         hooks = TrainHooks(extra_loss=proximal_term(self.config.lam, anchor))
         train_local(personal, data, self.personal_context(ctx), hooks)
-        return uplink, {**state, PERSONAL: get_weights(personal)}, metrics
+        return uplink, PersonalClientState(get_weights(personal)), metrics
 
     def personal_context(self, ctx: RoundContext) -> RoundContext:
         """The personal job's context: the global job's (same batches), or `personal_epochs` epochs of the same

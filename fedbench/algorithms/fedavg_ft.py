@@ -10,16 +10,30 @@ downlink; one that does not (first fine-tuning round, or never sampled before) g
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Sequence
 
-from fedbench.algorithms.base import AlgorithmConfig, ServerState
+from fedbench.algorithms.base import AlgorithmConfig, GlobalState
 from fedbench.algorithms.fedavg import FedAvg
 from fedbench.core.errors import ConfigError
 from fedbench.core.registry import register_algorithm
 from fedbench.core.runspec import RunSpec
-from fedbench.core.types import ClientResult, ClientState, Metrics, Payload, RoundContext
+from fedbench.core.types import Arrays, ClientResult, Metrics, Payload, RoundContext
 from fedbench.training import ClientData, TrainHooks, get_weights, train_local
+
+
+@dataclass(frozen=True)
+class FineTunedState(GlobalState):
+    """The global model, and each client's fine-tuned model once it uploaded one (the last `ft_rounds` rounds)."""
+
+    personal: dict[int, Payload] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class FineTuningClientState:
+    """The client's fine-tuned model; None until its first fine-tuning round (it starts from the global model)."""
+
+    model: Arrays | None = None
 
 
 @register_algorithm("fedavg_ft")
@@ -29,8 +43,11 @@ class FedAvgFT(FedAvg):
 
     The run's round count R comes from the RunSpec (`Algorithm.rounds`). Where it is unknown (None, a unit
     test calling the halves directly) there is no fine-tuning phase. A run with ft_rounds >= R is refused when
-    the task loads (`check_run`).
+    the task loads (`Config.check_run`).
     """
+
+    State = FineTunedState
+    ClientState = FineTuningClientState
 
     @dataclass(frozen=True)
     class Config(AlgorithmConfig):
@@ -42,15 +59,14 @@ class FedAvgFT(FedAvg):
             if self.ft_rounds < 0:
                 raise ConfigError("ft_rounds", self.ft_rounds, "an integer >= 0 (0: no fine-tuning)")
 
-    @classmethod
-    def check_run(cls, spec: RunSpec) -> None:
-        """Refuse a run that fine-tunes in every round: nothing would ever be aggregated, so the method's
-        federated phase would not run at all (the default `ft_rounds` are 004's, out of 800 rounds)."""
-        ft_rounds = cls.Config(**spec.algorithm.kwargs).ft_rounds
-        if ft_rounds >= spec.rounds:
-            raise ConfigError("algorithm.ft_rounds", ft_rounds,
-                              f"fewer than the run's rounds ({spec.rounds}): with {ft_rounds} every round fine-tunes "
-                              "locally and nothing is ever aggregated (the default is 004's, out of 800 rounds)")
+        def check_run(self, spec: RunSpec) -> None:
+            """Refuse a run that fine-tunes in every round: nothing would ever be aggregated, so the method's
+            federated phase would not run at all (the default `ft_rounds` are 004's, out of 800 rounds)."""
+            if self.ft_rounds >= spec.rounds:
+                raise ConfigError("algorithm.ft_rounds", self.ft_rounds,
+                                  f"fewer than the run's rounds ({spec.rounds}): with {self.ft_rounds} every round "
+                                  "fine-tunes locally and nothing is ever aggregated (the default is 004's, out of "
+                                  "800 rounds)")
 
     def fine_tuning(self, round: int) -> bool:
         """Whether `round` is one of the last `ft_rounds` rounds of the run."""
@@ -61,30 +77,30 @@ class FedAvgFT(FedAvg):
         return TrainHooks()
 
     # -- server half ---------------------------------------------------------------------------------
-    def init_state(self) -> ServerState:
-        return {**super().init_state(), "personal": {}}
+    def init_state(self) -> FineTunedState:
+        return FineTunedState(Payload(self.initial_weights()))
 
-    def configure(self, round: int, state: ServerState, sampled: Sequence[int]) -> dict[int, Payload]:
+    def configure(self, round: int, state: FineTunedState, sampled: Sequence[int]) -> dict[int, Payload]:
         if not self.fine_tuning(round):
             return super().configure(round, state, sampled)
-        return {cid: Payload() if cid in state["personal"] else state["global"] for cid in sampled}
+        return {cid: Payload() if cid in state.personal else state.global_model for cid in sampled}
 
-    def aggregate(self, round: int, state: ServerState, results: Sequence[ClientResult]) -> ServerState:
+    def aggregate(self, round: int, state: FineTunedState, results: Sequence[ClientResult]) -> FineTunedState:
         if not self.fine_tuning(round):
             return super().aggregate(round, state, results)
-        return {**state, "personal": {**state["personal"], **{r.client_id: r.uplink for r in results}}}
+        return replace(state, personal={**state.personal, **{r.client_id: r.uplink for r in results}})
 
-    def evaluation_payloads(self, state: ServerState, clients: Sequence[int]) -> dict[int, Payload]:
+    def evaluation_payloads(self, state: FineTunedState, clients: Sequence[int]) -> dict[int, Payload]:
         """Each client's fine-tuned model where it has one, else the global model."""
-        return {cid: state["personal"].get(cid, state["global"]) for cid in clients}
+        return {cid: state.personal.get(cid, state.global_model) for cid in clients}
 
     # -- client half ---------------------------------------------------------------------------------
     def client_update(
-        self, payload: Payload, state: ClientState, data: ClientData, ctx: RoundContext
-    ) -> tuple[Payload, ClientState, Metrics]:
+        self, payload: Payload, state: FineTuningClientState, data: ClientData, ctx: RoundContext
+    ) -> tuple[Payload, FineTuningClientState, Metrics]:
         if not self.fine_tuning(ctx.round):
             return super().client_update(payload, state, data, ctx)
-        model = self.model_with(state["model"] if "model" in state else payload.weights)
+        model = self.model_with(payload.weights if state.model is None else state.model)
         metrics = train_local(model, data, ctx, self.fine_tuning_hooks())
         weights = get_weights(model)
-        return Payload(weights), {**state, "model": weights}, metrics
+        return Payload(weights), FineTuningClientState(weights), metrics

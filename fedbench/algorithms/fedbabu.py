@@ -29,12 +29,12 @@ from typing import Literal
 
 from torch import nn
 
-from fedbench.algorithms.base import ServerState, counted
-from fedbench.algorithms.fedavg_ft import FedAvgFT
+from fedbench.algorithms.base import counted
+from fedbench.algorithms.fedavg_ft import FedAvgFT, FineTunedState, FineTuningClientState
 from fedbench.algorithms.fedrep import BODY_ONLY, HEAD, HEAD_ONLY
 from fedbench.core.errors import ConfigError
 from fedbench.core.registry import register_algorithm
-from fedbench.core.types import Arrays, ClientState, Metrics, Payload, RoundContext
+from fedbench.core.types import Arrays, Metrics, Payload, RoundContext
 from fedbench.models.base import select_parts, without_parts
 from fedbench.training import ClientData, TrainHooks, get_weights, train_local
 
@@ -63,14 +63,14 @@ class FedBABU(FedAvgFT):
         return HEAD_ONLY if self.config.ft_part == "head" else TrainHooks()
 
     # -- server half ---------------------------------------------------------------------------------
-    def init_state(self) -> ServerState:
+    def init_state(self) -> FineTunedState:
         """The initial body as the global model (the head is rebuilt where it is needed), no fine-tuned models yet."""
-        return {"global": Payload(without_parts(self.initial_weights(), HEAD)), "personal": {}}
+        return FineTunedState(Payload(without_parts(self.initial_weights(), HEAD)))
 
     # -- client half ---------------------------------------------------------------------------------
     def client_update(
-        self, payload: Payload, state: ClientState, data: ClientData, ctx: RoundContext
-    ) -> tuple[Payload, ClientState, Metrics]:
+        self, payload: Payload, state: FineTuningClientState, data: ClientData, ctx: RoundContext
+    ) -> tuple[Payload, FineTuningClientState, Metrics]:
         if self.fine_tuning(ctx.round):
             return super().client_update(payload, state, data, ctx)
         model = self.model_with(payload.weights)

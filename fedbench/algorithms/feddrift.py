@@ -53,7 +53,7 @@ names "FedDrift (ours)", `softcluster` + `H_A_F_1_06_0`, which is also what 002 
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Literal, Sequence
 
 import numpy as np
@@ -61,17 +61,14 @@ import torch
 from torch import nn
 
 from fedbench.algorithms.base import (
-    SAMPLES, Algorithm, AlgorithmConfig, Assignment, ServerState, average_uplinks, counted, sample_counts,
+    CLUSTER, Algorithm, AlgorithmConfig, cluster_averages, counted, reported_cluster, sample_counts, samples_of,
 )
-from fedbench.algorithms.ifca import MODEL, offered
+from fedbench.algorithms.capabilities import Assignment, RoundReport, SystemVote, TestTimeAssignment
 from fedbench.core.errors import ConfigError
 from fedbench.core.registry import register_algorithm
-from fedbench.core.types import Arrays, ClientResult, ClientState, Metrics, Payload, RoundContext
+from fedbench.core.types import Arrays, ClientResult, Metrics, Payload, RoundContext
 from fedbench.training import ClientData, average_weights, get_weights, train_local, training_loss
 
-CLUSTER = "cluster"
-"""Uplink section `{"id": int64 [1], "new": int64 [1]}`: the cluster whose model the client picked (-1: none
-was offered) and 1 when it starts a new cluster with its upload."""
 LOSSES = "losses"
 """Uplink section `{"loss": float32 [K]}`: the client's loss of each offered model, in ascending id order (sent
 when it joined an existing cluster: the merge reads them)."""
@@ -98,7 +95,38 @@ def training_error(model: nn.Module, data: ClientData, device: str = "cpu") -> f
 
 def picked_cluster(uplink: Payload) -> int:
     """The cluster whose model the client picked (-1: none was offered)."""
-    return int(uplink[CLUSTER]["id"][0])
+    return reported_cluster(uplink)
+
+
+def cluster_report(k: int, new: bool) -> dict[str, Arrays]:
+    """The uplink's `CLUSTER` section `{"id": int64 [1], "new": int64 [1]}`: the cluster whose model the client
+    picked (-1: none was offered) and 1 when it starts a new cluster with its upload."""
+    return {CLUSTER: {"id": np.array([k], dtype=np.int64), "new": np.array([int(new)], dtype=np.int64)}}
+
+
+def started_new(uplink: Payload) -> bool:
+    """Whether the client starts a new cluster with its upload (`cluster_report`)."""
+    return bool(uplink[CLUSTER]["new"][0])
+
+
+@dataclass(frozen=True)
+class FedDriftState:
+    """The cluster models by id, each client's cluster, the last round each cluster had members, the next new
+    cluster's id, and this round's drifts and merges (for the round metrics)."""
+
+    models: dict[int, Payload] = field(default_factory=dict)
+    cluster_of: dict[int, int] = field(default_factory=dict)
+    last_used: dict[int, int] = field(default_factory=dict)
+    next_id: int = 0
+    drifted: int = 0
+    merges: int = 0
+
+
+@dataclass(frozen=True)
+class FedDriftClientState:
+    """The loss of the model the client picked in its last round; None before its first (drift detection)."""
+
+    loss: float | None = None
 
 
 def cluster_distances(losses: np.ndarray, variant: Literal["paper", "released"]) -> np.ndarray:
@@ -135,9 +163,12 @@ def merge_groups(distances: np.ndarray, delta: float) -> list[list[int]]:
 
 
 @register_algorithm("feddrift")
-class FedDrift(Algorithm):
-    """Server state: `models` {cluster id: Payload}, `cluster_of` {client: cluster id}, `last_used` {cluster id:
-    last round it had members}, `next_id`, and this round's `drifted` and `merges`."""
+class FedDrift(Algorithm, RoundReport, TestTimeAssignment, SystemVote):
+    """Clusters of clients by the loss of each model on their data; a drift starts a cluster, close ones merge.
+    Every model travels to every sampled client as `Payload.models[k]`."""
+
+    State = FedDriftState
+    ClientState = FedDriftClientState
 
     @dataclass(frozen=True)
     class Config(AlgorithmConfig):
@@ -164,59 +195,53 @@ class FedDrift(Algorithm):
                 raise ConfigError("delta", self.delta, "a number > 0 (the drift and merge threshold)")
 
     # -- server half ---------------------------------------------------------------------------------
-    def init_state(self) -> ServerState:
+    def init_state(self) -> FedDriftState:
         models = {0: Payload(self.initial_weights())} if self.config.initial == "shared" else {}
-        return {"models": models, "cluster_of": {}, "last_used": {k: 0 for k in models}, "next_id": len(models),
-                "drifted": 0, "merges": 0}
+        return FedDriftState(models, last_used={k: 0 for k in models}, next_id=len(models))
 
-    def configure(self, round: int, state: ServerState, sampled: Sequence[int]) -> dict[int, Payload]:
+    def configure(self, round: int, state: FedDriftState, sampled: Sequence[int]) -> dict[int, Payload]:
         """Every model to every sampled client (one Payload, shared)."""
-        models = state["models"]
-        offer = Payload(extras={f"{MODEL}{k}": models[k].weights for k in sorted(models)})
+        offer = Payload(models={k: state.models[k] for k in sorted(state.models)})
         return {cid: offer for cid in sampled}
 
-    def aggregate(self, round: int, state: ServerState, results: Sequence[ClientResult]) -> ServerState:
-        drifted = [r.client_id for r in results if r.uplink[CLUSTER]["new"][0]]
+    def aggregate(self, round: int, state: FedDriftState, results: Sequence[ClientResult]) -> FedDriftState:
+        drifted = [r.client_id for r in results if started_new(r.uplink)]
         stayed = [r for r in results if r.client_id not in drifted]
-        models, last_used = dict(state["models"]), dict(state["last_used"])
-        cluster_of = {c: k for c, k in state["cluster_of"].items() if c not in drifted}
-        picked: dict[int, list[ClientResult]] = {}
-        for r in stayed:
-            picked.setdefault(picked_cluster(r.uplink), []).append(r)
-        for k, group in picked.items():
-            models[k], last_used[k] = Payload(average_uplinks(group)), round
-            cluster_of.update({r.client_id: k for r in group})
+        models, last_used = dict(state.models), dict(state.last_used)
+        cluster_of = {c: k for c, k in state.cluster_of.items() if c not in drifted}
+        for k, model in cluster_averages(stayed, lambda r: picked_cluster(r.uplink)).items():
+            models[k], last_used[k] = model, round
+        cluster_of.update({r.client_id: picked_cluster(r.uplink) for r in stayed})
         merges = self._merge(models, cluster_of, stayed, state)
         uploads = {r.client_id: r.uplink.weights for r in results}
-        for k, cid in enumerate(drifted, start=state["next_id"]):
+        for k, cid in enumerate(drifted, start=state.next_id):
             if len(models) >= self.num_clients:
                 self._drop_least_recently_used(models, cluster_of, last_used)
             models[k], last_used[k], cluster_of[cid] = Payload(uploads[cid]), round, k
-        return {**state, "models": models, "cluster_of": cluster_of, "last_used": {k: last_used[k] for k in models},
-                "next_id": state["next_id"] + len(drifted), "drifted": len(drifted), "merges": merges}
+        return replace(state, models=models, cluster_of=cluster_of, last_used={k: last_used[k] for k in models},
+                       next_id=state.next_id + len(drifted), drifted=len(drifted), merges=merges)
 
-    def round_metrics(self, state: ServerState) -> Metrics:
-        metrics = {MODELS: float(len(state["models"])), DRIFTED: float(state["drifted"]),
-                   MERGES: float(state["merges"])}
-        return {**metrics, **{CLUSTER_OF.format(c): float(k) for c, k in sorted(state["cluster_of"].items())}}
+    def round_metrics(self, state: FedDriftState) -> Metrics:
+        metrics = {MODELS: float(len(state.models)), DRIFTED: float(state.drifted), MERGES: float(state.merges)}
+        return {**metrics, **{CLUSTER_OF.format(c): float(k) for c, k in sorted(state.cluster_of.items())}}
 
-    def evaluation_payloads(self, state: ServerState, clients: Sequence[int]) -> dict[int, Payload]:
+    def evaluation_payloads(self, state: FedDriftState, clients: Sequence[int]) -> dict[int, Payload]:
         """Each client's cluster model; a client never sampled gets the cluster most clients hold."""
-        held = Counter(state["cluster_of"].values())
+        held = Counter(state.cluster_of.values())
         if not held:
             initial = Payload(self.initial_weights())
             return {cid: initial for cid in clients}
         fallback = min(held, key=lambda k: (-held[k], k))
-        return {cid: state["models"][state["cluster_of"].get(cid, fallback)] for cid in clients}
+        return {cid: state.models[state.cluster_of.get(cid, fallback)] for cid in clients}
 
-    def assign(self, state: ServerState, descriptions: dict[int, Payload]) -> Assignment:
+    def assign(self, state: FedDriftState, descriptions: dict[int, Payload]) -> Assignment:
         """The cluster models, each weighted by its number of clients (002 App. I.3)."""
-        held = Counter(state["cluster_of"].values())
-        models = {k: state["models"][k] for k in sorted(held)}
+        held = Counter(state.cluster_of.values())
+        models = {k: state.models[k] for k in sorted(held)}
         return Assignment.size_weighted(models, {k: float(held[k]) for k in models}, list(descriptions))
 
     def _merge(self, models: dict[int, Payload], cluster_of: dict[int, int], stayed: Sequence[ClientResult],
-               state: ServerState) -> int:
+               state: FedDriftState) -> int:
         """Merge clusters (in place, models and `cluster_of`) by the losses `stayed`, this round's clients that
         did not drift, reported on the models of `state`; returns how many clusters were merged away.
 
@@ -224,11 +249,11 @@ class FedDrift(Algorithm):
         it: the released code pools every past time step's data of a cluster's members, and a client that did
         not drift holds data of the distribution it had a round ago.
         """
-        scored = sorted(state["models"])
+        scored = sorted(state.models)
         members: dict[int, list[ClientResult]] = {}
         for r in stayed:
-            if r.uplink[SAMPLES]["n"][0] > 0:
-                for k in {picked_cluster(r.uplink), state["cluster_of"].get(r.client_id, picked_cluster(r.uplink))}:
+            if samples_of(r.uplink) > 0:
+                for k in {picked_cluster(r.uplink), state.cluster_of.get(r.client_id, picked_cluster(r.uplink))}:
                     members.setdefault(k, []).append(r)
         clusters = sorted(members)
         rows = [scored.index(k) for k in clusters]
@@ -263,26 +288,26 @@ class FedDrift(Algorithm):
         return training_loss(model, data, ctx.device)
 
     def client_update(
-        self, payload: Payload, state: ClientState, data: ClientData, ctx: RoundContext
-    ) -> tuple[Payload, ClientState, Metrics]:
+        self, payload: Payload, state: FedDriftClientState, data: ClientData, ctx: RoundContext
+    ) -> tuple[Payload, FedDriftClientState, Metrics]:
         """Score every offered model, take the best, flag a drift against the loss kept from the client's last
         round, train the best model (a copy for a new cluster) and upload it."""
-        clusters = offered(payload)
-        losses = [self.loss_of(payload[f"{MODEL}{k}"], data, ctx) for k in clusters]
+        clusters = sorted(payload.models)
+        losses = [self.loss_of(payload.models[k].weights, data, ctx) for k in clusters]
         if clusters:
             best = int(np.argmin(np.nan_to_num(losses, nan=np.inf)))
-            k, start, loss = clusters[best], payload[f"{MODEL}{clusters[best]}"], losses[best]
+            k, start, loss = clusters[best], payload.models[clusters[best]].weights, losses[best]
         else:
             k, start = -1, self.initial_weights()
             loss = self.loss_of(start, data, ctx)
-        previous = state.get("loss")
+        previous = state.loss
         if previous is None:  # the client's first round: a cluster of its own with `initial: local`
             new = k == -1 or self.config.initial == "local"
         else:  # local drift detection
             new = k == -1 or loss - previous > self.config.delta
         model = self.model_with(start)
         metrics = train_local(model, data, ctx)
-        extras = {CLUSTER: {"id": np.array([k], dtype=np.int64), "new": np.array([int(new)], dtype=np.int64)}}
+        extras = cluster_report(k, new)
         if not new:
             extras[LOSSES] = {"loss": np.asarray(losses, dtype=np.float32)}
-        return counted(get_weights(model), data.num_train, extras), {**state, "loss": loss}, metrics
+        return counted(get_weights(model), data.num_train, extras), FedDriftClientState(loss), metrics

@@ -18,7 +18,7 @@ counts where its unlabelled samples route and gets the model of the client most 
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Literal, Sequence
 
 import numpy as np
@@ -27,14 +27,15 @@ import torch.nn.functional as F
 from torch import nn
 
 from fedbench.algorithms.base import (
-    Algorithm, AlgorithmConfig, Assignment, ModelBuilder, ServerState, average_uplinks, counted, sample_counts,
+    Algorithm, AlgorithmConfig, GlobalState, ModelBuilder, average_uplinks, counted, sample_counts,
 )
+from fedbench.algorithms.capabilities import Assignment, SystemVote, TestTimeAssignment
 from fedbench.core import metrics as M
 from fedbench.core.errors import ConfigError
 from fedbench.core.fields import signature_fields
 from fedbench.core.registry import MODELS, register_algorithm
 from fedbench.core.runspec import RunSpec
-from fedbench.core.types import Arrays, ClientResult, ClientState, Metrics, Payload, RoundContext
+from fedbench.core.types import Arrays, ClientResult, Metrics, Payload, RoundContext
 from fedbench.models.base import in_part, select_parts, without_parts
 from fedbench.training import ClientData, TrainHooks, get_weights, train_local
 
@@ -71,8 +72,23 @@ def feddrm_hooks(lam: float, client_id: int) -> TrainHooks:
     return TrainHooks(loss=loss)
 
 
+@dataclass(frozen=True)
+class FedDRMState(GlobalState):
+    """The averaged shared part, each client's last target layer, and each client's reported data count."""
+
+    heads: dict[int, Arrays] = field(default_factory=dict)
+    counts: dict[int, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class FedDRMClientState:
+    """The client's own target layer; None before its first job (the run's initial one)."""
+
+    head: Arrays | None = None
+
+
 @register_algorithm("feddrm")
-class FedDRM(Algorithm):
+class FedDRM(Algorithm, TestTimeAssignment, SystemVote):
     """Server: averages the shared part, keeps each client's target layer and data count. Client: trains
     the received shared part with its own target layer on the two-term loss.
 
@@ -94,56 +110,57 @@ class FedDRM(Algorithm):
             if not 0.0 <= self.lam <= 1.0:
                 raise ConfigError("lam", self.lam, "a number in [0, 1]")
 
+        def check_run(self, spec: RunSpec) -> None:
+            client_path_options(spec.model.name, dict(spec.model.params), spec.scenario.num_clients)
+
+    State = FedDRMState
+    ClientState = FedDRMClientState
+
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.builder = with_client_path(self.builder, self.num_clients)
 
-    @classmethod
-    def check_run(cls, spec: RunSpec) -> None:
-        client_path_options(spec.model.name, dict(spec.model.params), spec.scenario.num_clients)
-
     # -- server half ---------------------------------------------------------------------------------
-    def init_state(self) -> ServerState:
+    def init_state(self) -> FedDRMState:
         initial = self.initial_weights()
         head = local_part(initial)
-        heads = {cid: head for cid in range(self.num_clients)}
-        return {"global": Payload(shared_part(initial)), "heads": heads, "counts": {}}
+        return FedDRMState(Payload(shared_part(initial)), heads={cid: head for cid in range(self.num_clients)})
 
-    def aggregate(self, round: int, state: ServerState, results: Sequence[ClientResult]) -> ServerState:
+    def aggregate(self, round: int, state: FedDRMState, results: Sequence[ClientResult]) -> FedDRMState:
         counts = sample_counts(results)
-        heads = {**state["heads"], **{r.client_id: r.uplink[HEAD] for r in results}}
-        known = {**state["counts"], **{r.client_id: n for r, n in zip(results, counts)}}
-        return {**state, "global": Payload(average_uplinks(results)), "heads": heads, "counts": known}
+        heads = {**state.heads, **{r.client_id: r.uplink[HEAD] for r in results}}
+        known = {**state.counts, **{r.client_id: n for r, n in zip(results, counts)}}
+        return replace(state, global_model=Payload(average_uplinks(results)), heads=heads, counts=known)
 
-    def evaluation_payloads(self, state: ServerState, clients: Sequence[int]) -> dict[int, Payload]:
+    def evaluation_payloads(self, state: FedDRMState, clients: Sequence[int]) -> dict[int, Payload]:
         """Client j's full model (the shared part and j's target layer) and every client's log pi."""
         routing = {ROUTING: {"log_pi": self.log_shares(state)}}
-        return {cid: Payload({**state["global"].weights, **state["heads"][cid]}, routing) for cid in clients}
+        return {cid: Payload({**state.global_model.weights, **state.heads[cid]}, routing) for cid in clients}
 
-    def log_shares(self, state: ServerState) -> np.ndarray:
+    def log_shares(self, state: FedDRMState) -> np.ndarray:
         """log pi_i = log(n_i / sum n) over all clients, float32 [num_clients].
 
         A client that has not reported its count yet (never sampled) is taken to hold the mean count of
         those that have; before any report the shares are uniform.
         """
-        known = state["counts"]
+        known = state.counts
         fill = float(np.mean(list(known.values()))) if known else 1.0
         counts = np.array([known.get(cid, fill) for cid in range(self.num_clients)], dtype=np.float64)
         return np.log(counts / counts.sum()).astype(np.float32)
 
     # -- client half ---------------------------------------------------------------------------------
     def client_update(
-        self, payload: Payload, state: ClientState, data: ClientData, ctx: RoundContext
-    ) -> tuple[Payload, ClientState, Metrics]:
-        head = state["head"] if "head" in state else self.initial_head()
+        self, payload: Payload, state: FedDRMClientState, data: ClientData, ctx: RoundContext
+    ) -> tuple[Payload, FedDRMClientState, Metrics]:
+        head = state.head if state.head is not None else self.initial_head()
         model = self.model_with({**payload.weights, **head})
         metrics = train_local(model, data, ctx, feddrm_hooks(self.config.lam, ctx.client_id))
         weights = get_weights(model)
         uplink = counted(shared_part(weights), data.num_train, {HEAD: local_part(weights)})
-        return uplink, {**state, "head": local_part(weights)}, metrics
+        return uplink, FedDRMClientState(local_part(weights)), metrics
 
     def client_predict(
-        self, payload: Payload, state: ClientState, data: ClientData, ctx: RoundContext
+        self, payload: Payload, state: FedDRMClientState, data: ClientData, ctx: RoundContext
     ) -> dict[str, np.ndarray]:
         """The payload's class predictions and the routing scores client logits - log pi (same for every
         client's payload: the backbone and client path are shared)."""
@@ -151,9 +168,9 @@ class FedDRM(Algorithm):
         return {M.PRED: preds, M.ROUTE: routes}
 
     # -- test time: the router picks the training client whose model a new client uses ----------------
-    def describe_payloads(self, state: ServerState, test_clients: Sequence[int]) -> dict[int, Payload]:
+    def describe_payloads(self, state: FedDRMState, test_clients: Sequence[int]) -> dict[int, Payload]:
         """The shared part (backbone and client path) and log pi: what a test client needs to route its data."""
-        request = state["global"].replace({ROUTING: {"log_pi": self.log_shares(state)}})
+        request = state.global_model.replace({ROUTING: {"log_pi": self.log_shares(state)}})
         return {tid: request for tid in test_clients}
 
     def client_describe(self, payload: Payload, data: ClientData, ctx: RoundContext) -> Payload:
@@ -164,7 +181,7 @@ class FedDRM(Algorithm):
         counts = np.bincount(routes.argmax(axis=1), minlength=self.num_clients).astype(np.int64)
         return Payload(extras={ROUTES: {"counts": counts}})
 
-    def assign(self, state: ServerState, descriptions: dict[int, Payload]) -> Assignment:
+    def assign(self, state: FedDRMState, descriptions: dict[int, Payload]) -> Assignment:
         """Each test client gets the model of the client most of its samples route to (ties: smallest id)."""
         matched = {tid: int(np.argmax(d[ROUTES]["counts"])) for tid, d in descriptions.items()}
         models = self.evaluation_payloads(state, sorted(set(matched.values())))

@@ -26,7 +26,8 @@ Choices where the paper is silent or fedbench differs:
   last round's model unchanged. With client_fraction 1 (002's setting) the two are the same.
 - Local accuracy: each client's mixture with its own pi (uniform for a client never sampled). System
   accuracy: 004's majority vote of these mixtures. The server holds the components but not the pi, so after
-  the last round each client uploads its predictor (components and pi) once (`completes_personal_models`).
+  the last round each client uploads its pi once (`PersonalModels`), which with the components the server holds
+  makes its predictor.
   This is metered as evaluation traffic.
 - Test time: the paper's rule for a client unseen in training (learn its pi by EM on its labelled data, the
   components fixed) needs labels; it is not implemented. Each test client predicts with the ensemble of the
@@ -36,7 +37,8 @@ Choices where the paper is silent or fedbench differs:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import dataclasses
+from dataclasses import dataclass, field
 from typing import Sequence
 
 import numpy as np
@@ -44,20 +46,17 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fedbench.algorithms.base import Algorithm, AlgorithmConfig, Assignment, ServerState, counted, sample_counts
+from fedbench.algorithms.base import Algorithm, AlgorithmConfig, counted, sample_counts
+from fedbench.algorithms.capabilities import Assignment, PersonalModels, RoundReport, SystemVote, TestTimeAssignment
 from fedbench.core import metrics as M
 from fedbench.core.errors import ConfigError
 from fedbench.core.registry import register_algorithm
-from fedbench.core.types import ClientResult, ClientState, Metrics, Payload, RoundContext
+from fedbench.core.types import Arrays, ClientResult, Metrics, Payload, RoundContext
 from fedbench.training import (ClientData, TrainHooks, average_weights, evaluate, get_weights, predict, set_weights,
                                train_local, training_losses)
 
-COMPONENT = "component:"
-"""Payload sections `component:<m>`: component m's weights (downlink, uplink, and a client's shared mixture)."""
 MIXTURE = "mixture"
 """Payload section `{"pi": float64 [M]}`: a client's mixture weights (its uplink and its shared mixture)."""
-PI = "pi"
-"""Client-state key of the mixture weights pi_t (float64 [M])."""
 ENTROPY = "fedem_pi_entropy_mean"
 """Round metric: mean entropy (nats) of this round's clients' pi; 0 when each uses one component, log M
 when all are uniform."""
@@ -97,10 +96,32 @@ class Mixture(nn.Module):
         return torch.logsumexp(self.log_pi.view(-1, 1, 1) + log_probs, dim=0)
 
 
+@dataclass(frozen=True)
+class FedEMState:
+    """The M component models, the pi each client last sent, and who uploaded this round."""
+
+    components: tuple[Arrays, ...]
+    """Component m's weights, by m."""
+    pi: dict[int, np.ndarray] = field(default_factory=dict)
+    """Each client that uploaded: the pi (float64 [M]) it last sent."""
+    round_clients: tuple[int, ...] = ()
+    """This round's uploading clients, for the round metrics."""
+
+
+@dataclass(frozen=True)
+class FedEMClientState:
+    """A client's mixture weights pi_t (float64 [M]); None before its first job."""
+
+    pi: np.ndarray | None = None
+
+
 @register_algorithm("fedem")
-class FedEM(Algorithm):
-    """Server state: `components` (M weight dicts), `pi` {client: the pi it last sent}, `round_clients` (this
-    round's uploads, for the round metrics)."""
+class FedEM(Algorithm, RoundReport, TestTimeAssignment, SystemVote, PersonalModels):
+    """M shared component models; each client mixes them with its own pi, learnt by EM. Component m travels as
+    `Payload.models[m]` (downlink, uplink, and a client's shared mixture)."""
+
+    State = FedEMState
+    ClientState = FedEMClientState
 
     @dataclass(frozen=True)
     class Config(AlgorithmConfig):
@@ -114,8 +135,6 @@ class FedEM(Algorithm):
             if isinstance(self.components, bool) or not isinstance(self.components, int) or self.components < 1:
                 raise ConfigError("components", self.components, "an integer >= 1")
 
-    completes_personal_models = True
-
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.count = self.config.components
@@ -123,52 +142,52 @@ class FedEM(Algorithm):
         self._components: list[nn.Module] = []
 
     # -- server half ---------------------------------------------------------------------------------
-    def init_state(self) -> ServerState:
-        components = tuple(self.initial_models(self.count, "fedem"))
-        return {"components": components, "pi": {}, "round_clients": ()}
+    def init_state(self) -> FedEMState:
+        return FedEMState(tuple(self.initial_models(self.count, "fedem")))
 
-    def configure(self, round: int, state: ServerState, sampled: Sequence[int]) -> dict[int, Payload]:
+    def configure(self, round: int, state: FedEMState, sampled: Sequence[int]) -> dict[int, Payload]:
         """All M components, one shared payload."""
         offer = self.offer(state)
         return {cid: offer for cid in sampled}
 
-    def aggregate(self, round: int, state: ServerState, results: Sequence[ClientResult]) -> ServerState:
+    def aggregate(self, round: int, state: FedEMState, results: Sequence[ClientResult]) -> FedEMState:
         counts = sample_counts(results)
-        components = tuple(average_weights([r.uplink[f"{COMPONENT}{m}"] for r in results], counts)
+        components = tuple(average_weights([r.uplink.models[m].weights for r in results], counts)
                            for m in range(self.count))
-        pi = {**state["pi"], **{r.client_id: r.uplink[MIXTURE]["pi"] for r in results}}
-        return {**state, "components": components, "pi": pi, "round_clients": tuple(r.client_id for r in results)}
+        pi = {**state.pi, **{r.client_id: r.uplink[MIXTURE]["pi"] for r in results}}
+        return dataclasses.replace(state, components=components, pi=pi,
+                                   round_clients=tuple(r.client_id for r in results))
 
-    def round_metrics(self, state: ServerState) -> Metrics:
-        latest = [state["pi"][c] for c in state["round_clients"]]
+    def round_metrics(self, state: FedEMState) -> Metrics:
+        latest = [state.pi[c] for c in state.round_clients]
         if not latest:
             return {}
         mass = np.sum(latest, axis=0)
         return {ENTROPY: float(np.mean([entropy(p) for p in latest])),
                 **{MASS.format(m): float(v) for m, v in enumerate(mass)},
-                **{MAIN.format(c): float(np.argmax(p)) for c, p in sorted(state["pi"].items())}}
+                **{MAIN.format(c): float(np.argmax(p)) for c, p in sorted(state.pi.items())}}
 
-    def evaluation_payloads(self, state: ServerState, clients: Sequence[int]) -> dict[int, Payload]:
+    def evaluation_payloads(self, state: FedEMState, clients: Sequence[int]) -> dict[int, Payload]:
         """All M components: each client mixes them with its own pi."""
         offer = self.offer(state)
         return {cid: offer for cid in clients}
 
-    def assign(self, state: ServerState, descriptions: dict[int, Payload]) -> Assignment:
+    def assign(self, state: FedEMState, descriptions: dict[int, Payload]) -> Assignment:
         """The components' ensemble, each weighted by its mixture mass over the clients (002 App. I.3)."""
-        mass = np.sum(list(state["pi"].values()), axis=0) if state["pi"] else np.zeros(self.count)
-        models = {m: Payload(state["components"][m]) for m in range(self.count) if mass[m] > 0}
+        mass = np.sum(list(state.pi.values()), axis=0) if state.pi else np.zeros(self.count)
+        models = {m: Payload(state.components[m]) for m in range(self.count) if mass[m] > 0}
         return Assignment.size_weighted(models, {m: float(mass[m]) for m in models}, list(descriptions))
 
-    def offer(self, state: ServerState) -> Payload:
-        """One payload with every component as a section."""
-        return Payload(extras={f"{COMPONENT}{m}": w for m, w in enumerate(state["components"])})
+    def offer(self, state: FedEMState) -> Payload:
+        """One payload with every component, component m as `models[m]`."""
+        return Payload(models={m: Payload(w) for m, w in enumerate(state.components)})
 
     # -- client half ---------------------------------------------------------------------------------
     def client_update(
-        self, payload: Payload, state: ClientState, data: ClientData, ctx: RoundContext
-    ) -> tuple[Payload, ClientState, Metrics]:
+        self, payload: Payload, state: FedEMClientState, data: ClientData, ctx: RoundContext
+    ) -> tuple[Payload, FedEMClientState, Metrics]:
         models = self.components(payload)
-        q, pi = e_step(state.get(PI, self.uniform), torch.stack([training_losses(h, data, ctx.device) for h in models]))
+        q, pi = e_step(self.pi_of(state), torch.stack([training_losses(h, data, ctx.device) for h in models]))
         uploads, loss, steps = {}, 0.0, 0.0
         for m, model in enumerate(models):
             weights = q[m].float()
@@ -177,22 +196,25 @@ class FedEM(Algorithm):
             else:
                 hooks = TrainHooks(sample_weight=lambda x, y, rows, w=weights: w[rows].to(x.device))
             metrics = train_local(model, data, ctx, hooks)
-            uploads[f"{COMPONENT}{m}"] = get_weights(model)
+            uploads[m] = Payload(get_weights(model))
             loss, steps = loss + metrics[M.TRAIN_LOSS], steps + metrics[M.TRAIN_STEPS]
         # The weighted losses of the M jobs add up to the mixture's expected loss (q sums to 1 per sample).
         metrics = {M.TRAIN_LOSS: loss, M.TRAIN_STEPS: steps, M.TRAIN_SAMPLES: float(data.num_train)}
-        return counted(None, data.num_train, {**uploads, MIXTURE: {"pi": pi}}), {**state, PI: pi}, metrics
+        uplink = counted(None, data.num_train, {MIXTURE: {"pi": pi}}).merged(Payload(models=uploads))
+        return uplink, dataclasses.replace(state, pi=pi), metrics
 
-    def client_evaluate(self, payload: Payload, state: ClientState, data: ClientData, ctx: RoundContext) -> Metrics:
+    def client_evaluate(
+        self, payload: Payload, state: FedEMClientState, data: ClientData, ctx: RoundContext
+    ) -> Metrics:
         """The client's mixture of the payload's components, with its own pi."""
-        return evaluate(self.mixture(payload, state.get(PI, self.uniform)), data, device=ctx.device)
+        return evaluate(self.mixture(payload, self.pi_of(state)), data, device=ctx.device)
 
-    def client_share(self, payload: Payload, state: ClientState) -> Payload:
+    def client_share(self, payload: Payload, state: FedEMClientState) -> Payload:
         """The client's pi, which with the components the server holds is its predictor for system accuracy's vote."""
-        return Payload(extras={MIXTURE: {"pi": state.get(PI, self.uniform)}})
+        return Payload(extras={MIXTURE: {"pi": self.pi_of(state)}})
 
     def client_predict(
-        self, payload: Payload, state: ClientState, data: ClientData, ctx: RoundContext
+        self, payload: Payload, state: FedEMClientState, data: ClientData, ctx: RoundContext
     ) -> dict[str, np.ndarray]:
         """Predictions of a shared mixture (`client_share`): its owner's pi, not this client's."""
         return {M.PRED: predict(self.mixture(payload, payload[MIXTURE]["pi"]), data, device=ctx.device).numpy()}
@@ -205,8 +227,12 @@ class FedEM(Algorithm):
             with torch.random.fork_rng(devices=[]):
                 self._components.append(self.builder())
         for m, model in enumerate(self._components):
-            set_weights(model, payload[f"{COMPONENT}{m}"])
+            set_weights(model, payload.models[m].weights)
         return self._components
+
+    def pi_of(self, state: FedEMClientState) -> np.ndarray:
+        """The client's pi; uniform for a client never sampled."""
+        return state.pi if state.pi is not None else self.uniform
 
     def mixture(self, payload: Payload, pi: np.ndarray) -> Mixture:
         return Mixture(self.components(payload), pi)

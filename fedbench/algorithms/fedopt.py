@@ -30,24 +30,29 @@ Where Algorithm 2 leaves room, or fedbench departs from it (each also in docs/me
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Iterable, Sequence
 
 import numpy as np
 
-from fedbench.algorithms.base import AlgorithmConfig, ServerState, average_uplinks
+from fedbench.algorithms.base import AlgorithmConfig, GlobalState, average_uplinks
 from fedbench.algorithms.fedavg import FedAvg
 from fedbench.core.errors import ConfigError
 from fedbench.core.registry import register_algorithm
 from fedbench.core.types import Arrays, ClientResult, Payload
 
-SLOTS = "slots"
-"""Server-state key: parameter name -> the optimizer's arrays for it (float64, never sent)."""
+@dataclass(frozen=True)
+class ServerOptimizerState(GlobalState):
+    """The global model and the server optimizer's slots: parameter name -> its arrays (float64, never sent)."""
+
+    slots: dict[str, Arrays] = field(default_factory=dict)
 
 
 class ServerOptimizer(FedAvg):
     """Reddi et al.'s Algorithm 1: FedAvg's client half; the server moves each parameter by `step` of its
     pseudo-gradient. Subclasses give `initial_slots` and `step`; FedAvgM and FedOpt are two of them."""
+
+    State = ServerOptimizerState
 
     def initial_slots(self, parameter: np.ndarray) -> Arrays:
         """The optimizer's arrays for one parameter before round 1."""
@@ -57,25 +62,25 @@ class ServerOptimizer(FedAvg):
         """(how far the parameter moves, its new slots) for pseudo-gradient `delta` (float64)."""
         raise NotImplementedError
 
-    def init_state(self) -> ServerState:
+    def init_state(self) -> ServerOptimizerState:
         return self.initial_state(self.initial_weights(), self.parameter_names)
 
-    def initial_state(self, weights: Arrays, parameters: Iterable[str]) -> ServerState:
+    def initial_state(self, weights: Arrays, parameters: Iterable[str]) -> ServerOptimizerState:
         """The state before round 1 for a model's `weights`: the entries named in `parameters` get slots (the
         optimizer steps them), the others (buffers) will take FedAvg's average."""
-        return {"global": Payload(weights), SLOTS: {name: self.initial_slots(weights[name]) for name in parameters}}
+        return ServerOptimizerState(Payload(weights), {name: self.initial_slots(weights[name]) for name in parameters})
 
-    def aggregate(self, round: int, state: ServerState, results: Sequence[ClientResult]) -> ServerState:
+    def aggregate(self, round: int, state: ServerOptimizerState, results: Sequence[ClientResult]) -> ServerOptimizerState:
         average = average_uplinks(results)
-        current = state["global"].weights
+        current = state.global_model.weights
         model, slots = dict(average), {}
-        for name, old in state[SLOTS].items():
+        for name, old in state.slots.items():
             delta = average[name] - current[name].astype(np.float64)
             update, slots[name] = self.step(delta, old)
             # x_t + update, written from the average: where update == delta (FedAvg's server) this is the
             # average bit for bit, which x_t + delta need not be after rounding.
             model[name] = (average[name] + (update - delta)).astype(current[name].dtype)
-        return {**state, "global": Payload(model), SLOTS: slots}
+        return replace(state, global_model=Payload(model), slots=slots)
 
 
 def require_positive(field: str, value: float) -> None:

@@ -9,11 +9,11 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from fedbench.algorithms.base import AlgorithmConfig, counted
+from fedbench.algorithms.base import AlgorithmConfig, NoClientState, counted
 from fedbench.algorithms.fedavg import FedAvg
 from fedbench.core.errors import ConfigError
 from fedbench.core.registry import register_algorithm
-from fedbench.core.types import ClientState, Metrics, Payload, RoundContext
+from fedbench.core.types import Metrics, Payload, RoundContext
 from fedbench.training import ClientData, TrainHooks, get_weights, train_local
 from fedbench.training.loop import ExtraLoss
 
@@ -47,8 +47,8 @@ class FedProx(FedAvg):
                 raise ConfigError("mu", self.mu, "a number >= 0")
 
     def client_update(
-        self, payload: Payload, state: ClientState, data: ClientData, ctx: RoundContext
-    ) -> tuple[Payload, ClientState, Metrics]:
+        self, payload: Payload, state: NoClientState, data: ClientData, ctx: RoundContext
+    ) -> tuple[Payload, NoClientState, Metrics]:
         model = self.model_with(payload.weights)
         anchor = {name: p.detach().clone().to(ctx.device) for name, p in model.named_parameters()}
         metrics = train_local(model, data, ctx, TrainHooks(extra_loss=proximal_term(self.config.mu, anchor)))

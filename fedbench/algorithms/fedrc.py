@@ -47,20 +47,22 @@ Choices where the paper is silent or fedbench differs:
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Sequence
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from fedbench.algorithms.base import Algorithm, AlgorithmConfig, Assignment, ServerState, counted, sample_counts
-from fedbench.algorithms.ifca import MODEL
+from fedbench.algorithms.base import Algorithm, AlgorithmConfig, counted, sample_counts
+from fedbench.algorithms.capabilities import Assignment, RoundReport, SystemVote, TestTimeAssignment
 from fedbench.core import metrics as M
 from fedbench.core.errors import ConfigError
 from fedbench.core.registry import register_algorithm
-from fedbench.core.types import ClientResult, ClientState, Metrics, Payload, RoundContext
+from fedbench.core.types import ClientResult, Metrics, Payload, RoundContext
 from fedbench.training import (
     ClientData, TrainHooks, average_weights, get_weights, probabilities, train_local, training_losses,
 )
@@ -71,8 +73,6 @@ LABELS = "fedrc_label_counts"
 """Uplink section `{"counts": float32 [K, C]}`: sum_j gamma_jk 1{y_j = c} over the client's training rows."""
 MIXTURE = "fedrc_mixture"
 """System-accuracy payload section `{"omega": float64 [K]}`: the owner's cluster weights."""
-OMEGA = "fedrc_omega"
-"""Client-state key: the client's omega (float64 [K]) from its last E-step."""
 SIZE = "fedrc_cluster_size_{}"
 """Round metric, one per cluster k: this round's clients whose largest omega is k (ties to the smallest k)."""
 ENTROPY = "fedrc_omega_entropy"
@@ -123,11 +123,38 @@ def entropy(omega: np.ndarray) -> float:
     return float(-(positive * np.log(positive)).sum())
 
 
+@dataclass(frozen=True)
+class FedRCState:
+    """The K cluster models, what the clients' label counts say (the marginals, each client's omega), and this
+    round's cluster sizes and omega entropy."""
+
+    models: tuple[Payload, ...]
+    labels: dict[int, np.ndarray] = field(default_factory=dict)
+    """Each client that reported: its latest label counts (float32 [K, C])."""
+    omega: dict[int, np.ndarray] = field(default_factory=dict)
+    """Each client that reported: its omega (float64 [K]) read off its label counts."""
+    marginal: np.ndarray | None = None
+    """P_k(y) (float32 [K, C]); None before round 1's reports."""
+    sizes: tuple[int, ...] = ()
+    """This round's clients whose largest omega is each cluster."""
+    entropy: float = math.nan
+    """Mean entropy of this round's clients' omega; NaN where none reported."""
+
+
+@dataclass(frozen=True)
+class FedRCClientState:
+    """A client's omega (float64 [K]) from its last E-step; None until it has one."""
+
+    omega: np.ndarray | None = None
+
+
 @register_algorithm("fedrc")
-class FedRC(Algorithm):
-    """Server state: `models` (K weight Payloads), `labels` {client: its latest label counts}, `omega` {client:
-    omega read off them}, `marginal` (P_k(y), None before round 1's reports), and this round's `sizes` and
-    `entropy`."""
+class FedRC(Algorithm, RoundReport, TestTimeAssignment, SystemVote):
+    """K cluster models; each client weighs them by its rows' responsibilities, its label marginals taken out.
+    Cluster k's model travels as `Payload.models[k]` (downlink, uplink, and the vote's predictors)."""
+
+    State = FedRCState
+    ClientState = FedRCClientState
 
     @dataclass(frozen=True)
     class Config(AlgorithmConfig):
@@ -153,60 +180,60 @@ class FedRC(Algorithm):
         self.clusters = self.resolve_clusters(self.config.clusters)
 
     # -- server half ---------------------------------------------------------------------------------
-    def init_state(self) -> ServerState:
-        models = [Payload(weights) for weights in self.initial_models(self.clusters, "fedrc")]
-        return {"models": models, "labels": {}, "omega": {}, "marginal": None, "sizes": [0] * self.clusters,
-                "entropy": float("nan")}
+    def init_state(self) -> FedRCState:
+        models = tuple(Payload(weights) for weights in self.initial_models(self.clusters, "fedrc"))
+        return FedRCState(models, sizes=(0,) * self.clusters)
 
-    def configure(self, round: int, state: ServerState, sampled: Sequence[int]) -> dict[int, Payload]:
+    def configure(self, round: int, state: FedRCState, sampled: Sequence[int]) -> dict[int, Payload]:
         """All K models and, once the server has label counts, the label marginals: one payload for everyone."""
         offer = self.models_payload(state)
-        if state["marginal"] is not None:
-            offer = offer.replace({MARGINAL: {"p": state["marginal"]}})
+        if state.marginal is not None:
+            offer = offer.replace({MARGINAL: {"p": state.marginal}})
         return {cid: offer for cid in sampled}
 
-    def aggregate(self, round: int, state: ServerState, results: Sequence[ClientResult]) -> ServerState:
+    def aggregate(self, round: int, state: FedRCState, results: Sequence[ClientResult]) -> FedRCState:
         counts = sample_counts(results)
-        models = [Payload(average_weights([r.uplink[f"{MODEL}{k}"] for r in results], counts))
-                  for k in range(self.clusters)]
+        models = tuple(Payload(average_weights([r.uplink.models[k].weights for r in results], counts))
+                       for k in range(self.clusters))
         reported = {r.client_id: r.uplink[LABELS]["counts"] for r in results
                     if mixture_of(r.uplink[LABELS]["counts"]) is not None}
-        labels = {**state["labels"], **reported}
+        labels = {**state.labels, **reported}
         now = {cid: mixture_of(c) for cid, c in reported.items()}
         picks = Counter(int(np.argmax(w)) for w in now.values())
-        return {**state, "models": models, "labels": labels, "omega": {**state["omega"], **now},
-                "marginal": label_marginal(list(labels.values())) if labels else state["marginal"],
-                "sizes": [picks[k] for k in range(self.clusters)],
-                "entropy": float(np.mean([entropy(w) for w in now.values()])) if now else float("nan")}
+        return dataclasses.replace(
+            state, models=models, labels=labels, omega={**state.omega, **now},
+            marginal=label_marginal(list(labels.values())) if labels else state.marginal,
+            sizes=tuple(picks[k] for k in range(self.clusters)),
+            entropy=float(np.mean([entropy(w) for w in now.values()])) if now else math.nan)
 
-    def round_metrics(self, state: ServerState) -> Metrics:
-        return {ENTROPY: state["entropy"], **{SIZE.format(k): float(n) for k, n in enumerate(state["sizes"])}}
+    def round_metrics(self, state: FedRCState) -> Metrics:
+        return {ENTROPY: state.entropy, **{SIZE.format(k): float(n) for k, n in enumerate(state.sizes)}}
 
-    def evaluation_payloads(self, state: ServerState, clients: Sequence[int]) -> dict[int, Payload]:
+    def evaluation_payloads(self, state: FedRCState, clients: Sequence[int]) -> dict[int, Payload]:
         """The K models (each client keeps its omega)."""
         models = self.models_payload(state)
         return {cid: models for cid in clients}
 
-    def system_payloads(self, state: ServerState, clients: Sequence[int]) -> dict[int, Payload]:
+    def system_payloads(self, state: FedRCState, clients: Sequence[int]) -> dict[int, Payload]:
         """Each client's predictor: the K models (shared arrays, shipped once in the vote's bundle) and its
         omega as read off its label counts (uniform for a client never sampled)."""
         models = self.models_payload(state)
-        return {cid: models.replace({MIXTURE: {"omega": state["omega"].get(cid, self.uniform())}}) for cid in clients}
+        return {cid: models.replace({MIXTURE: {"omega": state.omega.get(cid, self.uniform())}}) for cid in clients}
 
-    def assign(self, state: ServerState, descriptions: dict[int, Payload]) -> Assignment:
+    def assign(self, state: FedRCState, descriptions: dict[int, Payload]) -> Assignment:
         """The cluster models, each weighted by the clients whose largest omega it is (002 App. I.3)."""
-        counts = Counter(int(np.argmax(w)) for w in state["omega"].values())
-        models = {k: state["models"][k] for k in sorted(counts)}
+        counts = Counter(int(np.argmax(w)) for w in state.omega.values())
+        models = {k: state.models[k] for k in sorted(counts)}
         return Assignment.size_weighted(models, {k: float(counts[k]) for k in models}, list(descriptions))
 
     # -- client half ---------------------------------------------------------------------------------
     def client_update(
-        self, payload: Payload, state: ClientState, data: ClientData, ctx: RoundContext
-    ) -> tuple[Payload, ClientState, Metrics]:
-        models = [payload[f"{MODEL}{k}"] for k in range(self.clusters)]
+        self, payload: Payload, state: FedRCClientState, data: ClientData, ctx: RoundContext
+    ) -> tuple[Payload, FedRCClientState, Metrics]:
+        models = [payload.models[k].weights for k in range(self.clusters)]
         marginal = payload[MARGINAL]["p"] if MARGINAL in payload else None
         losses = torch.stack([training_losses(self.model_with(m), data, ctx.device) for m in models], dim=1)
-        gamma = responsibilities(losses, data.train_y.cpu(), state.get(OMEGA, self.uniform()), marginal)
+        gamma = responsibilities(losses, data.train_y.cpu(), self.omega_of(state), marginal)
         counts = label_counts(gamma, data.train_y.cpu(), ctx.num_classes)
         omega = mixture_of(counts)
         uplink, loss, steps = {}, 0.0, 0.0
@@ -217,14 +244,17 @@ class FedRC(Algorithm):
                 weighted = TrainHooks(sample_weight=lambda x, y, rows, w=column: w[rows].to(x.device))
                 metrics = train_local(model, data, ctx, TrainHooks() if bool((column == 1).all()) else weighted)
                 loss, steps = loss + metrics[M.TRAIN_LOSS], steps + metrics[M.TRAIN_STEPS]
-            uplink[f"{MODEL}{k}"] = get_weights(model)
-        new_state = state if omega is None else {**state, OMEGA: omega}
+            uplink[k] = Payload(get_weights(model))
+        new_state = state if omega is None else dataclasses.replace(state, omega=omega)
         metrics = {M.TRAIN_LOSS: loss, M.TRAIN_STEPS: steps, M.TRAIN_SAMPLES: float(data.num_train)}
-        return counted(None, data.num_train, {**uplink, LABELS: {"counts": counts}}), new_state, metrics
+        sent = counted(None, data.num_train, {LABELS: {"counts": counts}}).merged(Payload(models=uplink))
+        return sent, new_state, metrics
 
-    def client_evaluate(self, payload: Payload, state: ClientState, data: ClientData, ctx: RoundContext) -> Metrics:
+    def client_evaluate(
+        self, payload: Payload, state: FedRCClientState, data: ClientData, ctx: RoundContext
+    ) -> Metrics:
         """Accuracy and cross-entropy of the client's predictor (its omega, uniform if never sampled)."""
-        mixture = self.mixture(payload, state.get(OMEGA, self.uniform()), data, ctx)
+        mixture = self.mixture(payload, self.omega_of(state), data, ctx)
         labels = data.test_y.numpy()
         n = len(labels)
         if not n:
@@ -234,7 +264,7 @@ class FedRC(Algorithm):
                 M.TEST_SAMPLES: float(n)}
 
     def client_predict(
-        self, payload: Payload, state: ClientState, data: ClientData, ctx: RoundContext
+        self, payload: Payload, state: FedRCClientState, data: ClientData, ctx: RoundContext
     ) -> dict[str, np.ndarray]:
         """The classes the payload's owner's predictor gives this client's test rows (its omega travels with it)."""
         mixture = self.mixture(payload, payload[MIXTURE]["omega"], data, ctx)
@@ -244,14 +274,19 @@ class FedRC(Algorithm):
     def uniform(self) -> np.ndarray:
         return np.full(self.clusters, 1.0 / self.clusters)
 
-    def models_payload(self, state: ServerState) -> Payload:
-        return Payload(extras={f"{MODEL}{k}": m.weights for k, m in enumerate(state["models"])})
+    def omega_of(self, state: FedRCClientState) -> np.ndarray:
+        """The client's omega; uniform for a client that has none yet."""
+        return state.omega if state.omega is not None else self.uniform()
+
+    def models_payload(self, state: FedRCState) -> Payload:
+        """One payload with the K models, cluster k's as `models[k]`."""
+        return Payload(models=dict(enumerate(state.models)))
 
     def mixture(self, payload: Payload, omega: np.ndarray, data: ClientData, ctx: RoundContext) -> np.ndarray:
         """float64 [n_test, C]: the omega-weighted class probabilities of the K models on the test split (under
         `prediction: argmax`, the probabilities of the model of largest omega)."""
         if self.config.prediction == "argmax":
             omega = np.eye(self.clusters)[int(np.argmax(omega))]
-        parts = [w * probabilities(self.model_with(payload[f"{MODEL}{k}"]), data, device=ctx.device).numpy()
+        parts = [w * probabilities(self.model_with(payload.models[k].weights), data, device=ctx.device).numpy()
                  for k, w in enumerate(omega) if w > 0]
         return np.sum(parts, axis=0)

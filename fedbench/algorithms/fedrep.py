@@ -22,9 +22,9 @@ Choices where the paper is silent or its code differs (docs/methods.md):
   representation), as the released code tests.
 - System accuracy (004's majority vote) needs every client's whole model, and FedRep never sends a head in
   training: after the last round each client uploads its head on the global representation once, for the vote
-  only (`completes_personal_models`, metered as evaluation traffic, `comm_eval_up_bytes`). No test-time clients:
+  only (`PersonalModels`, metered as evaluation traffic, `comm_eval_up_bytes`). No test-time clients:
   a new client has no head of its own and the representation under the initial random head is no classifier,
-  so `assign` leaves them unevaluated.
+  so FedRep has no test-time assignment (`TestTimeAssignment`) and they are not evaluated.
 """
 
 from __future__ import annotations
@@ -32,27 +32,37 @@ from __future__ import annotations
 import warnings
 from dataclasses import dataclass, replace
 
-from fedbench.algorithms.base import AlgorithmConfig, Assignment, ServerState, counted
-from fedbench.algorithms.fedavg import FedAvg
+from fedbench.algorithms.base import AlgorithmConfig, GlobalState, counted
+from fedbench.algorithms.capabilities import PersonalModels
+from fedbench.algorithms.fedavg import FedAvgTraining
 from fedbench.core import metrics as M
 from fedbench.core.errors import ConfigError
 from fedbench.core.registry import register_algorithm
 from fedbench.core.runspec import RunSpec
-from fedbench.core.types import Arrays, ClientState, Metrics, Payload, RoundContext
+from fedbench.core.types import Arrays, Metrics, Payload, RoundContext
 from fedbench.models.base import in_part, select_parts, without_parts
 from fedbench.training import ClientData, TrainHooks, evaluate, get_weights, train_local
 
 HEAD = "head"
-"""The model part a FedRep client keeps to itself (and FedBABU freezes): the final linear layer; also the
-client-state key of a FedRep client's own head."""
+"""The model part a FedRep client keeps to itself (and FedBABU freezes): the final linear layer."""
 
 HEAD_ONLY = TrainHooks(trainable=lambda name: in_part(name, HEAD))
 BODY_ONLY = TrainHooks(trainable=lambda name: not in_part(name, HEAD))
 
 
+@dataclass(frozen=True)
+class FedRepClientState:
+    """The client's own head; None before its first job (it starts from the initial model's)."""
+
+    head: Arrays | None = None
+
+
 @register_algorithm("fedrep")
-class FedRep(FedAvg):
-    """FedAvg over the representation; heads stay on the clients and train first each round."""
+class FedRep(FedAvgTraining, PersonalModels):
+    """FedAvg over the representation; heads stay on the clients and train first each round. No test-time rule: a
+    test-time client has no head of its own, so it is not evaluated."""
+
+    ClientState = FedRepClientState
 
     @dataclass(frozen=True)
     class Config(AlgorithmConfig):
@@ -70,46 +80,41 @@ class FedRep(FedAvg):
                 if getattr(self, field) < 1:
                     raise ConfigError(field, getattr(self, field), "an integer >= 1")
 
-    @classmethod
-    def check_run(cls, spec: RunSpec) -> None:
-        """Warn where one local step a round leaves no step for the heads (half of them, rounded down)."""
-        if spec.local_steps == 1:
-            warnings.warn("local_steps: 1 with FedRep: the step trains the representation and the heads keep their "
-                          "initial weights (the head gets half the steps, rounded down); use 2 or more", stacklevel=2)
+        def check_run(self, spec: RunSpec) -> None:
+            """Warn where one local step a round leaves no step for the heads (half of them, rounded down)."""
+            if spec.local_steps == 1:
+                warnings.warn("local_steps: 1 with FedRep: the step trains the representation and the heads keep "
+                              "their initial weights (the head gets half the steps, rounded down); use 2 or more",
+                              stacklevel=2)
 
     # -- server half ---------------------------------------------------------------------------------
-    completes_personal_models = True
-
-    def init_state(self) -> ServerState:
-        return {"global": Payload(without_parts(self.initial_weights(), HEAD))}
-
-    def assign(self, state: ServerState, descriptions: dict[int, Payload]) -> Assignment:
-        """None: a test-time client has no head of its own, so it is not evaluated."""
-        return Assignment({})
+    def init_state(self) -> GlobalState:
+        return GlobalState(Payload(without_parts(self.initial_weights(), HEAD)))
 
     # -- client half ---------------------------------------------------------------------------------
     def client_update(
-        self, payload: Payload, state: ClientState, data: ClientData, ctx: RoundContext
-    ) -> tuple[Payload, ClientState, Metrics]:
+        self, payload: Payload, state: FedRepClientState, data: ClientData, ctx: RoundContext
+    ) -> tuple[Payload, FedRepClientState, Metrics]:
         model = self.model_with({**payload.weights, **self.head_of(state)})
         head_job, body_job = self.phases(ctx)
         first = train_local(model, data, head_job, HEAD_ONLY)
         second = train_local(model, data, body_job, BODY_ONLY)
         weights = get_weights(model)
         uplink = counted(without_parts(weights, HEAD), data.num_train)
-        return uplink, {**state, HEAD: select_parts(weights, HEAD)}, joined(first, second)
+        return uplink, FedRepClientState(select_parts(weights, HEAD)), joined(first, second)
 
-    def client_evaluate(self, payload: Payload, state: ClientState, data: ClientData, ctx: RoundContext) -> Metrics:
+    def client_evaluate(self, payload: Payload, state: FedRepClientState, data: ClientData,
+                        ctx: RoundContext) -> Metrics:
         """The client's own head on the received global representation."""
         return evaluate(self.model_with({**payload.weights, **self.head_of(state)}), data, device=ctx.device)
 
-    def client_share(self, payload: Payload, state: ClientState) -> Payload:
+    def client_share(self, payload: Payload, state: FedRepClientState) -> Payload:
         """The client's own head, which completes the global representation for system accuracy's vote."""
         return Payload(self.head_of(state))
 
-    def head_of(self, state: ClientState) -> Arrays:
+    def head_of(self, state: FedRepClientState) -> Arrays:
         """The client's own head: the one it trained last, or the initial one if it never trained."""
-        return state[HEAD] if HEAD in state else select_parts(self.initial_weights(), HEAD)
+        return state.head if state.head is not None else select_parts(self.initial_weights(), HEAD)
 
     def phases(self, ctx: RoundContext) -> tuple[RoundContext, RoundContext]:
         """The head's job and the representation's: the config's epochs, or the run's steps split in two."""

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterator, Literal, Sequence
 
 import numpy as np
@@ -41,14 +41,14 @@ import torch
 
 from fedbench.algorithms import feroma_profile as dpe
 from fedbench.algorithms.base import (
-    SAMPLES, Algorithm, AlgorithmConfig, Assignment, ServerState, average_uplinks, counted, sample_counts,
-    warn_if_phase_covers_run,
+    SAMPLES, Algorithm, AlgorithmConfig, GlobalState, average_uplinks, counted, sample_counts, warn_if_phase_covers_run,
 )
+from fedbench.algorithms.capabilities import Assignment, RoundReport, SystemVote, TestTimeAssignment
 from fedbench.core import metrics as M
 from fedbench.core.errors import ConfigError
 from fedbench.core.registry import register_algorithm
 from fedbench.core.runspec import RunSpec
-from fedbench.core.types import ClientResult, ClientState, Metrics, Payload, RoundContext, derive_seed
+from fedbench.core.types import Arrays, ClientResult, Metrics, Payload, RoundContext, derive_seed
 from fedbench.training import ClientData, average_weights, get_weights, train_local
 
 EXTRACTOR = "extractor"
@@ -108,6 +108,66 @@ class FeromaConfig(AlgorithmConfig):
             raise ConfigError("bound_margin", self.bound_margin, "a number >= 1")
         if self.pca_points < 2:
             raise ConfigError("pca_points", self.pca_points, "an integer >= 2")
+
+    def check_run(self, spec: RunSpec) -> None:
+        """Warn when the warm-up covers the whole run: its profile mapping never starts, it is FedAvg."""
+        warn_if_phase_covers_run("warmup_rounds", self.warmup_rounds, spec,
+                                 "FEROMA never leaves its FedAvg warm-up, so this run is FedAvg")
+
+
+@dataclass(frozen=True)
+class FrozenExtractor:
+    """The round-W global model frozen as every client's profile extractor, and the latent box of S1."""
+
+    weights: Arrays
+    bounds: np.ndarray
+    """float64 [2]: [lower, upper] of the frozen latent box."""
+
+    @classmethod
+    def sent_in(cls, payload: Payload) -> FrozenExtractor:
+        """The extractor a downlink brings (`payload`)."""
+        return cls(payload[EXTRACTOR], payload[BOUNDS]["box"])
+
+    def payload(self) -> Payload:
+        """The downlink that brings it: its weights and the box."""
+        return Payload(extras={EXTRACTOR: self.weights, BOUNDS: {"box": self.bounds}})
+
+
+@dataclass(frozen=True)
+class TrainedModel:
+    """A model a client trained locally, and the profile of the data it was trained on (test time's candidates)."""
+
+    profile: np.ndarray
+    model: Payload
+
+
+@dataclass(frozen=True)
+class FeromaState(GlobalState):
+    """The global model (FedAvg's during the warm-up, then the size-weighted average of the returned models),
+    what this round's participants got, and, once the warm-up is over, what the mapping keeps."""
+
+    kinds: tuple[str, ...] = ()
+    """Per participant of the last round: "clustered", "personalized" or "global" (`association_weights`)."""
+    extractor: FrozenExtractor | None = None
+    """None until the warm-up's last round."""
+    profiles: dict[int, np.ndarray] = field(default_factory=dict)
+    """Each client's latest profile: that of the data it trains on in its next job."""
+    personal: dict[int, Payload] = field(default_factory=dict)
+    """Each client's model built for its latest profile."""
+    trained: dict[int, TrainedModel] = field(default_factory=dict)
+    """Each client's latest locally trained model."""
+    scaler: dpe.BlockScaler | None = None
+    """The released variant's profile scaling, fitted in the first mapping round; None before and in the paper's."""
+
+
+@dataclass(frozen=True)
+class FeromaClientState:
+    """What a client keeps between mapping rounds; empty during the warm-up."""
+
+    extractor: FrozenExtractor | None = None
+    """Its copy of the frozen extractor, kept from its first mapping round on (never sent again)."""
+    pending: ClientData | None = None
+    """The training split of its last job's data, which its next job trains the model built for it on."""
 
 
 def distances(current: np.ndarray, previous: np.ndarray, metric: Literal["cosine", "euclidean"]) -> np.ndarray:
@@ -177,16 +237,13 @@ def _train_inputs(data: ClientData, device: str) -> Iterator[torch.Tensor]:
         yield data.train_batch(torch.arange(start, min(start + BATCH, data.num_train)), device)[0]
 
 
-def _extractor_of(payload: Payload) -> ClientState:
-    """The frozen extractor and latent box a payload brings, as `_describe` reads them from a client state."""
-    return {"extractor": payload[EXTRACTOR], "bounds": payload[BOUNDS]["box"]}
-
-
 @register_algorithm("feroma")
-class Feroma(Algorithm):
+class Feroma(Algorithm, RoundReport, TestTimeAssignment, SystemVote):
     """Profile-mapped aggregation after a FedAvg warm-up; nearest-profile model assignment at test time."""
 
     Config = FeromaConfig
+    State = FeromaState
+    ClientState = FeromaClientState
     config: FeromaConfig
 
     def __init__(self, *args, **kwargs):
@@ -195,49 +252,46 @@ class Feroma(Algorithm):
         self.size_weighting = config.size_weighting if config.size_weighting is not None else config.variant == "released"
         self._projections: dict[tuple, dpe.Projection] = {}
 
-    @classmethod
-    def check_run(cls, spec: RunSpec) -> None:
-        """Warn when the warm-up covers the whole run: its profile mapping never starts, it is FedAvg."""
-        warn_if_phase_covers_run("warmup_rounds", cls.Config(**spec.algorithm.kwargs).warmup_rounds, spec,
-                                 "FEROMA never leaves its FedAvg warm-up, so this run is FedAvg")
-
     # -- server half ---------------------------------------------------------------------------------
-    def configure(self, round: int, state: ServerState, sampled: Sequence[int]) -> dict[int, Payload]:
-        """Warm-up: the global model. After it: a client's personalised model, or, at its first mapping
-        round, the frozen extractor and bounds (one shared dict, shipped once)."""
-        if round <= self.config.warmup_rounds:
-            return {cid: state["global"] for cid in sampled}
-        intro = self._extractor_payload(state)
-        return {cid: state["personal"].get(cid, intro) for cid in sampled}
+    def init_state(self) -> FeromaState:
+        return FeromaState(Payload(self.initial_weights()))
 
-    def aggregate(self, round: int, state: ServerState, results: Sequence[ClientResult]) -> ServerState:
+    def configure(self, round: int, state: FeromaState, sampled: Sequence[int]) -> dict[int, Payload]:
+        """Warm-up: the global model. After it: a client's personalised model, or, at its first mapping
+        round, the frozen extractor and bounds (one shared payload, shipped once)."""
         if round <= self.config.warmup_rounds:
-            new = {**state, "global": Payload(average_uplinks(results)), "kinds": ["global"] * len(results)}
+            return {cid: state.global_model for cid in sampled}
+        intro = state.extractor.payload()
+        return {cid: state.personal.get(cid, intro) for cid in sampled}
+
+    def aggregate(self, round: int, state: FeromaState, results: Sequence[ClientResult]) -> FeromaState:
+        if round <= self.config.warmup_rounds:
+            averaged, extractor = Payload(average_uplinks(results)), state.extractor
             if round == self.config.warmup_rounds:  # freeze the extractor and the latent box (S1)
                 ranges = [r.uplink[LATENTS]["min_max"] for r in results]
                 lower, upper = dpe.global_bounds(ranges, self.config.bound_margin)
-                new.update(extractor=new["global"].weights, bounds=np.array([lower, upper]), profiles={}, personal={},
-                           trained={}, scaler=None)
-            return new
+                extractor = FrozenExtractor(averaged.weights, np.array([lower, upper]))
+            kinds = ("global",) * len(results)
+            return dataclasses.replace(state, global_model=averaged, kinds=kinds, extractor=extractor)
         return self._map(state, results)
 
-    def _map(self, state: ServerState, results: Sequence[ClientResult]) -> ServerState:
+    def _map(self, state: FeromaState, results: Sequence[ClientResult]) -> FeromaState:
         """DPM: each participant's model from the models returned this round, by profile distance."""
         current = {r.client_id: r.uplink[PROFILE][FULL].astype(np.float64) for r in results}
         pool = [r for r in results if SAMPLES in r.uplink]  # models trained on the sender's previous data
-        scaler = state["scaler"]
+        scaler = state.scaler
         if scaler is None and self.config.variant == "released":  # fitted once, on the first mapping round
             profiles = np.stack(list(current.values()))
             scaler = dpe.BlockScaler.fit(profiles, dpe.components_of(profiles.shape[1], self.builder.num_classes))
-        personal, trained, new_global = dict(state["personal"]), dict(state["trained"]), state["global"]
+        personal, trained, new_global = dict(state.personal), dict(state.trained), state.global_model
         if not pool:  # no previous profiles yet (round W+1): uniform weights, i.e. the warm-up global model
-            personal.update({cid: state["global"] for cid in current})
+            personal.update({cid: state.global_model for cid in current})
             kinds = ["global"] * len(current)
         else:
             ids = [r.client_id for r in pool]
             models = [r.uplink.weights for r in pool]
             sizes = np.array(sample_counts(pool), dtype=np.float64)
-            previous = np.stack([state["profiles"][j] for j in ids])
+            previous = np.stack([state.profiles[j] for j in ids])
             receivers = sorted(current)
             now = np.stack([current[i] for i in receivers])
             if scaler is not None:
@@ -248,63 +302,58 @@ class Feroma(Algorithm):
                 used = np.flatnonzero(row > 0)
                 personal[i] = Payload(average_weights([models[j] for j in used], row[used]))
             new_global = Payload(average_weights(models, sizes))
-            trained.update({j: (state["profiles"][j], Payload(m)) for j, m in zip(ids, models)})
-        return {**state, "global": new_global, "personal": personal, "trained": trained, "scaler": scaler,
-                "profiles": {**state["profiles"], **current}, "kinds": kinds}
+            trained.update({j: TrainedModel(state.profiles[j], Payload(m)) for j, m in zip(ids, models)})
+        return dataclasses.replace(state, global_model=new_global, personal=personal, trained=trained, scaler=scaler,
+                                   profiles={**state.profiles, **current}, kinds=tuple(kinds))
 
-    def round_metrics(self, state: ServerState) -> Metrics:
+    def round_metrics(self, state: FeromaState) -> Metrics:
         """How many of this round's participants got a clustered, personalized or global model (`kinds`)."""
-        kinds = state["kinds"]
-        return {f"feroma_{kind}": float(kinds.count(kind)) for kind in ("clustered", "personalized", "global")}
+        return {f"feroma_{kind}": float(state.kinds.count(kind)) for kind in ("clustered", "personalized", "global")}
 
-    def evaluation_payloads(self, state: ServerState, clients: Sequence[int]) -> dict[int, Payload]:
+    def evaluation_payloads(self, state: FeromaState, clients: Sequence[int]) -> dict[int, Payload]:
         """Each client's personalised model for its current data (what it trains from next)."""
-        personal = state.get("personal", {})
-        return {cid: personal.get(cid, state["global"]) for cid in clients}
+        return {cid: state.personal.get(cid, state.global_model) for cid in clients}
 
-    def describe_payloads(self, state: ServerState, test_clients: Sequence[int]) -> dict[int, Payload]:
+    def describe_payloads(self, state: FeromaState, test_clients: Sequence[int]) -> dict[int, Payload]:
         """The frozen extractor and bounds (the projection is rebuilt locally from the shared seed); nothing
         when the run ended before the extractor was frozen."""
-        if "extractor" not in state:
+        if state.extractor is None:
             return {}
-        payload = self._extractor_payload(state)
+        payload = state.extractor.payload()
         return {tid: payload for tid in test_clients}
 
-    def assign(self, state: ServerState, descriptions: dict[int, Payload]) -> Assignment:
+    def assign(self, state: FeromaState, descriptions: dict[int, Payload]) -> Assignment:
         """Each test client gets the locally trained model whose training-data profile is nearest to its own
         (Euclidean, 002 I.10 "C.E."), compared on the parts it sent: the label-free part, plus the
         class-conditional part when it had labelled samples (002 App. E). Without trained models (a run that
         ended in warm-up or at round W+1) or without a profile, the global model."""
-        trained = state.get("trained", {})
+        trained, scaler = state.trained, state.scaler
         ids = sorted(trained)
         payloads: dict[int, Payload] = {}
         matched: dict[int, int] = {}
         if ids:
-            profiles = np.stack([trained[j][0] for j in ids])
-            if state["scaler"] is not None:
-                profiles = state["scaler"](profiles)
+            profiles = np.stack([trained[j].profile for j in ids])
+            if scaler is not None:
+                profiles = scaler(profiles)
         for tid, description in descriptions.items():
             if not ids or PROFILE not in description:
-                payloads[tid] = state["global"]
+                payloads[tid] = state.global_model
                 continue
             profile = description[PROFILE]
             query = np.asarray(profile[MARGINAL], dtype=np.float64)
             if CONDITIONAL in profile:
                 query = np.concatenate([query, np.asarray(profile[CONDITIONAL], dtype=np.float64)])
-            if state["scaler"] is not None:
-                query = state["scaler"](query[None])[0]
+            if scaler is not None:
+                query = scaler(query[None])[0]
             best = ids[int(np.argmin(distances(query[None], profiles[:, : len(query)], "euclidean")[0]))]
-            payloads[tid] = trained[best][1]
+            payloads[tid] = trained[best].model
             matched[tid] = best
         return Assignment(payloads, matched)
 
-    def _extractor_payload(self, state: ServerState) -> Payload:
-        return Payload(extras={EXTRACTOR: state["extractor"], BOUNDS: {"box": state["bounds"]}})
-
     # -- client half ---------------------------------------------------------------------------------
     def client_update(
-        self, payload: Payload, state: ClientState, data: ClientData, ctx: RoundContext
-    ) -> tuple[Payload, ClientState, Metrics]:
+        self, payload: Payload, state: FeromaClientState, data: ClientData, ctx: RoundContext
+    ) -> tuple[Payload, FeromaClientState, Metrics]:
         if ctx.round <= self.config.warmup_rounds:
             model = self.model_with(payload.weights)
             metrics = train_local(model, data, ctx)
@@ -314,44 +363,41 @@ class Feroma(Algorithm):
                 latents = dpe.extract_latents(model, _train_inputs(data, ctx.device))
                 uplink = uplink.replace({LATENTS: {"min_max": dpe.latent_range(latents)}})
             return uplink, state, metrics
-        state = dict(state)
         if EXTRACTOR in payload:  # the first mapping round: keep the extractor, it is never sent again
-            state.update(_extractor_of(payload))
+            state = dataclasses.replace(state, extractor=FrozenExtractor.sent_in(payload))
         trained = None
-        if "pending" in state:  # train the model built for last round's profile on last round's data
-            pending: ClientData = state["pending"]
+        if state.pending is not None:  # train the model built for last round's profile on last round's data
             model = self.model_with(payload.weights)
-            metrics = train_local(model, pending, ctx)
-            trained = counted(get_weights(model), pending.num_train)
+            metrics = train_local(model, state.pending, ctx)
+            trained = counted(get_weights(model), state.pending.num_train)
         else:
             metrics = {M.TRAIN_LOSS: math.nan, M.TRAIN_STEPS: 0.0, M.TRAIN_SAMPLES: 0.0}
         labels = data.train_y.numpy()
-        full = self._describe(state, _train_inputs(data, ctx.device), labels, data.num_train, ctx, "profile")
+        full = self._describe(state.extractor, _train_inputs(data, ctx.device), labels, data.num_train, ctx, "profile")
         profile = {PROFILE: {FULL: full}}
-        state["pending"] = _train_part(data)
         uplink = Payload(extras=profile) if trained is None else trained.replace(profile)
-        return uplink, state, metrics
+        return uplink, dataclasses.replace(state, pending=_train_part(data)), metrics
 
     def client_describe(self, payload: Payload, data: ClientData, ctx: RoundContext) -> Payload:
         """The label-free profile of all the test client's inputs (labels of `data.test` are never read),
         plus the class-conditional part from its labelled samples `data.train` when it has any (002 App. E)."""
         if EXTRACTOR not in payload:
             return Payload()
-        state = _extractor_of(payload)
+        extractor = FrozenExtractor.sent_in(payload)
         inputs = (x for x, _ in data.test_batches(BATCH, ctx.device))
-        profile = {MARGINAL: self._describe(state, inputs, None, data.num_test, ctx, "test_profile")}
+        profile = {MARGINAL: self._describe(extractor, inputs, None, data.num_test, ctx, "test_profile")}
         if data.num_train > 0:
             labelled = _train_inputs(data, ctx.device)
-            profile[CONDITIONAL] = self._describe(state, labelled, data.train_y.numpy(), data.num_train, ctx,
+            profile[CONDITIONAL] = self._describe(extractor, labelled, data.train_y.numpy(), data.num_train, ctx,
                                                   "test_profile_labelled", marginal=False)
         return Payload(extras={PROFILE: profile})
 
     def _describe(
-        self, state: ClientState, inputs, labels, n: int, ctx: RoundContext, purpose: str, marginal: bool = True
+        self, extractor: FrozenExtractor, inputs, labels, n: int, ctx: RoundContext, purpose: str, marginal: bool = True
     ) -> np.ndarray:
-        """S2-S4 with the frozen extractor in `state`: a float32 profile (or part) of `n` samples."""
-        lower, upper = (float(v) for v in state["bounds"])
-        model = self.model_with(state["extractor"]).to(ctx.device)
+        """S2-S4 with the frozen `extractor`: a float32 profile (or part) of `n` samples."""
+        lower, upper = (float(v) for v in extractor.bounds)
+        model = self.model_with(extractor.weights).to(ctx.device)
         latents = dpe.extract_latents(model, inputs)
         if latents.size == 0:  # no samples: the latent width from one blank input
             blank = torch.zeros(1, *self.builder.input_shape, device=ctx.device)

@@ -32,19 +32,20 @@ random points, and every center starts from the same model.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Sequence
 
 import numpy as np
 
-from fedbench.algorithms.base import AlgorithmConfig, Assignment, ServerState, sample_counts
+from fedbench.algorithms.base import AlgorithmConfig, cluster_averages, sample_counts
+from fedbench.algorithms.capabilities import Assignment, RoundReport
 from fedbench.algorithms.cfl import inner_products
 from fedbench.algorithms.fedavg import FedAvg
 from fedbench.core.errors import ConfigError
 from fedbench.core.registry import register_algorithm
 from fedbench.core.types import Arrays, ClientResult, Metrics, Payload, derive_seed
-from fedbench.training import average_weights
 
 MOVED = "fesem_moved"
 """Round metric: clients whose cluster this round's E-step changed (0 once the assignment is stable)."""
@@ -78,11 +79,29 @@ def kmeans_pp(distances: np.ndarray, k: int, rng: np.random.Generator) -> list[i
     return chosen
 
 
+@dataclass(frozen=True)
+class FeSEMState:
+    """The K centers, which center each client last joined, and what this round's E-step changed."""
+
+    initial: Payload
+    """The run's initial model, which every client trains in round 1."""
+    centers: tuple[Payload, ...] = ()
+    """The K center models; empty before round 1's seeding."""
+    member_of: dict[int, int] = field(default_factory=dict)
+    """Each client assigned so far: its center."""
+    samples: dict[int, int] = field(default_factory=dict)
+    """Each client assigned so far: the training samples it last reported."""
+    moved: int = 0
+    """Clients whose center this round's E-step changed."""
+    sizes: tuple[int, ...] = ()
+    """How many of this round's clients the E-step assigned to each center."""
+
+
 @register_algorithm("fesem")
-class FeSEM(FedAvg):
-    """Server state: `initial` (the run's initial model, trained by everyone in round 1), `centers` (K
-    Payloads; empty before round 1's seeding), `member_of` {client: center}, `samples` {client: training
-    samples it last reported}, and this round's `moved` and `sizes`."""
+class FeSEM(FedAvg, RoundReport):
+    """K centers; each client joins the center nearest the model it trained, and each center averages its members."""
+
+    State = FeSEMState
 
     @dataclass(frozen=True)
     class Config(AlgorithmConfig):
@@ -111,58 +130,53 @@ class FeSEM(FedAvg):
                               "or lower algorithm.clusters")
 
     # -- server half ---------------------------------------------------------------------------------
-    def init_state(self) -> ServerState:
-        return {"initial": Payload(self.initial_weights()), "centers": (), "member_of": {}, "samples": {}, "moved": 0,
-                "sizes": (0,) * self.clusters}
+    def init_state(self) -> FeSEMState:
+        return FeSEMState(Payload(self.initial_weights()), sizes=(0,) * self.clusters)
 
-    def configure(self, round: int, state: ServerState, sampled: Sequence[int]) -> dict[int, Payload]:
+    def configure(self, round: int, state: FeSEMState, sampled: Sequence[int]) -> dict[int, Payload]:
         return self.center_models(state, sampled)
 
-    def aggregate(self, round: int, state: ServerState, results: Sequence[ClientResult]) -> ServerState:
+    def aggregate(self, round: int, state: FeSEMState, results: Sequence[ClientResult]) -> FeSEMState:
         models = [r.uplink.weights for r in results]
-        centers = state["centers"] or self._seed_centers(models)
+        centers = state.centers or self._seed_centers(models)
         # E-step
         assigned = squared_distances(models, [c.weights for c in centers], self.parameter_names).argmin(axis=1)
-        counts = sample_counts(results)
-        new_centers = []
-        for k, center in enumerate(centers):  # M-step
-            members = [i for i in range(len(results)) if assigned[i] == k]
-            new_centers.append(Payload(average_weights([models[i] for i in members], [counts[i] for i in members]))
-                               if members else center)
         now = {r.client_id: int(k) for r, k in zip(results, assigned)}
-        moved = sum(c in state["member_of"] and state["member_of"][c] != k for c, k in now.items())
+        averaged = cluster_averages(results, lambda r: now[r.client_id])  # M-step; a center nobody joined stays
+        centers = tuple(averaged.get(k, center) for k, center in enumerate(centers))
+        moved = sum(c in state.member_of and state.member_of[c] != k for c, k in now.items())
         sizes = Counter(now.values())
-        return {**state, "centers": tuple(new_centers), "member_of": {**state["member_of"], **now},
-                "samples": {**state["samples"], **dict(zip(now, counts))}, "moved": moved,
-                "sizes": tuple(sizes[k] for k in range(self.clusters))}
+        samples = {**state.samples, **dict(zip(now, sample_counts(results)))}
+        return dataclasses.replace(state, centers=centers, member_of={**state.member_of, **now}, samples=samples,
+                                   moved=moved, sizes=tuple(sizes[k] for k in range(self.clusters)))
 
-    def round_metrics(self, state: ServerState) -> Metrics:
-        metrics = {MOVED: float(state["moved"]), **{SIZE.format(k): float(n) for k, n in enumerate(state["sizes"])}}
-        return {**metrics, **{CLUSTER_OF.format(c): float(k) for c, k in sorted(state["member_of"].items())}}
+    def round_metrics(self, state: FeSEMState) -> Metrics:
+        metrics = {MOVED: float(state.moved), **{SIZE.format(k): float(n) for k, n in enumerate(state.sizes)}}
+        return {**metrics, **{CLUSTER_OF.format(c): float(k) for c, k in sorted(state.member_of.items())}}
 
-    def evaluation_payloads(self, state: ServerState, clients: Sequence[int]) -> dict[int, Payload]:
+    def evaluation_payloads(self, state: FeSEMState, clients: Sequence[int]) -> dict[int, Payload]:
         return self.center_models(state, clients)
 
-    def assign(self, state: ServerState, descriptions: dict[int, Payload]) -> Assignment:
+    def assign(self, state: FeSEMState, descriptions: dict[int, Payload]) -> Assignment:
         """The centers' ensemble, each weighted by its number of members (002 App. I.3)."""
-        sizes = [float(list(state["member_of"].values()).count(k)) for k in range(len(state["centers"]))]
-        models = {k: state["centers"][k] for k in range(len(sizes)) if sizes[k] > 0}
+        sizes = [float(list(state.member_of.values()).count(k)) for k in range(len(state.centers))]
+        models = {k: state.centers[k] for k in range(len(sizes)) if sizes[k] > 0}
         return Assignment.size_weighted(models, {k: sizes[k] for k in models}, list(descriptions))
 
     # -- helpers -------------------------------------------------------------------------------------
-    def center_models(self, state: ServerState, clients: Sequence[int]) -> dict[int, Payload]:
+    def center_models(self, state: FeSEMState, clients: Sequence[int]) -> dict[int, Payload]:
         """Each client's center; before round 1's seeding, the initial model; for a client never assigned, the
         center with the most training samples (one object per center, so it ships once)."""
-        if not state["centers"]:
-            return {cid: state["initial"] for cid in clients}
+        if not state.centers:
+            return {cid: state.initial for cid in clients}
         fallback = int(np.argmax(self.center_samples(state)))
-        return {cid: state["centers"][state["member_of"].get(cid, fallback)] for cid in clients}
+        return {cid: state.centers[state.member_of.get(cid, fallback)] for cid in clients}
 
-    def center_samples(self, state: ServerState) -> list[float]:
+    def center_samples(self, state: FeSEMState) -> list[float]:
         """Training samples of each center's current members."""
-        sizes = [0.0] * len(state["centers"])
-        for cid, k in state["member_of"].items():
-            sizes[k] += state["samples"][cid]
+        sizes = [0.0] * len(state.centers)
+        for cid, k in state.member_of.items():
+            sizes[k] += state.samples[cid]
         return sizes
 
     def _seed_centers(self, models: list[Arrays]) -> tuple[Payload, ...]:

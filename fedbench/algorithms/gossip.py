@@ -26,10 +26,9 @@ from typing import Sequence
 
 import numpy as np
 
-from fedbench.algorithms.base import ServerState
-from fedbench.algorithms.peer_relay import MODEL, PeerRelay
+from fedbench.algorithms.peer_relay import Decentralized, DecentralizedClientState, DecentralizedState
 from fedbench.core.registry import register_algorithm
-from fedbench.core.types import Arrays, ClientState, Metrics, Payload, RoundContext, derive_seed
+from fedbench.core.types import Arrays, Metrics, Payload, RoundContext, derive_seed
 from fedbench.training import ClientData, average_weights, get_weights, train_local
 
 
@@ -42,31 +41,31 @@ def random_pairs(seed: int, round: int, clients: Sequence[int]) -> list[tuple[in
 
 
 @register_algorithm("gossip")
-class Gossip(PeerRelay):
+class Gossip(Decentralized):
     """Each round: random pairs exchange their models, both average them 1/2-1/2, then train locally."""
 
     # -- server half ---------------------------------------------------------------------------------
-    def configure(self, round: int, state: ServerState, sampled: Sequence[int]) -> dict[int, Payload]:
+    def configure(self, round: int, state: DecentralizedState, sampled: Sequence[int]) -> dict[int, Payload]:
         """Each partner gets the other's model; a client without a partner, or in a pair of two clients that
         never trained, gets nothing."""
         downlinks = {cid: Payload() for cid in sampled}
         for a, b in random_pairs(self.seed, round, sampled):
-            if a in state["parked"] or b in state["parked"]:
-                downlinks[a] = Payload.from_peers({b: self.sent(state, b)})
-                downlinks[b] = Payload.from_peers({a: self.sent(state, a)})
+            if a in state.parked or b in state.parked:
+                downlinks[a] = Payload(peers={b: self.sent(state, b)})
+                downlinks[b] = Payload(peers={a: self.sent(state, a)})
         return downlinks
 
     # -- client half ---------------------------------------------------------------------------------
-    def mix(self, payload: Payload, state: ClientState) -> Arrays:
+    def mix(self, payload: Payload, state: DecentralizedClientState) -> Arrays:
         """The client's model averaged with its partner's, 1/2 each (its own model when it has no partner)."""
         own = self.own_weights(state)
-        partners = [peer.weights for peer in payload.peers().values()]
+        partners = [peer.weights for peer in payload.peers.values()]
         return average_weights([own, *partners], [1.0] * (1 + len(partners))) if partners else own
 
     def client_update(
-        self, payload: Payload, state: ClientState, data: ClientData, ctx: RoundContext
-    ) -> tuple[Payload, ClientState, Metrics]:
+        self, payload: Payload, state: DecentralizedClientState, data: ClientData, ctx: RoundContext
+    ) -> tuple[Payload, DecentralizedClientState, Metrics]:
         model = self.model_with(self.mix(payload, state))
         metrics = train_local(model, data, ctx)
         weights = get_weights(model)
-        return Payload(weights), {**state, MODEL: weights}, metrics
+        return Payload(weights), DecentralizedClientState(weights), metrics

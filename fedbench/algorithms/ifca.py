@@ -30,42 +30,42 @@ Choices where the paper is silent or fedbench differs:
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Sequence
 
 import numpy as np
 
-from fedbench.algorithms.base import Algorithm, AlgorithmConfig, Assignment, ServerState, average_uplinks, counted
+from fedbench.algorithms.base import (
+    Algorithm, AlgorithmConfig, NoClientState, cluster_averages, cluster_section, counted, reported_cluster,
+)
+from fedbench.algorithms.capabilities import Assignment, RoundReport, SystemVote, TestTimeAssignment
 from fedbench.core.errors import ConfigError
 from fedbench.core.registry import register_algorithm
-from fedbench.core.types import ClientResult, ClientState, Metrics, Payload, RoundContext
+from fedbench.core.types import ClientResult, Metrics, Payload, RoundContext
 from fedbench.training import ClientData, get_weights, train_local, training_loss
 
-MODEL = "cluster:"
-"""Downlink sections `cluster:<k>`: cluster k's model weights, one section per model offered."""
-CLUSTER = "cluster"
-"""Uplink section `{"id": int64 [1]}`: the cluster whose model the client trained."""
 NONEMPTY = "ifca_clusters_nonempty"
 """Round metric: clusters at least one of this round's clients picked."""
 SIZE = "ifca_cluster_size_{}"
 """Round metric, one per cluster k: how many of this round's clients picked cluster k."""
 
 
-def offered(payload: Payload) -> list[int]:
-    """The cluster ids whose models a downlink carries, ascending."""
-    return sorted(int(name[len(MODEL):]) for name in payload.sections if name.startswith(MODEL))
+@dataclass(frozen=True)
+class IFCAState:
+    """The K cluster models, each client's last pick, and how many of this round's clients picked each cluster."""
 
-
-def reported_cluster(uplink: Payload) -> int:
-    """The cluster id an uplink reports."""
-    return int(uplink[CLUSTER]["id"][0])
+    models: tuple[Payload, ...]
+    chosen: dict[int, int] = field(default_factory=dict)
+    sizes: tuple[int, ...] = ()
 
 
 @register_algorithm("ifca")
-class IFCA(Algorithm):
-    """Server state: `models` (K weight Payloads), `chosen` {client: its last cluster}, `sizes` (this round's
-    clients per cluster)."""
+class IFCA(Algorithm, RoundReport, TestTimeAssignment, SystemVote):
+    """K cluster models; each client trains the one with the lowest loss on its data and says which."""
+
+    State = IFCAState
 
     @dataclass(frozen=True)
     class Config(AlgorithmConfig):
@@ -91,64 +91,57 @@ class IFCA(Algorithm):
         self.clusters = self.resolve_clusters(self.config.clusters)
 
     # -- server half ---------------------------------------------------------------------------------
-    def init_state(self) -> ServerState:
-        models = [Payload(weights) for weights in self.initial_models(self.clusters, "ifca")]
-        return {"models": models, "chosen": {}, "sizes": [0] * self.clusters}
+    def init_state(self) -> IFCAState:
+        models = tuple(Payload(weights) for weights in self.initial_models(self.clusters, "ifca"))
+        return IFCAState(models, sizes=(0,) * self.clusters)
 
-    def configure(self, round: int, state: ServerState, sampled: Sequence[int]) -> dict[int, Payload]:
+    def configure(self, round: int, state: IFCAState, sampled: Sequence[int]) -> dict[int, Payload]:
         """All K models to every sampled client; after `refine_rounds`, a client's own cluster's model only
         (one Payload object per cluster, so equal downlinks are shared)."""
-        models = state["models"]
-        offers = {None: Payload(extras={f"{MODEL}{k}": m.weights for k, m in enumerate(models)})}
+        offers = {None: Payload(models=dict(enumerate(state.models)))}
         refining = self.config.refine_rounds is None or round <= self.config.refine_rounds
         payloads = {}
         for cid in sampled:
-            k = None if refining else state["chosen"].get(cid)
+            k = None if refining else state.chosen.get(cid)
             if k not in offers:
-                offers[k] = Payload(extras={f"{MODEL}{k}": models[k].weights})
+                offers[k] = Payload(models={k: state.models[k]})
             payloads[cid] = offers[k]
         return payloads
 
-    def aggregate(self, round: int, state: ServerState, results: Sequence[ClientResult]) -> ServerState:
-        members: dict[int, list[ClientResult]] = {}
-        for r in results:
-            members.setdefault(reported_cluster(r.uplink), []).append(r)
-        models = list(state["models"])
-        for k, group in members.items():
-            models[k] = Payload(average_uplinks(group))
-        chosen = {**state["chosen"], **{r.client_id: reported_cluster(r.uplink) for r in results}}
-        sizes = [len(members.get(k, ())) for k in range(self.clusters)]
-        return {**state, "models": models, "chosen": chosen, "sizes": sizes}
+    def aggregate(self, round: int, state: IFCAState, results: Sequence[ClientResult]) -> IFCAState:
+        averaged = cluster_averages(results, lambda r: reported_cluster(r.uplink))
+        models = tuple(averaged.get(k, model) for k, model in enumerate(state.models))
+        chosen = {**state.chosen, **{r.client_id: reported_cluster(r.uplink) for r in results}}
+        picks = Counter(reported_cluster(r.uplink) for r in results)
+        return dataclasses.replace(state, models=models, chosen=chosen, sizes=tuple(picks[k] for k in range(self.clusters)))
 
-    def round_metrics(self, state: ServerState) -> Metrics:
-        sizes = state["sizes"]
-        return {NONEMPTY: float(sum(1 for s in sizes if s)), **{SIZE.format(k): float(s) for k, s in enumerate(sizes)}}
+    def round_metrics(self, state: IFCAState) -> Metrics:
+        return {NONEMPTY: float(sum(1 for s in state.sizes if s)), **{SIZE.format(k): float(s) for k, s in enumerate(state.sizes)}}
 
-    def evaluation_payloads(self, state: ServerState, clients: Sequence[int]) -> dict[int, Payload]:
+    def evaluation_payloads(self, state: IFCAState, clients: Sequence[int]) -> dict[int, Payload]:
         """The model of the cluster each client picked last; cluster 0's for a client never sampled."""
-        return {cid: state["models"][state["chosen"].get(cid, 0)] for cid in clients}
+        return {cid: state.models[state.chosen.get(cid, 0)] for cid in clients}
 
-    def assign(self, state: ServerState, descriptions: dict[int, Payload]) -> Assignment:
+    def assign(self, state: IFCAState, descriptions: dict[int, Payload]) -> Assignment:
         """The cluster models, each weighted by the clients whose last pick it is (002 App. I.3)."""
-        counts = Counter(state["chosen"].values())
-        models = {k: state["models"][k] for k in sorted(counts)}
+        counts = Counter(state.chosen.values())
+        models = {k: state.models[k] for k in sorted(counts)}
         return Assignment.size_weighted(models, {k: float(counts[k]) for k in models}, list(descriptions))
 
     # -- client half ---------------------------------------------------------------------------------
     def pick(self, payload: Payload, data: ClientData, ctx: RoundContext) -> int:
         """The offered cluster whose model has the lowest training loss (ties, and a client without training
         data, to the smallest k; a NaN loss never wins); with one model offered there is nothing to score."""
-        clusters = offered(payload)
+        clusters = sorted(payload.models)
         if len(clusters) == 1:
             return clusters[0]
-        losses = [training_loss(self.model_with(payload[f"{MODEL}{k}"]), data, ctx.device) for k in clusters]
+        losses = [training_loss(self.model_with(payload.models[k].weights), data, ctx.device) for k in clusters]
         return clusters[int(np.argmin(np.nan_to_num(losses, nan=np.inf)))]
 
     def client_update(
-        self, payload: Payload, state: ClientState, data: ClientData, ctx: RoundContext
-    ) -> tuple[Payload, ClientState, Metrics]:
+        self, payload: Payload, state: NoClientState, data: ClientData, ctx: RoundContext
+    ) -> tuple[Payload, NoClientState, Metrics]:
         k = self.pick(payload, data, ctx)
-        model = self.model_with(payload[f"{MODEL}{k}"])
+        model = self.model_with(payload.models[k].weights)
         metrics = train_local(model, data, ctx)
-        picked = {CLUSTER: {"id": np.array([k], dtype=np.int64)}}
-        return counted(get_weights(model), data.num_train, picked), state, metrics
+        return counted(get_weights(model), data.num_train, cluster_section(k)), state, metrics

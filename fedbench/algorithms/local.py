@@ -1,14 +1,31 @@
 """Local training only: each client trains its own model and nothing is communicated (the lower bound
-on collaboration every seed paper reports, e.g. 001 Sec. IV "Local")."""
+on collaboration every seed paper reports, e.g. 001 Sec. IV "Local").
+
+No capability: Local has no server model, so no system vote (the models never reach a server) and nothing to
+give an unseen test client.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Sequence
 
-from fedbench.algorithms.base import Algorithm, ServerState
+from fedbench.algorithms.base import Algorithm
 from fedbench.core.registry import register_algorithm
-from fedbench.core.types import ClientState, Metrics, Payload, RoundContext
+from fedbench.core.types import Arrays, Metrics, Payload, RoundContext
 from fedbench.training import ClientData, evaluate, get_weights, train_local
+
+
+@dataclass(frozen=True)
+class LocalState:
+    """The server holds nothing."""
+
+
+@dataclass(frozen=True)
+class LocalClientState:
+    """The client's own model; None before its first job (it starts from the run's seeded initial model)."""
+
+    model: Arrays | None = None
 
 
 @register_algorithm("local")
@@ -16,25 +33,28 @@ class Local(Algorithm):
     """Clients start from the run's seeded initial model (rebuilt locally from the shared seed, so no
     download is needed) and keep training their own copy, which lives in the client state."""
 
-    def init_state(self) -> ServerState:
-        return {}
+    State = LocalState
+    ClientState = LocalClientState
 
-    def configure(self, round: int, state: ServerState, sampled: Sequence[int]) -> dict[int, Payload]:
+    def init_state(self) -> LocalState:
+        return LocalState()
+
+    def configure(self, round: int, state: LocalState, sampled: Sequence[int]) -> dict[int, Payload]:
         return {cid: Payload() for cid in sampled}
 
-    def evaluation_payloads(self, state: ServerState, clients: Sequence[int]) -> dict[int, Payload]:
+    def evaluation_payloads(self, state: LocalState, clients: Sequence[int]) -> dict[int, Payload]:
         return {cid: Payload() for cid in clients}
 
     def client_update(
-        self, payload: Payload, state: ClientState, data: ClientData, ctx: RoundContext
-    ) -> tuple[Payload, ClientState, Metrics]:
-        model = self.model_with(state["model"]) if "model" in state else self._fresh_model()
+        self, payload: Payload, state: LocalClientState, data: ClientData, ctx: RoundContext
+    ) -> tuple[Payload, LocalClientState, Metrics]:
+        model = self.own_model(state)
         metrics = train_local(model, data, ctx)
-        return Payload(), {**state, "model": get_weights(model)}, metrics
+        return Payload(), LocalClientState(get_weights(model)), metrics
 
-    def client_evaluate(self, payload: Payload, state: ClientState, data: ClientData, ctx: RoundContext) -> Metrics:
-        model = self.model_with(state["model"]) if "model" in state else self._fresh_model()
-        return evaluate(model, data, device=ctx.device)
+    def client_evaluate(self, payload: Payload, state: LocalClientState, data: ClientData, ctx: RoundContext) -> Metrics:
+        return evaluate(self.own_model(state), data, device=ctx.device)
 
-    def _fresh_model(self):
-        return self.model_with(self.initial_weights())
+    def own_model(self, state: LocalClientState):
+        """The client's model: its own, or the run's seeded initial model before its first job."""
+        return self.model_with(state.model if state.model is not None else self.initial_weights())

@@ -48,7 +48,7 @@ cache folder must be one the driver and all workers see (one machine, or a share
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Literal, Sequence
 
 import numpy as np
@@ -56,12 +56,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fedbench.algorithms.base import Algorithm, AlgorithmConfig, ModelBuilder, ServerState, average_uplinks, counted
-from fedbench.algorithms.made_cache import DensityCache, digest
+from fedbench.algorithms.base import (
+    Algorithm, AlgorithmConfig, GlobalModelAtTestTime, GlobalState, ModelBuilder, average_uplinks, counted,
+)
+from fedbench.algorithms.capabilities import SystemVote
+from fedbench.algorithms.made_cache import DensityCache, Weighting, digest
 from fedbench.core import metrics as M
 from fedbench.core.errors import ConfigError
 from fedbench.core.registry import register_algorithm
-from fedbench.core.types import Arrays, ClientResult, ClientState, Metrics, OptimizerSpec, Payload, RoundContext, derive_seed
+from fedbench.core.types import Arrays, ClientResult, Metrics, OptimizerSpec, Payload, RoundContext, derive_seed
 from fedbench.core.cache import cache_dir
 from fedbench.models.made import MADE
 from fedbench.training import ClientData, TrainHooks, get_weights, set_weights, train_local
@@ -69,10 +72,6 @@ from fedbench.training import ClientData, TrainHooks, get_weights, set_weights, 
 DENSITY = "density_model"
 """Payload section of the final global MADE (a replayed cached phase, or the one-time send after the phase);
 while the density phase trains it, the global MADE is the payload's `weights`, averaged like any model."""
-WEIGHTING = "weighting"
-"""Client-state key: the client's local MADE, classifier and rescaling constants."""
-PHASE_DATA = "phase_data"
-"""Client-state key: the client's data as of its first density round."""
 FEATURE_CHUNK = 1024
 
 
@@ -182,9 +181,38 @@ class SampleWeights:
         return (2.0 * (r - low) / (high - low)).clamp(0.0, 2.0) if high > low else torch.ones_like(r)
 
 
+@dataclass(frozen=True)
+class MADEState(GlobalState):
+    """The task model (`global_model`), the global MADE and the density phase's bookkeeping."""
+
+    made: Arrays
+    """The global MADE: FedAvg's average during the density phase, its final weights after it."""
+    losses: dict[tuple[int, int], float] = field(default_factory=dict)
+    """Each density job's MADE loss by (round, client), which the cache stores for a replay."""
+    phase_key: str | None = None
+    """The density phase's cache key (from round 1 on); None where the phase is not cached."""
+    replay: bool = False
+    """Whether the density phase is a cached one being replayed."""
+    made_sent: frozenset[int] = frozenset()
+    """The clients that received the final global MADE (in a task-phase downlink)."""
+
+
+@dataclass(frozen=True)
+class MADEClientState:
+    """A client's data for the density phase until its weighting is fitted, then its weighting."""
+
+    phase_data: ClientData | None = None
+    """Its data as of its first density round; dropped once its weighting is fitted."""
+    weighting: Weighting | None = None
+    """Its local MADE, classifier and rescaling constants, fitted in its first task-phase job."""
+
+
 @register_algorithm("made")
-class MADEReweighting(Algorithm):
+class MADEReweighting(Algorithm, GlobalModelAtTestTime, SystemVote):
     """FedAvg on a density-ratio-weighted loss, after a FedAvg-trained global MADE (module docstring)."""
+
+    State = MADEState
+    ClientState = MADEClientState
 
     @dataclass(frozen=True)
     class Config(AlgorithmConfig):
@@ -239,70 +267,72 @@ class MADEReweighting(Algorithm):
         self._classifier: RatioClassifier | None = None
 
     # -- server half ---------------------------------------------------------------------------------
-    def init_state(self) -> ServerState:
-        return {"global": Payload(self.initial_weights()), "made": self._initial_made(),
-                "losses": {}, "phase_key": None, "replay": False, "made_sent": frozenset()}
+    def init_state(self) -> MADEState:
+        return MADEState(Payload(self.initial_weights()), self._initial_made())
 
-    def configure(self, round: int, state: ServerState, sampled: Sequence[int]) -> dict[int, Payload]:
+    def configure(self, round: int, state: MADEState, sampled: Sequence[int]) -> dict[int, Payload]:
         if round <= self.config.density_rounds:
-            payload = Payload(extras={DENSITY: state["made"]}) if state["replay"] else Payload(state["made"])
+            payload = Payload(extras={DENSITY: state.made}) if state.replay else Payload(state.made)
             return {cid: payload for cid in sampled}
-        task = state["global"]
-        with_made = task.replace({DENSITY: state["made"]})
-        return {cid: task if cid in state["made_sent"] else with_made for cid in sampled}
+        task = state.global_model
+        with_made = task.replace({DENSITY: state.made})
+        return {cid: task if cid in state.made_sent else with_made for cid in sampled}
 
-    def aggregate(self, round: int, state: ServerState, results: Sequence[ClientResult]) -> ServerState:
+    def aggregate(self, round: int, state: MADEState, results: Sequence[ClientResult]) -> MADEState:
         if round > self.config.density_rounds:
-            sent = state["made_sent"] | {r.client_id for r in results}
-            return {**state, "global": Payload(average_uplinks(results)), "made_sent": sent}
-        losses = {**state["losses"], **{f"{round}:{r.client_id}": r.metrics[M.TRAIN_LOSS] for r in results}}
-        state = {**state, "losses": losses}
-        if state["replay"]:
-            return state
+            sent = state.made_sent | {r.client_id for r in results}
+            return replace(state, global_model=Payload(average_uplinks(results)), made_sent=sent)
+        losses = {**state.losses, **{(round, r.client_id): r.metrics[M.TRAIN_LOSS] for r in results}}
+        if state.replay:
+            return replace(state, losses=losses)
         made = average_uplinks(results)
-        state["made"] = made
+        phase_key, replay = state.phase_key, False
         if round == 1 and self.config.cache and self.config.client_fraction == 1.0:
-            state["phase_key"] = digest("made-phase", made, self._phase_settings())
-            found = self._cache().find_phase(state["phase_key"])
+            phase_key = digest("made-phase", made, self._phase_settings())
+            found = self._cache().find_phase(phase_key)
             if found is not None:
-                state.update(made=found[1], replay=True)
-        if round == self.config.density_rounds and state["phase_key"] is not None and not state["replay"]:
-            self._cache().put_phase(state["phase_key"], self._final_id(made), made, losses)
-        return state
+                made, replay = found[1], True
+        if round == self.config.density_rounds and phase_key is not None and not replay:
+            self._cache().put_phase(phase_key, self._final_id(made), made, losses)
+        return replace(state, made=made, losses=losses, phase_key=phase_key, replay=replay)
 
     # -- client half ---------------------------------------------------------------------------------
     def client_update(
-        self, payload: Payload, state: ClientState, data: ClientData, ctx: RoundContext
-    ) -> tuple[Payload, ClientState, Metrics]:
+        self, payload: Payload, state: MADEClientState, data: ClientData, ctx: RoundContext
+    ) -> tuple[Payload, MADEClientState, Metrics]:
         if ctx.round <= self.config.density_rounds:
             return self._density_round(payload, state, data, ctx)
-        if WEIGHTING not in state:
+        if state.weighting is None:
             state = self._fit_weighting(payload.sections.get(DENSITY, {}), state, data, ctx)
-        hook = self.sample_weights(state[WEIGHTING], ctx.device)
+        hook = self.sample_weights(state.weighting, ctx.device)
         model = self.model_with(payload.weights)
         metrics = train_local(model, data, ctx, TrainHooks(sample_weight=hook))
         return counted(get_weights(model), data.num_train), state, metrics
 
-    def _density_round(self, payload: Payload, state: ClientState, data: ClientData, ctx: RoundContext):
-        phase_data = state.get(PHASE_DATA, data)
-        state = {**state, PHASE_DATA: phase_data}
+    def _density_round(
+        self, payload: Payload, state: MADEClientState, data: ClientData, ctx: RoundContext
+    ) -> tuple[Payload, MADEClientState, Metrics]:
+        phase_data = data if state.phase_data is None else state.phase_data
+        state = replace(state, phase_data=phase_data)
         if DENSITY in payload:  # a cached phase is being replayed: echo the final MADE, report the loss this round had
             final = payload[DENSITY]
-            loss = self._cache().losses(self._final_id(final))[f"{ctx.round}:{ctx.client_id}"]
+            loss = self._cache().losses(self._final_id(final))[(ctx.round, ctx.client_id)]
             return counted(final, phase_data.num_train), state, {M.TRAIN_LOSS: loss}
         made = self._made("global", payload.weights)
         c = self.config
         loss = train_made(made, phase_data, c.made_epochs, c.made_lr, c.made_batch_size, ctx)
         return counted(get_weights(made), phase_data.num_train), state, {M.TRAIN_LOSS: loss}
 
-    def _fit_weighting(self, final: Arrays, state: ClientState, data: ClientData, ctx: RoundContext) -> ClientState:
+    def _fit_weighting(
+        self, final: Arrays, state: MADEClientState, data: ClientData, ctx: RoundContext
+    ) -> MADEClientState:
         """Local MADE, classifier and rescaling constants of this client (cached; see the module docstring).
 
         Seeded from (run seed, client) alone, so the result does not depend on the round it happens in.
         """
         if not final:
             raise RuntimeError(f"made: client {ctx.client_id} has no weighting and its payload carries no global MADE")
-        phase_data = state.get(PHASE_DATA, data)
+        phase_data = data if state.phase_data is None else state.phase_data
         weighting = None
         if self.config.cache:
             final_id = self._final_id(final)
@@ -314,9 +344,9 @@ class MADEReweighting(Algorithm):
                 weighting = self.fit_weighting(final, phase_data, ctx)
             if self.config.cache:
                 self._cache().put_weighting(final_id, key, weighting)
-        return {**{k: v for k, v in state.items() if k != PHASE_DATA}, WEIGHTING: weighting}
+        return replace(state, phase_data=None, weighting=weighting)
 
-    def fit_weighting(self, final: Arrays, data: ClientData, ctx: RoundContext) -> dict[str, Arrays]:
+    def fit_weighting(self, final: Arrays, data: ClientData, ctx: RoundContext) -> Weighting:
         """Train the local MADE from the global MADE's initial weights, then the classifier on both MADEs'
         features of the client's images, then the rescaling constants over those images.
 
@@ -336,17 +366,17 @@ class MADEReweighting(Algorithm):
         with torch.no_grad():
             r = torch.exp(clf(u_local).clamp(-30.0, 30.0))
         scale = [r.mean().item()] if c.rescale == "mean_clip" else [r.min().item(), r.max().item()]
-        return {"local": get_weights(local), "classifier": get_weights(clf), "scale": {"value": np.array(scale)}}
+        return Weighting(get_weights(local), get_weights(clf), np.array(scale))
 
-    def sample_weights(self, weighting: dict[str, Arrays], device: str) -> SampleWeights:
+    def sample_weights(self, weighting: Weighting, device: str) -> SampleWeights:
         """The weight function of a client's fitted weighting, on `device`."""
-        local = self._made("local", weighting["local"]).to(device).eval()
+        local = self._made("local", weighting.local).to(device).eval()
         if self._classifier is None:  # the MADE's dimension is fixed per run
             with torch.random.fork_rng(devices=[]):
                 self._classifier = RatioClassifier(local.dim, self.config.classifier_hidden)
-        set_weights(self._classifier, weighting["classifier"])
+        set_weights(self._classifier, weighting.classifier)
         clf = self._classifier.to(device).eval()
-        return SampleWeights(local, clf, self.config.features, self.config.rescale, weighting["scale"]["value"])
+        return SampleWeights(local, clf, self.config.features, self.config.rescale, weighting.scale)
 
     # -- helpers ---------------------------------------------------------------------------------------
     def _weighting_job(self, ctx: RoundContext, purpose: str, block: int) -> RoundContext:

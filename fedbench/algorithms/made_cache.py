@@ -9,12 +9,26 @@ import hashlib
 import json
 import os
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from fedbench.core.types import Arrays
+
+
+@dataclass(frozen=True)
+class Weighting:
+    """A client's fitted density-ratio weighting: what its loss weights are computed with (its client state keeps
+    it; the cache stores it)."""
+
+    local: Arrays
+    """The local MADE q_i's weights."""
+    classifier: Arrays
+    """The ratio classifier h's weights, its feature standardisation included."""
+    scale: np.ndarray
+    """The rescaling constants over the client's images: [mean ratio] (`mean_clip`) or [min, max] (`minmax`)."""
 
 
 def digest(*parts: object) -> str:
@@ -54,24 +68,28 @@ class DensityCache:
         final_id = json.loads(index.read_text())["final"]
         return final_id, load_npz(self.root / "final" / final_id / "global.npz")
 
-    def put_phase(self, key: str, final_id: str, made: Arrays, losses: dict[str, float]) -> None:
+    def put_phase(self, key: str, final_id: str, made: Arrays, losses: dict[tuple[int, int], float]) -> None:
+        """Store a finished density phase: its final MADE and each job's loss by (round, client)."""
         folder = self.root / "final" / final_id
+        by_name = {f"{round}:{client}": loss for (round, client), loss in losses.items()}  # JSON keys are strings
         self._write(folder / "global.npz", lambda f: np.savez(f, **made))
-        self._write(folder / "losses.json", lambda f: f.write(json.dumps(losses).encode()))
+        self._write(folder / "losses.json", lambda f: f.write(json.dumps(by_name).encode()))
         self._write(self.root / "phase" / f"{key}.json", lambda f: f.write(json.dumps({"final": final_id}).encode()))
 
-    def losses(self, final_id: str) -> dict[str, float]:
+    def losses(self, final_id: str) -> dict[tuple[int, int], float]:
+        """A stored density phase's MADE loss of each job, by (round, client)."""
         path = self.root / "final" / final_id / "losses.json"
         if not path.exists():
             raise FileNotFoundError(f"made: the server replays cached density phase {final_id} but {path} is missing "
                                     "here; the cache folder (FEDBENCH_CACHE) must be shared by the driver and workers")
-        return json.loads(path.read_text())
+        by_name = json.loads(path.read_text())
+        return {tuple(int(part) for part in name.split(":")): loss for name, loss in by_name.items()}
 
-    def find_weighting(self, final_id: str, key: str) -> dict[str, Arrays] | None:
+    def find_weighting(self, final_id: str, key: str) -> Weighting | None:
         path = self.root / "final" / final_id / f"w-{key}.npz"
         return unpack(load_npz(path)) if path.exists() else None
 
-    def put_weighting(self, final_id: str, key: str, weighting: dict[str, Arrays]) -> None:
+    def put_weighting(self, final_id: str, key: str, weighting: Weighting) -> None:
         self._write(self.root / "final" / final_id / f"w-{key}.npz", lambda f: np.savez(f, **pack(weighting)))
 
     @staticmethod
@@ -88,13 +106,16 @@ def load_npz(path: Path) -> Arrays:
         return dict(arrays)
 
 
-def pack(nested: dict[str, Arrays]) -> Arrays:
-    return {f"{group}/{name}": v for group, weights in nested.items() for name, v in weights.items()}
+def pack(weighting: Weighting) -> Arrays:
+    """A weighting as the flat arrays of one `.npz`: `local/<name>`, `classifier/<name>` and `scale/value`."""
+    groups = {"local": weighting.local, "classifier": weighting.classifier, "scale": {"value": weighting.scale}}
+    return {f"{group}/{name}": v for group, weights in groups.items() for name, v in weights.items()}
 
 
-def unpack(flat: Arrays) -> dict[str, Arrays]:
-    nested: dict[str, Arrays] = {}
+def unpack(flat: Arrays) -> Weighting:
+    """The weighting `pack` wrote."""
+    groups: dict[str, Arrays] = {}
     for key, value in flat.items():
         group, name = key.split("/", 1)
-        nested.setdefault(group, {})[name] = value
-    return nested
+        groups.setdefault(group, {})[name] = value
+    return Weighting(groups["local"], groups["classifier"], groups["scale"]["value"])

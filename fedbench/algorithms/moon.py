@@ -29,11 +29,15 @@ from fedbench.algorithms.base import AlgorithmConfig, counted
 from fedbench.algorithms.fedavg import FedAvg
 from fedbench.core.errors import ConfigError
 from fedbench.core.registry import register_algorithm
-from fedbench.core.types import Arrays, ClientState, Metrics, Payload, RoundContext
+from fedbench.core.types import Arrays, Metrics, Payload, RoundContext
 from fedbench.training import ClientData, TrainHooks, get_weights, set_weights, train_local
 
-PREVIOUS = "previous"
-"""Client-state key of the client's model after its last local training (w_i^{t-1})."""
+
+@dataclass(frozen=True)
+class MOONClientState:
+    """The client's model after its last local training (w_i^{t-1}); None before its first job."""
+
+    previous: Arrays | None = None
 
 
 def model_contrastive_loss(z: torch.Tensor, z_glob: torch.Tensor, z_prev: torch.Tensor, tau: float) -> torch.Tensor:
@@ -73,6 +77,8 @@ class ContrastiveHooks:
 class MOON(FedAvg):
     """FedAvg with the model-contrastive term; the previous local model lives in the client state."""
 
+    ClientState = MOONClientState
+
     @dataclass(frozen=True)
     class Config(AlgorithmConfig):
         mu: float = 1.0
@@ -93,15 +99,15 @@ class MOON(FedAvg):
         self._references: dict[str, nn.Module] = {}
 
     def client_update(
-        self, payload: Payload, state: ClientState, data: ClientData, ctx: RoundContext
-    ) -> tuple[Payload, ClientState, Metrics]:
+        self, payload: Payload, state: MOONClientState, data: ClientData, ctx: RoundContext
+    ) -> tuple[Payload, MOONClientState, Metrics]:
         global_model = self._reference("global", payload.weights, ctx.device)
-        previous = self._reference("previous", state[PREVIOUS], ctx.device) if PREVIOUS in state else None
+        previous = None if state.previous is None else self._reference("previous", state.previous, ctx.device)
         model = self.model_with(payload.weights)
         hooks = ContrastiveHooks(self.config.mu, self.config.tau, global_model, previous).hooks()
         metrics = train_local(model, data, ctx, hooks)
         weights = get_weights(model)
-        return counted(weights, data.num_train), {**state, PREVIOUS: weights}, metrics
+        return counted(weights, data.num_train), MOONClientState(weights), metrics
 
     def _reference(self, role: str, weights: Arrays, device: str) -> nn.Module:
         """A frozen eval-mode copy of the run's model with `weights` (one instance per role per process,

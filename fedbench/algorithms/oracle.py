@@ -17,84 +17,85 @@ the initial model and no match.
 
 from __future__ import annotations
 
+import dataclasses
+from dataclasses import dataclass, field
 from typing import Sequence
 
-import numpy as np
-
-from fedbench.algorithms.base import Algorithm, Assignment, ServerState, average_uplinks, counted
+from fedbench.algorithms.base import (
+    Algorithm, NoClientState, cluster_averages, cluster_section, counted, reported_cluster,
+)
+from fedbench.algorithms.capabilities import Assignment, SystemVote, TestTimeAssignment
 from fedbench.core.registry import register_algorithm
-from fedbench.core.types import Arrays, ClientResult, ClientState, Metrics, Payload, RoundContext
+from fedbench.core.types import ClientResult, Metrics, Payload, RoundContext
 from fedbench.training import ClientData, get_weights, train_local
 
-CLUSTER = "cluster"
-"""Uplink section `{"id": int64 [1]}`: the ground-truth distribution id the update was trained on."""
+
+@dataclass(frozen=True)
+class OracleState:
+    """The run's initial model, each ground-truth cluster's model, and each client's last cluster."""
+
+    initial: Payload
+    models: dict[int, Payload] = field(default_factory=dict)
+    cluster_of: dict[int, int] = field(default_factory=dict)
 
 
 @register_algorithm("oracle")
-class Oracle(Algorithm):
-    """FedAvg per ground-truth cluster; server state: `initial`, `models` {cluster: weights}, `cluster_of` {client: cluster}."""
+class Oracle(Algorithm, TestTimeAssignment, SystemVote):
+    """FedAvg per ground-truth cluster."""
 
-    def init_state(self) -> ServerState:
-        return {"initial": Payload(self.initial_weights()), "models": {}, "cluster_of": {}}
+    State = OracleState
 
-    def configure(self, round: int, state: ServerState, sampled: Sequence[int]) -> dict[int, Payload]:
+    def init_state(self) -> OracleState:
+        return OracleState(Payload(self.initial_weights()))
+
+    def configure(self, round: int, state: OracleState, sampled: Sequence[int]) -> dict[int, Payload]:
         return self._models_for(state, sampled)
 
-    def aggregate(self, round: int, state: ServerState, results: Sequence[ClientResult]) -> ServerState:
-        members: dict[int, list[ClientResult]] = {}
-        for r in results:
-            members.setdefault(reported_cluster(r.uplink), []).append(r)
-        models = dict(state["models"])
-        for cluster, group in members.items():
-            models[cluster] = Payload(average_uplinks(group))
-        cluster_of = {**state["cluster_of"], **{r.client_id: reported_cluster(r.uplink) for r in results}}
-        return {**state, "models": models, "cluster_of": cluster_of}
+    def aggregate(self, round: int, state: OracleState, results: Sequence[ClientResult]) -> OracleState:
+        models = {**state.models, **cluster_averages(results, lambda r: reported_cluster(r.uplink))}
+        cluster_of = {**state.cluster_of, **{r.client_id: reported_cluster(r.uplink) for r in results}}
+        return dataclasses.replace(state, models=models, cluster_of=cluster_of)
 
-    def evaluation_payloads(self, state: ServerState, clients: Sequence[int]) -> dict[int, Payload]:
+    def evaluation_payloads(self, state: OracleState, clients: Sequence[int]) -> dict[int, Payload]:
         return self._models_for(state, clients)
 
-    def describe_payloads(self, state: ServerState, test_clients: Sequence[int]) -> dict[int, Payload]:
+    def describe_payloads(self, state: OracleState, test_clients: Sequence[int]) -> dict[int, Payload]:
         return {tid: Payload() for tid in test_clients}
 
-    def assign(self, state: ServerState, descriptions: dict[int, Payload]) -> Assignment:
+    def assign(self, state: OracleState, descriptions: dict[int, Payload]) -> Assignment:
         first_member = {}
-        for cid, cluster in sorted(state["cluster_of"].items()):
+        for cid, cluster in sorted(state.cluster_of.items()):
             first_member.setdefault(cluster, cid)
         payloads, matched = {}, {}
         for tid, uplink in descriptions.items():
             cluster = reported_cluster(uplink)
-            payloads[tid] = state["models"].get(cluster, state["initial"])
+            payloads[tid] = state.models.get(cluster, state.initial)
             if cluster in first_member:
                 matched[tid] = first_member[cluster]
         return Assignment(payloads, matched)
 
-    def _models_for(self, state: ServerState, clients: Sequence[int]) -> dict[int, Payload]:
+    def _models_for(self, state: OracleState, clients: Sequence[int]) -> dict[int, Payload]:
         """Each client's last cluster's model (the same object for a cluster's members, so it ships once)."""
-        return {cid: state["models"].get(state["cluster_of"].get(cid), state["initial"]) for cid in clients}
+        return {cid: state.models.get(state.cluster_of.get(cid), state.initial) for cid in clients}
 
     # -- client half ---------------------------------------------------------------------------------
     def client_update(
-        self, payload: Payload, state: ClientState, data: ClientData, ctx: RoundContext
-    ) -> tuple[Payload, ClientState, Metrics]:
+        self, payload: Payload, state: NoClientState, data: ClientData, ctx: RoundContext
+    ) -> tuple[Payload, NoClientState, Metrics]:
         model = self.model_with(payload.weights)
         metrics = train_local(model, data, ctx)
-        return counted(get_weights(model), data.num_train, {CLUSTER: cluster_id(ctx)}), state, metrics
+        return counted(get_weights(model), data.num_train, cluster_section(ground_truth(ctx))), state, metrics
 
     def client_describe(self, payload: Payload, data: ClientData, ctx: RoundContext) -> Payload:
-        return Payload(extras={CLUSTER: cluster_id(ctx)})
+        return Payload(extras=cluster_section(ground_truth(ctx)))
 
 
-def reported_cluster(uplink: Payload) -> int:
-    """The distribution id an uplink reports."""
-    return int(uplink[CLUSTER]["id"][0])
-
-
-def cluster_id(ctx: RoundContext) -> Arrays:
-    """The client's ground-truth distribution id as the uplink's `CLUSTER` section.
+def ground_truth(ctx: RoundContext) -> int:
+    """The client's ground-truth distribution id, which the uplink's `CLUSTER` section reports.
 
     Raises:
         ValueError: the runtime did not say (-1): the Oracle would silently be FedAvg.
     """
     if ctx.distribution_id < 0:
         raise ValueError(f"client {ctx.client_id}: the oracle needs the ground-truth distribution id, and the runtime gave none")
-    return {"id": np.array([ctx.distribution_id], dtype=np.int64)}
+    return ctx.distribution_id

@@ -22,8 +22,8 @@ Evaluation: theta after the client's last local round is its personalised model 
 client state that never travels; local accuracy evaluates it, so a client that holds one downloads nothing
 to be evaluated, and one that never trained evaluates the global model. System accuracy (004 Sec. 5) is the
 majority vote of the personalised models: each client uploads theta once after the last round, for the vote
-only (`completes_personal_models`, counted as evaluation traffic). Unseen test clients get the global model
-(base `assign`).
+only (`PersonalModels`, counted as evaluation traffic). Unseen test clients get the global model
+(FedAvg's `GlobalModelAtTestTime`).
 """
 
 from __future__ import annotations
@@ -36,13 +36,14 @@ from typing import Sequence
 import torch
 from torch import nn
 
-from fedbench.algorithms.base import PERSONAL, AlgorithmConfig, PersonalModels, ServerState, average_uplinks, counted
+from fedbench.algorithms.base import AlgorithmConfig, average_uplinks, counted
 from fedbench.algorithms.fedavg import FedAvg
 from fedbench.algorithms.fedprox import proximal_term
+from fedbench.algorithms.personal import PersonalBesideGlobal, PersonalClientState, PersonalisedState
 from fedbench.core.errors import ConfigError
 from fedbench.core.registry import register_algorithm
 from fedbench.core.runspec import RunSpec
-from fedbench.core.types import Arrays, ClientResult, ClientState, Metrics, OptimizerSpec, Payload, RoundContext
+from fedbench.core.types import Arrays, ClientResult, Metrics, OptimizerSpec, Payload, RoundContext
 from fedbench.training import ClientData, TrainHooks, average_weights, get_weights, train_local
 from fedbench.training.loop import scheduled_lr
 
@@ -75,9 +76,10 @@ class MoreauEnvelope:
 
 
 @register_algorithm("pfedme")
-class PFedMe(PersonalModels, FedAvg):
+class PFedMe(PersonalBesideGlobal, FedAvg):
     """Clients run the Moreau-envelope bi-level update; the server mixes their average in with weight beta. The
-    personalised model theta after a client's last local round is its personal model (`PERSONAL`)."""
+    personalised model theta after a client's last local round is its personal model
+    (`PersonalClientState.personal`)."""
 
     @dataclass(frozen=True)
     class Config(AlgorithmConfig):
@@ -104,31 +106,33 @@ class PFedMe(PersonalModels, FedAvg):
             if not (math.isfinite(self.beta) and self.beta > 0):
                 raise ConfigError("beta", self.beta, "a number > 0 (1: FedAvg's average)")
 
-    @classmethod
-    def check_run(cls, spec: RunSpec) -> None:
-        """Warn where the run's optimizer is not plain SGD: pFedMe's two updates are the paper's plain gradient steps,
-        which take only its learning rate and schedule, so the rest of its settings would be silently ignored."""
-        opt = spec.optimizer
-        ignored = [f"optimizer.{name} = {value}" for name, value, plain in
-                   (("name", opt.name, "sgd"), ("momentum", opt.momentum, 0.0), ("weight_decay", opt.weight_decay, 0.0))
-                   if value != plain]
-        if ignored:
-            warnings.warn(f"pFedMe ignores {', '.join(ignored)}: its inner and outer updates are plain gradient "
-                          "steps at optimizer.lr and its schedule (Dinh et al. 2020, Algorithm 1)", stacklevel=2)
+        def check_run(self, spec: RunSpec) -> None:
+            """Warn where the run's optimizer is not plain SGD: pFedMe's two updates are the paper's plain gradient
+            steps, which take only its learning rate and schedule, so the rest of its settings would be silently
+            ignored."""
+            opt = spec.optimizer
+            ignored = [f"optimizer.{name} = {value}" for name, value, plain in
+                       (("name", opt.name, "sgd"), ("momentum", opt.momentum, 0.0),
+                        ("weight_decay", opt.weight_decay, 0.0))
+                       if value != plain]
+            if ignored:
+                warnings.warn(f"pFedMe ignores {', '.join(ignored)}: its inner and outer updates are plain gradient "
+                              "steps at optimizer.lr and its schedule (Dinh et al. 2020, Algorithm 1)", stacklevel=2)
 
     # -- server half ---------------------------------------------------------------------------------
-    def aggregate(self, round: int, state: ServerState, results: Sequence[ClientResult]) -> ServerState:
+    def aggregate(self, round: int, state: PersonalisedState, results: Sequence[ClientResult]) -> PersonalisedState:
         """(1 - beta) w_global + beta * the sample-weighted average of the uplinks (Algorithm 1, line 12;
         integer buffers are the average's)."""
-        mixed = average_weights([average_uplinks(results), state["global"].weights], [self.config.beta, 1 - self.config.beta])
-        return self.with_trained({**state, "global": Payload(mixed)}, results)
+        mixed = average_weights([average_uplinks(results), state.global_model.weights],
+                                [self.config.beta, 1 - self.config.beta])
+        return self.with_trained(replace(state, global_model=Payload(mixed)), results)
 
     # -- client half ---------------------------------------------------------------------------------
     def client_update(
-        self, payload: Payload, state: ClientState, data: ClientData, ctx: RoundContext
-    ) -> tuple[Payload, ClientState, Metrics]:
+        self, payload: Payload, state: PersonalClientState, data: ClientData, ctx: RoundContext
+    ) -> tuple[Payload, PersonalClientState, Metrics]:
         theta = self.model_with(payload.weights)
         envelope = MoreauEnvelope(theta, self.config.lam, scheduled_lr(ctx.optimizer, ctx.round, ctx.rounds), ctx.device)
         inner = OptimizerSpec(lr=self.config.personal_lr, momentum=0.0, schedule=ctx.optimizer.schedule)
         metrics = train_local(theta, data, replace(ctx, optimizer=inner), envelope.hooks(self.config.inner_steps))
-        return counted(envelope.weights(theta), data.num_train), {**state, PERSONAL: get_weights(theta)}, metrics
+        return counted(envelope.weights(theta), data.num_train), PersonalClientState(get_weights(theta)), metrics

@@ -38,24 +38,25 @@ Choices where the paper is silent:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
 import numpy as np
 import torch
 from torch import nn
 
-from fedbench.algorithms.base import Algorithm, AlgorithmConfig, ServerState
+from fedbench.algorithms.base import Algorithm, AlgorithmConfig, GlobalModelAtTestTime, GlobalState
+from fedbench.algorithms.capabilities import SystemVote
 from fedbench.core import metrics as M
 from fedbench.core.errors import ConfigError
 from fedbench.core.registry import register_algorithm
 from fedbench.core.runspec import RunSpec
-from fedbench.core.types import Arrays, ClientResult, ClientState, Metrics, Payload, RoundContext
+from fedbench.core.types import Arrays, ClientResult, Metrics, Payload, RoundContext
 from fedbench.training import ClientData, TrainHooks, average_weights, get_weights, train_local
 from fedbench.training.loop import scheduled_lr
 
 CONTROL = "control"
-"""Downlink section: the server control variate c (one array per parameter). Also the client-state key of c_i."""
+"""Downlink section: the server control variate c (one array per parameter)."""
 MODEL_DELTA = "model_delta"
 """Uplink section: Delta y = y - x for every entry of the model's state (parameters and buffers)."""
 CONTROL_DELTA = "control_delta"
@@ -85,8 +86,22 @@ def option_ii(c_i: Arrays, c: Arrays, x: Arrays, y: Arrays, steps: int, lr: floa
     return {name: value.astype(c[name].dtype) for name, value in new.items()}
 
 
+@dataclass(frozen=True)
+class ScaffoldState(GlobalState):
+    """The global model x and the server control variate c (per parameter)."""
+
+    control: Arrays
+
+
+@dataclass(frozen=True)
+class ScaffoldClientState:
+    """The client control variate c_i; None before its first job (zero)."""
+
+    control: Arrays | None = None
+
+
 @register_algorithm("scaffold")
-class Scaffold(Algorithm):
+class Scaffold(Algorithm, GlobalModelAtTestTime, SystemVote):
     """FedAvg's round with control variates: corrected local steps, option-II client control variates,
     uniform averaging of Delta y and Delta c with a global step size."""
 
@@ -102,44 +117,46 @@ class Scaffold(Algorithm):
             if not (math.isfinite(self.global_lr) and self.global_lr > 0):
                 raise ConfigError("global_lr", self.global_lr, "a number > 0 (1: the paper's setting)")
 
-    @classmethod
-    def check_run(cls, spec: RunSpec) -> None:
-        """Option II's control variate is exact only under plain SGD (module docstring): refuse anything else."""
-        if spec.optimizer.name != "sgd":
-            raise ConfigError("optimizer.name", spec.optimizer.name, "sgd with SCAFFOLD (its option-II control "
-                              "variate reads (x - y) / (K lr) as the mean gradient, true only of plain SGD)")
-        if spec.optimizer.momentum != 0:
-            raise ConfigError("optimizer.momentum", spec.optimizer.momentum, "0 with SCAFFOLD (plain SGD, as in "
-                              "the paper: with momentum its option-II control variates overshoot and diverge)")
+        def check_run(self, spec: RunSpec) -> None:
+            """Option II's control variate is exact only under plain SGD (module docstring): refuse anything else."""
+            if spec.optimizer.name != "sgd":
+                raise ConfigError("optimizer.name", spec.optimizer.name, "sgd with SCAFFOLD (its option-II control "
+                                  "variate reads (x - y) / (K lr) as the mean gradient, true only of plain SGD)")
+            if spec.optimizer.momentum != 0:
+                raise ConfigError("optimizer.momentum", spec.optimizer.momentum, "0 with SCAFFOLD (plain SGD, as in "
+                                  "the paper: with momentum its option-II control variates overshoot and diverge)")
+
+    State = ScaffoldState
+    ClientState = ScaffoldClientState
 
     # -- server half ---------------------------------------------------------------------------------
-    def init_state(self) -> ServerState:
+    def init_state(self) -> ScaffoldState:
         weights = self.initial_weights()
         control = {name: np.zeros(weights[name].shape, dtype=np.float32) for name in self.parameter_names}
-        return {"global": Payload(weights), CONTROL: control}
+        return ScaffoldState(Payload(weights), control)
 
-    def configure(self, round: int, state: ServerState, sampled: Sequence[int]) -> dict[int, Payload]:
+    def configure(self, round: int, state: ScaffoldState, sampled: Sequence[int]) -> dict[int, Payload]:
         """x and c, in one payload shipped once to every sampled client."""
-        downlink = state["global"].replace({CONTROL: state[CONTROL]})
+        downlink = state.global_model.replace({CONTROL: state.control})
         return {cid: downlink for cid in sampled}
 
-    def aggregate(self, round: int, state: ServerState, results: Sequence[ClientResult]) -> ServerState:
+    def aggregate(self, round: int, state: ScaffoldState, results: Sequence[ClientResult]) -> ScaffoldState:
         uniform = [1.0] * len(results)
         delta_y = average_weights([r.uplink[MODEL_DELTA] for r in results], uniform)
         delta_c = average_weights([r.uplink[CONTROL_DELTA] for r in results], uniform)
-        x, c = state["global"].weights, state[CONTROL]
+        x, c = state.global_model.weights, state.control
         share = len(results) / self.num_clients
         sizes = {name: self.config.global_lr if name in c else 1.0 for name in x}  # buffers: no server step
         new_x = {name: step(value, delta_y[name], sizes[name]) for name, value in x.items()}
         new_c = {name: step(value, delta_c[name], share) for name, value in c.items()}
-        return {**state, "global": Payload(new_x), CONTROL: new_c}
+        return replace(state, global_model=Payload(new_x), control=new_c)
 
     # -- client half ---------------------------------------------------------------------------------
     def client_update(
-        self, payload: Payload, state: ClientState, data: ClientData, ctx: RoundContext
-    ) -> tuple[Payload, ClientState, Metrics]:
+        self, payload: Payload, state: ScaffoldClientState, data: ClientData, ctx: RoundContext
+    ) -> tuple[Payload, ScaffoldClientState, Metrics]:
         x, c = payload.weights, payload[CONTROL]
-        c_i = state[CONTROL] if CONTROL in state else {name: np.zeros_like(value) for name, value in c.items()}
+        c_i = state.control if state.control is not None else {name: np.zeros_like(value) for name, value in c.items()}
         correction = {name: torch.from_numpy(c[name] - c_i[name]).to(ctx.device) for name in c}
         model = self.model_with(x)
         metrics = train_local(model, data, ctx, TrainHooks(adjust_gradients=control_correction(correction)))
@@ -150,7 +167,7 @@ class Scaffold(Algorithm):
             MODEL_DELTA: {name: y[name] - x[name] for name in y},
             CONTROL_DELTA: {name: c_new[name] - c_i[name] for name in c},
         })
-        return uplink, {**state, CONTROL: c_new}, metrics
+        return uplink, ScaffoldClientState(c_new), metrics
 
 
 def step(value: np.ndarray, delta: np.ndarray, size: float) -> np.ndarray:

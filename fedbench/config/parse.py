@@ -22,7 +22,7 @@ from fedbench.core.runspec import INLINE, Component, DatasetSpec, RunSpec, plain
 def parse_run(raw: Any) -> RunSpec:
     """Validate a plain mapping (as written in a task file) into a RunSpec; errors name the field."""
     spec = parse_spec(RunSpec, raw, "")
-    ALGORITHMS.get(spec.algorithm.name).check_run(spec)  # a model the method cannot train, refused here
+    ALGORITHMS.get(spec.algorithm.name).Config(**spec.algorithm.kwargs).check_run(spec)  # refused here, not mid-run
     return spec
 
 

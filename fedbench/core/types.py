@@ -3,10 +3,11 @@
 A `Payload` is what crosses the simulated network: named sections of numpy arrays (the wire format; numpy
 moves through Ray's object store zero-copy). Its `weights` section is the model a method federates, the
 only section FedAvg-style averages read; every other section is an extra the method declares by name (a
-sample count, a profile, latent bounds, a cluster id, a second model such as FEROMA's extractor, K cluster
-models), metered like the weights and never averaged by accident. Only Payloads are counted as
-communication. A `ClientState` never travels in the simulated system: it lives in the runtime's state store
-between rounds.
+sample count, a profile, latent bounds, a cluster id, a second model such as FEROMA's extractor), metered like
+the weights and never averaged by accident. Several models go in `Payload.models` by an int index (K cluster
+models), a relayed peer's payload in `Payload.peers` by its sender. Only Payloads are counted as
+communication. An algorithm's client state never travels in the simulated system: it lives in the runtime's
+state store between rounds.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import math
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Literal, Mapping
+from typing import Iterator, Literal, Mapping
 
 import numpy as np
 
@@ -22,49 +23,52 @@ from fedbench.core.errors import ConfigError
 
 Arrays = dict[str, np.ndarray]
 """Named numpy arrays: a model's state dict, or one section of a Payload."""
-ClientState = dict[str, Any]
 Metrics = dict[str, float]
 
 WEIGHTS = "weights"
 """The Payload section averages read: the model the method federates."""
-PEER = "peer:"
-"""Prefix of a section another client sent, `peer:<sender>/<section>` (decentralized methods: Gossip, DAC). The
-server only relays it; the byte meter charges each such section to the sender's uplink and the receiver's downlink,
-one peer-to-peer transfer each."""
-
-
-def peer_sender(section: str) -> tuple[int, str] | None:
-    """(sender, section as sent) of a `peer:<sender>/<section>` name; None for any other section."""
-    if not section.startswith(PEER):
-        return None
-    sender, name = section[len(PEER):].split("/", 1)
-    return int(sender), name
 
 
 @dataclass(frozen=True, eq=False, init=False, repr=False)
 class Payload:
-    """What crosses the simulated network: sections of named numpy arrays, `weights` among them.
+    """What crosses the simulated network: sections of named numpy arrays, `weights` among them, plus indexed
+    models and relayed peers' payloads.
 
     `Payload(weights, {PROFILE: {...}})`: the model averages read, and the method's extras by section name.
+    `Payload(models={k: Payload(w_k)})`: several models indexed by an int (IFCA's cluster k, FedEM's component m).
+    `Payload(peers={sender: sent})`: what each peer sent this receiver through the relay (Gossip, DAC); the byte
+    meter charges each to the sender's uplink and the receiver's downlink.
     Immutable and compared by identity: a server hands one object to every client that gets the same
     content, and the runtime ships that object once. Arrays are shared, never copied, so a payload is never
     changed in place (`replace` builds a new one).
     """
 
     sections: dict[str, Arrays]
+    models: dict[int, Payload]
+    peers: dict[int, Payload]
 
-    def __init__(self, weights: Arrays | None = None, extras: Mapping[str, Arrays] | None = None):
+    def __init__(self, weights: Arrays | None = None, extras: Mapping[str, Arrays] | None = None, *,
+                 models: Mapping[int, Payload] | None = None, peers: Mapping[int, Payload] | None = None):
         """Args:
             weights: the `weights` section; None: the payload carries no model to average.
             extras: the other sections by name, never averaged (a `weights` entry here is the weights section).
+            models: indexed models, by an int the method gives them (a cluster's, a mixture component's).
+            peers: relayed payloads, by the id of the client that sent each.
         """
         sections = {} if weights is None else {WEIGHTS: weights}
         object.__setattr__(self, "sections", {**sections, **(extras or {})})
+        object.__setattr__(self, "models", dict(models or {}))
+        object.__setattr__(self, "peers", dict(peers or {}))
 
     @property
     def weights(self) -> Arrays:
         """The `weights` section (empty where the payload carries none)."""
         return self.sections.get(WEIGHTS, {})
+
+    @property
+    def is_empty(self) -> bool:
+        """Whether nothing travels: no section, no indexed model, no peer's payload."""
+        return not (self.sections or self.models or self.peers)
 
     def __getitem__(self, section: str) -> Arrays:
         return self.sections[section]
@@ -73,47 +77,32 @@ class Payload:
         return section in self.sections
 
     def merged(self, other: Payload) -> Payload:
-        """A new payload with `other`'s arrays added to this one's, section by section (`other` wins a clash)."""
+        """A new payload with `other`'s arrays added to this one's, section by section, and its indexed models and
+        peers added to this one's (`other` wins a clash)."""
         names = {**self.sections, **other.sections}
-        return Payload(extras={s: {**self.sections.get(s, {}), **other.sections.get(s, {})} for s in names})
+        return Payload(extras={s: {**self.sections.get(s, {}), **other.sections.get(s, {})} for s in names},
+                       models={**self.models, **other.models}, peers={**self.peers, **other.peers})
 
     def replace(self, sections: Mapping[str, Arrays]) -> Payload:
-        """A new payload with `sections` added or replaced (`weights` too); the others are shared with this one."""
-        return Payload(extras={**self.sections, **sections})
-
-    @classmethod
-    def from_peers(cls, sent: Mapping[int, Payload]) -> Payload:
-        """One downlink relaying what each sender (client id) sent this receiver, as `peer:<sender>/<section>`."""
-        return cls(extras={f"{PEER}{sender}/{name}": arrays for sender in sorted(sent)
-                           for name, arrays in sent[sender].sections.items()})
-
-    def peers(self) -> dict[int, Payload]:
-        """The payloads relayed in this one, by sender (the inverse of `from_peers`); other sections are left out."""
-        out: dict[int, dict[str, Arrays]] = {}
-        for key, arrays in self.sections.items():
-            if (peer := peer_sender(key)) is not None:
-                sender, name = peer
-                out.setdefault(sender, {})[name] = arrays
-        return {sender: Payload(extras=sections) for sender, sections in out.items()}
-
-    def section_bytes(self) -> Iterator[tuple[str, int]]:
-        """(section name, bytes on the wire) for every section."""
-        for name, arrays in self.sections.items():
-            yield name, int(sum(np.asarray(v).nbytes for v in arrays.values()))
+        """A new payload with `sections` added or replaced (`weights` too); the rest is shared with this one."""
+        return Payload(extras={**self.sections, **sections}, models=self.models, peers=self.peers)
 
     def arrays(self) -> Iterator[np.ndarray]:
-        """Every array of every section."""
+        """Every array of every section, indexed model and peer's payload."""
         for arrays in self.sections.values():
             yield from arrays.values()
+        for part in (*self.models.values(), *self.peers.values()):
+            yield from part.arrays()
 
     @property
     def nbytes(self) -> int:
-        """Bytes on the wire: the sum of numel * element size of every array of every section."""
-        return sum(n for _, n in self.section_bytes())
+        """Bytes on the wire: the sum of numel * element size of every array (`arrays`)."""
+        return int(sum(np.asarray(v).nbytes for v in self.arrays()))
 
     def __repr__(self) -> str:
-        sizes = ", ".join(f"{name}: {len(arrays)} arrays" for name, arrays in self.sections.items())
-        return f"Payload({sizes}; {self.nbytes} bytes)"
+        parts = [f"{name}: {len(arrays)} arrays" for name, arrays in self.sections.items()]
+        parts += [f"models {sorted(self.models)}"] * bool(self.models) + [f"peers {sorted(self.peers)}"] * bool(self.peers)
+        return f"Payload({', '.join(parts)}; {self.nbytes} bytes)"
 
 
 def derive_seed(*parts: int | str) -> int:

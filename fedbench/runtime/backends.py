@@ -7,20 +7,16 @@ into the store and return results in client-id order (so aggregation sums in the
 
 from __future__ import annotations
 
-from typing import Iterator, Literal, Mapping
+from typing import Iterator, Mapping
 
 from fedbench.core.runspec import RunSpec
 from fedbench.core.types import ClientResult, Payload
 from fedbench.data import BaseDataset
+from fedbench.runtime.jobs import Job
 from fedbench.runtime.placement import WorkerPlace
 from fedbench.runtime.state_store import StateStore
 from fedbench.runtime.worker import ClientWorker
 from fedbench.scenarios import Scenario
-
-JobKind = Literal["fit", "evaluate", "predict", "share", "describe", "test"]
-"""`fit`/`evaluate`/`predict` run for training clients; `describe`/`test` for test-time clients (ids index
-`Scenario.test_clients`; the Federation gives them an empty state store)."""
-
 
 class SerialBackend:
     """Runs every job in the driver process, in client-id order."""
@@ -31,17 +27,16 @@ class SerialBackend:
         self.worker = ClientWorker()
         self.places = [self.worker.load(dataset, scenario, spec)]
 
-    def run(self, kind: JobKind, round: int, payloads: Mapping[int, Payload], store: StateStore) -> list[ClientResult]:
-        return list(self.stream(kind, round, payloads, store))
+    def run(self, job: Job, round: int, payloads: Mapping[int, Payload], store: StateStore) -> list[ClientResult]:
+        return list(self.stream(job, round, payloads, store))
 
-    def stream(self, kind: JobKind, round: int, payloads: Mapping[int, Payload], store: StateStore) -> Iterator[ClientResult]:
+    def stream(self, job: Job, round: int, payloads: Mapping[int, Payload], store: StateStore) -> Iterator[ClientResult]:
         """The jobs' results one at a time, in client-id order, each computed when asked for."""
         for cid in sorted(payloads):
-            if kind == "fit":
-                result, new_state = self.worker.fit(round, cid, payloads[cid], store.get(cid))
+            result = self.worker.run(job, round, cid, payloads[cid], store.get(cid))
+            if job.keeps_state:
+                result, new_state = result
                 store.put(cid, new_state)
-            else:
-                result = getattr(self.worker, kind)(round, cid, payloads[cid], store.get(cid))
             yield result
 
     def worker_pids(self) -> list[int]:

@@ -1,8 +1,8 @@
-"""The one place communication is counted: every array of every Payload section, per client, per direction.
+"""The one place communication is counted: every array of every Payload, per client, per direction.
 
 Decentralized methods are simulated through the server as a relay: a client's uplink only parks its model
-there (not metered: no real network carries it), and what a receiver gets from a peer arrives in a
-`peer:<sender>/...` section, charged as one transfer to both ends: the receiver's downlink and the sender's uplink.
+there (not metered: no real network carries it), and what a receiver gets from a peer arrives in its downlink's
+`Payload.peers[sender]`, charged as one transfer to both ends: the receiver's downlink and the sender's uplink.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from collections import defaultdict
 from typing import Iterable, Mapping
 
 from fedbench.core import metrics as M
-from fedbench.core.types import ClientResult, Payload, peer_sender
+from fedbench.core.types import ClientResult, Payload
 
 
 CHANNELS = (M.COMM_UP_BYTES, M.COMM_DOWN_BYTES, M.COMM_EVAL_DOWN_BYTES, M.COMM_EVAL_UP_BYTES)
@@ -28,12 +28,12 @@ class ByteMeter:
         self.per_client: dict[tuple[int, str], int] = defaultdict(int)
 
     def downlink(self, payloads: Mapping[int, Payload], channel: str = M.COMM_DOWN_BYTES) -> None:
-        """What each receiver gets; on the training channel a peer's section is also the sender's upload."""
+        """What each receiver gets; on the training channel what a peer sent it is also the sender's upload."""
         for cid, payload in payloads.items():
-            for name, n in payload.section_bytes():
-                self._count(cid, channel, n)
-                if channel == M.COMM_DOWN_BYTES and (peer := peer_sender(name)) is not None:
-                    self._count(peer[0], M.COMM_UP_BYTES, n)
+            self._count(cid, channel, payload.nbytes)
+            if channel == M.COMM_DOWN_BYTES:
+                for sender, sent in payload.peers.items():
+                    self._count(sender, M.COMM_UP_BYTES, sent.nbytes)
 
     def uplink(self, results: Iterable[ClientResult], channel: str = M.COMM_UP_BYTES) -> None:
         for result in results:

@@ -1,9 +1,10 @@
 """Federation: one RunSpec, run round by round. The round loop lives here and nowhere else.
 
 Each round: sample clients, `configure`, meter the downlink, run fit jobs, meter the uplink, `aggregate`
-(or fold each result as it arrives: `Algorithm.aggregator`), evaluate on every client's local test split
+(or fold each result as it arrives: `StreamedAggregation`), evaluate on every client's local test split
 when due (or on the round's sampled clients: `eval_clients`), build the round record, call the callbacks.
-After the last round, system accuracy (unless the run turns it off) and the test-time clients are evaluated too.
+After the last round, system accuracy (unless the run turns it off) and the test-time clients are evaluated too
+(`fedbench.runtime.evaluation` owns those protocols).
 A run that raises (a diverging client, missing data) ends FAILED with its reason, and so does one whose final
 local accuracy is NaN; it never raises to the caller, so the other runs of a task go on.
 """
@@ -17,6 +18,7 @@ from typing import Sequence
 import numpy as np
 
 from fedbench.algorithms import make_algorithm
+from fedbench.algorithms.capabilities import PeerRelay, RoundReport, StreamedAggregation
 from fedbench.core import metrics as M
 from fedbench.core import timeline
 from fedbench.core.callbacks import Callback, RunResult
@@ -27,11 +29,10 @@ from fedbench.runtime.backends import make_backend
 from fedbench.runtime.byte_meter import ByteMeter
 from fedbench.runtime.failures import failure_reason, failure_traceback
 from fedbench.runtime.placement import placement_tags
-from fedbench.runtime.records import evaluation_metrics, meaningless, summarize, test_time_metrics, training_metrics
+from fedbench.runtime.evaluation import Evaluation
+from fedbench.runtime.jobs import FIT
+from fedbench.runtime.records import meaningless, summarize, training_metrics
 from fedbench.runtime.state_store import StateStore
-from fedbench.runtime.system_eval import (
-    answered_by_evaluation, bundle, ensemble_bundle, pooled_accuracy, system_metrics,
-)
 from fedbench.scenarios import build_scenario
 
 
@@ -50,6 +51,10 @@ class Federation:
         self.backend_name = backend or spec.resources.backend
         self.pool = pool
         self.worker_pids: list[int] = []
+        self.state = None
+        """The server state after the last round run (the algorithm's `State`)."""
+        self.store = StateStore()
+        """Every client's state after the last round run (on the ray backend, references to them)."""
 
     def run(self) -> RunResult:
         for cb in self.callbacks:
@@ -91,30 +96,28 @@ class Federation:
         """The rounds; `startup_s` (workers started, loaded and warmed up) is reported with round 1."""
         spec = self.spec
         clients = list(range(spec.scenario.num_clients))
-        store, meter = StateStore(), ByteMeter()
-        state = algorithm.init_state()
+        store, meter = self.store, ByteMeter()
+        evaluation = Evaluation(spec, algorithm, backend, scenario, store, meter)
+        state = self.state = algorithm.init_state()
         for round in range(1, spec.rounds + 1):
             round_start = time.perf_counter()
             sampled = self._sample(round, algorithm.config.clients_per_round(spec.scenario.num_clients))
             payloads = algorithm.configure(round, state, sampled)
             meter.downlink(payloads)
             state, results, aggregate_s = self._fit(algorithm, backend, scenario, round, state, payloads, store, meter)
+            self.state = state
             record = {M.ROUND: float(round), M.TIME_AGGREGATE_S: aggregate_s,
                       M.TIME_STARTUP_S: startup_s if round == 1 else 0.0}
             record.update(training_metrics(results))
-            record.update(algorithm.round_metrics(state))
+            if isinstance(algorithm, RoundReport):
+                record.update(algorithm.round_metrics(state))
             if round % spec.eval_every == 0 or round == spec.rounds:
                 evaluated = sampled if spec.eval_clients == "sampled" and round < spec.rounds else clients
-                eval_payloads = algorithm.evaluation_payloads(state, evaluated)
-                meter.downlink(eval_payloads, channel=M.COMM_EVAL_DOWN_BYTES)
-                evals = backend.run("evaluate", round, eval_payloads, store)
-                record.update(evaluation_metrics(evals))
-                record[M.TIME_CLIENT_COMPUTE_S] += sum(r.compute_s for r in evals)
-            if round == spec.rounds:  # the last round evaluated every client: `eval_payloads` and `evals` are its
-                final, seconds = self._final_evaluation(algorithm, backend, scenario, state, store, meter, round,
-                                                        eval_payloads, evals)
-                record.update(final)
-                record[M.TIME_CLIENT_COMPUTE_S] += seconds
+                metrics, local = evaluation.local(round, state, evaluated)
+                record.update(metrics)
+            if round == spec.rounds:  # the last round evaluated every client: `local` is its evaluation
+                record.update(evaluation.final(round, state, local))
+            record[M.TIME_CLIENT_COMPUTE_S] += evaluation.take_compute_s()
             record.update(meter.take_round())
             record[M.TIME_ROUND_S] = time.perf_counter() - round_start
             history.append(record)
@@ -126,20 +129,22 @@ class Federation:
     def _fit(self, algorithm, backend, scenario, round: int, state, payloads, store, meter) -> tuple[object, list, float]:
         """The round's fit jobs and their aggregation: (next server state, results, seconds spent aggregating).
 
-        Where the algorithm folds results one at a time (`aggregator`), each is added as it arrives and kept
-        without its uplink, so the round never holds every client's model; otherwise `aggregate` gets the list.
+        Where the algorithm folds results one at a time (`StreamedAggregation`), each is added as it arrives and kept
+        without its uplink, so the round never holds every client's model; otherwise `aggregate` gets the list. A
+        `PeerRelay` method's uplinks only park at the relay and are not metered.
         """
-        sizes = {cid: len(scenario.view(round, cid).train) for cid in payloads}
-        aggregator = algorithm.aggregator(round, state, sizes)
-        if aggregator is None:
-            results = backend.run("fit", round, payloads, store)
-            if not algorithm.decentralized:
+        metered = not isinstance(algorithm, PeerRelay)
+        if not (isinstance(algorithm, StreamedAggregation) and algorithm.streams()):
+            results = backend.run(FIT, round, payloads, store)
+            if metered:
                 meter.uplink(results)
             start = time.perf_counter()
             return algorithm.aggregate(round, state, results), results, time.perf_counter() - start
+        sizes = {cid: len(scenario.view(round, cid).train) for cid in payloads}
+        aggregator = algorithm.aggregator(round, state, sizes)
         results, seconds = [], 0.0
-        for result in backend.stream("fit", round, payloads, store):
-            if not algorithm.decentralized:
+        for result in backend.stream(FIT, round, payloads, store):
+            if metered:
                 meter.uplink([result])
             start = time.perf_counter()
             aggregator.add(result)
@@ -147,57 +152,6 @@ class Federation:
             results.append(dataclasses.replace(result, uplink=Payload()))
         start = time.perf_counter()
         return aggregator.finish(), results, seconds + time.perf_counter() - start
-
-    def _final_evaluation(self, algorithm, backend, scenario, state, store, meter, round: int,
-                          evaluated: dict[int, Payload], evals: list) -> tuple[dict[str, float], float]:
-        """After the last round: system accuracy over the pooled test splits (004; `spec.system_accuracy`) and the
-        test-time clients (002 Sec. 3.3). `evaluated` and `evals` are the last round's evaluation payloads and
-        results. Returns the metrics and the jobs' compute seconds; what they download is metered on the
-        evaluation channel."""
-        record: dict[str, float] = {}
-        jobs: list = []
-        if self.spec.system_accuracy:
-            jobs += self._system_accuracy(algorithm, backend, state, store, meter, round, evaluated, evals, record)
-        test_ids = list(range(len(scenario.test_clients)))
-        if test_ids:
-            no_state = StateStore()  # test-time clients never trained: they have no client state
-            requests = algorithm.describe_payloads(state, test_ids)
-            descriptions = {tid: Payload() for tid in test_ids}
-            if requests:
-                meter.downlink(requests, channel=M.COMM_EVAL_DOWN_BYTES)
-                jobs += (described := backend.run("describe", round, requests, no_state))
-                descriptions.update({r.client_id: r.uplink for r in described})
-            assignment = algorithm.assign(state, descriptions)
-            payloads = assignment.payloads
-            if assignment.ensemble is not None:  # one bundle of every model, downloaded whole by each test client
-                shared = ensemble_bundle(assignment.ensemble.models, assignment.ensemble.weights)
-                payloads = {tid: shared for tid in payloads}
-            if payloads:
-                meter.downlink(payloads, channel=M.COMM_EVAL_DOWN_BYTES)
-                jobs += (tested := backend.run("test", round, payloads, no_state))
-                record.update(test_time_metrics(tested, assignment.matched, scenario, round))
-        return record, sum(r.compute_s for r in jobs)
-
-    def _system_accuracy(self, algorithm, backend, state, store, meter, round: int, evaluated: dict[int, Payload],
-                         evals: list, record: dict[str, float]) -> list:
-        """Add `acc_system` (and `acc_routing`) to `record`; returns the jobs it ran. Where every client answers
-        with the one model it was just evaluated with, the last evaluation already holds the answer (no job)."""
-        personal = algorithm.system_payloads(state, list(range(self.spec.scenario.num_clients)))
-        if answered_by_evaluation(algorithm, personal, evaluated):
-            record.update(pooled_accuracy(evals))
-            return []
-        jobs: list = []
-        if algorithm.completes_personal_models and personal:  # each client uploads its own model, for the vote only
-            jobs += (completed := backend.run("share", round, personal, store))
-            meter.uplink(completed, channel=M.COMM_EVAL_UP_BYTES)
-            personal = {r.client_id: personal[r.client_id].merged(r.uplink) for r in completed}
-        if personal and all(p.sections for p in personal.values()):  # models living on clients: no system answer
-            shared = bundle(personal)
-            payloads = {cid: shared for cid in personal}
-            meter.downlink(payloads, channel=M.COMM_EVAL_DOWN_BYTES)
-            jobs += (results := backend.run("predict", round, payloads, store))
-            record.update(system_metrics(results))
-        return jobs
 
     def _sample(self, round: int, m: int) -> list[int]:
         """Clients taking part in `round`: a seeded sample of m of the K clients (`clients_per_round`)."""

@@ -26,6 +26,7 @@ from fedbench.core.errors import WorkerLostError
 from fedbench.core.runspec import ResourceSpec, RunSpec
 from fedbench.core.types import ClientResult, Payload
 from fedbench.data import BaseDataset
+from fedbench.runtime.jobs import Job
 from fedbench.runtime.placement import WorkerPlace
 from fedbench.runtime.ray_resources import check_worker_fits, get_reporting_waits, node_resources
 from fedbench.runtime.state_store import StateStore
@@ -178,18 +179,18 @@ class RayBackend:
         self.clients_per_job = clients_per_job
         self._job_seconds: dict[str, float] = {}  # kind -> mean compute seconds of its last call's jobs
 
-    def run(self, kind: str, round: int, payloads: Mapping[int, Payload], store: StateStore) -> list[ClientResult]:
-        sizes = self._sizes(kind, round)
+    def run(self, job: Job, round: int, payloads: Mapping[int, Payload], store: StateStore) -> list[ClientResult]:
+        sizes = self._sizes(job, round)
         largest_first = sorted(payloads, key=lambda cid: (-sizes[cid], cid))  # the round ends soonest
-        return list(self._results(kind, round, payloads, store, largest_first))
+        return list(self._results(job, round, payloads, store, largest_first))
 
-    def stream(self, kind: str, round: int, payloads: Mapping[int, Payload], store: StateStore) -> Iterator[ClientResult]:
+    def stream(self, job: Job, round: int, payloads: Mapping[int, Payload], store: StateStore) -> Iterator[ClientResult]:
         """The jobs' results in client-id order, each fetched once it and every lower id are done, for a consumer that
         folds and drops them. Jobs are handed out in client-id order too, so results arrive about as they are
         consumed and few wait for a lower id."""
-        return self._results(kind, round, payloads, store, sorted(payloads))
+        return self._results(job, round, payloads, store, sorted(payloads))
 
-    def _results(self, kind: str, round: int, payloads: Mapping[int, Payload], store: StateStore,
+    def _results(self, job: Job, round: int, payloads: Mapping[int, Payload], store: StateStore,
                  dispatch_order: list[int]) -> Iterator[ClientResult]:
         """Hand the jobs out in `dispatch_order` to idle workers; yield the results in client-id order."""
         shipped: dict[int, ray.ObjectRef] = {}  # id(payload) -> ref: each distinct payload is put once
@@ -204,8 +205,8 @@ class RayBackend:
         lost: dict[int, int] = {}  # client id -> workers that died running its job in this call
         while True:
             while idle and queue:
-                clients, worker = self._next_clients(kind, queue, lost), idle.pop()
-                result_ref, state_refs = self._submit(worker, kind, round, clients, payloads, shipped, store)
+                clients, worker = self._next_clients(job, queue, lost), idle.pop()
+                result_ref, state_refs = self._submit(worker, job, round, clients, payloads, shipped, store)
                 pending[result_ref] = (clients, worker, state_refs)
             while released < len(in_order) and in_order[released] in finished:
                 yield finished.pop(in_order[released])
@@ -217,7 +218,7 @@ class RayBackend:
             try:
                 results = ray.get(done)
             except WORKER_DEATHS as exc:  # the worker's process died, not an exception of the job
-                idle = self._after_death(worker, exc, pending, queue, idle, lost, kind, round)
+                idle = self._after_death(worker, exc, pending, queue, idle, lost, job, round)
                 continue
             del pending[done]
             results = results if len(clients) > 1 else [results]
@@ -225,55 +226,55 @@ class RayBackend:
                 finished[cid] = results[i]
                 if state_refs is not None:  # stored only now: a dead worker's must not replace the last good state
                     store.put(cid, state_refs[i])
-            self._job_seconds[kind] = sum(r.compute_s for r in results) / len(results)
+            self._job_seconds[job.name] = sum(r.compute_s for r in results) / len(results)
             idle.append(worker)
 
-    def _next_clients(self, kind: str, queue: collections.deque, lost: dict[int, int]) -> list[int]:
+    def _next_clients(self, job: Job, queue: collections.deque, lost: dict[int, int]) -> list[int]:
         """The next call's clients, from the front of `queue`. A client whose worker died before runs alone, so
         that a client which kills its workers is found and its attempts counted on their own."""
         clients = [queue.popleft()]
         if lost.get(clients[0]):
             return clients
-        size = self._clients_per_call(kind, len(queue) + 1)
+        size = self._clients_per_call(job, len(queue) + 1)
         while len(clients) < size and queue and not lost.get(queue[0]):
             clients.append(queue.popleft())
         return clients
 
-    def _clients_per_call(self, kind: str, remaining: int) -> int:
+    def _clients_per_call(self, job: Job, remaining: int) -> int:
         """`clients_per_job` when set; else as many jobs as take about `JOB_SECONDS_TARGET` by the last call's
-        measure (one until a job of `kind` has been measured), and no more than a share of the clients left that
+        measure (one until a job of its kind has been measured), and no more than a share of the clients left that
         gives every call slot at least two more calls, so the round's last calls are short."""
         if self.clients_per_job is not None:
             return self.clients_per_job
-        seconds = self._job_seconds.get(kind)
+        seconds = self._job_seconds.get(job.name)
         if seconds is None:
             return 1
         by_time = int(JOB_SECONDS_TARGET // seconds) if seconds > 0 else remaining
         by_balance = -(-remaining // (2 * JOBS_IN_FLIGHT * len(self.workers)))
         return max(1, min(by_time, by_balance))
 
-    def _submit(self, worker, kind: str, round: int, clients: list[int], payloads: Mapping[int, Payload],
+    def _submit(self, worker, job: Job, round: int, clients: list[int], payloads: Mapping[int, Payload],
                 shipped: dict, store: StateStore) -> tuple[ray.ObjectRef, list | None]:
-        """One call: the job's own method for one client, `jobs` for several. Returns the ref of its result(s) and,
-        for `fit`, a ref per new client state (each stays in the object store)."""
+        """One call: `run` for one client, `jobs` for several. Returns the ref of its result(s) and, where the job
+        keeps state, a ref per new client state (each stays in the object store)."""
         if len(clients) == 1:
             [cid] = clients
-            args = (round, cid, shipped[id(payloads[cid])], store.get(cid))
-            if kind != "fit":
-                return getattr(worker, kind).remote(*args), None
-            result_ref, state_ref = worker.fit.options(num_returns=2).remote(*args)
+            args = (job, round, cid, shipped[id(payloads[cid])], store.get(cid))
+            if not job.keeps_state:
+                return worker.run.remote(*args), None
+            result_ref, state_ref = worker.run.options(num_returns=2).remote(*args)
             return result_ref, [state_ref]
         slot_of: dict[int, int] = {}  # id(payload) -> its place among the call's distinct payloads
         slots = [slot_of.setdefault(id(payloads[cid]), len(slot_of)) for cid in clients]
         distinct = [shipped[key] for key in slot_of]
-        args = (kind, round, clients, slots, *distinct, *(store.get(cid) for cid in clients))
-        if kind != "fit":
+        args = (job, round, clients, slots, *distinct, *(store.get(cid) for cid in clients))
+        if not job.keeps_state:
             return worker.jobs.remote(*args), None
         result_ref, *state_refs = worker.jobs.options(num_returns=1 + len(clients)).remote(*args)
         return result_ref, state_refs
 
     def _after_death(self, dead, exc: Exception, pending: dict, queue: collections.deque, idle: list, lost: dict,
-                     kind: str, round: int) -> list:
+                     job: Job, round: int) -> list:
         """Put every call the dead worker held back at the front of the queue, in dispatch order, and give its
         slots to a replacement; returns the new idle slots. Only the clients of the call it was running (the first
         it was handed: an actor runs its calls one at a time) count an attempt: those queued behind did nothing."""
@@ -284,14 +285,14 @@ class RayBackend:
         for ref, _ in calls:
             del pending[ref]
         queue.extendleft(cid for _, clients in reversed(calls) for cid in reversed(clients))
-        replacement = self._replace(dead, kind, round, running, max(lost[cid] for cid in running), exc)
+        replacement = self._replace(dead, job, round, running, max(lost[cid] for cid in running), exc)
         return [w for w in idle if w != dead] + [replacement] * JOBS_IN_FLIGHT
 
-    def _replace(self, dead, kind: str, round: int, clients: list[int], lost: int, exc: Exception):
+    def _replace(self, dead, job: Job, round: int, clients: list[int], lost: int, exc: Exception):
         """A new worker for the call whose worker died, or WorkerLostError once its job has taken down
         `JOB_ATTEMPTS` workers (a client that died with others runs alone after, so this names one client)."""
         cause = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        jobs = f"client {clients[0]}'s {kind} job" if len(clients) == 1 else f"the {kind} jobs of clients {clients}"
+        jobs = f"client {clients[0]}'s {job.name} job" if len(clients) == 1 else f"the {job.name} jobs of clients {clients}"
         if lost >= JOB_ATTEMPTS:
             raise WorkerLostError(f"{jobs} of round {round} ran on {lost} client workers and each "
                                   f"one's process died ({type(exc).__name__}: {cause}); a job that kills every worker "
@@ -300,9 +301,9 @@ class RayBackend:
                     "per call (attempt %d of %d)", jobs, round, type(exc).__name__, cause, lost + 1, JOB_ATTEMPTS)
         return self.pool.replace(dead)
 
-    def _sizes(self, kind: str, round: int) -> list[int]:
+    def _sizes(self, job: Job, round: int) -> list[int]:
         """Job sizes to hand out largest first: training rows, or a test-time client's samples."""
-        if kind in ("describe", "test"):
+        if job.test_time:
             return [len(t.view.test) for t in self.scenario.test_clients]
         return self.scenario.train_sizes(round)
 

@@ -11,13 +11,14 @@ from typing import Any
 
 
 class StateStore:
-    """client id -> ClientState (or a reference to one). A client never seen has an empty state."""
+    """client id -> ClientState (or a reference to one). A client never seen has None: the worker gives it the
+    algorithm's fresh `ClientState`."""
 
     def __init__(self) -> None:
         self._states: dict[int, Any] = {}
 
     def get(self, client_id: int) -> Any:
-        return self._states.get(client_id, {})
+        return self._states.get(client_id)
 
     def put(self, client_id: int, state: Any) -> None:
         self._states[client_id] = state

@@ -8,7 +8,7 @@ Clients sharing one payload object (FedAvg's global model) share one entry of th
 that several models share (FedDRM's backbone next to each client's own target layer) travels once: the
 other models carry a one-number reference to the model that holds it. Where one model answers for every
 client and it is the model each client was just evaluated with, the vote is that model's answer: the pooled
-accuracy comes from the last evaluation's counts, with no second pass (`answered_by_evaluation`).
+accuracy comes from the last evaluation's counts, with no second pass (`evaluation.answered_by_evaluation`).
 """
 
 from __future__ import annotations
@@ -17,9 +17,8 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from fedbench.algorithms.base import Algorithm
 from fedbench.core import metrics as M
-from fedbench.core.types import Arrays, ClientResult, Payload
+from fedbench.core.types import ClientResult, Payload
 
 OWNERS = "owners"
 """Bundle section `{"index": int64 [clients]}`: for client j, the index of the model it owns."""
@@ -30,48 +29,61 @@ ENSEMBLE = "ensemble"
 
 
 def bundle(payloads: Mapping[int, Payload]) -> Payload:
-    """One payload with every distinct payload k's sections as `m<k>/<section>` and `owners`; an array already
-    shipped in the same section under the same name by model k0 becomes `<name>@` = [k0]."""
+    """One payload with every distinct payload as `models[k]` and `owners`; an array already shipped at the same
+    place (section and name, inside the same indexed model) by model k0 becomes `<name>@` = [k0] in later ones."""
     models: dict[int, int] = {}  # id(payload) -> k
-    shipped: dict[tuple[str, str, int], int] = {}  # (section, name, id(array)) -> the model that carries it
-    sections: dict[str, Arrays] = {}
+    shipped: dict[tuple, int] = {}  # (place, id(array)) -> the model that carries it
+    distinct: dict[int, Payload] = {}
     owners = np.zeros(len(payloads), dtype=np.int64)
     for j in sorted(payloads):
         payload = payloads[j]
         if id(payload) not in models:
             k = models[id(payload)] = len(models)
-            for section, arrays in payload.sections.items():
-                out = sections[f"m{k}/{section}"] = {}
-                for name, value in arrays.items():
-                    first = shipped.setdefault((section, name, id(value)), k)
-                    if first == k:
-                        out[name] = value
-                    else:
-                        out[name + REFERENCE] = np.array([first], dtype=np.int64)
+            distinct[k] = _referencing(payload, k, (), shipped)
         owners[j] = models[id(payload)]
-    return Payload(extras={**sections, OWNERS: {"index": owners}})
+    return Payload(extras={OWNERS: {"index": owners}}, models=distinct)
+
+
+def _referencing(payload: Payload, k: int, place: tuple, shipped: dict[tuple, int]) -> Payload:
+    """`payload` as model k of a bundle: each array an earlier model shipped at the same place is a reference."""
+    sections = {}
+    for section, arrays in payload.sections.items():
+        out = sections[section] = {}
+        for name, value in arrays.items():
+            first = shipped.setdefault((place, section, name, id(value)), k)
+            out[name if first == k else name + REFERENCE] = value if first == k else np.array([first], dtype=np.int64)
+    nested = {i: _referencing(part, k, (*place, i), shipped) for i, part in payload.models.items()}
+    return Payload(extras=sections, models=nested)
 
 
 def unbundle(flat: Payload) -> tuple[list[Payload], np.ndarray]:
     """The distinct payloads of a bundle, by index (a referenced array is the same object in both), and the
     index of the payload each client owns."""
-    owners = flat[OWNERS]["index"]
-    count = int(owners.max()) + 1 if len(owners) else 0
-    models: list[dict[str, Arrays]] = [{} for _ in range(count)]
-    references = []
-    for key, arrays in flat.sections.items():
-        if key in (OWNERS, ENSEMBLE):
-            continue
-        k, section = key.split("/", 1)
-        out = models[int(k[1:])][section] = {}
+    models = [flat.models[k] for k in range(len(flat.models))]
+    resolved: list[Payload] = []
+    for model in models:
+        resolved.append(_resolved(model, (), resolved))
+    return resolved, flat[OWNERS]["index"]
+
+
+def _resolved(model: Payload, place: tuple, earlier: list[Payload]) -> Payload:
+    """`model` with each reference replaced by the array the earlier model it names carries at the same place."""
+    sections = {}
+    for section, arrays in model.sections.items():
+        out = sections[section] = {}
         for name, value in arrays.items():
             if name.endswith(REFERENCE):
                 name = name[: -len(REFERENCE)]
-                references.append((out, section, name, int(value[0])))
+                value = _at(earlier[int(value[0])], place)[section][name]
             out[name] = value
-    for out, section, name, first in references:
-        out[name] = models[first][section][name]
-    return [Payload(extras=sections) for sections in models], owners
+    nested = {i: _resolved(part, (*place, i), earlier) for i, part in model.models.items()}
+    return Payload(extras=sections, models=nested)
+
+
+def _at(payload: Payload, place: tuple) -> Payload:
+    for i in place:
+        payload = payload.models[i]
+    return payload
 
 
 def ensemble_bundle(models: Mapping[int, Payload], weights: Mapping[int, float]) -> Payload:
@@ -128,18 +140,6 @@ def system_metrics(results: Sequence[ClientResult]) -> dict[str, float]:
     if all(M.ROUTED_HOME in r.metrics for r in results):
         record[M.ACC_ROUTING] = sum(r.metrics[M.ROUTED_HOME] for r in results) / total
     return record
-
-
-def answered_by_evaluation(algorithm: Algorithm, system: Mapping[int, Payload], evaluated: Mapping[int, Payload]) -> bool:
-    """Whether system accuracy's vote would answer every sample as the last evaluation did, so that its pass can be
-    skipped: one payload answers for every client (the vote of one model is its prediction), it is the payload
-    each client was evaluated with, and the algorithm evaluates and predicts with that payload's model as
-    `Algorithm` does (the same model on the same batches, the same argmax), with no client part to upload."""
-    kind = type(algorithm)
-    return (bool(system) and not algorithm.completes_personal_models
-            and kind.client_evaluate is Algorithm.client_evaluate and kind.client_predict is Algorithm.client_predict
-            and len({id(p) for p in system.values()}) == 1
-            and all(evaluated.get(cid) is payload and payload.sections for cid, payload in system.items()))
 
 
 def pooled_accuracy(evals: Sequence[ClientResult]) -> dict[str, float]:

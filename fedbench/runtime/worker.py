@@ -1,4 +1,4 @@
-"""ClientWorker: runs one client job (fit or evaluate) against the base dataset and scenario it holds.
+"""ClientWorker: runs client jobs (`fedbench.runtime.jobs`) against the base dataset and scenario it holds.
 
 The same class runs in-process (serial backend) and as a Ray actor (ray backend), so both compute the
 same numbers: every job seeds its own torch RNG from (run seed, round, client) and uses the same number
@@ -11,19 +11,18 @@ import contextlib
 import os
 import time
 import warnings
-from typing import Callable, Iterator, TypeVar
+from typing import Any, Callable, Iterator, TypeVar
 
 import torch
 
 from fedbench.algorithms import make_algorithm
-from fedbench.core import metrics as M
 from fedbench.core import timeline
 from fedbench.core.runspec import RunSpec
-from fedbench.core.types import ClientResult, ClientState, Payload, RoundContext, derive_seed
+from fedbench.core.types import Payload, RoundContext, derive_seed
 from fedbench.data import BaseDataset, normalization_values
 from fedbench.runtime.allocator import keep_freed_memory
+from fedbench.runtime.jobs import Job
 from fedbench.runtime.placement import WorkerPlace, worker_place
-from fedbench.runtime.system_eval import ENSEMBLE, ensemble_metrics, system_counts, unbundle
 from fedbench.scenarios import ClientView, Scenario
 from fedbench.training import ClientData, materialize
 from fedbench.training.loop import make_optimizer
@@ -113,82 +112,41 @@ class ClientWorker:
             local_steps=self.spec.local_steps,
         )
 
-    def fit(self, round: int, client_id: int, payload: Payload, state: ClientState) -> tuple[ClientResult, ClientState]:
-        timeline.mark_once("job_start")
-        (uplink, new_state, metrics), seconds = self._job(
-            "fit", round, client_id, lambda data, ctx: self.algorithm.client_update(payload, state, data, ctx)
-        )
-        return ClientResult(client_id, uplink, metrics, seconds), new_state
+    def run(self, job: Job, round: int, client_id: int, payload: Payload, state: Any) -> Any:
+        """One client's job; `state` None is a client that never ran one (or a test-time client): the algorithm's
+        fresh `ClientState`."""
+        return job.run(self, round, client_id, payload, self.algorithm.ClientState() if state is None else state)
 
-    def evaluate(self, round: int, client_id: int, payload: Payload, state: ClientState) -> ClientResult:
-        metrics, seconds = self._job(
-            "evaluate", round, client_id, lambda data, ctx: self.algorithm.client_evaluate(payload, state, data, ctx)
-        )
-        train_samples = float(len(self.scenario.view(round, client_id).train))
-        return ClientResult(client_id, Payload(), {**metrics, M.TRAIN_SAMPLES: train_samples}, seconds)
-
-    def predict(self, round: int, client_id: int, bundle: Payload, state: ClientState) -> ClientResult:
-        """System accuracy's share of this client: its test split answered by every client's model (004 Sec. 5)."""
-        models, owners = unbundle(bundle)
-
-        def count(data: ClientData, ctx: RoundContext) -> dict[str, float]:
-            outputs = [self.algorithm.client_predict(payload, state, data, ctx) for payload in models]
-            return system_counts(outputs, owners, data.test_y.numpy(), client_id, ctx.num_classes)
-
-        metrics, seconds = self._job("predict", round, client_id, count)
-        return ClientResult(client_id, Payload(), metrics, seconds)
-
-    def share(self, round: int, client_id: int, payload: Payload, state: ClientState) -> ClientResult:
-        """What the client adds to its system payload for system accuracy's vote (`Algorithm.client_share`); no data
-        is read."""
-        start = time.perf_counter()
-        uplink = self.algorithm.client_share(payload, state)
-        return ClientResult(client_id, uplink, {}, time.perf_counter() - start)
-
-    def describe(self, round: int, test_id: int, payload: Payload, state: ClientState) -> ClientResult:
-        """A test-time client's uplink for `assign` (FEROMA's label-free profile)."""
-        uplink, seconds = self._job(
-            "describe", round, test_id, lambda data, ctx: self.algorithm.client_describe(payload, data, ctx), test_time=True
-        )
-        return ClientResult(test_id, uplink, {}, seconds)
-
-    def test(self, round: int, test_id: int, payload: Payload, state: ClientState) -> ClientResult:
-        """A test-time client's accuracy with the payload `assign` gave it, or with the size-weighted ensemble."""
-        def score(data: ClientData, ctx: RoundContext) -> dict[str, float]:
-            if ENSEMBLE not in payload:
-                return self.algorithm.client_evaluate(payload, {}, data, ctx)
-            models, _ = unbundle(payload)
-            outputs = [self.algorithm.client_probabilities(model, data, ctx) for model in models]
-            return ensemble_metrics(outputs, payload, data.test_y.numpy())
-
-        metrics, seconds = self._job("test", round, test_id, score, test_time=True)
-        return ClientResult(test_id, Payload(), metrics, seconds)
-
-    def jobs(self, kind: str, round: int, client_ids: list[int], payload_slots: list[int], *objects) -> list:
+    def jobs(self, job: Job, round: int, client_ids: list[int], payload_slots: list[int], *objects) -> list:
         """Several clients' jobs of one kind, run one after another as each would run alone (every job seeds its own
         scope), in one call: a tiny client's training costs less than a Ray call and its round trip.
 
         `objects` are the distinct payloads, then each client's state, as separate arguments so that Ray resolves
         those held in its object store; client i's payload is `objects[payload_slots[i]]`.
-        Returns the results in `client_ids` order; for `fit`, [those results, then each client's new state] (a Ray
-        call with `num_returns=1 + len(client_ids)`, so each state stays in the object store on its own).
+        Returns the results in `client_ids` order; where the job `keeps_state`, [those results, then each client's
+        new state] (a Ray call with `num_returns=1 + len(client_ids)`, so each state stays in the object store on
+        its own).
         """
         states = objects[len(objects) - len(client_ids):]
-        outputs = [getattr(self, kind)(round, cid, objects[slot], state)
+        outputs = [self.run(job, round, cid, objects[slot], state)
                    for cid, slot, state in zip(client_ids, payload_slots, states)]
-        if kind != "fit":
+        if not job.keeps_state:
             return outputs
         return [[result for result, _ in outputs], *(state for _, state in outputs)]
 
-    def _job(
-        self, purpose: str, round: int, client_id: int, call: Callable[[ClientData, RoundContext], T], test_time: bool = False
-    ) -> tuple[T, float]:
-        """Run `call` on the client's data for `round` in a seeded, fixed-thread scope; returns (its output, seconds).
+    def train_samples(self, round: int, client_id: int) -> int:
+        """How many training rows the client holds in `round`."""
+        return len(self.scenario.view(round, client_id).train)
 
-        A test-time client (`test_time`) trains on nothing: its training rows are its few labelled samples.
+    def on_data(self, job: Job, round: int, client_id: int, call: Callable[[ClientData, RoundContext], T]) -> tuple[T, float]:
+        """Run `call` on the client's data for `round` in a scope seeded by (run seed, round, client, job name) with
+        a fixed thread count; returns (its output, seconds).
+
+        A test-time client (`job.test_time`) trains on nothing: its training rows are its few labelled samples.
         """
+        purpose = job.name
         start, cpu_start, faults_start = time.perf_counter(), time.process_time(), timeline.page_faults()
-        if test_time:
+        if job.test_time:
             client = self.scenario.test_clients[client_id]
             view, labelled = client.view, client.labelled
         else:

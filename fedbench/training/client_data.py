@@ -6,7 +6,8 @@ applied to each batch then, so the scenario never stores transformed copies.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from functools import cached_property
 from typing import Callable, Iterator
 
 import numpy as np
@@ -21,9 +22,16 @@ Prepare = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 """(raw batch, original labels) -> float batch as the model sees it."""
 
 
-def untransformed(x: torch.Tensor, source_y: torch.Tensor) -> torch.Tensor:
-    """The prepare step of a client without a feature transform."""
-    return to_float_batch(x)
+@dataclass(frozen=True)
+class Untransformed:
+    """The prepare step of a client without a feature transform. Prepare steps are dataclasses, not functions, so
+    that a client state holding a client's data (FEROMA's pending training split) serialises."""
+
+    def __call__(self, x: torch.Tensor, source_y: torch.Tensor) -> torch.Tensor:
+        return to_float_batch(x)
+
+
+untransformed = Untransformed()
 
 
 @dataclass(frozen=True)
@@ -34,8 +42,11 @@ class Standardized:
     prepare: Prepare
     mean: tuple[float, ...]
     std: tuple[float, ...]
-    _constants: dict = field(default_factory=dict, init=False, repr=False, compare=False)
-    """(dtype, device, dims) -> the (mean, std) tensors: made once per job's data, not on every batch."""
+
+    @cached_property
+    def _constants(self) -> dict:
+        """(dtype, device, dims) -> the (mean, std) tensors: made once per job's data, not on every batch."""
+        return {}
 
     def __call__(self, x: torch.Tensor, source_y: torch.Tensor) -> torch.Tensor:
         batch = self.prepare(x, source_y)

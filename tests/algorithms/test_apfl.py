@@ -3,6 +3,7 @@ bit with the same random stream, which model travels and which is evaluated."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -10,7 +11,7 @@ import pytest
 import torch
 from torch import nn
 
-from fedbench.algorithms.apfl import ALPHA, PERSONAL, MixedPair
+from fedbench.algorithms.apfl import APFLClientState, MixedPair
 from fedbench.algorithms.base import SAMPLES, make_algorithm
 from fedbench.core import metrics as M
 from fedbench.core.errors import ConfigError
@@ -74,16 +75,17 @@ def same(a: dict, b: dict) -> bool:
 def play(alg, clients, rounds: int):
     """`rounds` rounds of every client inside seeded job scopes; returns the states, the global models and
     what each job left on the random stream."""
-    state, client_states, globals_, draws = alg.init_state(), [{} for _ in clients], [], []
+    state, client_states, globals_, draws = alg.init_state(), [alg.ClientState() for _ in clients], [], []
     for round in range(1, rounds + 1):
         results = []
         for cid, data in enumerate(clients):
             with torch_job_scope(100 * round + cid, 1):
-                uplink, client_states[cid], _ = alg.client_update(state["global"], client_states[cid], data, context(cid, round))
+                uplink, client_states[cid], _ = alg.client_update(state.global_model, client_states[cid], data,
+                                                                  context(cid, round))
                 draws.append(torch.rand(4))
             results.append(ClientResult(cid, uplink))
         state = alg.aggregate(round, state, results)
-        globals_.append(state["global"].weights)
+        globals_.append(state.global_model.weights)
     return state, client_states, globals_, draws
 
 
@@ -95,32 +97,34 @@ def test_alpha_zero_fixed_is_fedavg_bit_for_bit_with_the_same_random_stream():
     fed_state, _, theirs, their_draws = play(fedavg, clients, rounds=2)
     assert all(same(a, b) for a, b in zip(ours, theirs))
     assert all(torch.equal(a, b) for a, b in zip(our_draws, their_draws))
-    assert all(s[ALPHA] == 0.0 for s in client_states)
-    assert same(client_states[0][PERSONAL], get_weights(apfl.builder.initial(apfl.seed)))  # v never moved
+    assert all(s.alpha == 0.0 for s in client_states)
+    assert same(client_states[0].personal, get_weights(apfl.builder.initial(apfl.seed)))  # v never moved
     for cid, data in enumerate(clients):  # the evaluated mixture is the global model
         job = context(cid, 2)
-        assert apfl.client_evaluate(state["global"], client_states[cid], data, job) == \
-            fedavg.client_evaluate(fed_state["global"], {}, data, job)
+        assert apfl.client_evaluate(state.global_model, client_states[cid], data, job) == \
+            fedavg.client_evaluate(fed_state.global_model, fedavg.ClientState(), data, job)
 
 
 def test_only_w_travels_v_and_alpha_stay_and_the_mixture_is_evaluated():
     shape, clients = setup()
     alg = algorithm(shape)
-    start = alg.init_state()["global"]
-    uplink, state, _ = alg.client_update(start, {}, clients[0], context(0))
+    start = alg.init_state().global_model
+    uplink, state, _ = alg.client_update(start, APFLClientState(), clients[0], context(0))
     assert set(uplink.sections) == {"weights", SAMPLES}
-    assert not same(uplink.weights, state[PERSONAL]) and not same(uplink.weights, start.weights)
-    assert state[ALPHA] != 0.25  # adaptive by default
+    assert not same(uplink.weights, state.personal) and not same(uplink.weights, start.weights)
+    assert state.alpha != 0.25  # adaptive by default
     _, state2, _ = alg.client_update(start, state, clients[0], context(0, 2))
-    assert not same(state2[PERSONAL], state[PERSONAL])  # v continues from the client state
+    assert not same(state2.personal, state.personal)  # v continues from the client state
     # alpha picks the model evaluated: 1 is v alone, 0 the global model
-    by_v, by_w = evaluate(alg.model_with(state[PERSONAL]), clients[0]), evaluate(alg.model_with(uplink.weights), clients[0])
+    by_v, by_w = evaluate(alg.model_with(state.personal), clients[0]), evaluate(alg.model_with(uplink.weights), clients[0])
     assert by_v != by_w
-    assert alg.client_evaluate(uplink, {**state, ALPHA: 1.0}, clients[0], context(0)) == by_v
-    assert alg.client_evaluate(uplink, {**state, ALPHA: 0.0}, clients[0], context(0)) == by_w
-    assert alg.client_evaluate(uplink, {}, clients[0], context(0)) == by_w  # never trained: the global model
-    fixed = algorithm(shape, alpha=0.25, adaptive_alpha=False).client_update(start, {}, clients[0], context(0))[1]
-    assert fixed[ALPHA] == 0.25
+    assert alg.client_evaluate(uplink, dataclasses.replace(state, alpha=1.0), clients[0], context(0)) == by_v
+    assert alg.client_evaluate(uplink, dataclasses.replace(state, alpha=0.0), clients[0], context(0)) == by_w
+    never_trained = APFLClientState()
+    assert alg.client_evaluate(uplink, never_trained, clients[0], context(0)) == by_w  # the global model
+    fixed_alpha = algorithm(shape, alpha=0.25, adaptive_alpha=False)
+    fixed = fixed_alpha.client_update(start, never_trained, clients[0], context(0))[1]
+    assert fixed.alpha == 0.25
 
 
 def test_bad_configs_are_rejected_naming_the_field():

@@ -187,7 +187,7 @@ def test_meta_steps_learn_to_adapt_the_statistics_and_lower_the_loss_after_adapt
 # -- the algorithm --------------------------------------------------------------------------------------
 def test_adaptation_at_evaluation_never_reads_labels(monkeypatch):
     alg, client, ctx = client_setup({"name": "atp", "rate_init": 0.3}, local_epochs=1)
-    payload = alg.init_state()["global"]
+    payload = alg.init_state().global_model
     seen = []
     adapt_batch = A.adapt_batch
     monkeypatch.setattr(A, "adapt_batch", lambda *args: seen.append(adapt_batch(*args)) or seen[-1])
@@ -195,9 +195,9 @@ def test_adaptation_at_evaluation_never_reads_labels(monkeypatch):
 
     def run(data):
         seen.clear()
-        preds = alg.client_predict(payload, {}, data, ctx)[M.PRED]
+        preds = alg.client_predict(payload, alg.ClientState(), data, ctx)[M.PRED]
         states = list(seen)
-        alg.client_evaluate(payload, {}, data, ctx)
+        alg.client_evaluate(payload, alg.ClientState(), data, ctx)
         assert len(seen) == 2 * len(states) > 1  # evaluation adapted every batch the same way
         return preds, states
 
@@ -211,12 +211,12 @@ def test_adaptation_at_evaluation_never_reads_labels(monkeypatch):
 def test_released_gradient_norm_divides_each_modules_step_by_the_root_of_its_size():
     def delta(norm: str) -> dict[str, float]:
         alg, client, ctx = client_setup({"name": "atp", "rate_grad_norm": norm}, local_epochs=1)
-        payload = alg.init_state()["global"]
+        payload = alg.init_state().global_model
         rates, _ = alg.learn_rates(payload, client, dataclasses.replace(ctx, batch_size=10_000))  # one batch: one step
         return {k: float(rates[k][0]) for k in rates}
 
     plain, released = delta("none"), delta("sqrt_numel")
-    sizes = {k: v.size for k, v in client_setup({"name": "atp"}, local_epochs=1)[0].init_state()["global"].weights.items()}
+    sizes = {k: v.size for k, v in client_setup({"name": "atp"}, local_epochs=1)[0].init_state().global_model.weights.items()}
     assert all(abs(plain[k]) > 0 for k in plain)
     assert released == pytest.approx({k: plain[k] / math.sqrt(sizes[k]) for k in plain}, rel=1e-4)
 
@@ -226,23 +226,23 @@ def test_fedavg_rounds_then_rate_rounds_on_the_frozen_model():
     state = alg.init_state()
     down = alg.configure(1, state, [2])[2]
     assert A.RATES not in down  # round 1 is FedAvg: the model alone travels
-    uplink, _, _ = alg.client_update(down, {}, client, ctx)
+    uplink, _, _ = alg.client_update(down, alg.ClientState(), client, ctx)
     state = alg.aggregate(1, state, [ClientResult(2, uplink)])
     down = alg.configure(2, state, [2])[2]
-    assert down is state["global"] and A.RATES in down
-    uplink, _, metrics = alg.client_update(down, {}, client, dataclasses.replace(ctx, round=2))
+    assert down is state.global_model and A.RATES in down
+    uplink, _, metrics = alg.client_update(down, alg.ClientState(), client, dataclasses.replace(ctx, round=2))
     assert set(uplink.sections) == {A.RATES}  # only the rates go up
     assert math.isfinite(metrics[M.TRAIN_LOSS]) and metrics[M.TRAIN_STEPS] == math.ceil(client.num_train / 32)
     new = alg.aggregate(2, state, [ClientResult(2, uplink)])
-    assert new["global"].weights is state["global"].weights  # the model stayed frozen
-    assert new["global"][A.RATES] == uplink[A.RATES]
+    assert new.global_model.weights is state.global_model.weights  # the model stayed frozen
+    assert new.global_model[A.RATES] == uplink[A.RATES]
 
 
 def test_server_averages_the_model_by_samples_then_the_rates_plainly():
     alg, _, _ = client_setup({"name": "atp", "rate_rounds": 1}, local_epochs=1)  # tiny_spec: 2 rounds
     state = alg.init_state()
-    weights = state["global"].weights
-    names = list(state["global"][A.RATES])
+    weights = state.global_model.weights
+    names = list(state.global_model[A.RATES])
 
     def model(cid, value, n):
         return ClientResult(cid, Payload({k: np.full_like(v, value) for k, v in weights.items()}, {"samples": {"n": np.array([n])}}))
@@ -251,11 +251,11 @@ def test_server_averages_the_model_by_samples_then_the_rates_plainly():
         return ClientResult(cid, Payload(extras={A.RATES: {name: np.array([value], dtype=np.float32) for name in names}}))
 
     state = alg.aggregate(1, state, [model(0, 1.0, 30), model(1, 4.0, 10)])
-    assert all(np.allclose(v, 1.75) for v in state["global"].weights.values())  # (30 * 1 + 10 * 4) / 40
-    assert state["model"].weights is state["global"].weights
+    assert all(np.allclose(v, 1.75) for v in state.global_model.weights.values())  # (30 * 1 + 10 * 4) / 40
+    assert state.model.weights is state.global_model.weights
     state = alg.aggregate(2, state, [rates(0, 1.0), rates(1, 4.0)])
-    assert all(state["global"][A.RATES][name][0] == pytest.approx(2.5) for name in names)  # (1 + 4) / 2
-    assert all(np.allclose(v, 1.75) for v in state["global"].weights.values())
+    assert all(state.global_model[A.RATES][name][0] == pytest.approx(2.5) for name in names)  # (1 + 4) / 2
+    assert all(np.allclose(v, 1.75) for v in state.global_model.weights.values())
     assert alg.round_metrics(state) == {f"atp_rate_{name}": pytest.approx(2.5) for name in names}
 
 

@@ -33,4 +33,4 @@ def test_a_shared_downlink_is_one_object():
     alg = FedAvg(FedAvg.Config(), ModelBuilder("mlp", (1, 8, 8), 10, (("hidden", (8,)),)), 3, seed=0)
     state = alg.init_state()
     payloads = alg.configure(1, state, [0, 1, 2])
-    assert all(isinstance(p, Payload) and p is state["global"] for p in payloads.values())
+    assert all(isinstance(p, Payload) and p is state.global_model for p in payloads.values())

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from sklearn.metrics import adjusted_rand_score
 
-from fedbench.algorithms.base import ModelBuilder, counted
+from fedbench.algorithms.base import ModelBuilder, NoClientState, counted
 from fedbench.algorithms.cfl import (
     CFL, CLUSTER_OF, CLUSTERS, MAX_NORM, MEAN_NORM, SPLITS, bipartition, cosine_similarities, inner_products,
     update_norms,
@@ -50,7 +50,7 @@ def play(alg, clients, rounds: int):
     state = alg.init_state()
     for r in range(1, rounds + 1):
         payloads = alg.configure(r, state, list(range(len(clients))))
-        results = [ClientResult(c, alg.client_update(payloads[c], {}, data, ctx_for(c, r))[0])
+        results = [ClientResult(c, alg.client_update(payloads[c], NoClientState(), data, ctx_for(c, r))[0])
                    for c, data in enumerate(clients)]
         state = alg.aggregate(r, state, results)
         yield state
@@ -105,7 +105,7 @@ def opposed_updates(scale: float, counts=(10, 30, 10, 30)):
 
 
 def round_of(alg: CFL, state, deltas, counts, round: int = 1):
-    origin = state["models"][0].weights
+    origin = state.models[0].weights
     results = [ClientResult(c, uplink(origin, d, n)) for c, (d, n) in enumerate(zip(deltas, counts))]
     return alg.aggregate(round, state, results)
 
@@ -115,19 +115,19 @@ def test_a_cluster_splits_when_its_mean_update_is_small_and_a_client_update_is_l
     state = alg.init_state()
     # Weighted mean: (10 * 1 + 30 * 3 - 10 * 1 - 30 * 3) / 80 = 0 < eps1; largest norm 3 > eps2: split.
     new = round_of(alg, state, *opposed_updates(1.0))
-    assert new["clusters"] == ((0, 1), (2, 3))
-    bias = state["models"][0].weights["head.bias"]
+    assert new.clusters == ((0, 1), (2, 3))
+    bias = state.models[0].weights["head.bias"]
     # Each half continues from the cluster model plus its own members' weighted mean update: (10 * 1 + 30 * 3) / 40.
-    assert np.allclose(new["models"][0].weights["head.bias"][0], bias[0] + 2.5, atol=1e-6)
-    assert np.allclose(new["models"][1].weights["head.bias"][0], bias[0] - 2.5, atol=1e-6)
+    assert np.allclose(new.models[0].weights["head.bias"][0], bias[0] + 2.5, atol=1e-6)
+    assert np.allclose(new.models[1].weights["head.bias"][0], bias[0] - 2.5, atol=1e-6)
     metrics = alg.round_metrics(new)
     assert metrics[CLUSTERS] == 2 and metrics[SPLITS] == 1
     assert metrics[MEAN_NORM] == pytest.approx(0.0, abs=1e-6) and metrics[MAX_NORM] == pytest.approx(3.0)
     assert [metrics[CLUSTER_OF.format(c)] for c in range(4)] == [0, 0, 1, 1]
     # Every client gets, and is evaluated with, its own cluster's model; test clients get the size-weighted ensemble.
-    assert alg.configure(2, new, [1, 2]) == {1: new["models"][0], 2: new["models"][1]}
+    assert alg.configure(2, new, [1, 2]) == {1: new.models[0], 2: new.models[1]}
     ensemble = alg.assign(new, {0: Payload(), 1: Payload()}).ensemble
-    assert ensemble.weights == {0: 2.0, 1: 2.0} and ensemble.models[1] is new["models"][1]  # clients per cluster
+    assert ensemble.weights == {0: 2.0, 1: 2.0} and ensemble.models[1] is new.models[1]  # clients per cluster
 
 
 @pytest.mark.parametrize("config, scale, round", [
@@ -137,14 +137,14 @@ def test_a_cluster_splits_when_its_mean_update_is_small_and_a_client_update_is_l
 def test_no_split_below_eps2_or_during_the_warm_up(config, scale, round):
     alg = cfl(**config)
     new = round_of(alg, alg.init_state(), *opposed_updates(scale), round=round)
-    assert new["clusters"] == ((0, 1, 2, 3),) and alg.round_metrics(new)[SPLITS] == 0
+    assert new.clusters == ((0, 1, 2, 3),) and alg.round_metrics(new)[SPLITS] == 0
 
 
 def test_no_split_while_the_mean_update_is_large():
     alg = cfl(eps1=0.5, eps2=1.0)
     e0 = np.eye(10, dtype=np.float32)[0]
     new = round_of(alg, alg.init_state(), [e0, 3 * e0, -e0, e0], [10, 10, 10, 10])  # mean 1 >= eps1
-    assert new["clusters"] == ((0, 1, 2, 3),)
+    assert new.clusters == ((0, 1, 2, 3),)
 
 
 def test_released_variant_plain_means_complete_linkage_and_no_split_of_two_clients():
@@ -152,16 +152,16 @@ def test_released_variant_plain_means_complete_linkage_and_no_split_of_two_clien
     state = alg.init_state()
     # Plain means: (1 + 3 - 1 - 3) / 4 = 0, so it splits; each half's model moves by (1 + 3) / 2 = 2, not 2.5.
     new = round_of(alg, state, *opposed_updates(1.0))
-    assert new["clusters"] == ((0, 1), (2, 3))
-    start = state["models"][0].weights["head.bias"][0]
-    assert np.allclose(new["models"][0].weights["head.bias"][0], start + 2.0, atol=1e-6)
+    assert new.clusters == ((0, 1), (2, 3))
+    start = state.models[0].weights["head.bias"][0]
+    assert np.allclose(new.models[0].weights["head.bias"][0], start + 2.0, atol=1e-6)
     # A two-client half never splits again in the released code; the paper's bipartition would split it.
     e0 = np.eye(10, dtype=np.float32)[0]
-    results = [ClientResult(c, uplink(new["models"][c // 2].weights, (1 if c % 2 else -1) * e0, 10)) for c in range(4)]
-    assert alg.aggregate(2, new, results)["clusters"] == ((0, 1), (2, 3))
+    results = [ClientResult(c, uplink(new.models[c // 2].weights, (1 if c % 2 else -1) * e0, 10)) for c in range(4)]
+    assert alg.aggregate(2, new, results).clusters == ((0, 1), (2, 3))
     paper = cfl(eps1=0.5, eps2=0.5)
     singletons = paper.aggregate(2, new, results)
-    assert singletons["clusters"] == ((0,), (1,), (2,), (3,))
+    assert singletons.clusters == ((0,), (1,), (2,), (3,))
     assert MEAN_NORM in paper.round_metrics(singletons)  # this round's clusters had two clients
     assert MEAN_NORM not in paper.round_metrics(paper.aggregate(3, singletons, results))  # now none has two
 
@@ -172,7 +172,7 @@ def test_the_paper_variant_splits_by_single_linkage_and_the_released_one_by_comp
     deltas = [np.pad([np.cos(a), np.sin(a)], (0, 8)).astype(np.float32) for a in angles]
     for variant, halves in (("paper", ((0, 1, 2, 3), (4,))), ("released", ((0, 1), (2, 3, 4)))):
         alg = CFL(CFL.Config(variant=variant, eps1=10.0, eps2=0.5, warmup_rounds=0), BUILDER, 5, seed=0)
-        assert round_of(alg, alg.init_state(), deltas, [10] * 5)["clusters"] == halves
+        assert round_of(alg, alg.init_state(), deltas, [10] * 5).clusters == halves
 
 
 def test_variant_defaults_and_bad_values():
@@ -203,8 +203,8 @@ def test_iid_clients_never_split_and_one_cluster_is_fedavg_bit_for_bit():
     alg = CFL(CFL.Config(**TUNED), BUILDER, 8, seed=0)
     fedavg = FedAvg(FedAvg.Config(), BUILDER, 8, seed=0)
     for state, reference in zip(play(alg, clients, 6), play(fedavg, clients, 6)):
-        assert state["clusters"] == (tuple(range(8)),)
-        model, global_model = state["models"][0].weights, reference["global"].weights
+        assert state.clusters == (tuple(range(8)),)
+        model, global_model = state.models[0].weights, reference.global_model.weights
         assert all(np.array_equal(model[k], global_model[k]) for k in global_model)
     assert alg.round_metrics(state)[MAX_NORM] < TUNED["eps2"]
 

@@ -7,6 +7,7 @@ for a unit test on one core); `cnn_mnist` runs where only a forward pass or one 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import replace
 
@@ -17,7 +18,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from fedbench.algorithms.base import SAMPLES, ModelBuilder
-from fedbench.algorithms.conditional import POOL, Conditional, ConditionalConfig, data_key, with_cond
+from fedbench.algorithms.base import NoClientState
+from fedbench.algorithms.conditional import (
+    POOL, Conditional, ConditionalClientState, ConditionalConfig, ConditionalState, data_key, with_cond,
+)
 from fedbench.algorithms.conditional_stats import (
     client_statistics,
     encode_all,
@@ -171,37 +175,38 @@ def test_models_without_cond_dim_and_bad_values_are_refused():
 def test_statistics_are_kept_in_the_client_state_and_recomputed_when_the_data_change(registered_cond_mlp):
     clients, _ = clients_of({"preset": "conditional/E1", "clusters": 2}, "digits")
     alg = conditional("cond_mlp", (1, 8, 8))
-    weights = alg.init_state()["global"]
-    _, state, _ = alg.client_update(weights, {}, clients[0], ctx_for(0))
-    assert state["stats_key"] == data_key(clients[0]) and state["stats"].shape == (32,)
+    weights = alg.init_state().global_model
+    _, state, _ = alg.client_update(weights, ConditionalClientState(), clients[0], ctx_for(0))
+    assert state.stats_key == data_key(clients[0]) and state.stats.shape == (32,)
     # Same data: the stored vector is reused as is (a marked copy survives the next round).
-    marked = {**state, "stats": np.full(32, 0.5, dtype=np.float32)}
+    marked = dataclasses.replace(state, stats=np.full(32, 0.5, dtype=np.float32))
     _, kept, _ = alg.client_update(weights, marked, clients[0], ctx_for(0, round=2))
-    assert np.array_equal(kept["stats"], marked["stats"])
+    assert np.array_equal(kept.stats, marked.stats)
     # New data (a drift stage): recomputed from them.
     _, moved, _ = alg.client_update(weights, state, clients[7], ctx_for(0, round=3))
-    assert moved["stats_key"] == data_key(clients[7]) and not np.allclose(moved["stats"], state["stats"])
+    assert moved.stats_key == data_key(clients[7]) and not np.allclose(moved.stats, state.stats)
 
 
 def test_uplink_is_fedavgs_for_the_same_model_and_carries_no_statistics():
     clients, _ = clients_of({"preset": "conditional/E1", "clusters": 2}, SYNTHETIC_28)
     client = first_rows(clients[0], 32)
     cond = conditional()
-    up, state, _ = cond.client_update(cond.init_state()["global"], {}, client, ctx_for(0))
+    up, state, _ = cond.client_update(cond.init_state().global_model, ConditionalClientState(), client, ctx_for(0))
     model = cond.builder()
     assert set(up.sections) == {WEIGHTS, SAMPLES} and set(up.weights) == set(get_weights(model))
     assert all(up.weights[k].shape == v.shape for k, v in get_weights(model).items())
-    assert not any(v.shape == state["stats"].shape and np.allclose(v, state["stats"]) for v in up.arrays())
+    assert not any(v.shape == state.stats.shape and np.allclose(v, state.stats) for v in up.arrays())
     plain = FedAvg(FedAvg.Config(), ModelBuilder("cnn_mnist", (1, 28, 28), 10), 2, 0)
-    base, _, _ = plain.client_update(plain.init_state()["global"], {}, client, ctx_for(0))
+    base, _, _ = plain.client_update(plain.init_state().global_model, NoClientState(), client, ctx_for(0))
     extra = up.nbytes - base.nbytes
     assert extra == 32 * 128 * 4  # only the first FC layer's 32 extra input columns (001 Sec. III-B)
 
 
 # -- the model uses s_i ------------------------------------------------------------------------------------
 
-def train(alg: Conditional, clients: list[ClientData], rounds: int, epochs: int) -> tuple[dict, list[dict]]:
-    state, client_states = alg.init_state(), [{} for _ in clients]
+def train(alg: Conditional, clients: list[ClientData], rounds: int,
+          epochs: int) -> tuple[ConditionalState, list[ConditionalClientState]]:
+    state, client_states = alg.init_state(), [ConditionalClientState() for _ in clients]
     for r in range(1, rounds + 1):
         payloads = alg.configure(r, state, list(range(len(clients))))
         results = []
@@ -240,25 +245,26 @@ def test_the_model_uses_the_statistics_where_the_same_image_has_different_labels
     clients = conflicting_clients()
     alg = conditional("cond_mlp", (1, 28, 28), centralized_pool=True, training=LocalTraining(1, 32, OptimizerSpec(lr=0.05, momentum=0.9)))
     state, client_states = train(alg, clients, rounds=10, epochs=1)
-    model = alg.model_with(state["global"].weights)
-    stats = [torch.from_numpy(s["stats"]) for s in client_states]
+    model = alg.model_with(state.global_model.weights)
+    stats = [torch.from_numpy(s.stats) for s in client_states]
     assert (stats[0] - stats[1]).norm() > 1.0
     scores = []
     for cid, client in enumerate(clients):
-        own = alg.client_evaluate(state["global"], client_states[cid], client, ctx_for(cid))["accuracy"]
+        own = alg.client_evaluate(state.global_model, client_states[cid], client, ctx_for(cid))["accuracy"]
         swapped = evaluate(model, client, forward=with_cond(stats[1 - cid]))["accuracy"]
         zeroed = evaluate(model, client, forward=with_cond(torch.zeros(32)))["accuracy"]
-        test_time = alg.client_evaluate(state["global"], {}, first_rows(client, 0), ctx_for(cid))["accuracy"]
+        test_time = alg.client_evaluate(state.global_model, ConditionalClientState(), first_rows(client, 0), ctx_for(cid))["accuracy"]
         scores.append((own, swapped, zeroed, test_time))
         assert own > 0.95 and swapped < own - 0.25 and test_time > own - 0.05, scores
     assert scores[1][2] < scores[1][0] - 0.2, scores  # zeroed s: client 1 loses its shifted labels
-    predictions = alg.client_predict(state["global"], client_states[1], clients[1], ctx_for(1))["pred"]
+    predictions = alg.client_predict(state.global_model, client_states[1], clients[1], ctx_for(1))["pred"]
     assert predictions.dtype == np.int64 and np.mean(predictions == clients[1].test_y.numpy()) == scores[1][0]
 
 
 # -- pooled training ---------------------------------------------------------------------------------------
 
-def pooled_round(alg: Conditional, state: dict, clients: list[ClientData], client_states: list[dict], r: int) -> tuple[dict, list[dict]]:
+def pooled_round(alg: Conditional, state: ConditionalState, clients: list[ClientData],
+                 client_states: list[ConditionalClientState], r: int) -> tuple[ConditionalState, list]:
     payloads = alg.configure(r, state, list(range(len(clients))))
     uplinks = [alg.client_update(payloads[cid], client_states[cid], c, ctx_for(cid, r))[0] for cid, c in enumerate(clients)]
     return alg.aggregate(r, state, [ClientResult(cid, up, {}) for cid, up in enumerate(uplinks)]), uplinks
@@ -282,12 +288,12 @@ def test_pooled_protocol_uploads_each_clients_rows_once_and_steps_on_their_union
         loss.backward()
         return {name: weights[name] - lr * p.grad.numpy() for name, p in model.named_parameters()}
 
-    state, client_states = alg.init_state(), [{}, {}]
+    state, client_states = alg.init_state(), [ConditionalClientState(), ConditionalClientState()]
     for r in (1, 2):
-        expected = one_step(state["global"].weights)
+        expected = one_step(state.global_model.weights)
         state, uplinks = pooled_round(alg, state, small, client_states, r)
         for name in expected:
-            assert np.allclose(state["global"].weights[name], expected[name], atol=1e-6), (r, name)
+            assert np.allclose(state.global_model.weights[name], expected[name], atol=1e-6), (r, name)
         if r == 1:
             assert [up[POOL]["x"].shape for up in uplinks] == [(12, 1, 28, 28)] * 2
             assert all(np.array_equal(up[POOL]["stats"], s.numpy()) for up, s in zip(uplinks, stats))
@@ -300,19 +306,19 @@ def test_a_client_whose_data_changed_uploads_again_and_replaces_its_rows():
     clients, _ = clients_of({"preset": "conditional/E1", "clusters": 2}, SYNTHETIC_28)
     alg = Conditional(ConditionalConfig(centralized_pool=True), ModelBuilder("cnn_mnist", (1, 28, 28), 10), 2, seed=0,
                       training=LocalTraining(1, 64, OptimizerSpec(lr=0.01)))
-    state, client_states = alg.init_state(), [{}, {}]
+    state, client_states = alg.init_state(), [ConditionalClientState(), ConditionalClientState()]
     state, _ = pooled_round(alg, state, [first_rows(c, 10) for c in clients[:2]], client_states, 1)
     drifted = [first_rows(clients[0], 10), first_rows(clients[1], 20)]  # client 1's next stage holds 20 rows
     state, uplinks = pooled_round(alg, state, drifted, client_states, 2)
     assert POOL not in uplinks[0] and uplinks[1][POOL]["x"].shape[0] == 20
-    assert [len(state["pool"][c]["y"]) for c in (0, 1)] == [10, 20]
+    assert [len(state.pool[c].y) for c in (0, 1)] == [10, 20]
 
 
 def test_the_pooled_protocol_needs_the_runs_training_settings():
     clients, _ = clients_of({"preset": "conditional/E1", "clusters": 2}, SYNTHETIC_28)
     alg = conditional(centralized_pool=True)  # built without `training`, as no run builds it
     with pytest.raises(ConfigError, match="centralized_pool"):
-        pooled_round(alg, alg.init_state(), [first_rows(clients[0], 10)], [{}], 1)
+        pooled_round(alg, alg.init_state(), [first_rows(clients[0], 10)], [ConditionalClientState()], 1)
 
 
 # -- whole runs --------------------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from fedbench.algorithms.base import SAMPLES, counted, make_algorithm
-from fedbench.algorithms.dac import CONTACTED, REQUEST, SIMILARITY, sample_neighbours, temperature, two_hop
+from fedbench.algorithms.dac import REQUEST, SIMILARITY, DACClientState, sample_neighbours, temperature, two_hop
 from fedbench.core import metrics as M
 from fedbench.core.errors import ConfigError
 from fedbench.core.types import ClientResult, OptimizerSpec, Payload, RoundContext
@@ -80,11 +80,11 @@ def test_the_exchange_measures_similarities_and_averages_by_sample_count(two_clu
     models = [{k: rng.normal(scale=0.3, size=v.shape).astype(v.dtype) for k, v in shapes.items()} for _ in range(3)]
     known_by_5 = np.zeros(8)
     known_by_5[6] = 0.25
-    received = Payload.from_peers({
+    received = Payload(peers={
         2: counted(models[1], 40, {SIMILARITY: {"s": np.zeros(8)}}),
         5: counted(models[2], 120, {SIMILARITY: {"s": known_by_5}}),
     })
-    weights, similarity, contacted = alg.exchange(received, {"model": models[0]}, clients[0], context(0, 2))
+    weights, similarity, contacted = alg.exchange(received, DACClientState(models[0]), clients[0], context(0, 2))
     for k, peer in ((2, models[1]), (5, models[2])):
         assert similarity[k] == pytest.approx(1.0 / training_loss(alg.model_with(peer), clients[0], "cpu"))
     assert similarity[6] == 0.25 and not contacted[6]  # borrowed from 5, the only one who knows 6
@@ -100,9 +100,9 @@ def test_a_client_without_training_data_measures_nothing(two_clusters):
     alg = dac(8)
     before = np.array([0.0, 0.0, 0.7, 0.0, 0.0, 0.0, 0.0, 0.0])
     known = before > 0
-    received = Payload.from_peers({k: counted(alg.initial_weights(), 40, {SIMILARITY: {"s": np.zeros(8)}})
-                                   for k in (2, 5)})
-    state = {"model": alg.initial_weights(), SIMILARITY: before, CONTACTED: known}
+    received = Payload(peers={k: counted(alg.initial_weights(), 40, {SIMILARITY: {"s": np.zeros(8)}})
+                              for k in (2, 5)})
+    state = DACClientState(alg.initial_weights(), similarity=before, contacted=known)
     _, similarity, contacted = alg.exchange(received, state, empty, context(0, 2))
     np.testing.assert_array_equal(similarity, before)  # not NaN: 2 keeps its measured value, 5 stays unknown
     np.testing.assert_array_equal(contacted, known)
@@ -112,10 +112,10 @@ def test_a_client_without_training_data_measures_nothing(two_clusters):
 
 def play(alg, clients, rounds: int) -> list[dict[int, list[int]]]:
     """`rounds` rounds of every client; returns, per round, whom each client was sent models by."""
-    state, states, received = alg.init_state(), [{} for _ in clients], []
+    state, states, received = alg.init_state(), [DACClientState() for _ in clients], []
     for round in range(1, rounds + 1):
         downlinks = alg.configure(round, state, list(range(len(clients))))
-        received.append({cid: sorted(d.peers()) for cid, d in downlinks.items()})
+        received.append({cid: sorted(d.peers) for cid, d in downlinks.items()})
         results = []
         for cid, data in enumerate(clients):
             uplink, states[cid], _ = alg.client_update(downlinks[cid], states[cid], data, context(cid, round))
@@ -158,13 +158,14 @@ def test_bytes_are_the_neighbours_models_counts_and_similarity_vectors_on_both_e
 def test_request_and_configure():
     alg = dac(4)
     state = alg.init_state()
-    assert all(not p.sections for p in alg.configure(1, state, [0, 1, 2, 3]).values())
+    assert all(p.is_empty for p in alg.configure(1, state, [0, 1, 2, 3]).values())
     asks = counted(alg.initial_weights(), 9, {SIMILARITY: {"s": np.zeros(4)}, REQUEST: {"ids": np.array([1, 3])}})
-    state = {**state, "parked": {0: asks, 1: counted(alg.initial_weights(), 7, {SIMILARITY: {"s": np.ones(4)}})}}
+    state = replace(state, parked={0: asks, 1: counted(alg.initial_weights(), 7, {SIMILARITY: {"s": np.ones(4)}})})
     downlink = alg.configure(2, state, [0])[0]
     # 3 never trained (client_fraction < 1): it does not answer; 1 sends its model, count and similarities
-    assert sorted(downlink.sections) == ["peer:1/samples", "peer:1/similarity", "peer:1/weights"]
-    assert downlink.peers()[1][SAMPLES]["n"][0] == 7
+    assert list(downlink.peers) == [1] and not downlink.sections
+    assert sorted(downlink.peers[1].sections) == ["samples", "similarity", "weights"]
+    assert downlink.peers[1][SAMPLES]["n"][0] == 7
 
 
 def test_bad_configs_are_refused():

@@ -9,8 +9,9 @@ import dataclasses
 import numpy as np
 import pytest
 
-from fedbench.algorithms.base import make_algorithm
-from fedbench.algorithms.ditto import PERSONAL
+from fedbench.algorithms.base import NoClientState, make_algorithm
+from fedbench.algorithms.local import LocalClientState
+from fedbench.algorithms.personal import PersonalClientState
 from fedbench.core import metrics as M
 from fedbench.core.errors import ConfigError
 from fedbench.core.types import ClientResult, OptimizerSpec, Payload, RoundContext
@@ -44,6 +45,11 @@ def same(a: dict, b: dict) -> bool:
     return a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
 
 
+def fresh(alg) -> list:
+    """Three clients' states before their first job."""
+    return [alg.ClientState() for _ in range(3)]
+
+
 def distance(a: dict, b: dict) -> float:
     return float(np.sqrt(sum(((a[k] - b[k]) ** 2).sum() for k in a)))
 
@@ -51,7 +57,7 @@ def distance(a: dict, b: dict) -> float:
 def test_global_model_and_uplink_are_fedavgs_bit_for_bit(clients):
     ditto, fedavg = algorithm("ditto"), algorithm("fedavg")
     d_state, f_state = ditto.init_state(), fedavg.init_state()
-    d_clients, f_clients = [{}, {}, {}], [{}, {}, {}]
+    d_clients, f_clients = fresh(ditto), fresh(fedavg)
     for round in (1, 2):
         d_results, d_state = play(ditto, clients, round, d_state, d_clients)
         f_results, f_state = play(fedavg, clients, round, f_state, f_clients)
@@ -60,43 +66,43 @@ def test_global_model_and_uplink_are_fedavgs_bit_for_bit(clients):
             assert all(same(d.uplink[s], f.uplink[s]) for s in f.uplink.sections)
             assert d.uplink.nbytes == f.uplink.nbytes
             assert d.metrics == f.metrics  # the reported training loss is the global job's
-        assert same(d_state["global"].weights, f_state["global"].weights)
-    assert not same(d_clients[0][PERSONAL], d_state["global"].weights)
+        assert same(d_state.global_model.weights, f_state.global_model.weights)
+    assert not same(d_clients[0].personal, d_state.global_model.weights)
 
 
 def test_first_personal_job_is_fedprox_from_the_received_global_model(clients):
     """In a client's first round v_k starts at w^t and the proximal term pulls to w^t (not to the model the
     global job just trained): exactly FedProx's local job with mu = lam."""
     ditto, fedprox = algorithm("ditto", lam=0.7), algorithm("fedprox", mu=0.7)
-    start = ditto.init_state()["global"]
-    _, state, _ = ditto.client_update(start, {}, clients[1], context(1, 1))
-    uplink, _, _ = fedprox.client_update(start, {}, clients[1], context(1, 1))
-    assert same(state[PERSONAL], uplink.weights)
+    start = ditto.init_state().global_model
+    _, state, _ = ditto.client_update(start, PersonalClientState(), clients[1], context(1, 1))
+    uplink, _, _ = fedprox.client_update(start, NoClientState(), clients[1], context(1, 1))
+    assert same(state.personal, uplink.weights)
 
 
 def test_lam_zero_personal_model_is_locals_bit_for_bit(clients):
     ditto, local = algorithm("ditto", lam=0.0), algorithm("local")
     d_state, l_state = ditto.init_state(), local.init_state()
-    d_clients, l_clients = [{}, {}, {}], [{}, {}, {}]
+    d_clients, l_clients = fresh(ditto), fresh(local)
     for round in (1, 2):  # round 2 continues from the client state, and the global model has moved on
         _, d_state = play(ditto, clients, round, d_state, d_clients)
         _, l_state = play(local, clients, round, l_state, l_clients)
-    assert all(same(d_clients[c][PERSONAL], l_clients[c]["model"]) for c in range(3))
+    assert all(same(d_clients[c].personal, l_clients[c].model) for c in range(3))
 
 
 def test_personal_model_is_pinned_to_the_received_global_model_as_lam_grows(clients):
     """Ditto Sec. 3.1: lam -> infinity gives the global model. Plain SGD, so the pull is easy to read: at
     lr * lam = 1 each step lands at w^t - lr * gradient."""
     free = algorithm("ditto", lam=0.0)
-    state, client_states = free.init_state(), [{}, {}, {}]
+    state, client_states = free.init_state(), fresh(free)
     _, state = play(free, clients, 1, state, client_states)
-    received = state["global"]
-    assert distance(client_states[0][PERSONAL], received.weights) > 0.5  # v_k starts far from w^2
+    received = state.global_model
+    assert distance(client_states[0].personal, received.weights) > 0.5  # v_k starts far from w^2
 
     def gap(lam: float, lr: float) -> float:
         job = context(0, 2, lr=lr, momentum=0.0)
         _, personal, _ = algorithm("ditto", lam=lam).client_update(received, client_states[0], clients[0], job)
-        return distance(personal[PERSONAL], received.weights)
+        return distance(personal.personal, received.weights)
 
     gaps = [gap(lam, 0.01) for lam in (0.0, 1.0, 10.0, 100.0)]
     assert all(a > b for a, b in zip(gaps, gaps[1:]))
@@ -106,29 +112,31 @@ def test_personal_model_is_pinned_to_the_received_global_model_as_lam_grows(clie
 
 def test_personal_epochs_set_the_personal_jobs_length(clients):
     """personal_epochs replaces the run's job (local_steps included) by that many epochs of the same stream."""
-    start = algorithm("ditto").init_state()["global"]
+    start = algorithm("ditto").init_state().global_model
     job = context(2, 1, local_steps=3)
-    _, state, _ = algorithm("ditto", lam=0.0, personal_epochs=2).client_update(start, {}, clients[2], job)
+    ditto = algorithm("ditto", lam=0.0, personal_epochs=2)
+    _, state, _ = ditto.client_update(start, PersonalClientState(), clients[2], job)
     epochs = dataclasses.replace(job, local_epochs=2, local_steps=None)
-    _, local, _ = algorithm("local").client_update(Payload(), {}, clients[2], epochs)
-    assert same(state[PERSONAL], local["model"])
-    _, steps, _ = algorithm("ditto", lam=0.0).client_update(start, {}, clients[2], job)  # None: the run's 3 steps
-    _, local, _ = algorithm("local").client_update(Payload(), {}, clients[2], job)
-    assert same(steps[PERSONAL], local["model"])
+    _, local, _ = algorithm("local").client_update(Payload(), LocalClientState(), clients[2], epochs)
+    assert same(state.personal, local.model)
+    ditto = algorithm("ditto", lam=0.0)  # personal_epochs None: the run's 3 steps
+    _, steps, _ = ditto.client_update(start, PersonalClientState(), clients[2], job)
+    _, local, _ = algorithm("local").client_update(Payload(), LocalClientState(), clients[2], job)
+    assert same(steps.personal, local.model)
 
 
 def test_clients_evaluate_their_personal_model_and_the_never_sampled_the_global_one(clients):
     alg = algorithm("ditto")
-    state, client_states = alg.init_state(), [{}, {}, {}]
+    state, client_states = alg.init_state(), fresh(alg)
     _, state = play(alg, clients, 1, state, client_states, sampled=(0, 2))
     payloads = alg.evaluation_payloads(state, [0, 1, 2])
     assert not payloads[0].sections and not payloads[2].sections  # nothing to download
-    assert payloads[1] is state["global"]
+    assert payloads[1] is state.global_model
     personal = alg.client_evaluate(payloads[0], client_states[0], clients[0], context(0, 1))
-    assert personal == evaluate(alg.model_with(client_states[0][PERSONAL]), clients[0])
-    assert personal != evaluate(alg.model_with(state["global"].weights), clients[0])
+    assert personal == evaluate(alg.model_with(client_states[0].personal), clients[0])
+    assert personal != evaluate(alg.model_with(state.global_model.weights), clients[0])
     fallback = alg.client_evaluate(payloads[1], client_states[1], clients[1], context(1, 1))
-    assert fallback == evaluate(alg.model_with(state["global"].weights), clients[1])
+    assert fallback == evaluate(alg.model_with(state.global_model.weights), clients[1])
 
 
 def test_configs():

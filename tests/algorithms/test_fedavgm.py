@@ -25,9 +25,9 @@ def test_momentum_accumulates_over_identical_pseudo_gradients():
     state = alg.initial_state({"w": np.array([1.0, 2.0])}, ["w"])
     path = []
     for round in (1, 2):
-        w = state["global"].weights["w"]
+        w = state.global_model.weights["w"]
         state = alg.aggregate(round, state, [ClientResult(0, counted({"w": w + np.array([0.25, -0.5])}, 3))])
-        path.append(state["global"].weights["w"])
+        path.append(state.global_model.weights["w"])
     # w1 = w0 + 0.5 * Delta = [1.125, 1.75];  w2 = w1 + (1 + 0.5) * 0.5 * Delta = [1.3125, 1.375]
     assert path[0].tolist() == [1.125, 1.75] and path[1].tolist() == [1.3125, 1.375]
 
@@ -39,7 +39,7 @@ def test_no_momentum_and_unit_rate_is_fedavg_even_where_w_plus_delta_rounds():
     state = alg.initial_state({"w": np.array([1.0, 3.0, -0.5], np.float32)}, ["w"])
     average = np.array([1e-12, 3.0000002, 7e-13], np.float32)
     assert not np.array_equal((1.0 + (average[0] - np.float64(1.0))).astype(np.float32), average[0])
-    new = alg.aggregate(1, state, [ClientResult(0, counted({"w": average}, 2))])["global"].weights["w"]
+    new = alg.aggregate(1, state, [ClientResult(0, counted({"w": average}, 2))]).global_model.weights["w"]
     assert new.dtype == np.float32 and np.array_equal(new, average)
 
 
@@ -53,9 +53,9 @@ def test_no_momentum_and_unit_rate_aggregate_trained_models_exactly_as_fedavg():
             client = materialize(data, scenario.view(round, cid), scenario.input_shape)
             ctx = RoundContext(round=round, client_id=cid, seed=0, local_epochs=1, batch_size=32,
                                optimizer=OptimizerSpec(lr=0.05, momentum=0.9), num_classes=10)
-            results.append(ClientResult(cid, avg.client_update(state["global"], {}, client, ctx)[0]))
+            results.append(ClientResult(cid, avg.client_update(state.global_model, avg.ClientState(), client, ctx)[0]))
         state, mstate = avg.aggregate(round, state, results), avgm.aggregate(round, mstate, results)
-        expected, got = state["global"].weights, mstate["global"].weights
+        expected, got = state.global_model.weights, mstate.global_model.weights
         assert expected.keys() == got.keys()
         assert all(got[k].dtype == expected[k].dtype and np.array_equal(got[k], expected[k]) for k in expected)
 

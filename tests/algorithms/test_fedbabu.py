@@ -74,35 +74,35 @@ def bodies(weights: dict) -> dict:
 def test_the_head_is_its_initialisation_until_fine_tuning_and_changes_after(clients, trained, ft_part):
     alg = algorithm(rounds=4, ft_rounds=2, ft_part=ft_part)
     initial = get_weights(alg.builder.initial(alg.seed))
-    state, client_states = alg.init_state(), [{}, {}, {}]
+    state, client_states = alg.init_state(), [alg.ClientState() for _ in range(3)]
     for round in (1, 2):  # federated training: bodies train and travel, the head never moves
         downlinks, results, new_state = play(alg, clients, round, state, client_states)
-        assert all(d is state["global"] and not heads(d.weights) for d in downlinks.values())
+        assert all(d is state.global_model and not heads(d.weights) for d in downlinks.values())
         for cid, result in enumerate(results):
             assert set(result.uplink.sections) == {"weights", SAMPLES} and not heads(result.uplink.weights)
             assert result.uplink.nbytes == BODY_BYTES + COUNT_BYTES
             assert same(result.uplink.weights, bodies(trained[cid - 3]))
             assert same(heads(trained[cid - 3]), heads(initial))
-            assert not same(bodies(trained[cid - 3]), bodies(get_weights(alg.model_with(state["global"].weights))))
+            assert not same(bodies(trained[cid - 3]), bodies(get_weights(alg.model_with(state.global_model.weights))))
         counts = [d.num_train for d in clients]
-        assert same(new_state["global"].weights, average_weights([r.uplink.weights for r in results], counts))
+        assert same(new_state.global_model.weights, average_weights([r.uplink.weights for r in results], counts))
         state = new_state
-    assert same(heads(get_weights(alg.model_with(state["global"].weights))), heads(initial))
-    body = state["global"]
+    assert same(heads(get_weights(alg.model_with(state.global_model.weights))), heads(initial))
+    body = state.global_model
 
     downlinks, results, state = play(alg, clients, 3, state, client_states)  # first fine-tuning round
-    assert all(d is body for d in downlinks.values()) and state["global"] is body  # no more averaging
+    assert all(d is body for d in downlinks.values()) and state.global_model is body  # no more averaging
     for cid, result in enumerate(results):
         personal = result.uplink.weights
-        assert result.uplink.nbytes == BODY_BYTES + HEAD_BYTES and same(state["personal"][cid].weights, personal)
+        assert result.uplink.nbytes == BODY_BYTES + HEAD_BYTES and same(state.personal[cid].weights, personal)
         assert not same(heads(personal), heads(initial))
         assert same(bodies(personal), body.weights) == (ft_part == "head")
-    fine_tuned = [state["personal"][cid].weights for cid in range(3)]
+    fine_tuned = [state.personal[cid].weights for cid in range(3)]
     downlinks, results, state = play(alg, clients, 4, state, client_states)
     assert all(not d.sections for d in downlinks.values())  # clients continue from their own models
     assert all(not same(heads(r.uplink.weights), heads(fine_tuned[r.client_id])) for r in results)
     payloads = alg.evaluation_payloads(state, [0, 1, 2])
-    assert all(payloads[cid] is state["personal"][cid] for cid in range(3))
+    assert all(payloads[cid] is state.personal[cid] for cid in range(3))
 
 
 def test_weights_without_a_head_are_completed_with_the_initial_head_and_a_head_is_kept(clients):

@@ -10,11 +10,11 @@ import math
 import numpy as np
 import pytest
 
-from fedbench.algorithms.base import SAMPLES, ModelBuilder, counted
+from fedbench.algorithms.base import CLUSTER, ModelBuilder, counted, samples_of
 from fedbench.algorithms.feddrift import (
-    CLUSTER, CLUSTER_OF, DRIFTED, LOSSES, MERGES, MODELS, FedDrift, cluster_distances, merge_groups,
+    CLUSTER_OF, DRIFTED, LOSSES, MERGES, MODELS, FedDrift, FedDriftClientState, FedDriftState, cluster_distances,
+    merge_groups,
 )
-from fedbench.algorithms.ifca import MODEL
 from fedbench.core import metrics as M
 from fedbench.core.errors import ConfigError
 from fedbench.core.types import ClientResult, OptimizerSpec, Payload, RoundContext
@@ -63,7 +63,7 @@ def play(alg: FedDrift, rounds: int, drift_from: int | None = None, seed: int = 
     """`rounds` rounds on 8 iid digits clients, all sampled; from round `drift_from` on clients 0-3 see their
     labels permuted. Returns the round metrics after each round."""
     plain, shifted = iid_clients()
-    state, client_states, history = alg.init_state(), [{} for _ in plain], []
+    state, client_states, history = alg.init_state(), [FedDriftClientState() for _ in plain], []
     for r in range(1, rounds + 1):
         payloads = alg.configure(r, state, list(range(len(plain))))
         results = []
@@ -115,62 +115,61 @@ def test_complete_linkage_does_not_chain():
 
 def test_two_clusters_with_equal_losses_merge_into_their_sample_weighted_average():
     alg = feddrift(num_clients=3)
-    state = {**alg.init_state(), "models": {0: Payload(constant(0.0)), 1: Payload(constant(0.0))},
-             "last_used": {0: 1, 1: 1}, "next_id": 2}
+    state = FedDriftState({0: Payload(constant(0.0)), 1: Payload(constant(0.0))}, last_used={0: 1, 1: 1}, next_id=2)
     same = [0.25, 0.25]  # both models do equally well on both clusters' data: distance 0
     new = alg.aggregate(2, state, [ClientResult(0, uplink(0, 10, 1.0, same)),
                                    ClientResult(1, uplink(1, 30, 3.0, same))])
-    assert list(new["models"]) == [0]  # the merged cluster keeps the smaller id
-    assert np.allclose(new["models"][0].weights["head.bias"], (10 * 1.0 + 30 * 3.0) / 40)  # 2.5
-    assert new["cluster_of"] == {0: 0, 1: 0}
+    assert list(new.models) == [0]  # the merged cluster keeps the smaller id
+    assert np.allclose(new.models[0].weights["head.bias"], (10 * 1.0 + 30 * 3.0) / 40)  # 2.5
+    assert new.cluster_of == {0: 0, 1: 0}
     assert alg.round_metrics(new) == {MODELS: 1.0, DRIFTED: 0.0, MERGES: 1.0,
                                       CLUSTER_OF.format(0): 0.0, CLUSTER_OF.format(1): 0.0}
     # Model 1 is 0.07 worse than model 0 on cluster 0's data (in error units, delta = 0.06): they stay apart.
     apart = alg.aggregate(2, state, [ClientResult(0, uplink(0, 10, 1.0, [0.10, 0.17])),
                                      ClientResult(1, uplink(1, 30, 3.0, [0.10, 0.10]))])
-    assert sorted(apart["models"]) == [0, 1] and apart["merges"] == 0
-    assert np.allclose(apart["models"][1].weights["head.bias"], 3.0)
+    assert sorted(apart.models) == [0, 1] and apart.merges == 0
+    assert np.allclose(apart.models[1].weights["head.bias"], 3.0)
 
 
 def test_a_clusters_data_includes_the_clients_that_held_it_at_the_start_of_the_round():
     # Client 1 held cluster 1 and moved to cluster 0 this round: its data still stands for cluster 1's, so the
     # abandoned cluster can merge (its model enters the average with client 1's samples).
     alg = feddrift(num_clients=3)
-    state = {**alg.init_state(), "models": {0: Payload(constant(0.0)), 1: Payload(constant(5.0))},
-             "cluster_of": {0: 0, 1: 1}, "last_used": {0: 1, 1: 1}, "next_id": 2}
+    state = FedDriftState({0: Payload(constant(0.0)), 1: Payload(constant(5.0))}, cluster_of={0: 0, 1: 1},
+                          last_used={0: 1, 1: 1}, next_id=2)
     same = [0.25, 0.25]
     new = alg.aggregate(2, state, [ClientResult(0, uplink(0, 10, 1.0, same)),
                                    ClientResult(1, uplink(0, 30, 3.0, same))])
-    assert list(new["models"]) == [0] and new["cluster_of"] == {0: 0, 1: 0}
+    assert list(new.models) == [0] and new.cluster_of == {0: 0, 1: 0}
     # Cluster 0 after averaging: (10 * 1 + 30 * 3) / 40 = 2.5 over 40 samples; cluster 1 (untouched, 5.0) over 30.
-    assert np.allclose(new["models"][0].weights["head.bias"], (40 * 2.5 + 30 * 5.0) / 70)
+    assert np.allclose(new.models[0].weights["head.bias"], (40 * 2.5 + 30 * 5.0) / 70)
 
 
 def test_a_client_flags_drift_when_its_best_loss_jumps_by_more_than_delta():
     plain, _ = iid_clients()
     alg = feddrift(measure="cross_entropy", delta=0.5)
     zero = constant(0.0)  # uniform outputs: cross-entropy log(10) = 2.303 on any data
-    offer = Payload(extras={f"{MODEL}0": zero, f"{MODEL}3": zero})
-    up, state, _ = alg.client_update(offer, {"loss": 1.5}, plain[0], ctx_for(0))
+    offer = Payload(models={0: Payload(zero), 3: Payload(zero)})
+    up, state, _ = alg.client_update(offer, FedDriftClientState(1.5), plain[0], ctx_for(0))
     assert up[CLUSTER]["new"][0] == 1 and up[CLUSTER]["id"][0] == 0  # 2.303 - 1.5 > 0.5; ties to the smaller id
     assert LOSSES not in up  # a drifted client's losses are not used: not sent
-    assert state["loss"] == pytest.approx(math.log(10), abs=1e-5)
-    up, state, _ = alg.client_update(offer, {"loss": 2.0}, plain[0], ctx_for(0))
+    assert state.loss == pytest.approx(math.log(10), abs=1e-5)
+    up, state, _ = alg.client_update(offer, FedDriftClientState(2.0), plain[0], ctx_for(0))
     assert up[CLUSTER]["new"][0] == 0
     assert np.allclose(up[LOSSES]["loss"], math.log(10)) and len(up[LOSSES]["loss"]) == 2  # one loss per model
-    assert int(up[SAMPLES]["n"][0]) == plain[0].num_train
+    assert samples_of(up) == plain[0].num_train
     # First round: `initial: local` starts a cluster of its own from the run's initial model (nothing offered);
     # `initial: shared` joins the offered model without a drift check.
-    up, state, _ = alg.client_update(Payload(), {}, plain[0], ctx_for(0))
-    assert up[CLUSTER]["new"][0] == 1 and up[CLUSTER]["id"][0] == -1 and "loss" in state
-    up, _, _ = feddrift(initial="shared").client_update(Payload(extras={f"{MODEL}0": zero}), {}, plain[0], ctx_for(0))
+    up, state, _ = alg.client_update(Payload(), FedDriftClientState(), plain[0], ctx_for(0))
+    assert up[CLUSTER]["new"][0] == 1 and up[CLUSTER]["id"][0] == -1 and state.loss is not None
+    up, _, _ = feddrift(initial="shared").client_update(Payload(models={0: Payload(zero)}), FedDriftClientState(), plain[0], ctx_for(0))
     assert up[CLUSTER]["new"][0] == 0
 
 
 def test_each_drifted_client_gets_a_new_model_and_the_least_recently_used_idle_one_makes_room():
     alg = feddrift(num_clients=4)
-    state = {**alg.init_state(), "models": {k: Payload(constant(float(k))) for k in range(4)},
-             "cluster_of": {0: 0, 1: 0}, "last_used": {0: 2, 1: 1, 2: 0, 3: 0}, "next_id": 4}
+    state = FedDriftState({k: Payload(constant(float(k))) for k in range(4)}, cluster_of={0: 0, 1: 0},
+                          last_used={0: 2, 1: 1, 2: 0, 3: 0}, next_id=4)
     losses = [0.1] * 4
     new = alg.aggregate(3, state, [ClientResult(0, uplink(0, 10, 4.0, new=True)),
                                    ClientResult(1, uplink(0, 10, 6.0, new=True)),
@@ -178,16 +177,16 @@ def test_each_drifted_client_gets_a_new_model_and_the_least_recently_used_idle_o
                                    ClientResult(3, uplink(0, 10, 2.0, losses))])
     # At most one model per client (4), and models 1-3 are held by nobody: each new model replaces the one used
     # longest ago (2, then 3: ties to the smaller id). Each new model is its client's upload.
-    assert sorted(new["models"]) == [0, 1, 4, 5] and new["cluster_of"] == {0: 4, 1: 5, 2: 0, 3: 0}
-    assert np.allclose(new["models"][4].weights["head.bias"], 4.0)
-    assert np.allclose(new["models"][5].weights["head.bias"], 6.0)
-    assert new["drifted"] == 2 and new["next_id"] == 6 and new["last_used"] == {0: 3, 1: 1, 4: 3, 5: 3}
+    assert sorted(new.models) == [0, 1, 4, 5] and new.cluster_of == {0: 4, 1: 5, 2: 0, 3: 0}
+    assert np.allclose(new.models[4].weights["head.bias"], 4.0)
+    assert np.allclose(new.models[5].weights["head.bias"], 6.0)
+    assert new.drifted == 2 and new.next_id == 6 and new.last_used == {0: 3, 1: 1, 4: 3, 5: 3}
     # Test time: the models some client holds, weighted by their number of clients (002 App. I.3).
     ensemble = alg.assign(new, {0: Payload(), 1: Payload()}).ensemble
-    assert ensemble.weights == {0: 2.0, 4: 1.0, 5: 1.0} and ensemble.models[4] is new["models"][4]
+    assert ensemble.weights == {0: 2.0, 4: 1.0, 5: 1.0} and ensemble.models[4] is new.models[4]
     # Evaluation: each client its cluster's model; a client never sampled the cluster most clients hold.
     evals = alg.evaluation_payloads(new, [0, 2, 7])
-    assert evals[0] is new["models"][4] and evals[2] is new["models"][0] and evals[7] is new["models"][0]
+    assert evals[0] is new.models[4] and evals[2] is new.models[0] and evals[7] is new.models[0]
 
 
 def test_delta_must_be_positive():

@@ -3,12 +3,14 @@ scenario, lam = 1 leaving the client path untrained, test-time routing, and a wh
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
 
 from fedbench.algorithms.base import counted, make_algorithm
-from fedbench.algorithms.feddrm import HEAD, ROUTES, ROUTING, FedDRM, local_part, shared_part
+from fedbench.algorithms.feddrm import HEAD, ROUTES, ROUTING, FedDRM, FedDRMClientState, local_part, shared_part
 from fedbench.core import metrics as M
 from fedbench.core.errors import ConfigError
 from fedbench.core.types import ClientResult, OptimizerSpec, Payload, RoundContext
@@ -39,7 +41,7 @@ def context(client_id: int, round: int = 1, lr: float = 0.05, batch_size: int = 
 
 def run_rounds(alg: FedDRM, clients: list[ClientData], rounds: int, **ctx) -> dict:
     """Every client trains every round; the server aggregates (the runtime's loop, in miniature)."""
-    state, client_states = alg.init_state(), [{} for _ in clients]
+    state, client_states = alg.init_state(), [FedDRMClientState() for _ in clients]
     for r in range(1, rounds + 1):
         payloads = alg.configure(r, state, list(range(len(clients))))
         results = []
@@ -57,7 +59,7 @@ def system_and_routing(alg: FedDRM, state: dict, clients: list[ClientData]) -> t
     payloads = alg.evaluation_payloads(state, list(range(len(clients))))
     correct = routed_home = total = 0
     for i, data in enumerate(clients):
-        outputs = [alg.client_predict(payloads[j], {}, data, context(i)) for j in range(len(clients))]
+        outputs = [alg.client_predict(payloads[j], FedDRMClientState(), data, context(i)) for j in range(len(clients))]
         route = outputs[0]["route"].argmax(axis=1)
         answer = np.stack([o["pred"] for o in outputs], axis=1)[np.arange(data.num_test), route]
         correct += int((answer == data.test_y.numpy()).sum())
@@ -74,21 +76,21 @@ def test_loss_is_lam_class_ce_plus_one_minus_lam_client_ce(monkeypatch):
     data = ClientData(x, y, x, y, y, y)
     for lam in (0.8, 0.3):
         alg = algorithm(num_clients=3, lam=lam)
-        payload = alg.init_state()["global"]
+        payload = alg.init_state().global_model
         model = alg.model_with({**payload.weights, **alg.initial_head()})
         with torch.no_grad():
             z, k = model.both(data.train_batch(torch.arange(4))[0])
         class_ce = (torch.logsumexp(z, dim=1) - z[torch.arange(4), y]).mean()
         client_ce = (torch.logsumexp(k, dim=1) - k[:, 2]).mean()  # every sample's client id is 2
         # frozen weights, one batch: the loss reported is the loss at the given weights
-        _, _, metrics = alg.client_update(payload, {}, data, context(2, batch_size=4))
+        _, _, metrics = alg.client_update(payload, FedDRMClientState(), data, context(2, batch_size=4))
         assert metrics["train_loss"] == pytest.approx((lam * class_ce + (1 - lam) * client_ce).item(), rel=1e-5)
 
 
 def test_only_the_final_target_layer_stays_local():
     alg = algorithm(num_clients=2)
     state = alg.init_state()
-    shared = state["global"].weights
+    shared = state.global_model.weights
     assert not any(k.startswith("head.") for k in shared)
     assert any(k.startswith("client_head.") for k in shared)
     initial = {**shared, **alg.initial_head()}
@@ -96,12 +98,12 @@ def test_only_the_final_target_layer_stays_local():
     results = [ClientResult(cid, counted(shared_part(m), n, {HEAD: local_part(m)}))
                for cid, m, n in zip((0, 1), models, (1, 3))]
     state = alg.aggregate(1, state, results)
-    for k, v in state["global"].weights.items():  # weighted by n_i / sum n: (1 * 1 + 3 * 5) / 4 = 4
+    for k, v in state.global_model.weights.items():  # weighted by n_i / sum n: (1 * 1 + 3 * 5) / 4 = 4
         np.testing.assert_allclose(v, initial[k] + 4.0, rtol=1e-6)
     payloads = alg.evaluation_payloads(state, [0, 1])
     for cid, shift in ((0, 1.0), (1, 5.0)):
         np.testing.assert_allclose(payloads[cid].weights["head.weight"], initial["head.weight"] + shift, rtol=1e-6)
-        assert all(payloads[cid].weights[k] is v for k, v in state["global"].weights.items())
+        assert all(payloads[cid].weights[k] is v for k, v in state.global_model.weights.items())
     np.testing.assert_allclose(payloads[0][ROUTING]["log_pi"], np.log([0.25, 0.75]), rtol=1e-6)
 
 
@@ -111,18 +113,20 @@ def test_client_keeps_its_head_across_rounds_and_uploads_it(monkeypatch):
     client = materialize(data, scenario.view(1, 1), scenario.input_shape)
     downlink = alg.configure(1, alg.init_state(), [0, 1])[1]
     assert not any(k.startswith("head.") for k in downlink.weights)
-    uplink, state, _ = alg.client_update(downlink, {}, client, context(1))
-    assert all(np.array_equal(state["head"][k], uplink[HEAD][k]) for k in ("head.weight", "head.bias"))
+    uplink, state, _ = alg.client_update(downlink, FedDRMClientState(), client, context(1))
+    assert all(np.array_equal(state.head[k], uplink[HEAD][k]) for k in ("head.weight", "head.bias"))
     assert not np.array_equal(uplink[HEAD]["head.weight"], alg.initial_head()["head.weight"])
     freeze_weights(monkeypatch)
     again, _, _ = alg.client_update(downlink, state, client, context(1, round=2))
-    assert np.array_equal(again[HEAD]["head.weight"], state["head"]["head.weight"])  # frozen: starts from its own head
+    assert np.array_equal(again[HEAD]["head.weight"], state.head["head.weight"])  # frozen: starts from its own head
 
 
 def test_shares_of_clients_not_heard_from_are_the_mean():
     alg = algorithm(num_clients=3)
-    assert np.allclose(np.exp(alg.log_shares({"counts": {}})), 1 / 3)
-    assert np.allclose(np.exp(alg.log_shares({"counts": {0: 10, 1: 30}})), [10 / 60, 30 / 60, 20 / 60])
+    state = alg.init_state()
+    assert np.allclose(np.exp(alg.log_shares(state)), 1 / 3)
+    heard = dataclasses.replace(state, counts={0: 10, 1: 30})
+    assert np.allclose(np.exp(alg.log_shares(heard)), [10 / 60, 30 / 60, 20 / 60])
 
 
 def test_routing_is_learned_and_lam_one_leaves_the_client_path_untrained():
@@ -134,10 +138,10 @@ def test_routing_is_learned_and_lam_one_leaves_the_client_path_untrained():
     routed = {}
     for lam in (0.8, 1.0):
         alg = algorithm(3, lam=lam)
-        initial = alg.init_state()["global"].weights
+        initial = alg.init_state().global_model.weights
         state = run_rounds(alg, clients, rounds=12, weight_decay=5e-4)
         system, routed[lam] = system_and_routing(alg, state, clients)
-        shared = state["global"].weights
+        shared = state.global_model.weights
         unchanged = [np.array_equal(v, initial[k]) for k, v in shared.items() if k.startswith("client_head.")]
         assert not np.array_equal(shared["body.0.weight"], initial["body.0.weight"])
         if lam == 1.0:
@@ -151,14 +155,14 @@ def test_routing_is_learned_and_lam_one_leaves_the_client_path_untrained():
 def test_test_clients_get_the_model_their_samples_route_to():
     alg = algorithm(num_clients=3)
     state = alg.init_state()
-    state["heads"][2] = {k: v + 1.0 for k, v in state["heads"][2].items()}
+    state = dataclasses.replace(state, heads={**state.heads, 2: {k: v + 1.0 for k, v in state.heads[2].items()}})
     request = alg.describe_payloads(state, [0])[0]
     assert ROUTING in request and not any(k.startswith("head.") for k in request.weights)
     descriptions = {0: Payload(extras={ROUTES: {"counts": np.array([1, 0, 5])}}),
                     1: Payload(extras={ROUTES: {"counts": np.array([2, 2, 0])}})}
     assignment = alg.assign(state, descriptions)
     assert assignment.matched == {0: 2, 1: 0}  # a tie goes to the smallest client id
-    assert np.array_equal(assignment.payloads[0].weights["head.weight"], state["heads"][2]["head.weight"])
+    assert np.array_equal(assignment.payloads[0].weights["head.weight"], state.heads[2]["head.weight"])
 
 
 def test_client_describe_counts_routes_without_labels():

@@ -12,9 +12,9 @@ import torch
 import torch.nn.functional as F
 from sklearn.metrics import adjusted_rand_score
 
-from fedbench.algorithms.base import SAMPLES, ModelBuilder, counted
+from fedbench.algorithms.base import SAMPLES, ModelBuilder, NoClientState, counted, samples_of
 from fedbench.algorithms.fedavg import FedAvg
-from fedbench.algorithms.fedem import COMPONENT, ENTROPY, MAIN, MASS, MIXTURE, PI, FedEM, e_step
+from fedbench.algorithms.fedem import ENTROPY, MAIN, MASS, MIXTURE, FedEM, FedEMClientState, e_step
 from fedbench.core import metrics as M
 from fedbench.core.errors import ConfigError
 from fedbench.core.types import ClientResult, OptimizerSpec, Payload, RoundContext
@@ -49,7 +49,7 @@ def biased(label: int, bias: float) -> dict:
 
 
 def offer(*components: dict) -> Payload:
-    return Payload(extras={f"{COMPONENT}{m}": w for m, w in enumerate(components)})
+    return Payload(models={m: Payload(w) for m, w in enumerate(components)})
 
 
 def same(a: dict, b: dict) -> bool:
@@ -77,16 +77,17 @@ def test_a_client_updates_pi_from_the_received_components_losses():
     data = clients[0]
     label, bias = int(data.train_y[0]), 2.0
     alg = fedem(2)
-    up, state, metrics = alg.client_update(offer(constant(0.0), biased(label, bias)), {}, data, ctx_for(0))
+    up, state, metrics = alg.client_update(offer(constant(0.0), biased(label, bias)), FedEMClientState(), data,
+                                           ctx_for(0))
     # Component 0 is uniform (loss ln 10 everywhere); component 1 favours `label`. With pi = [1/2, 1/2]:
     # q_1 = e^-l1 / (e^-l0 + e^-l1), e^-l0 = 1/10, e^-l1 = e^b / (e^b + 9) for `label`'s samples, 1 / (e^b + 9) else.
     hit = math.exp(bias) / (math.exp(bias) + 9)
     miss = 1 / (math.exp(bias) + 9)
     share = float((data.train_y == label).float().mean())
     q1 = share * hit / (0.1 + hit) + (1 - share) * miss / (0.1 + miss)
-    assert np.allclose(up[MIXTURE]["pi"], [1 - q1, q1]) and np.array_equal(state[PI], up[MIXTURE]["pi"])
-    assert set(up.sections) == {f"{COMPONENT}0", f"{COMPONENT}1", MIXTURE, SAMPLES}
-    assert int(up[SAMPLES]["n"][0]) == data.num_train and up[MIXTURE]["pi"].dtype == np.float64
+    assert np.allclose(up[MIXTURE]["pi"], [1 - q1, q1]) and np.array_equal(state.pi, up[MIXTURE]["pi"])
+    assert set(up.sections) == {MIXTURE, SAMPLES} and set(up.models) == {0, 1}
+    assert samples_of(up) == data.num_train and up[MIXTURE]["pi"].dtype == np.float64
     assert metrics[M.TRAIN_STEPS] == 2 * math.ceil(data.num_train / 32)  # each component trains a full job
 
 
@@ -95,24 +96,25 @@ def test_responsibilities_weight_each_components_training():
     clients, _ = two_groups()
     start = get_weights(BUILDER.initial(3))
     alg = fedem(2)
-    up, state, _ = alg.client_update(offer(start, constant(0.5)), {PI: np.array([1.0, 0.0])}, clients[0], ctx_for(0))
+    up, state, _ = alg.client_update(offer(start, constant(0.5)), FedEMClientState(np.array([1.0, 0.0])), clients[0],
+                                     ctx_for(0))
     fedavg = FedAvg(FedAvg.Config(), BUILDER, 8, seed=0)
-    trained = fedavg.client_update(Payload(start), {}, clients[0], ctx_for(0))[0].weights
-    assert same(up[f"{COMPONENT}0"], trained)
-    assert same(up[f"{COMPONENT}1"], constant(0.5))
-    assert np.array_equal(state[PI], [1.0, 0.0])
+    trained = fedavg.client_update(Payload(start), NoClientState(), clients[0], ctx_for(0))[0].weights
+    assert same(up.models[0].weights, trained)
+    assert same(up.models[1].weights, constant(0.5))
+    assert np.array_equal(state.pi, [1.0, 0.0])
 
 
 def test_server_averages_each_component_by_samples_and_never_by_pi():
     alg = fedem(2)
     state = alg.init_state()
     sent = {0: ([0.9, 0.1], 10, 1.0, 2.0), 1: ([0.2, 0.8], 30, 5.0, 6.0)}
-    results = [ClientResult(c, counted(None, n, {f"{COMPONENT}0": constant(a), f"{COMPONENT}1": constant(b),
-                                                 MIXTURE: {"pi": np.array(pi)}}))
-               for c, (pi, n, a, b) in sent.items()]
+    uplinks = {c: counted(None, n, {MIXTURE: {"pi": np.array(pi)}}).merged(offer(constant(a), constant(b)))
+               for c, (pi, n, a, b) in sent.items()}
+    results = [ClientResult(c, up) for c, up in uplinks.items()]
     new = alg.aggregate(1, state, results)
-    assert np.allclose(new["components"][0]["head.bias"], (10 * 1.0 + 30 * 5.0) / 40)
-    assert np.allclose(new["components"][1]["head.bias"], (10 * 2.0 + 30 * 6.0) / 40)
+    assert np.allclose(new.components[0]["head.bias"], (10 * 1.0 + 30 * 5.0) / 40)
+    assert np.allclose(new.components[1]["head.bias"], (10 * 2.0 + 30 * 6.0) / 40)
     metrics = alg.round_metrics(new)
     h = lambda p: -sum(x * math.log(x) for x in p)
     assert metrics[ENTROPY] == pytest.approx((h([0.9, 0.1]) + h([0.2, 0.8])) / 2)
@@ -120,10 +122,10 @@ def test_server_averages_each_component_by_samples_and_never_by_pi():
     assert metrics[MAIN.format(0)] == 0.0 and metrics[MAIN.format(1)] == 1.0
     # Every client downloads all components; test clients get their ensemble, weighted by mixture mass.
     evals = alg.evaluation_payloads(new, [0, 1, 5])
-    assert evals[0] is evals[5] and evals[0][f"{COMPONENT}1"] is new["components"][1]
+    assert evals[0] is evals[5] and evals[0].models[1].weights is new.components[1]
     ensemble = alg.assign(new, {0: Payload(), 1: Payload()}).ensemble
     assert ensemble.weights == pytest.approx({0: 1.1, 1: 0.9})
-    assert ensemble.models[1].weights is new["components"][1]
+    assert ensemble.models[1].weights is new.components[1]
 
 
 def test_the_client_predicts_with_its_mixture_of_the_components():
@@ -138,25 +140,26 @@ def test_the_client_predicts_with_its_mixture_of_the_components():
     assert torch.equal(alg.mixture(offer(a, b), np.array([1.0, 0.0]))(x), F.log_softmax(alg.model_with(a)(x), dim=1))
     # Local evaluation uses the client's own pi; a shared mixture carries its owner's pi, which prediction uses.
     pi = np.array([0.0, 1.0])
-    swapped = alg.client_evaluate(offer(b, a), {PI: pi[::-1]}, data, ctx_for(0))
-    assert alg.client_evaluate(offer(a, b), {PI: pi}, data, ctx_for(0)) == swapped
-    uploaded = alg.client_share(offer(a, b), {PI: pi})
-    assert list(uploaded.sections) == [MIXTURE]  # only pi travels: the server holds the components
+    swapped = alg.client_evaluate(offer(b, a), FedEMClientState(pi[::-1]), data, ctx_for(0))
+    assert alg.client_evaluate(offer(a, b), FedEMClientState(pi), data, ctx_for(0)) == swapped
+    uploaded = alg.client_share(offer(a, b), FedEMClientState(pi))
+    # Only pi travels: the server holds the components.
+    assert list(uploaded.sections) == [MIXTURE] and not uploaded.models
     shared = offer(a, b).merged(uploaded)  # what the vote then uses
     assert np.array_equal(shared[MIXTURE]["pi"], pi)
-    assert all(shared[f"{COMPONENT}0"][name] is value for name, value in a.items())  # the server's arrays, not copies
-    preds = alg.client_predict(shared, {PI: np.array([1.0, 0.0])}, data, ctx_for(0))[M.PRED]
+    assert all(shared.models[0].weights[name] is value for name, value in a.items())  # the server's arrays, not copies
+    preds = alg.client_predict(shared, FedEMClientState(np.array([1.0, 0.0])), data, ctx_for(0))[M.PRED]
     test_x = next(data.test_batches(10**6))[0]
     assert np.array_equal(preds, alg.model_with(b)(test_x).argmax(1).numpy())
     # A client never sampled mixes uniformly.
     half = np.array([0.5, 0.5])
-    mixed_evenly = alg.client_evaluate(offer(a, b), {PI: half}, data, ctx_for(0))
-    assert alg.client_evaluate(offer(a, b), {}, data, ctx_for(0)) == mixed_evenly
-    assert np.array_equal(alg.client_share(offer(a, b), {})[MIXTURE]["pi"], half)
+    mixed_evenly = alg.client_evaluate(offer(a, b), FedEMClientState(half), data, ctx_for(0))
+    assert alg.client_evaluate(offer(a, b), FedEMClientState(), data, ctx_for(0)) == mixed_evenly
+    assert np.array_equal(alg.client_share(offer(a, b), FedEMClientState())[MIXTURE]["pi"], half)
 
 
 def test_component_zero_is_the_runs_initial_model_and_the_others_differ():
-    components = fedem(3, seed=5).init_state()["components"]
+    components = fedem(3, seed=5).init_state().components
     assert same(components[0], get_weights(BUILDER.initial(5)))
     assert not np.allclose(components[1]["head.weight"], components[2]["head.weight"])
     assert not np.allclose(components[0]["head.weight"], components[1]["head.weight"])
@@ -196,7 +199,7 @@ def test_two_separated_client_groups_are_recovered(seed):
     """001 E1 with 2 clusters on digits (clients 0-3 hold classes 0-4, 4-7 classes 5-9), M = 2: after 15 rounds
     the argmax of each client's pi is its group, and each client leans on one component."""
     clients, ids = two_groups()
-    alg, states = fedem(2, seed=seed), [{} for _ in clients]
+    alg, states = fedem(2, seed=seed), [FedEMClientState() for _ in clients]
     state = alg.init_state()
     for r in range(1, 16):
         payloads = alg.configure(r, state, list(range(len(clients))))
@@ -205,7 +208,7 @@ def test_two_separated_client_groups_are_recovered(seed):
             up, states[c], _ = alg.client_update(payloads[c], states[c], data, ctx_for(c, r, seed, epochs=2))
             results.append(ClientResult(c, up))
         state = alg.aggregate(r, state, results)
-    pis = np.array([s[PI] for s in states])
+    pis = np.array([s.pi for s in states])
     assert adjusted_rand_score(ids, pis.argmax(axis=1)) == 1.0
     assert pis.max(axis=1).min() > 0.9
-    assert np.array_equal([state["pi"][c] for c in range(8)], pis)  # what the server holds is what they sent
+    assert np.array_equal([state.pi[c] for c in range(8)], pis)  # what the server holds is what they sent

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from fedbench.algorithms.base import ModelBuilder, counted, make_algorithm
-from fedbench.algorithms.fedopt import SLOTS, FedAdam
+from fedbench.algorithms.fedopt import FedAdam
 from fedbench.core import metrics as M
 from fedbench.core.errors import ConfigError
 from fedbench.core.types import ClientResult
@@ -22,7 +22,7 @@ def algorithm(name: str, **config):
 
 def send(state, changes: list[tuple[list[float], int]]) -> list[ClientResult]:
     """Client results whose models are the global `w` plus each change, with the given sample counts."""
-    w = state["global"].weights["w"]
+    w = state.global_model.weights["w"]
     return [ClientResult(cid, counted({"w": w + np.array(change)}, n)) for cid, (change, n) in enumerate(changes)]
 
 
@@ -32,7 +32,7 @@ def test_fedadam_with_no_memory_steps_delta_over_its_magnitude_plus_tau():
     state = alg.initial_state({"w": np.array([1.0, -2.0, 0.5])}, ["w"])
     # sample-weighted Delta = (1 * a + 3 * b) / 4 = [0.25, -0.125, 0]; a plain mean would give [0.25, -0.25, 0.1]
     results = send(state, [([0.25, -0.5, 0.3], 1), ([0.25, 0.0, -0.1], 3)])
-    w = alg.aggregate(1, state, results)["global"].weights["w"]
+    w = alg.aggregate(1, state, results).global_model.weights["w"]
     # 0.25 / (0.25 + 0.125) = 2/3;  -0.125 / (0.125 + 0.125) = -1/2;  0 / (0 + 0.125) = 0
     assert w == pytest.approx([1.0 + 2 / 3, -2.5, 0.5], rel=1e-12)
 
@@ -59,16 +59,16 @@ def test_two_rounds_by_hand(name):
     alg = algorithm(name, server_lr=1.0, beta1=0.5, tau=0.1, **beta2)
     x0 = np.array([1.0, 2.0])
     state = alg.initial_state({"w": x0}, ["w"])
-    assert state[SLOTS]["w"]["v"] == pytest.approx([0.01, 0.01], rel=1e-12)  # v_{-1} = tau^2
+    assert state.slots["w"]["v"] == pytest.approx([0.01, 0.01], rel=1e-12)  # v_{-1} = tau^2
     moments = []
     for round, change in enumerate([FIRST, SECOND], start=1):
         state = alg.aggregate(round, state, send(state, [(change, 4)]))
-        moments.append(state[SLOTS]["w"])
+        moments.append(state.slots["w"])
     (v0, v1), (m0, m1) = TWO_STEPS[name], ([0.35, -0.1], [0.225, 0.15])
     assert moments[0]["m"] == pytest.approx(m0, rel=1e-9) and moments[0]["v"] == pytest.approx(v0, rel=1e-9)
     assert moments[1]["m"] == pytest.approx(m1, rel=1e-9) and moments[1]["v"] == pytest.approx(v1, rel=1e-9)
     x2 = x0 + np.array(m0) / (np.sqrt(v0) + 0.1) + np.array(m1) / (np.sqrt(v1) + 0.1)
-    assert state["global"].weights["w"] == pytest.approx(x2, rel=1e-9)
+    assert state.global_model.weights["w"] == pytest.approx(x2, rel=1e-9)
 
 
 def test_buffers_take_fedavgs_average_and_only_parameters_get_slots():
@@ -80,14 +80,14 @@ def test_buffers_take_fedavgs_average_and_only_parameters_get_slots():
                                         "bn.num_batches_tracked": np.array(9, np.int64)}, 1)),
                ClientResult(1, counted({"w": np.array([0.0], np.float32), "bn.running_var": np.array([2.0], np.float32),
                                         "bn.num_batches_tracked": np.array(7, np.int64)}, 3))]
-    new = alg.aggregate(1, state, results)["global"].weights
+    new = alg.aggregate(1, state, results).global_model.weights
     assert new["bn.running_var"][0] == np.float32(0.25 * 0.5 + 0.75 * 2.0)  # the average, not a step
     assert new["bn.num_batches_tracked"] == 9 and new["bn.num_batches_tracked"].dtype == np.int64  # FedAvg's: the first
     assert new["w"].dtype == np.float32 and new["w"][0] != np.float32(0.5)  # stepped, not averaged
     # a real model with BatchNorm: its parameters get slots, its running statistics and counter do not
     bn = FedAdam(FedAdam.Config(), ModelBuilder("cnn_cifar", (3, 32, 32), 10), num_clients=2, seed=0).init_state()
-    assert set(bn[SLOTS]) == {k for k in bn["global"].weights if k.endswith(("weight", "bias"))}
-    assert any("running_var" in k for k in bn["global"].weights)
+    assert set(bn.slots) == {k for k in bn.global_model.weights if k.endswith(("weight", "bias"))}
+    assert any("running_var" in k for k in bn.global_model.weights)
 
 
 def test_defaults_and_bad_configs():

@@ -31,8 +31,8 @@ def test_proximal_term_is_half_mu_squared_distance_over_trainable_parameters():
 def update(algorithm: dict):
     alg, client, ctx = client_setup(algorithm, local_epochs=2)
     state = alg.init_state()
-    uplink, _, _ = alg.client_update(state["global"], {}, client, ctx)
-    return state["global"].weights, uplink
+    uplink, _, _ = alg.client_update(state.global_model, alg.ClientState(), client, ctx)
+    return state.global_model.weights, uplink
 
 
 def test_mu_zero_is_fedavg_bit_for_bit():

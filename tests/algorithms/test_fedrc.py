@@ -10,11 +10,11 @@ import pytest
 import torch
 from sklearn.metrics import adjusted_rand_score
 
-from fedbench.algorithms.base import SAMPLES, ModelBuilder, counted
+from fedbench.algorithms.base import SAMPLES, ModelBuilder, NoClientState, counted
 from fedbench.algorithms.fedavg import FedAvg
 from fedbench.algorithms.fedrc import (
-    ENTROPY, FLOOR, LABELS, MARGINAL, MIXTURE, MODEL, OMEGA, SIZE, FedRC, label_counts, label_marginal, mixture_of,
-    responsibilities,
+    ENTROPY, FLOOR, LABELS, MARGINAL, MIXTURE, SIZE, FedRC, FedRCClientState, label_counts, label_marginal,
+    mixture_of, responsibilities,
 )
 from fedbench.config.task import resolve_run
 from fedbench.core import metrics as M
@@ -54,13 +54,13 @@ def two_groups(shift: str):
 def play(alg: FedRC, clients, rounds: int, seed: int, epochs: int, marginal: bool = True):
     """`rounds` rounds with every client sampled (client states kept); the final server state. `marginal=False`
     strips the label marginals from the downlink, leaving FedEM's E-step."""
-    state, states = alg.init_state(), [{} for _ in clients]
+    state, states = alg.init_state(), [FedRCClientState() for _ in clients]
     for r in range(1, rounds + 1):
         payloads = alg.configure(r, state, list(range(len(clients))))
         results = []
         for c, client in enumerate(clients):
             payload = payloads[c] if marginal else Payload(extras={k: v for k, v in payloads[c].sections.items()
-                                                                   if k != MARGINAL})
+                                                                   if k != MARGINAL}, models=payloads[c].models)
             uplink, states[c], _ = alg.client_update(payload, states[c], client, ctx_for(c, r, seed, epochs))
             results.append(ClientResult(c, uplink))
         state = alg.aggregate(r, state, results)
@@ -109,70 +109,71 @@ def test_a_client_trains_each_model_with_its_gammas_and_reports_its_label_counts
     clients, _ = two_groups("labels")
     client = clients[0]
     alg, first, second = fedrc(2), get_weights(BUILDER.initial(1)), get_weights(BUILDER.initial(2))
-    offer = Payload(extras={f"{MODEL}0": first, f"{MODEL}1": second})
-    uplink, state, metrics = alg.client_update(offer, {OMEGA: np.array([1.0, 0.0])}, client, ctx_for(0))
+    offer = Payload(models={0: Payload(first), 1: Payload(second)})
+    uplink, state, metrics = alg.client_update(offer, FedRCClientState(np.array([1.0, 0.0])), client, ctx_for(0))
     fedavg_up, _, fedavg_metrics = FedAvg(FedAvg.Config(), BUILDER, 8, seed=0).client_update(
-        Payload(first), {}, client, ctx_for(0))
-    assert set(uplink.sections) == {f"{MODEL}0", f"{MODEL}1", LABELS, SAMPLES}
-    assert all(np.array_equal(uplink[f"{MODEL}0"][k], fedavg_up.weights[k]) for k in first)
-    assert all(np.array_equal(uplink[f"{MODEL}1"][k], second[k]) for k in second)
+        Payload(first), NoClientState(), client, ctx_for(0))
+    assert set(uplink.sections) == {LABELS, SAMPLES} and set(uplink.models) == {0, 1}
+    assert all(np.array_equal(uplink.models[0].weights[k], fedavg_up.weights[k]) for k in first)
+    assert all(np.array_equal(uplink.models[1].weights[k], second[k]) for k in second)
     assert metrics[M.TRAIN_LOSS] == fedavg_metrics[M.TRAIN_LOSS]
     assert metrics[M.TRAIN_STEPS] == fedavg_metrics[M.TRAIN_STEPS]
     histogram = np.bincount(client.train_y.numpy(), minlength=10)
     assert np.array_equal(uplink[LABELS]["counts"], np.stack([histogram, np.zeros(10)]).astype(np.float32))
-    assert np.array_equal(state[OMEGA], [1.0, 0.0])
+    assert np.array_equal(state.omega, [1.0, 0.0])
     # A first-time client starts from uniform omega; its new omega is the mean gamma, its counts sum to N_i.
-    uplink, state, _ = alg.client_update(offer, {}, client, ctx_for(0))
+    uplink, state, _ = alg.client_update(offer, FedRCClientState(), client, ctx_for(0))
     counts = uplink[LABELS]["counts"]
     assert counts.sum() == pytest.approx(client.num_train, rel=1e-5)
-    assert np.array_equal(state[OMEGA], mixture_of(counts)) and 0.0 < state[OMEGA][0] < 1.0
+    assert np.array_equal(state.omega, mixture_of(counts)) and 0.0 < state.omega[0] < 1.0
 
 
 def test_the_server_averages_each_model_by_samples_forms_the_marginal_and_reads_omega():
     alg = fedrc(2)
     state = alg.init_state()
     first = alg.configure(1, state, [0, 1])
-    assert first[0] is first[1] and set(first[0].sections) == {f"{MODEL}0", f"{MODEL}1"}  # no marginal yet
+    assert first[0] is first[1] and set(first[0].models) == {0, 1} and not first[0].sections  # no marginal yet
 
     def up(n: int, value: float, counts) -> Payload:
-        models = {f"{MODEL}0": filled(value), f"{MODEL}1": filled(2 * value)}
-        return counted(None, n, {**models, LABELS: {"counts": np.asarray(counts, dtype=np.float32)}})
+        models = Payload(models={0: Payload(filled(value)), 1: Payload(filled(2 * value))})
+        return counted(None, n, {LABELS: {"counts": np.asarray(counts, dtype=np.float32)}}).merged(models)
 
     results = [ClientResult(0, up(10, 1.0, [[8, 0], [2, 0]])),  # omega (0.8, 0.2)
                ClientResult(1, up(30, 5.0, [[0, 3], [3, 24]]))]  # omega (0.1, 0.9)
     new = alg.aggregate(1, state, results)
-    assert np.allclose(new["models"][0].weights["head.bias"], (10 * 1.0 + 30 * 5.0) / 40)
-    assert np.allclose(new["models"][1].weights["head.bias"], (10 * 2.0 + 30 * 10.0) / 40)
-    assert np.allclose(new["marginal"], [[8 / 11, 3 / 11], [5 / 29, 24 / 29]])
-    assert np.allclose(new["omega"][0], [0.8, 0.2]) and np.allclose(new["omega"][1], [0.1, 0.9])
+    assert np.allclose(new.models[0].weights["head.bias"], (10 * 1.0 + 30 * 5.0) / 40)
+    assert np.allclose(new.models[1].weights["head.bias"], (10 * 2.0 + 30 * 10.0) / 40)
+    assert np.allclose(new.marginal, [[8 / 11, 3 / 11], [5 / 29, 24 / 29]])
+    assert np.allclose(new.omega[0], [0.8, 0.2]) and np.allclose(new.omega[1], [0.1, 0.9])
     entropy = lambda w: -sum(x * math.log(x) for x in w)
     assert alg.round_metrics(new) == pytest.approx(
         {SIZE.format(0): 1.0, SIZE.format(1): 1.0, ENTROPY: (entropy([0.8, 0.2]) + entropy([0.1, 0.9])) / 2})
     later = alg.configure(2, new, [0, 1])
-    assert np.array_equal(later[0][MARGINAL]["p"], new["marginal"])
-    assert later[0][f"{MODEL}1"] is new["models"][1].weights
+    assert np.array_equal(later[0][MARGINAL]["p"], new.marginal)
+    assert later[0].models[1].weights is new.models[1].weights
     # System accuracy: each client's predictor is the K models (the same arrays) with its omega, uniform if unseen.
     system = alg.system_payloads(new, [0, 1, 2])
-    assert system[1][f"{MODEL}0"] is system[0][f"{MODEL}0"]
+    assert system[1].models[0].weights is system[0].models[0].weights
     assert np.allclose(system[1][MIXTURE]["omega"], [0.1, 0.9]) and np.allclose(system[2][MIXTURE]["omega"], [0.5, 0.5])
     # Test time: the cluster models weighted by the clients whose largest omega each is (002 App. I.3).
     ensemble = alg.assign(new, {0: Payload()}).ensemble
-    assert ensemble.weights == {0: 1.0, 1: 1.0} and ensemble.models[1] is new["models"][1]
+    assert ensemble.weights == {0: 1.0, 1: 1.0} and ensemble.models[1] is new.models[1]
 
 
 def test_a_client_predicts_with_its_omega_weighted_mixture_or_its_largest_cluster():
     clients, _ = two_groups("labels")
     client = clients[0]
     first, second = get_weights(BUILDER.initial(1)), get_weights(BUILDER.initial(2))
-    offer = Payload(extras={f"{MODEL}0": first, f"{MODEL}1": second})
+    offer = Payload(models={0: Payload(first), 1: Payload(second)})
     probs = [probabilities(fedrc(2).model_with(w), client).numpy() for w in (first, second)]
     labels = client.test_y.numpy()
     for prediction, expected in (("mixture", 0.3 * probs[0] + 0.7 * probs[1]), ("argmax", probs[1])):
         alg = fedrc(2, prediction=prediction)
-        result = alg.client_evaluate(offer, {OMEGA: np.array([0.3, 0.7])}, client, ctx_for(0))
+        result = alg.client_evaluate(offer, FedRCClientState(np.array([0.3, 0.7])), client, ctx_for(0))
         assert result[M.ACCURACY] == (expected.argmax(axis=1) == labels).mean()
         assert result[M.LOSS] == pytest.approx(-np.log(expected[np.arange(len(labels)), labels]).mean())
-        voted = alg.client_predict(offer.replace({MIXTURE: {"omega": np.array([0.3, 0.7])}}), {}, client, ctx_for(0))
+        voted = alg.client_predict(offer.replace({MIXTURE: {"omega": np.array([0.3, 0.7])}}), FedRCClientState(),
+                                   client, ctx_for(0))
         assert np.array_equal(voted[M.PRED], expected.argmax(axis=1))
 
 
@@ -221,7 +222,7 @@ def test_two_concepts_are_recovered(seed):
     """Groups whose labels are permuted differently (concept shift) end in separate clusters."""
     clients, ids = two_groups("concept")
     state = play(fedrc(2, seed=seed), clients, rounds=12, seed=seed, epochs=5)
-    assert adjusted_rand_score(ids, [int(np.argmax(state["omega"][c])) for c in range(8)]) == 1.0
+    assert adjusted_rand_score(ids, [int(np.argmax(state.omega[c])) for c in range(8)]) == 1.0
 
 
 def test_label_shift_alone_is_not_split_where_fedems_e_step_splits_it():
@@ -229,7 +230,7 @@ def test_label_shift_alone_is_not_split_where_fedems_e_step_splits_it():
     without them (FedEM's E-step) the groups separate completely (the robust clustering principle, Sec. 3)."""
     clients, ids = two_groups("labels")
     robust = play(fedrc(2), clients, rounds=10, seed=0, epochs=5)
-    assert all(0.3 < robust["omega"][c][0] < 0.7 for c in range(8))
+    assert all(0.3 < robust.omega[c][0] < 0.7 for c in range(8))
     fedem = play(fedrc(2), clients, rounds=10, seed=0, epochs=5, marginal=False)
-    assert all(max(fedem["omega"][c]) > 0.99 for c in range(8))
-    assert adjusted_rand_score(ids, [int(np.argmax(fedem["omega"][c])) for c in range(8)]) == 1.0
+    assert all(max(fedem.omega[c]) > 0.99 for c in range(8))
+    assert adjusted_rand_score(ids, [int(np.argmax(fedem.omega[c])) for c in range(8)]) == 1.0

@@ -16,12 +16,16 @@ from fedbench.algorithms.feroma import (
     MARGINAL,
     PROFILE,
     Feroma,
+    FeromaClientState,
     FeromaConfig,
+    FeromaState,
+    TrainedModel,
     association_weights,
 )
 from fedbench.config.task import resolve_run
 from fedbench.core import metrics as M
 from fedbench.core.errors import ConfigError
+from fedbench.core.state_codec import dumps, loads
 from fedbench.core.types import WEIGHTS, ClientResult, OptimizerSpec, Payload, RoundContext
 from fedbench.runtime import run_spec
 from fedbench.training import ClientData
@@ -51,12 +55,13 @@ def client_data(group: str, n: int = 60, seed: int = 0) -> ClientData:
     return ClientData(x[:n], y[:n], x[n:], y[n:], y[:n].clone(), y[n:].clone())
 
 
-def frozen_state(alg: Feroma, groups: dict[int, str]) -> dict:
+def frozen_state(alg: Feroma, groups: dict[int, str]) -> FeromaState:
     """Server state after warm-up round 1: FedAvg of the clients' models, extractor and box frozen."""
     state = alg.init_state()
     results = []
     for cid, group in groups.items():
-        uplink, _, _ = alg.client_update(state["global"], {}, client_data(group, seed=cid), ctx(1, cid))
+        data = client_data(group, seed=cid)
+        uplink, _, _ = alg.client_update(state.global_model, FeromaClientState(), data, ctx(1, cid))
         results.append(ClientResult(cid, uplink))
     return alg.aggregate(1, state, results)
 
@@ -65,8 +70,8 @@ def frozen_state(alg: Feroma, groups: dict[int, str]) -> dict:
 def test_warmup_end_freezes_the_global_model_and_a_box_from_the_clients_maxima():
     alg = algorithm()
     state = frozen_state(alg, {0: "A", 1: "B"})
-    assert state["extractor"] is state["global"].weights
-    lower, upper = state["bounds"]
+    assert state.extractor.weights is state.global_model.weights
+    lower, upper = state.extractor.bounds
     assert lower == 0.0  # the inputs are non-negative
     x_max = max(float(client_data(g, seed=c).train_x.max()) for c, g in {0: "A", 1: "B"}.items())
     assert upper == pytest.approx(1.02 * x_max)
@@ -80,9 +85,9 @@ def test_profile_has_2c_plus_2c2_values_and_costs_under_one_percent_of_a_lenet5_
     x, y = torch.randint(0, 256, (80, 1, 28, 28), dtype=torch.uint8, generator=g), torch.arange(80) % 10
     data = ClientData(x[:40], y[:40], x[40:], y[40:], y[:40].clone(), y[40:].clone())
     state = alg.init_state()
-    uplink, _, _ = alg.client_update(state["global"], {}, data, ctx(1))
+    uplink, _, _ = alg.client_update(state.global_model, FeromaClientState(), data, ctx(1))
     state = alg.aggregate(1, state, [ClientResult(0, uplink)])
-    first, client_state, metrics = alg.client_update(alg.configure(2, state, [0])[0], {}, data, ctx(2))
+    first, client_state, metrics = alg.client_update(alg.configure(2, state, [0])[0], FeromaClientState(), data, ctx(2))
     assert set(first.sections) == {PROFILE} and np.isnan(metrics["train_loss"])  # round W+1 only profiles
     state = alg.aggregate(2, state, [ClientResult(0, first)])
     uplink, _, _ = alg.client_update(alg.configure(3, state, [0])[0], client_state, data, ctx(3))
@@ -195,7 +200,8 @@ def test_drifted_client_gets_the_model_trained_on_its_new_distribution():
     intro = alg.configure(2, state, [0, 1, 2])
     results, client_states = [], {}
     for cid, group in groups_before.items():
-        uplink, client_states[cid], _ = alg.client_update(intro[cid], {}, client_data(group, seed=cid), ctx(2, cid))
+        uplink, client_states[cid], _ = alg.client_update(intro[cid], FeromaClientState(), client_data(group, seed=cid),
+                                                          ctx(2, cid))
         results.append(ClientResult(cid, uplink))
     state = alg.aggregate(2, state, results)
     assert alg.round_metrics(state) == {"feroma_clustered": 0.0, "feroma_personalized": 0.0, "feroma_global": 3.0}
@@ -208,11 +214,11 @@ def test_drifted_client_gets_the_model_trained_on_its_new_distribution():
         uplink = uplink.replace({WEIGHTS: {k: np.full_like(v, fill) for k, v in uplink.weights.items()}})
         results.append(ClientResult(cid, uplink))
     state = alg.aggregate(3, state, results)
-    assert (state["personal"][2].weights["head.weight"] == 1.0).all()  # client 0's model
-    assert (state["personal"][1].weights["head.weight"] == 0.0).all()  # the B models
+    assert (state.personal[2].weights["head.weight"] == 1.0).all()  # client 0's model
+    assert (state.personal[1].weights["head.weight"] == 0.0).all()  # the B models
     metrics = alg.round_metrics(state)
     assert metrics["feroma_personalized"] == 2.0 and metrics["feroma_clustered"] == 1.0
-    assert alg.evaluation_payloads(state, [2])[2] is state["personal"][2]
+    assert alg.evaluation_payloads(state, [2])[2] is state.personal[2]
 
 
 # -- test time ------------------------------------------------------------------------------------------
@@ -224,7 +230,7 @@ def test_assign_gives_the_model_of_the_nearest_profile_on_the_parts_sent():
     pb = np.r_[marginal + 5.0, np.full(2 * CLASSES * k, 1.0)]
     pc = np.r_[marginal, np.full(2 * CLASSES * k, -1.0)]  # same marginal as a, other conditional part
     models = {j: Payload({"head.weight": np.full((1,), float(j))}) for j in range(3)}
-    state = {"global": Payload(), "scaler": None, "trained": {0: (pa, models[0]), 1: (pb, models[1]), 2: (pc, models[2])}}
+    state = FeromaState(Payload(), trained={j: TrainedModel(p, models[j]) for j, p in enumerate((pa, pb, pc))})
     descriptions = {
         10: Payload(extras={PROFILE: {MARGINAL: (marginal + 4.5).astype(np.float32)}}),
         11: Payload(extras={PROFILE: {MARGINAL: marginal.astype(np.float32),
@@ -233,7 +239,32 @@ def test_assign_gives_the_model_of_the_nearest_profile_on_the_parts_sent():
     }
     out = alg.assign(state, descriptions)
     assert out.matched == {10: 1, 11: 2}
-    assert out.payloads[10] is models[1] and out.payloads[11] is models[2] and out.payloads[12] is state["global"]
+    assert out.payloads[10] is models[1] and out.payloads[11] is models[2] and out.payloads[12] is state.global_model
+
+
+def test_the_mapping_state_loads_back_from_a_checkpoint_and_assigns_the_same_models():
+    """After two mapping rounds of the released variant the server state holds all FEROMA keeps (extractor,
+    profiles, personal and trained models, the fitted scaler); it survives the state codec, and test time on the
+    loaded state matches the same test client to the same model."""
+    alg = algorithm(variant="released")
+    groups = {0: "A", 1: "B"}
+    state, client_states = frozen_state(alg, groups), {cid: FeromaClientState() for cid in groups}
+    for r in (2, 3):
+        payloads, results = alg.configure(r, state, list(groups)), []
+        for cid, group in groups.items():
+            uplink, client_states[cid], _ = alg.client_update(payloads[cid], client_states[cid],
+                                                              client_data(group, seed=10 * r + cid), ctx(r, cid))
+            results.append(ClientResult(cid, uplink))
+        state = alg.aggregate(r, state, results)
+    assert state.scaler is not None and sorted(state.trained) == [0, 1]
+    back = loads(dumps(state))
+    assert isinstance(back, FeromaState) and isinstance(back.scaler, dpe.BlockScaler)
+    np.testing.assert_array_equal(back.scaler.span, state.scaler.span)
+    assert all(isinstance(back.trained[j], TrainedModel) for j in groups)
+    np.testing.assert_array_equal(back.trained[1].profile, state.trained[1].profile)
+    request = alg.describe_payloads(back, [10])[10]
+    descriptions = {10: alg.client_describe(request, client_data("B", seed=7), ctx(4))}
+    assert alg.assign(back, descriptions).matched == alg.assign(state, descriptions).matched == {10: 1}
 
 
 def test_client_describe_profiles_test_inputs_without_their_labels_and_labelled_samples_when_given():

@@ -3,6 +3,8 @@ k-means++ seeding, recovery of two client groups, and K = 1 is FedAvg bit for bi
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from sklearn.metrics import adjusted_rand_score
@@ -50,34 +52,35 @@ def test_squared_distances_and_kmeans_pp_seeding():
 
 def test_e_step_nearest_center_m_step_sample_weighted_and_an_empty_center_keeps_its_model():
     alg = fesem(3)
-    state = {**alg.init_state(), "centers": (Payload(constant(0.0)), Payload(constant(10.0)), Payload(constant(100.0))),
-             "member_of": {1: 1}, "samples": {1: 30}}
+    state = dataclasses.replace(alg.init_state(),
+                                centers=(Payload(constant(0.0)), Payload(constant(10.0)), Payload(constant(100.0))),
+                                member_of={1: 1}, samples={1: 30})
     new = alg.aggregate(2, state, uploads([(1.0, 10), (3.0, 30), (9.0, 5)]))
-    assert new["member_of"] == {0: 0, 1: 0, 2: 1}
-    assert np.allclose(new["centers"][0].weights["head.bias"], (10 * 1.0 + 30 * 3.0) / 40)  # 2.5
-    assert np.allclose(new["centers"][1].weights["head.bias"], 9.0)
-    assert new["centers"][2] is state["centers"][2]
+    assert new.member_of == {0: 0, 1: 0, 2: 1}
+    assert np.allclose(new.centers[0].weights["head.bias"], (10 * 1.0 + 30 * 3.0) / 40)  # 2.5
+    assert np.allclose(new.centers[1].weights["head.bias"], 9.0)
+    assert new.centers[2] is state.centers[2]
     metrics = alg.round_metrics(new)
     assert metrics[MOVED] == 1.0  # client 1 left center 1
     assert [metrics[SIZE.format(k)] for k in range(3)] == [2.0, 1.0, 0.0]
     assert [metrics[CLUSTER_OF.format(c)] for c in range(3)] == [0.0, 0.0, 1.0]
     # Next round and evaluation: each client its center; client 3, never assigned, the center with most samples.
     sent = alg.configure(3, new, [0, 2, 3])
-    assert sent[0] is new["centers"][0] and sent[2] is new["centers"][1] and sent[3] is new["centers"][0]
+    assert sent[0] is new.centers[0] and sent[2] is new.centers[1] and sent[3] is new.centers[0]
     # Test time: the ensemble of the centers with members, weighted by their number of members (002 App. I.3).
     ensemble = alg.assign(new, {0: Payload()}).ensemble
-    assert ensemble.weights == {0: 2.0, 1: 1.0} and ensemble.models[1] is new["centers"][1]
+    assert ensemble.weights == {0: 2.0, 1: 1.0} and ensemble.models[1] is new.centers[1]
 
 
 def test_round_one_trains_the_initial_model_and_seeds_one_center_in_each_group():
     alg = fesem(2)
     state = alg.init_state()
-    assert all(p is state["initial"] for p in alg.configure(1, state, [0, 1, 2, 3]).values())
-    assert np.array_equal(state["initial"].weights["head.bias"], get_weights(BUILDER.initial(0))["head.bias"])
+    assert all(p is state.initial for p in alg.configure(1, state, [0, 1, 2, 3]).values())
+    assert np.array_equal(state.initial.weights["head.bias"], get_weights(BUILDER.initial(0))["head.bias"])
     new = alg.aggregate(1, state, uploads([(1.0, 10), (2.0, 10), (50.0, 10), (52.0, 30)]))
-    groups = {new["member_of"][c] for c in (0, 1)}, {new["member_of"][c] for c in (2, 3)}
+    groups = {new.member_of[c] for c in (0, 1)}, {new.member_of[c] for c in (2, 3)}
     assert len(groups[0]) == len(groups[1]) == 1 and groups[0] != groups[1]
-    means = sorted(float(c.weights["head.bias"][0]) for c in new["centers"])
+    means = sorted(float(c.weights["head.bias"][0]) for c in new.centers)
     assert means == pytest.approx([1.5, 51.5])
 
 
@@ -117,7 +120,7 @@ def test_two_groups_are_recovered(seed):
     clients, truth = federation(TWO_GROUPS)
     alg = fesem(2, num_clients=8, seed=seed)
     *_, state = play(alg, clients, 4)
-    assert adjusted_rand_score(truth, [state["member_of"][c] for c in range(8)]) == 1.0
+    assert adjusted_rand_score(truth, [state.member_of[c] for c in range(8)]) == 1.0
     assert alg.round_metrics(state)[MOVED] == 0.0
 
 
@@ -125,7 +128,7 @@ def test_one_center_is_fedavg_bit_for_bit():
     clients, _ = federation({"partition": "dirichlet", "alpha": 0.5})
     fedavg = FedAvg(FedAvg.Config(), BUILDER, 8, seed=0)
     for state, reference in zip(play(fesem(1, num_clients=8), clients, 3), play(fedavg, clients, 3)):
-        center, global_model = state["centers"][0].weights, reference["global"].weights
+        center, global_model = state.centers[0].weights, reference.global_model.weights
         assert all(np.array_equal(center[k], global_model[k]) for k in global_model)
 
 

@@ -52,43 +52,43 @@ def test_schedule_counts_back_from_the_last_round():
 
 def test_after_the_stop_round_models_diverge_and_the_server_no_longer_averages(clients):
     alg = algorithm("fedavg_ft", rounds=4, ft_rounds=2)
-    state, client_states = alg.init_state(), [{}, {}, {}]
+    state, client_states = alg.init_state(), [alg.ClientState() for _ in range(3)]
     _, results, state = play(alg, clients, 1, state, client_states)
     counts = [int(r.uplink[SAMPLES]["n"][0]) for r in results]
     expected = average_weights([r.uplink.weights for r in results], counts)
-    assert same(state["global"].weights, expected) and state["personal"] == {}
-    frozen = state["global"]
+    assert same(state.global_model.weights, expected) and state.personal == {}
+    frozen = state.global_model
 
     downlinks, results, state = play(alg, clients, 3, state, client_states)  # first fine-tuning round
     assert all(d is frozen for d in downlinks.values())
-    assert state["global"] is frozen  # no averaging
-    models = [state["personal"][cid] for cid in range(3)]
+    assert state.global_model is frozen  # no averaging
+    models = [state.personal[cid] for cid in range(3)]
     assert all(same(models[cid].weights, results[cid].uplink.weights) for cid in range(3))
     assert not same(models[0].weights, models[1].weights) and not same(models[1].weights, models[2].weights)
     assert SAMPLES not in models[0]
 
     downlinks, results, state = play(alg, clients, 4, state, client_states)
     assert all(not d.sections for d in downlinks.values())  # clients continue from their own models
-    assert state["global"] is frozen
-    assert all(not same(state["personal"][cid].weights, models[cid].weights) for cid in range(3))
+    assert state.global_model is frozen
+    assert all(not same(state.personal[cid].weights, models[cid].weights) for cid in range(3))
     payloads = alg.evaluation_payloads(state, [0, 1, 2])
-    assert all(payloads[cid] is state["personal"][cid] for cid in range(3))
+    assert all(payloads[cid] is state.personal[cid] for cid in range(3))
 
 
 def test_fine_tuning_continues_from_the_client_state(clients):
     alg = algorithm("fedavg_ft", rounds=2, ft_rounds=2)
     state = alg.init_state()
-    uplink, client_state, _ = alg.client_update(state["global"], {}, clients[0], context(0, 1))
-    assert same(client_state["model"], uplink.weights)
+    uplink, client_state, _ = alg.client_update(state.global_model, alg.ClientState(), clients[0], context(0, 1))
+    assert same(client_state.model, uplink.weights)
     from_state, _, _ = alg.client_update(Payload(), client_state, clients[0], context(0, 2))
-    from_global, _, _ = alg.client_update(state["global"], {}, clients[0], context(0, 2))
+    from_global, _, _ = alg.client_update(state.global_model, alg.ClientState(), clients[0], context(0, 2))
     assert not same(from_state.weights, from_global.weights)
 
 
 def test_fedprox_ft_is_fedprox_before_the_stop_and_plain_fine_tuning_after(clients):
     def first_uplink(name, round, **config):
         alg = algorithm(name, rounds=2, ft_rounds=1, **config)
-        return alg.client_update(alg.init_state()["global"], {}, clients[1], context(1, round))[0].weights
+        return alg.client_update(alg.init_state().global_model, alg.ClientState(), clients[1], context(1, round))[0].weights
 
     assert same(first_uplink("fedprox_ft", 1, mu=0.0), first_uplink("fedavg_ft", 1))
     assert not same(first_uplink("fedprox_ft", 1, mu=1.0), first_uplink("fedavg_ft", 1))

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from fedbench.algorithms.base import counted, make_algorithm
 from fedbench.algorithms.gossip import random_pairs
-from fedbench.algorithms.peer_relay import MODEL
+from fedbench.algorithms.peer_relay import DecentralizedClientState
 from fedbench.core import metrics as M
 from fedbench.core.types import Payload
 from fedbench.runtime import run_spec
@@ -38,11 +40,11 @@ def test_an_exchange_keeps_the_mean_of_all_models_and_partners_start_from_the_sa
     template = alg.initial_weights()
     models = {cid: {k: rng.normal(size=v.shape).astype(v.dtype) for k, v in template.items()} for cid in range(8)}
     # unequal sample counts: an average weighted by them would move the mean
-    state = {**alg.init_state(), "parked": {cid: counted(w, 10 + 7 * cid) for cid, w in models.items()}}
+    state = dataclasses.replace(alg.init_state(), parked={cid: counted(w, 10 + 7 * cid) for cid, w in models.items()})
     downlinks = alg.configure(2, state, list(range(8)))
-    mixed = {cid: alg.mix(downlinks[cid], {MODEL: models[cid]}) for cid in range(8)}
+    mixed = {cid: alg.mix(downlinks[cid], DecentralizedClientState(models[cid])) for cid in range(8)}
     for a, b in random_pairs(alg.seed, 2, range(8)):
-        assert list(downlinks[a].peers()) == [b] and list(downlinks[b].peers()) == [a]
+        assert list(downlinks[a].peers) == [b] and list(downlinks[b].peers) == [a]
         for k in template:
             assert np.array_equal(mixed[a][k], mixed[b][k])
             np.testing.assert_allclose(mixed[a][k], 0.5 * (models[a][k] + models[b][k]), rtol=1e-6)
@@ -57,17 +59,18 @@ def test_who_exchanges_when_not_every_client_has_trained():
     alg = gossip(6)
     initial = alg.init_state()
     trained = counted({k: v + 1 for k, v in alg.initial_weights().items()}, 10)
-    state = {**initial, "parked": {0: trained}}
+    state = dataclasses.replace(initial, parked={0: trained})
     pairs = random_pairs(alg.seed, 3, range(6))
     downlinks = alg.configure(3, state, list(range(6)))
     for a, b in pairs:
         if 0 not in (a, b):  # two clients holding the initial model: nothing to exchange
-            assert not downlinks[a].sections and not downlinks[b].sections
+            assert downlinks[a].is_empty and downlinks[b].is_empty
             continue
         other = b if a == 0 else a
-        assert downlinks[other].peers()[0].weights is trained.weights  # 0's model only, not its sample count
-        assert list(downlinks[other].sections) == ["peer:0/weights"]
-        assert downlinks[0].peers()[other].weights is initial["initial"].weights
+        assert downlinks[other].peers[0].weights is trained.weights  # 0's model only, not its sample count
+        assert list(downlinks[other].peers) == [0] and list(downlinks[other].peers[0].sections) == ["weights"]
+        assert not downlinks[other].sections and not downlinks[other].models  # nothing but what 0 sent
+        assert downlinks[0].peers[other].weights is initial.initial.weights
 
 
 def test_bytes_per_round_are_one_model_per_transfer_on_both_ends():
@@ -85,12 +88,12 @@ def test_only_clients_that_trained_upload_their_model_for_the_vote():
     """Half of 4 clients in one round: 2 upload their model; the other 2 vote with the initial model, which every
     process rebuilds from the run seed."""
     alg = gossip(4)
-    state = {**alg.init_state(), "parked": {1: counted(alg.initial_weights(), 10)}}
+    state = dataclasses.replace(alg.init_state(), parked={1: counted(alg.initial_weights(), 10)})
     entries = alg.system_payloads(state, [0, 1])
-    assert entries[0] is state["initial"] and not entries[1].sections
-    assert not alg.client_share(state["initial"], {}).sections
+    assert entries[0] is state.initial and entries[1].is_empty
+    assert alg.client_share(state.initial, DecentralizedClientState()).is_empty
     own = {k: v + 1 for k, v in alg.initial_weights().items()}
-    assert alg.client_share(Payload(), {MODEL: own}).weights is own
+    assert alg.client_share(Payload(), DecentralizedClientState(own)).weights is own
     spec = tiny_spec(algorithm={"name": "gossip", "client_fraction": 0.5}, rounds=1,
                      scenario={"partition": "iid", "num_clients": 4})
     result = run_spec(spec)

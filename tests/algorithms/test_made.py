@@ -9,9 +9,10 @@ import torch
 
 from fedbench.algorithms import made as made_module
 from fedbench.algorithms.base import ModelBuilder, counted
-from fedbench.algorithms.made import DENSITY, MADEReweighting
+from fedbench.algorithms.made import DENSITY, MADEClientState, MADEReweighting
 from fedbench.core import metrics as M
 from fedbench.core.errors import ConfigError
+from fedbench.core.state_codec import dumps, loads
 from fedbench.core.types import WEIGHTS, ClientResult, OptimizerSpec, RoundContext
 from fedbench.data import load_dataset
 from fedbench.models import build_model, count_parameters
@@ -50,7 +51,7 @@ def ctx(round: int, cid: int) -> RoundContext:
 
 def density_phase(alg: MADEReweighting, clients: list[ClientData]):
     """Run the density rounds through the server and client halves; returns (server state, client states)."""
-    state, states = alg.init_state(), [{} for _ in clients]
+    state, states = alg.init_state(), [MADEClientState() for _ in clients]
     for r in range(1, alg.config.density_rounds + 1):
         payloads = alg.configure(r, state, range(len(clients)))
         results = []
@@ -63,7 +64,7 @@ def density_phase(alg: MADEReweighting, clients: list[ClientData]):
 
 def weights_of(alg, state, data, cid):
     """(raw ratios, weights, labels) of a client's training samples under its fitted weighting."""
-    weighting = alg.fit_weighting(state["made"], data, ctx(alg.config.density_rounds + 1, cid))
+    weighting = alg.fit_weighting(state.made, data, ctx(alg.config.density_rounds + 1, cid))
     hook = alg.sample_weights(weighting, "cpu")
     x, y = data.train_batch(torch.arange(data.num_train))
     return hook.ratio(x), hook(x, y), y
@@ -86,6 +87,18 @@ def test_iid_clients_get_weights_near_one(iid_phase):
         assert 0.8 < ratio.mean().item() < 1.25
         assert weights.mean().item() == pytest.approx(1.0, abs=0.05)
         assert weights.std().item() < 0.3
+
+
+def test_a_fitted_weighting_loads_back_from_a_checkpoint_and_weighs_alike(iid_phase):
+    """A client's state once its weighting is fitted (local MADE, classifier, rescaling constants) and the server's
+    state survive the state codec; the loaded weighting gives the same sample weights, bit for bit."""
+    alg, state, clients = iid_phase
+    fitted = MADEClientState(weighting=alg.fit_weighting(state.made, clients[0], ctx(alg.config.density_rounds + 1, 0)))
+    back = loads(dumps(fitted))
+    x, y = clients[0].train_batch(torch.arange(clients[0].num_train))
+    assert torch.equal(alg.sample_weights(back.weighting, "cpu")(x, y), alg.sample_weights(fitted.weighting, "cpu")(x, y))
+    server = loads(dumps(state))
+    assert all(np.array_equal(server.made[k], v) for k, v in state.made.items()) and server.losses == state.losses
 
 
 def test_minmax_rescaling_and_output_features(iid_phase):
@@ -126,13 +139,13 @@ def test_payloads_of_the_two_phases():
     ups = [ClientResult(cid, counted({k: np.full_like(v, cid + 1.0) for k, v in made.items()}, n), {M.TRAIN_LOSS: 0.5})
            for cid, n in ((0, 1), (1, 3))]
     state = alg.aggregate(1, state, ups)
-    assert all(np.allclose(v, 1.75) for v in state["made"].values())
+    assert all(np.allclose(v, 1.75) for v in state.made.values())
     # after the phase: the task model to everyone, the final MADE only to clients that have not had it
-    task = set(state["global"].weights)
+    task = set(state.global_model.weights)
     first = alg.configure(3, state, [0, 1])
     assert set(first[0].sections) == {WEIGHTS, DENSITY}
     assert set(first[0].weights) == task and set(first[0][DENSITY]) == set(made)
-    uplinks = [ClientResult(0, counted(state["global"].weights, 5), {M.TRAIN_LOSS: 1.0})]
+    uplinks = [ClientResult(0, counted(state.global_model.weights, 5), {M.TRAIN_LOSS: 1.0})]
     state = alg.aggregate(3, state, uplinks)
     later = alg.configure(4, state, [0, 1])
     assert set(later[0].sections) == {WEIGHTS} and set(later[0].weights) == task

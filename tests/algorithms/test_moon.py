@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from fedbench.algorithms.base import ModelBuilder
+from fedbench.algorithms.base import ModelBuilder, NoClientState
 from fedbench.algorithms.fedavg import FedAvg
-from fedbench.algorithms.moon import MOON, PREVIOUS, ContrastiveHooks, model_contrastive_loss
+from fedbench.algorithms.moon import MOON, ContrastiveHooks, MOONClientState, model_contrastive_loss
 from fedbench.core.errors import ConfigError
 from fedbench.core.types import OptimizerSpec, Payload, RoundContext
 from fedbench.data import load_dataset
@@ -93,13 +93,13 @@ def test_mu_zero_is_fedavg_bit_for_bit_and_mu_one_is_not():
     payload = Payload(get_weights(fedavg.builder.initial(0)))
     other = fedavg.builder()
     previous = get_weights(other)  # a previous local model unlike the global one: l_con has a real gradient
-    reference, _, _ = fedavg.client_update(payload, {}, data, ctx())
-    zero, state, _ = moon0.client_update(payload, {PREVIOUS: previous}, data, ctx())
-    one, _, _ = moon1.client_update(payload, {PREVIOUS: previous}, data, ctx())
+    reference, _, _ = fedavg.client_update(payload, NoClientState(), data, ctx())
+    zero, state, _ = moon0.client_update(payload, MOONClientState(previous), data, ctx())
+    one, _, _ = moon1.client_update(payload, MOONClientState(previous), data, ctx())
     assert all(np.array_equal(reference.weights[k], zero.weights[k]) for k in reference.weights)
     assert not all(np.array_equal(reference.weights[k], one.weights[k]) for k in reference.weights)
     # the new previous model is the locally trained one
-    assert all(np.array_equal(state[PREVIOUS][k], zero.weights[k]) for k in state[PREVIOUS])
+    assert all(np.array_equal(state.previous[k], zero.weights[k]) for k in state.previous)
 
 
 def test_previous_model_moves_the_update_away_from_itself():
@@ -114,8 +114,8 @@ def test_previous_model_moves_the_update_away_from_itself():
         for p in prev_model.parameters():
             p.add_(0.3 * torch.randn_like(p))
     previous = get_weights(prev_model)
-    plain, _, _ = fedavg.client_update(payload, {}, data, ctx())
-    contrast, _, _ = moon.client_update(payload, {PREVIOUS: previous}, data, ctx())
+    plain, _, _ = fedavg.client_update(payload, NoClientState(), data, ctx())
+    contrast, _, _ = moon.client_update(payload, MOONClientState(previous), data, ctx())
     x, _ = data.train_batch(torch.arange(data.num_train))
 
     def mean_cos(uplink, ref):

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fedbench.algorithms.base import SAMPLES, ModelBuilder
-from fedbench.algorithms.oracle import CLUSTER, Oracle
+from fedbench.algorithms.base import CLUSTER, SAMPLES, ModelBuilder, NoClientState, reported_cluster
+from fedbench.algorithms.oracle import Oracle
 from fedbench.config.task import resolve_run
 from fedbench.core import metrics as M
 from fedbench.core.types import WEIGHTS, ClientResult, OptimizerSpec, Payload, RoundContext
@@ -35,7 +35,7 @@ def play(alg: Oracle, clients, ids, rounds: int):
     state, uplinks = alg.init_state(), []
     for r in range(1, rounds + 1):
         payloads = alg.configure(r, state, list(range(len(clients))))
-        results = [ClientResult(c, alg.client_update(payloads[c], {}, client, ctx_for(c, ids[c], r))[0])
+        results = [ClientResult(c, alg.client_update(payloads[c], NoClientState(), client, ctx_for(c, ids[c], r))[0])
                    for c, client in enumerate(clients)]
         uplinks.append(results)
         state = alg.aggregate(r, state, results)
@@ -58,7 +58,7 @@ def test_clients_of_a_cluster_share_one_model_and_clusters_differ():
     assert all(np.array_equal(models[0].weights[k], expected[k]) for k in expected)
     # The uplink is FedAvg's plus the one-int cluster id.
     assert set(last[0].uplink.sections) == {WEIGHTS, SAMPLES, CLUSTER}
-    assert [int(r.uplink[CLUSTER]["id"][0]) for r in last] == ids
+    assert [reported_cluster(r.uplink) for r in last] == ids
     assert Payload(extras={CLUSTER: last[0].uplink[CLUSTER]}).nbytes == 8
 
 
@@ -66,7 +66,7 @@ def test_first_round_sends_the_initial_model_to_everyone():
     alg = oracle()
     state = alg.init_state()
     payloads = alg.configure(1, state, [0, 1, 2, 3])
-    assert all(p is state["initial"] for p in payloads.values())
+    assert all(p is state.initial for p in payloads.values())
 
 
 def test_test_clients_get_their_clusters_model_and_unseen_ones_the_initial_model():
@@ -76,15 +76,15 @@ def test_test_clients_get_their_clusters_model_and_unseen_ones_the_initial_model
     descriptions = {0: alg.client_describe(Payload(), clients[3], ctx_for(0, 1)),
                     1: alg.client_describe(Payload(), clients[0], ctx_for(1, 7))}
     assignment = alg.assign(state, descriptions)
-    assert assignment.payloads[0] is state["models"][1] and assignment.matched == {0: 2}
-    assert assignment.payloads[1] is state["initial"]
+    assert assignment.payloads[0] is state.models[1] and assignment.matched == {0: 2}
+    assert assignment.payloads[1] is state.initial
 
 
 def test_without_a_distribution_id_the_oracle_refuses_to_run():
     clients, _ = label_shift_clients()
     alg = oracle()
     with pytest.raises(ValueError, match="distribution id"):
-        alg.client_update(alg.init_state()["initial"], {}, clients[0], ctx_for(0, -1))
+        alg.client_update(alg.init_state().initial, NoClientState(), clients[0], ctx_for(0, -1))
 
 
 def test_whole_run_on_label_shift_beats_fedavg_and_associates_every_test_client():

@@ -12,8 +12,9 @@ import pytest
 import torch
 from torch import nn
 
-from fedbench.algorithms.base import PERSONALISED, SAMPLES, counted, make_algorithm
-from fedbench.algorithms.pfedme import PERSONAL, MoreauEnvelope
+from fedbench.algorithms.base import SAMPLES, GlobalState, NoClientState, counted, make_algorithm
+from fedbench.algorithms.personal import PersonalClientState, PersonalisedState
+from fedbench.algorithms.pfedme import MoreauEnvelope
 from fedbench.core import metrics as M
 from fedbench.core.errors import ConfigError
 from fedbench.core.types import ClientResult, OptimizerSpec, Payload, RoundContext
@@ -99,47 +100,52 @@ def test_one_inner_step_with_eta_lam_one_is_a_fedavg_sgd_step_at_the_personal_lr
     shape, client = client_setup()
     pfedme = algorithm(shape, inner_steps=1, lam=10.0, personal_lr=0.05, beta=1.0)
     fedavg = make_algorithm(tiny_spec(algorithm="fedavg"), shape, 10)
-    start = pfedme.init_state()["global"]
-    ours, state, _ = pfedme.client_update(start, {}, client, context(lr=0.1, momentum=0.9))  # momentum: unused
-    theirs, _, _ = fedavg.client_update(start, {}, client, context(lr=0.05))
+    start = pfedme.init_state().global_model
+    ours, state, _ = pfedme.client_update(start, PersonalClientState(), client,
+                                          context(lr=0.1, momentum=0.9))  # momentum: unused
+    theirs, _, _ = fedavg.client_update(start, NoClientState(), client, context(lr=0.05))
     moved = max(np.abs(theirs.weights[k] - start.weights[k]).max() for k in start.weights)
     assert moved > 1e-2
     for k in start.weights:
         np.testing.assert_allclose(ours.weights[k], theirs.weights[k], rtol=0, atol=1e-6)
-        np.testing.assert_allclose(state[PERSONAL][k], theirs.weights[k], rtol=0, atol=1e-6)
+        np.testing.assert_allclose(state.personal[k], theirs.weights[k], rtol=0, atol=1e-6)
 
 
 def test_server_mixes_the_sample_weighted_average_in_with_beta():
     alg = algorithm((1, 8, 8), beta=2.0)
-    state = {"global": Payload({"w": np.array([0.5], dtype=np.float32)}), PERSONALISED: frozenset({3})}
+    state = PersonalisedState(Payload({"w": np.array([0.5], dtype=np.float32)}), personalised=frozenset({3}))
     results = [ClientResult(0, counted({"w": np.array([1.0], dtype=np.float32)}, 1)),
                ClientResult(1, counted({"w": np.array([3.0], dtype=np.float32)}, 3))]
     new = alg.aggregate(1, state, results)
     # average (1 * 1 + 3 * 3) / 4 = 2.5; (1 - 2) * 0.5 + 2 * 2.5 = 4.5
-    assert new["global"].weights["w"].tolist() == [4.5]
-    assert new[PERSONALISED] == {0, 1, 3}
-    fedavg = make_algorithm(tiny_spec(algorithm="fedavg"), (1, 8, 8), 10).aggregate(1, state, results)
-    assert algorithm((1, 8, 8)).aggregate(1, state, results)["global"].weights["w"].tolist() == fedavg["global"].weights["w"].tolist()
+    assert new.global_model.weights["w"].tolist() == [4.5]
+    assert new.personalised == {0, 1, 3}
+    fedavg = make_algorithm(tiny_spec(algorithm="fedavg"), (1, 8, 8), 10).aggregate(1, GlobalState(state.global_model),
+                                                                                     results)
+    assert algorithm((1, 8, 8)).aggregate(1, state, results).global_model.weights["w"].tolist() == \
+        fedavg.global_model.weights["w"].tolist()
 
 
 def test_the_personalised_model_stays_on_the_client_and_is_what_local_accuracy_evaluates():
     shape, client = client_setup()
     alg = algorithm(shape)
     state = alg.init_state()
-    uplink, client_state, _ = alg.client_update(state["global"], {}, client, context(lr=0.005, momentum=0.9))
-    theta = client_state[PERSONAL]
+    uplink, client_state, _ = alg.client_update(state.global_model, PersonalClientState(), client,
+                                                context(lr=0.005, momentum=0.9))
+    theta = client_state.personal
     assert set(uplink.sections) == {"weights", SAMPLES}
     assert any(not np.array_equal(uplink.weights[k], theta[k]) for k in theta)  # w travels, theta does not
     state = alg.aggregate(1, state, [ClientResult(2, uplink)])
     payloads = alg.evaluation_payloads(state, [1, 2])
-    assert not payloads[2].sections and payloads[1] is state["global"]  # a client without theta evaluates w
+    assert not payloads[2].sections and payloads[1] is state.global_model  # a client without theta evaluates w
     entries = alg.system_payloads(state, [1, 2])  # for the vote, 2 uploads theta and 1 uses w
-    assert not entries[2].sections and entries[1] is state["global"]
-    assert not alg.client_share(state["global"], {}).sections  # a client that never trained votes with w
-    assert alg.client_share(payloads[2], {"personal": theta}).weights is theta
+    assert not entries[2].sections and entries[1] is state.global_model
+    never_trained = PersonalClientState()
+    assert not alg.client_share(state.global_model, never_trained).sections  # a client that never trained votes with w
+    assert alg.client_share(payloads[2], PersonalClientState(theta)).weights is theta
     local = alg.client_evaluate(payloads[2], client_state, client, context(lr=0.005))
     assert local == evaluate(alg.model_with(theta), client)
-    assert local != evaluate(alg.model_with(state["global"].weights), client)
+    assert local != evaluate(alg.model_with(state.global_model.weights), client)
 
 
 def test_bad_configs_are_rejected_naming_the_field():

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from fedbench.algorithms.base import ModelBuilder, make_algorithm
-from fedbench.algorithms.scaffold import CONTROL, CONTROL_DELTA, MODEL_DELTA, Scaffold
+from fedbench.algorithms.scaffold import CONTROL_DELTA, MODEL_DELTA, Scaffold, ScaffoldClientState, ScaffoldState
 from fedbench.core import metrics as M
 from fedbench.core.errors import ConfigError
 from fedbench.core.registry import ALGORITHMS
@@ -77,22 +77,22 @@ def test_one_round_matches_the_papers_formulas_computed_by_hand():
     expected_c = {k: c[k] + 2 / 2 * (expected_dc[0][k] + expected_dc[1][k]) / 2 for k in c}
 
     alg = Scaffold(Scaffold.Config(), LINEAR, num_clients=2, seed=0)
-    state = {"global": Payload(x), CONTROL: c}
+    state = ScaffoldState(Payload(x), c)
     downlink = alg.configure(1, state, [0, 1])
     results = []
     for cid, ((xi, yi), ci) in enumerate(zip(rows, c_own)):
         data = client_data(xi, yi)
-        uplink, client_state, metrics = alg.client_update(downlink[cid], {CONTROL: ci}, data, job(cid, K, lr))
+        uplink, client_state, metrics = alg.client_update(downlink[cid], ScaffoldClientState(ci), data, job(cid, K, lr))
         assert metrics[M.TRAIN_STEPS] == K
         for k in x:
-            np.testing.assert_allclose(client_state[CONTROL][k], expected_c_own[cid][k], rtol=0, atol=1e-5)
+            np.testing.assert_allclose(client_state.control[k], expected_c_own[cid][k], rtol=0, atol=1e-5)
             np.testing.assert_allclose(uplink[MODEL_DELTA][k], expected_dy[cid][k], rtol=0, atol=1e-6)
             np.testing.assert_allclose(uplink[CONTROL_DELTA][k], expected_dc[cid][k], rtol=0, atol=1e-5)
         results.append(ClientResult(cid, uplink))
     new = alg.aggregate(1, state, results)
     for k in x:
-        np.testing.assert_allclose(new["global"].weights[k], expected_x[k], rtol=0, atol=1e-6)
-        np.testing.assert_allclose(new[CONTROL][k], expected_c[k], rtol=0, atol=1e-5)
+        np.testing.assert_allclose(new.global_model.weights[k], expected_x[k], rtol=0, atol=1e-6)
+        np.testing.assert_allclose(new.control[k], expected_c[k], rtol=0, atol=1e-5)
 
 
 def test_the_server_steps_x_by_global_lr_and_c_by_the_sampled_share():
@@ -100,9 +100,9 @@ def test_the_server_steps_x_by_global_lr_and_c_by_the_sampled_share():
     Buffers have no control variate and no server step: a float buffer becomes the mean of the clients'
     (x + mean(Delta y)); an integer counter is the first client's, as in FedAvg."""
     alg = Scaffold(Scaffold.Config(global_lr=0.5), LINEAR, num_clients=4, seed=0)
-    state = {"global": Payload({"w": np.array([1.0, 2.0], np.float32), "running_mean": np.array([1.0], np.float32),
-                                "count": np.array(5, np.int64)}),
-             CONTROL: {"w": np.array([1.0, -1.0], np.float32)}}
+    state = ScaffoldState(Payload({"w": np.array([1.0, 2.0], np.float32), "running_mean": np.array([1.0], np.float32),
+                                   "count": np.array(5, np.int64)}),
+                          {"w": np.array([1.0, -1.0], np.float32)})
 
     def result(cid, dw, dm, dn, dc):
         delta_y = {"w": np.array(dw, np.float32), "running_mean": np.array(dm, np.float32),
@@ -112,12 +112,12 @@ def test_the_server_steps_x_by_global_lr_and_c_by_the_sampled_share():
 
     results = [result(0, [2.0, 0.0], [2.0], 3, [2.0, 2.0]), result(3, [0.0, 4.0], [4.0], 7, [4.0, -2.0])]
     new = alg.aggregate(1, state, results)
-    x = new["global"].weights
+    x = new.global_model.weights
     np.testing.assert_array_equal(x["w"], [1.5, 3.0])  # (1, 2) + 0.5 * (1, 2)
     np.testing.assert_array_equal(x["running_mean"], [4.0])  # 1 + (2 + 4) / 2
     assert x["count"] == 8 and x["count"].dtype == np.int64  # 5 + 3
-    np.testing.assert_array_equal(new[CONTROL]["w"], [2.5, -1.0])  # (1, -1) + 2/4 * (3, 0)
-    assert state[CONTROL]["w"].tolist() == [1.0, -1.0]  # the old state is not changed in place
+    np.testing.assert_array_equal(new.control["w"], [2.5, -1.0])  # (1, -1) + 2/4 * (3, 0)
+    assert state.control["w"].tolist() == [1.0, -1.0]  # the old state is not changed in place
 
 
 # -- on real data, through make_algorithm ---------------------------------------------------------------------
@@ -137,10 +137,10 @@ def test_round_one_with_zero_control_variates_is_fedavg_bit_for_bit():
     scaffold, clients = digits_setup({"name": "scaffold"})
     fedavg, _ = digits_setup({"name": "fedavg"})
     state = scaffold.init_state()
-    x = state["global"].weights
-    assert all(not v.any() for v in state[CONTROL].values())
-    uplink, _, _ = scaffold.client_update(scaffold.configure(1, state, [2])[2], {}, clients[2], digits_job(2))
-    reference, _, _ = fedavg.client_update(fedavg.init_state()["global"], {}, clients[2], digits_job(2))
+    x = state.global_model.weights
+    assert all(not v.any() for v in state.control.values())
+    uplink, _, _ = scaffold.client_update(scaffold.configure(1, state, [2])[2], ScaffoldClientState(), clients[2], digits_job(2))
+    reference, _, _ = fedavg.client_update(fedavg.init_state().global_model, fedavg.ClientState(), clients[2], digits_job(2))
     assert uplink[MODEL_DELTA].keys() == x.keys()
     assert all(np.array_equal(uplink[MODEL_DELTA][k], reference.weights[k] - x[k]) for k in x)
 
@@ -155,13 +155,13 @@ def test_with_client_sampling_c_stays_the_mean_of_all_clients_control_variates()
         results = []
         for cid in sampled:
             job_ctx = digits_job(cid, round)
-            uplink, own[cid], _ = alg.client_update(payloads[cid], own.get(cid, {}), clients[cid], job_ctx)
+            uplink, own[cid], _ = alg.client_update(payloads[cid], own.get(cid, alg.ClientState()), clients[cid], job_ctx)
             results.append(ClientResult(cid, uplink))
         state = alg.aggregate(round, state, results)
-        for name, c in state[CONTROL].items():
-            mean = sum(s[CONTROL][name].astype(np.float64) for s in own.values()) / len(clients)
+        for name, c in state.control.items():
+            mean = sum(s.control[name].astype(np.float64) for s in own.values()) / len(clients)
             np.testing.assert_allclose(c, mean, rtol=0, atol=1e-5)
-    assert any(np.abs(c).max() > 1e-2 for c in state[CONTROL].values())  # the invariant is not 0 = 0
+    assert any(np.abs(c).max() > 1e-2 for c in state.control.values())  # the invariant is not 0 = 0
 
 
 def test_full_batch_scaffold_reaches_the_global_optimum_where_fedavg_stops_short():
@@ -181,7 +181,7 @@ def test_full_batch_scaffold_reaches_the_global_optimum_where_fedavg_stops_short
     def train(name: str) -> float:
         cls = ALGORITHMS.get(name)
         alg = cls(cls.Config(), LINEAR, num_clients=2, seed=0)
-        state, own = alg.init_state(), [{}, {}]
+        state, own = alg.init_state(), [alg.ClientState(), alg.ClientState()]
         for round in range(1, 81):
             payloads, results = alg.configure(round, state, [0, 1]), []
             for cid in (0, 1):
@@ -189,7 +189,7 @@ def test_full_batch_scaffold_reaches_the_global_optimum_where_fedavg_stops_short
                 uplink, own[cid], _ = alg.client_update(payloads[cid], own[cid], clients[cid], job_ctx)
                 results.append(ClientResult(cid, uplink))
             state = alg.aggregate(round, state, results)
-        return global_gradient_norm(state["global"].weights)
+        return global_gradient_norm(state.global_model.weights)
 
     assert train("scaffold") < 1e-5
     assert train("fedavg") > 1e-2

@@ -6,7 +6,7 @@ import pickle
 import numpy as np
 import pytest
 
-from fedbench.core.types import WEIGHTS, Payload, peer_sender
+from fedbench.core.types import WEIGHTS, Payload
 
 
 def example() -> Payload:
@@ -30,12 +30,11 @@ def test_bytes_count_every_array_of_every_section():
     assert "84 bytes" in repr(example())  # a payload prints its size, never its arrays
 
 
-def test_peer_sections_name_their_sender_and_round_trip():
+def test_relayed_payloads_are_kept_by_sender_apart_from_the_payloads_own_sections():
     sent = example()
-    relayed = Payload.from_peers({12: sent, 3: Payload({"w": np.ones(2)})}).replace({"own": {"x": np.zeros(1)}})
-    assert peer_sender("peer:12/samples") == (12, "samples") and peer_sender("peer:3/a/b") == (3, "a/b")
-    assert peer_sender("samples") is None
-    peers = relayed.peers()  # the relay's own section is left out
+    relayed = Payload(peers={12: sent, 3: Payload({"w": np.ones(2)})}).replace({"own": {"x": np.zeros(1)}})
+    assert list(relayed.sections) == ["own"]  # the relay's own section is not a peer's
+    peers = relayed.peers
     assert sorted(peers) == [3, 12] and set(peers[12].sections) == set(sent.sections)
     assert all(peers[12][name] is sent[name] for name in sent.sections)
 

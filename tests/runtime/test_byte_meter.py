@@ -20,11 +20,11 @@ def test_every_section_is_metered_and_a_shared_payload_counts_once_per_receiver(
     assert meter.take_round() == {M.COMM_UP_BYTES: 0, M.COMM_DOWN_BYTES: 0, M.COMM_EVAL_DOWN_BYTES: 0, M.COMM_EVAL_UP_BYTES: 0}
 
 
-def test_a_relayed_peer_section_is_one_transfer_charged_to_sender_and_receiver():
+def test_a_relayed_peer_payload_is_one_transfer_charged_to_sender_and_receiver():
     model = {"w": np.zeros(4, dtype=np.float32)}  # 16 bytes
-    from_1_and_2 = Payload.from_peers({1: Payload(model), 2: Payload(model)})
+    from_1_and_2 = Payload(peers={1: Payload(model), 2: Payload(model)})
     meter = ByteMeter()
-    meter.downlink({0: from_1_and_2, 3: Payload.from_peers({1: Payload(model)})})
+    meter.downlink({0: from_1_and_2, 3: Payload(peers={1: Payload(model)})})
     assert meter.take_round() == {M.COMM_UP_BYTES: 3 * 16, M.COMM_DOWN_BYTES: 3 * 16, M.COMM_EVAL_DOWN_BYTES: 0, M.COMM_EVAL_UP_BYTES: 0}
     assert meter.per_client[(1, M.COMM_UP_BYTES)] == 32  # client 1's model went to two peers
     assert meter.per_client[(2, M.COMM_UP_BYTES)] == 16 and meter.per_client[(0, M.COMM_DOWN_BYTES)] == 32
@@ -32,10 +32,11 @@ def test_a_relayed_peer_section_is_one_transfer_charged_to_sender_and_receiver()
     assert meter.take_round()[M.COMM_UP_BYTES] == 0
 
 
-def test_from_peers_and_peers_are_inverse():
+def test_relayed_payloads_are_kept_by_sender_and_share_their_arrays():
     a, b = Payload({"w": np.ones(2)}, {"samples": {"n": np.array([5])}}), Payload({"w": np.zeros(2)})
-    relayed = Payload.from_peers({7: a, 3: b})
-    assert sorted(relayed.sections) == ["peer:3/weights", "peer:7/samples", "peer:7/weights"]
-    back = relayed.peers()
+    relayed = Payload(peers={7: a, 3: b})
+    assert not relayed.sections  # every array is a peer's
+    back = relayed.peers
     assert sorted(back) == [3, 7]
+    assert sorted(back[7].sections) == ["samples", "weights"] and sorted(back[3].sections) == ["weights"]
     assert back[7]["samples"]["n"] is a["samples"]["n"] and back[3].weights["w"] is b.weights["w"]

@@ -1,6 +1,8 @@
 """Several clients' jobs in one call to a Ray worker: the numbers of one job per call and of the serial backend, bit
 for bit, and a dead worker's call re-run from the clients' stored states."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -9,6 +11,8 @@ from fedbench.core.types import Payload
 from fedbench.data import load_dataset
 from fedbench.runtime import Federation
 from fedbench.runtime.backends import SerialBackend
+from fedbench.runtime.evaluation import EVALUATE
+from fedbench.runtime.jobs import FIT
 from fedbench.runtime.state_store import StateStore
 from fedbench.scenarios import build_scenario
 from tests.conftest import tiny_spec
@@ -32,12 +36,12 @@ def run_rounds(backend, spec, scenario, dataset, resolve=lambda state: state):
     algorithm = make_algorithm(spec, scenario.input_shape, dataset.num_classes)
     state, store, seen, everyone = algorithm.init_state(), StateStore(), [], list(range(CLIENTS))
     for round, how in ((1, "run"), (2, "stream")):
-        results = list(getattr(backend, how)("fit", round, algorithm.configure(round, state, everyone), store))
-        evals = backend.run("evaluate", round, algorithm.evaluation_payloads(state, everyone), store)
+        results = list(getattr(backend, how)(FIT, round, algorithm.configure(round, state, everyone), store))
+        evals = backend.run(EVALUATE, round, algorithm.evaluation_payloads(state, everyone), store)
         seen += [(r.client_id, r.uplink.weights, r.metrics) for r in results]
         seen += [(r.client_id, r.metrics) for r in evals]
         state = algorithm.aggregate(round, state, results)
-    return seen, state["global"].weights, [resolve(store.get(cid)) for cid in range(CLIENTS)]
+    return seen, state.global_model.weights, [resolve(store.get(cid)) for cid in range(CLIENTS)]
 
 
 def assert_identical(a, b):
@@ -54,6 +58,10 @@ def assert_identical(a, b):
             assert_identical(x, y)
     elif isinstance(a, Payload):
         assert_identical(a.weights, b.weights)
+    elif dataclasses.is_dataclass(a):  # a client state
+        assert type(a) is type(b)
+        for f in dataclasses.fields(a):
+            assert_identical(getattr(a, f.name), getattr(b, f.name))
     else:
         assert a == b
 
@@ -134,7 +142,7 @@ def test_a_client_that_kills_its_workers_is_found_in_its_batch_and_named(ray_ses
     backend = RayBackend(dataset, scenario, spec, pool, clients_per_job=4)  # client 2's first call has 3 others
     try:
         with pytest.raises(WorkerLostError) as lost:
-            backend.run("fit", 1, payloads, StateStore())
+            backend.run(FIT, 1, payloads, StateStore())
     finally:
         pool.close()
     assert failure_reason(lost.value).startswith(f"WorkerLostError: client 2's fit job of round 1 ran on "

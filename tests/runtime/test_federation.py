@@ -2,6 +2,7 @@ from fedbench.core import metrics as M
 from fedbench.runtime import run_spec
 from fedbench.algorithms import make_algorithm
 from fedbench.data import load_dataset
+from fedbench.runtime.jobs import FIT
 from tests.conftest import TINY, tiny_spec
 
 TINY_SCENARIO = TINY["scenario"]
@@ -15,7 +16,7 @@ ROUND_KEYS = {
 def model_bytes(spec):
     digits = load_dataset("digits")
     algorithm = make_algorithm(spec, digits.input_shape, digits.num_classes)
-    return algorithm.init_state()["global"].nbytes
+    return algorithm.init_state().global_model.nbytes
 
 
 def test_fedavg_records_every_round_and_counts_the_bytes_that_travel():
@@ -101,8 +102,8 @@ def test_a_worker_runs_the_specs_local_steps_at_the_rounds_scheduled_learning_ra
     worker.load(dataset, scenario, spec)
     ctx = worker._context(3, 0, scenario.view(3, 0))
     assert (ctx.local_steps, ctx.rounds, ctx.optimizer.schedule) == (3, 4, "cosine")
-    payload = make_algorithm(spec, scenario.input_shape, dataset.num_classes).init_state()["global"]
-    result, _ = worker.fit(3, 0, payload, {})
+    payload = make_algorithm(spec, scenario.input_shape, dataset.num_classes).init_state().global_model
+    result, _ = worker.run(FIT, 3, 0, payload, None)
     assert result.metrics["train_steps"] == 3.0
     assert run_spec(spec).status == "FINISHED"
 

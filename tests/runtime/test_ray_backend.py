@@ -7,6 +7,7 @@ import pytest
 from fedbench.algorithms import make_algorithm
 from fedbench.data import load_dataset
 from fedbench.runtime import Federation
+from fedbench.runtime.jobs import FIT
 from fedbench.runtime.state_store import StateStore
 from fedbench.scenarios import build_scenario
 from tests.conftest import tiny_spec
@@ -93,17 +94,17 @@ def test_a_payload_shared_by_several_clients_is_put_once(ray_session, monkeypatc
     try:
         put, shipped = ray_session.put, []
         monkeypatch.setattr(ray_session, "put", lambda value, **kwargs: shipped.append(value) or put(value, **kwargs))
-        results = backend.run("fit", 1, payloads, StateStore())
+        results = backend.run(FIT, 1, payloads, StateStore())
     finally:
         backend.close()
-    assert shipped == [state["global"]]  # one object for the four clients
+    assert shipped == [state.global_model]  # one object for the four clients
     assert [r.client_id for r in results] == [0, 1, 2, 3] and all(r.uplink.weights for r in results)
 
 
 def test_a_failure_on_a_ray_worker_is_reported_by_its_cause_on_one_line(ray_session):
     bad = Federation(tiny_spec(optimizer={"lr": 1e30}), backend="ray").run()
     assert bad.reason.startswith("ClientDivergedError: client ") and "\n" not in bad.reason and "\x1b" not in bad.reason
-    assert "ray::ClientWorker.fit()" in bad.traceback and "\x1b" not in bad.traceback
+    assert "ray::ClientWorker.run()" in bad.traceback and "\x1b" not in bad.traceback
 
 
 def test_a_worker_no_node_could_hold_is_refused_naming_the_field(ray_session):

@@ -1,16 +1,20 @@
 """FedAvg's aggregation as a fold over results streamed in client-id order: the numbers of the list average,
 bit for bit, without the round holding every client's model."""
 
+from dataclasses import dataclass
+
 import numpy as np
 import pytest
 
 from fedbench.algorithms import make_algorithm
-from fedbench.algorithms.base import Algorithm, UplinkAverage, average_uplinks, counted
+from fedbench.algorithms.base import GlobalState, UplinkAverage, average_uplinks, counted
+from fedbench.algorithms.capabilities import StreamedAggregation
 from fedbench.algorithms.fedavg import FedAvg
-from fedbench.core.types import ClientResult
+from fedbench.core.types import ClientResult, Payload
 from fedbench.data import load_dataset
 from fedbench.runtime import Federation
 from fedbench.runtime.backends import make_backend
+from fedbench.runtime.jobs import FIT
 from fedbench.runtime.state_store import StateStore
 from fedbench.scenarios import build_scenario
 from fedbench.training import RunningAverage, average_weights
@@ -40,19 +44,24 @@ def test_the_running_average_is_the_list_average_bit_for_bit():
     assert folded["steps"][0] == 0  # integer buffers: the first model's
 
 
+@dataclass(frozen=True)
+class WithRound(GlobalState):
+    round: int = 0
+
+
 def test_fedavgs_fold_is_its_aggregate_and_checks_each_clients_count():
     results = uplinks([40, 8, 23])
-    fold = UplinkAverage({"round": 1}, {0: 40, 1: 8, 2: 23})
+    fold = UplinkAverage(WithRound(Payload(), round=1), {0: 40, 1: 8, 2: 23})
     for r in results:
         fold.add(r)
     state = fold.finish()
-    assert state["round"] == 1
+    assert state.round == 1  # the rest of the state is kept
     for name, array in average_uplinks(results).items():
-        np.testing.assert_array_equal(state["global"].weights[name], array)
+        np.testing.assert_array_equal(state.global_model.weights[name], array)
     with pytest.raises(RuntimeError, match="expected client 0 with 41 training samples, got client 0 with 40"):
-        UplinkAverage({}, {0: 41, 1: 8, 2: 23}).add(results[0])
+        UplinkAverage(GlobalState(Payload()), {0: 41, 1: 8, 2: 23}).add(results[0])
     with pytest.raises(RuntimeError, match="expected client 0"):
-        UplinkAverage({}, {0: 40, 1: 8, 2: 23}).add(results[1])
+        UplinkAverage(GlobalState(Payload()), {0: 40, 1: 8, 2: 23}).add(results[1])
 
 
 @pytest.mark.parametrize("algorithm,streams", [
@@ -63,13 +72,13 @@ def test_only_methods_that_aggregate_as_fedavg_stream(algorithm, streams):
     spec = tiny_spec(algorithm=algorithm)
     digits = load_dataset("digits")
     method = make_algorithm(spec, digits.input_shape, digits.num_classes, 2)
-    assert (method.aggregator(1, method.init_state(), {0: 10}) is not None) == streams
+    assert (isinstance(method, StreamedAggregation) and method.streams()) == streams
 
 
 def test_a_streamed_run_has_the_numbers_of_the_listed_run(monkeypatch):
     spec = tiny_spec(rounds=3, seed=3, algorithm={"name": "fedavg", "client_fraction": 0.75})
     streamed = Federation(spec, backend="serial").run()
-    monkeypatch.setattr(FedAvg, "aggregator", Algorithm.aggregator)  # the list path: `aggregate` gets every result
+    monkeypatch.setattr(FedAvg, "streams", classmethod(lambda cls: False))  # the list path: `aggregate` gets every result
     listed = Federation(spec, backend="serial").run()
     assert streamed.status == listed.status == "FINISHED", (streamed.reason, listed.reason)
     drop_times = lambda history: [{k: v for k, v in r.items() if not k.startswith("time_")} for r in history]
@@ -89,7 +98,7 @@ def test_a_stream_hands_out_results_in_client_order_before_the_round_is_done(req
     runner = make_backend(backend, digits, scenario, spec)
     try:
         store = StateStore()
-        stream = runner.stream("fit", 1, method.configure(1, method.init_state(), list(range(12))), store)
+        stream = runner.stream(FIT, 1, method.configure(1, method.init_state(), list(range(12))), store)
         first = next(stream)
         assert len(store) < 12  # not every job was even dispatched yet
         ids = [first.client_id, *(r.client_id for r in stream)]

@@ -37,6 +37,21 @@ def test_an_array_shared_by_several_models_travels_once():
     assert equal_but_distinct.nbytes == 2 * np.zeros(3).nbytes + 2 * 8  # both arrays travel, and 2 owner ids
 
 
+def test_indexed_models_travel_in_a_bundle_and_an_array_they_share_travels_once():
+    """FedRC's system payloads carry K models each; every client's holds the same K server models."""
+    cluster = [Payload({"w": np.arange(100.0) + k}) for k in range(2)]
+    payloads = {j: Payload(extras={"omega": {"o": np.full(2, float(j))}}, models=dict(enumerate(cluster)))
+                for j in range(3)}
+    flat = bundle(payloads)
+    assert flat.nbytes == 2 * cluster[0].nbytes + 3 * 16 + 2 * 2 * 8 + 3 * 8  # models once, references, owners
+    models, owners = unbundle(flat)
+    assert owners.tolist() == [0, 1, 2]
+    for j, model in enumerate(models):
+        assert all(model.models[k].weights["w"] is models[0].models[k].weights["w"] for k in range(2))
+        np.testing.assert_array_equal(model.models[1].weights["w"], cluster[1].weights["w"])
+        np.testing.assert_array_equal(model["omega"]["o"], np.full(2, float(j)))
+
+
 def test_majority_vote_counts_every_owner_and_breaks_ties_to_the_smallest_class():
     labels = np.array([2, 1, 0])
     # three clients, two distinct models: client 0 and 2 own model 0, client 1 owns model 1
@@ -97,12 +112,12 @@ def test_merged_adds_a_clients_arrays_to_the_servers_part():
 def test_one_shared_model_takes_system_accuracy_from_the_last_evaluation_the_same_number_as_the_pass(monkeypatch):
     """FedAvg: every client answers with the global model it was evaluated with, so the vote is its prediction and
     the pooled accuracy is the last evaluation's; forcing the predict pass gives the same number, bit for bit."""
-    from fedbench.runtime import federation
+    from fedbench.runtime import evaluation
 
     spec = tiny_spec(rounds=2, scenario={"partition": "dirichlet", "alpha": 0.5, "num_clients": 5,
                                          "test_clients": {"mode": "none"}})
     derived = run_spec(spec)
-    monkeypatch.setattr(federation, "answered_by_evaluation", lambda *args: False)
+    monkeypatch.setattr(evaluation, "answered_by_evaluation", lambda *args: False)
     passed = run_spec(spec)
     assert derived.status == passed.status == "FINISHED", (derived.reason, passed.reason)
     assert derived.history[-1][M.ACC_SYSTEM] == passed.history[-1][M.ACC_SYSTEM]
@@ -117,11 +132,11 @@ def test_one_shared_model_takes_system_accuracy_from_the_last_evaluation_the_sam
 
 def test_differing_personal_models_still_vote_in_a_pass(monkeypatch):
     """IFCA's cluster models differ between clients: the vote is not one model's answer, so its pass runs."""
-    from fedbench.runtime import federation, system_eval
+    from fedbench.runtime import evaluation
 
     calls = []
-    real = system_eval.answered_by_evaluation
-    monkeypatch.setattr(federation, "answered_by_evaluation", lambda *args: calls.append(real(*args)) or calls[-1])
+    real = evaluation.answered_by_evaluation
+    monkeypatch.setattr(evaluation, "answered_by_evaluation", lambda *args: calls.append(real(*args)) or calls[-1])
     result = run_spec(tiny_spec(algorithm={"name": "ifca", "clusters": 2}, scenario={
         "partition": "dirichlet", "alpha": 0.5, "num_clients": 4, "test_clients": {"mode": "none"}}))
     assert result.status == "FINISHED", result.reason

@@ -24,7 +24,7 @@ class Matchmaker(FedAvg):
 
     def assign(self, state, descriptions):
         matched = {tid: int(d["id"]["id"][0]) for tid, d in descriptions.items()}  # own distribution under mode "own"
-        return Assignment({tid: state["global"] for tid in descriptions}, matched)
+        return Assignment({tid: state.global_model for tid in descriptions}, matched)
 
 
 def own_spec():
@@ -64,7 +64,7 @@ def test_without_test_clients_there_is_no_test_time_accuracy():
 class Ensembler(FedAvg):
     """Test clients get a size-weighted ensemble of `models` (built per test from the global model)."""
 
-    models = staticmethod(lambda state: {0: state["global"]})
+    models = staticmethod(lambda state: {0: state.global_model})
     sizes = {0: 1.0}
 
     def assign(self, state, descriptions):
@@ -94,7 +94,7 @@ def test_an_ensemble_weighs_its_models_by_size(monkeypatch):
     """Two models, one always answering 0 and one always 1: weighted 3 to 1 the ensemble answers as the heavier
     one alone, so swapping the weights swaps the result."""
     def run(sizes):
-        models = staticmethod(lambda state: {k: always(k)(state["global"].weights) for k in sizes})
+        models = staticmethod(lambda state: {k: always(k)(state.global_model.weights) for k in sizes})
         monkeypatch.setitem(ALGORITHMS._entries, "ensembler", type("Fixed", (Ensembler,), {"models": models,
                                                                                             "sizes": sizes}))
         return run_spec(tiny_spec(algorithm="ensembler", rounds=1)).history[-1][M.ACC_TEST_TIME]

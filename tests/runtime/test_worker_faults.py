@@ -14,6 +14,7 @@ from fedbench.core.callbacks import Callback
 from fedbench.data import load_dataset
 from fedbench.runtime import Federation
 from fedbench.runtime.failures import failure_reason
+from fedbench.runtime.jobs import FIT
 from fedbench.runtime.state_store import StateStore
 from fedbench.scenarios import build_scenario
 from tests.conftest import tiny_spec
@@ -87,7 +88,7 @@ def test_a_job_that_kills_every_worker_fails_the_run_after_bounded_attempts(ray_
     backend = RayBackend(dataset, scenario, spec, pool)
     try:
         with pytest.raises(WorkerLostError) as lost:
-            backend.run("fit", 1, payloads, StateStore())
+            backend.run(FIT, 1, payloads, StateStore())
     finally:
         pool.close()
     # the reason a failed run records: one line naming the job, how many workers it took down, and why

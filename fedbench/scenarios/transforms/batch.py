@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from dataclasses import dataclass
+from functools import cached_property
 
 import torch
 
@@ -10,6 +11,7 @@ from fedbench.data.base import to_float_batch
 from fedbench.scenarios.transforms.ops import Op, describe_ops
 
 
+@dataclass(frozen=True, repr=False)
 class BatchTransform:
     """A client's feature transform: uint8 batch + original labels -> the float batch the model sees.
 
@@ -27,24 +29,45 @@ class BatchTransform:
     channels apart (colour, noise), since rotations and photometric changes of a gray image are the same
     on one channel as on three, at a third of the work.
 
-    Not thread-safe: each op's scratch (grids, constants, reused buffers) lives here, one set per client job.
+    Not thread-safe: each op's scratch (grids, constants, reused buffers) lives here, one set per client job, made
+    on first use and never part of the transform's value: a transform is its fields, so a client state holding one
+    serialises and loads back (`fedbench.core.state_codec`).
 
     Args:
         ops: the descriptor (`ClientView.transform`).
         channels: the scenario's output channel count (`Scenario.input_shape[0]`).
     """
 
-    def __init__(self, ops: Sequence[Op], channels: int):
-        self.ops = tuple(ops)
-        self.channels = channels
+    ops: tuple[Op, ...]
+    channels: int
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "ops", tuple(self.ops))
+
+    @cached_property
+    def _uint8_ops(self) -> tuple[Op, ...]:
+        """The leading ops that run on the uint8 data."""
         lead = 0
         while lead < len(self.ops) and self.ops[lead].uint8_ok:
             lead += 1
-        self._uint8_ops, self._float_ops = self.ops[:lead], self.ops[lead:]
-        self._caches: list[dict] = [{} for _ in self.ops]
-        # Gray data: float ops before this index run on one channel, the repeat to RGB comes here.
-        self._rgb_from = next((i for i, op in enumerate(self._float_ops) if not op.gray_ok), len(self._float_ops))
-        self._class_sets: dict[tuple[tuple[int, ...], str], torch.Tensor] = {}
+        return self.ops[:lead]
+
+    @cached_property
+    def _float_ops(self) -> tuple[Op, ...]:
+        return self.ops[len(self._uint8_ops):]
+
+    @cached_property
+    def _rgb_from(self) -> int:
+        """Gray data: float ops before this index run on one channel, the repeat to RGB comes here."""
+        return next((i for i, op in enumerate(self._float_ops) if not op.gray_ok), len(self._float_ops))
+
+    @cached_property
+    def _caches(self) -> list[dict]:
+        return [{} for _ in self.ops]
+
+    @cached_property
+    def _class_sets(self) -> dict[tuple[tuple[int, ...], str], torch.Tensor]:
+        return {}
 
     def __repr__(self) -> str:
         return f"BatchTransform({describe_ops(self.ops)!r}, channels={self.channels})"

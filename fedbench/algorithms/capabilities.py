@@ -1,0 +1,168 @@
+"""What a method can do beyond the core every method implements (`Algorithm`): capabilities it opts into by
+inheriting their type. The runtime asks `isinstance(algorithm, TestTimeAssignment)`, never a flag or a string.
+
+- `StreamedAggregation`: aggregates as a fold over the results, one at a time (FedAvg), so a round never holds
+  every client's model.
+- `RoundReport`: the server half computes numbers of its own each round (cluster sizes, FEROMA's kinds).
+- `TestTimeAssignment`: unseen test clients (002 Sec. 3.3) get a model chosen for them, after optionally
+  describing themselves (FEROMA's profile).
+- `SystemVote`: the federation answers a pooled test set with every client's personal model (004 Sec. 5).
+- `PersonalModels`: each client's personal model is completed by what only the client holds (Ditto's personal
+  model, FedRep's head); for the vote each client uploads that part once, after the last round.
+- `PeerRelay`: a decentralized method simulated through the server as a relay (Gossip, DAC): its uplinks only
+  park models there and are not metered; peers' payloads arrive in `Payload.peers`, charged to both ends.
+
+The protocols that use them live in `fedbench.runtime.evaluation`.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Protocol, Sequence
+
+import numpy as np
+
+from fedbench.core import metrics as M
+from fedbench.core.types import ClientResult, Metrics, Payload, RoundContext
+from fedbench.training import ClientData, predict, probabilities
+
+
+class Aggregator(Protocol):
+    """A round's aggregation as a fold (`StreamedAggregation.aggregator`): results are added in client-id order."""
+
+    def add(self, result: ClientResult) -> None: ...
+
+    def finish(self) -> Any: ...
+
+
+class StreamedAggregation(ABC):
+    """Aggregation as a fold that builds the same next state as `aggregate`, bit for bit."""
+
+    @classmethod
+    def streams(cls) -> bool:
+        """Whether this class aggregates with its fold: a subclass that changes `aggregate` says no, and its
+        `aggregate` gets the whole list."""
+        return True
+
+    @abstractmethod
+    def aggregator(self, round: int, state: Any, train_sizes: Mapping[int, int]) -> Aggregator:
+        """A fold over this round's fit results in client-id order. `train_sizes`: each sampled client's
+        training-set size, known before any result arrives."""
+
+
+class RoundReport(ABC):
+    """The server half reports numbers of its own with every round."""
+
+    @abstractmethod
+    def round_metrics(self, state: Any) -> Metrics:
+        """Numbers computed in the `aggregate` that returned `state`; the runtime adds them to the round record."""
+
+
+@dataclass(frozen=True)
+class Ensemble:
+    """Test time for a method with no rule to pick one model for an unseen client (002 App. I.3's rule for its
+    baselines): the test client averages the output probabilities of all `models`, model k weighted by
+    `weights[k]`, the number of clients in its cluster (1 for a client's own model)."""
+
+    models: dict[int, Payload]
+    weights: dict[int, float]
+
+    def __post_init__(self) -> None:
+        if set(self.models) != set(self.weights) or not self.models:
+            raise ValueError("an Ensemble needs one weight per model and at least one model")
+
+
+@dataclass(frozen=True)
+class Assignment:
+    """The server's test-time decision: what each test client predicts with.
+
+    Attributes:
+        payloads: test client id -> the payload its `client_evaluate` runs; a test client left out is not evaluated.
+        matched: test client id -> the training client whose model it was given, for methods that pick one
+            (FEROMA); the runtime scores these associations against the scenario's ground truth.
+        ensemble: instead of `payloads`, one size-weighted ensemble every described test client downloads whole
+            and predicts with (`Assignment.size_weighted`).
+    """
+
+    payloads: dict[int, Payload]
+    matched: dict[int, int] = field(default_factory=dict)
+    ensemble: Ensemble | None = None
+
+    @classmethod
+    def size_weighted(cls, models: dict[int, Payload], sizes: dict[int, float], test_ids: Sequence[int]) -> Assignment:
+        """Every test client in `test_ids` gets the ensemble of `models` weighted by `sizes`, the number of
+        clients behind each model (002 App. I.3: "we weight all models by the number of clients in the cluster")."""
+        if not test_ids or not models:
+            return cls({})
+        return cls({tid: Payload() for tid in test_ids}, ensemble=Ensemble(models, sizes))
+
+
+class TestTimeAssignment(ABC):
+    """Unseen test clients (002 Sec. 3.3) are evaluated after the last round, with what `assign` gives them."""
+
+    __test__ = False  # not a pytest test class, despite its name
+
+    def describe_payloads(self, state: Any, test_clients: Sequence[int]) -> dict[int, Payload]:
+        """What each test client needs to describe itself before `assign` (FEROMA: the frozen profile extractor).
+        Empty (the default): test clients send nothing, and `assign` gets an empty description from each."""
+        return {}
+
+    def client_describe(self, payload: Payload, data: ClientData, ctx: RoundContext) -> Payload:
+        """A test client's uplink for `assign`. Its `data.train` holds only the few labelled samples it may
+        use (002 App. E; often none), `data.test` all its samples; labels of `data.test` are never to be used."""
+        return Payload()
+
+    @abstractmethod
+    def assign(self, state: Any, descriptions: dict[int, Payload]) -> Assignment:
+        """A payload per test client (or an ensemble), from the final state and each test client's description."""
+
+    def client_probabilities(self, payload: Payload, data: ClientData, ctx: RoundContext) -> np.ndarray:
+        """Class probabilities (float64 [n_test, num_classes]) of the payload's model on `data`'s test split, which a
+        test client averages over an `Ensemble`'s models."""
+        return probabilities(self.model_with(payload.weights), data, device=ctx.device).numpy()
+
+
+class SystemVote(ABC):
+    """System accuracy (004 Sec. 5): every client's personal model answers a pooled test set."""
+
+    def system_payloads(self, state: Any, clients: Sequence[int]) -> dict[int, Payload]:
+        """Every training client's personal model as the server holds it: by default what it evaluates. With
+        `PersonalModels` each entry (empty where the server holds nothing of it) is merged with what its client
+        uploads (`client_share`). Otherwise an empty payload for some client means part of the personal models
+        never reaches the server, so the run has no system accuracy."""
+        return self.evaluation_payloads(state, clients)
+
+    def client_predict(self, payload: Payload, state: Any, data: ClientData,
+                       ctx: RoundContext) -> dict[str, np.ndarray]:
+        """Predictions of the payload's model on `data`'s test split.
+
+        Returns:
+            `M.PRED`: int64 [n_test] predicted classes; methods with a router add `M.ROUTE`: float [n_test,
+            num_clients], scores whose argmax is the client whose model should answer (004 eq. 9).
+        """
+        return {M.PRED: predict(self.model_with(payload.weights), data, device=ctx.device).numpy()}
+
+
+class PersonalModels(ABC):
+    """Each client's personal model is completed by what only the client holds."""
+
+    @abstractmethod
+    def client_share(self, payload: Payload, state: Any) -> Payload:
+        """What the client adds to its `system_payloads` entry (`payload`) to make its personal model: arrays it
+        replaces or adds, section by section (FedRep: its head); empty where it adds nothing."""
+
+
+class PeerRelay(ABC):
+    """A decentralized method simulated through the server as a relay: its uplinks are not metered (they only park
+    at the relay); what peers send each other travels in `Payload.peers` of the downlinks, charged to both ends."""
+
+
+CAPABILITIES: tuple[type, ...] = (StreamedAggregation, RoundReport, TestTimeAssignment, SystemVote, PersonalModels,
+                                  PeerRelay)
+
+
+def capabilities_of(cls: type) -> list[str]:
+    """The names of the capabilities an algorithm class has, in `CAPABILITIES` order (for `fedbench list`)."""
+    return [capability.__name__ for capability in CAPABILITIES if issubclass(cls, capability)
+            and (capability is not StreamedAggregation or cls.streams())]

@@ -1,0 +1,208 @@
+"""The evaluation protocols, in one place: local accuracy every evaluated round, and after the last round system
+accuracy (004 Sec. 5) and the unseen test-time clients (002 Sec. 3.3).
+
+Each protocol runs typed jobs (below) through the backend and asks the algorithm only what its capabilities
+(`fedbench.algorithms.capabilities`) say it can answer: a method without `SystemVote` has no system accuracy, one
+without `TestTimeAssignment` no test-time clients. What the jobs download is metered on the evaluation channels.
+Adding a protocol means a job here, a step in `Evaluation`, and a capability the methods that support it inherit.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from fedbench.algorithms.base import Algorithm
+from fedbench.algorithms.capabilities import PersonalModels, SystemVote, TestTimeAssignment
+from fedbench.core import metrics as M
+from fedbench.core.runspec import RunSpec
+from fedbench.core.types import ClientResult, Payload
+from fedbench.runtime.byte_meter import ByteMeter
+from fedbench.runtime.jobs import Job
+from fedbench.runtime.records import evaluation_metrics, test_time_metrics
+from fedbench.runtime.state_store import StateStore
+from fedbench.runtime.system_eval import (
+    ENSEMBLE, bundle, ensemble_bundle, ensemble_metrics, pooled_accuracy, system_counts, system_metrics, unbundle,
+)
+from fedbench.scenarios import Scenario
+
+
+# -- jobs --------------------------------------------------------------------------------------------------
+class Evaluate(Job):
+    """A training client's local accuracy: `client_evaluate` on its test split, with its training-set size."""
+
+    name = "evaluate"
+
+    def run(self, worker: Any, round: int, client_id: int, payload: Payload, state: Any) -> ClientResult:
+        metrics, seconds = worker.on_data(
+            self, round, client_id, lambda data, ctx: worker.algorithm.client_evaluate(payload, state, data, ctx))
+        train_samples = float(worker.train_samples(round, client_id))
+        return ClientResult(client_id, Payload(), {**metrics, M.TRAIN_SAMPLES: train_samples}, seconds)
+
+
+class Predict(Job):
+    """System accuracy's share of one client: its test split answered by every client's model (the bundle)."""
+
+    name = "predict"
+
+    def run(self, worker: Any, round: int, client_id: int, payload: Payload, state: Any) -> ClientResult:
+        models, owners = unbundle(payload)
+
+        def count(data, ctx) -> dict[str, float]:
+            outputs = [worker.algorithm.client_predict(model, state, data, ctx) for model in models]
+            return system_counts(outputs, owners, data.test_y.numpy(), client_id, ctx.num_classes)
+
+        metrics, seconds = worker.on_data(self, round, client_id, count)
+        return ClientResult(client_id, Payload(), metrics, seconds)
+
+
+class Share(Job):
+    """What a client adds to its system payload for the vote (`PersonalModels.client_share`); reads no data."""
+
+    name = "share"
+
+    def run(self, worker: Any, round: int, client_id: int, payload: Payload, state: Any) -> ClientResult:
+        start = time.perf_counter()
+        uplink = worker.algorithm.client_share(payload, state)
+        return ClientResult(client_id, uplink, {}, time.perf_counter() - start)
+
+
+class Describe(Job):
+    """A test-time client's uplink for `assign` (FEROMA's label-free profile)."""
+
+    name = "describe"
+    test_time = True
+
+    def run(self, worker: Any, round: int, client_id: int, payload: Payload, state: Any) -> ClientResult:
+        uplink, seconds = worker.on_data(
+            self, round, client_id, lambda data, ctx: worker.algorithm.client_describe(payload, data, ctx))
+        return ClientResult(client_id, uplink, {}, seconds)
+
+
+class Test(Job):
+    """A test-time client's accuracy with the payload `assign` gave it, or with the size-weighted ensemble."""
+
+    __test__ = False  # not a pytest test class, despite its name
+    name = "test"
+    test_time = True
+
+    def run(self, worker: Any, round: int, client_id: int, payload: Payload, state: Any) -> ClientResult:
+        algorithm = worker.algorithm
+
+        def score(data, ctx) -> dict[str, float]:
+            if ENSEMBLE not in payload:
+                return algorithm.client_evaluate(payload, state, data, ctx)
+            models, _ = unbundle(payload)
+            outputs = [algorithm.client_probabilities(model, data, ctx) for model in models]
+            return ensemble_metrics(outputs, payload, data.test_y.numpy())
+
+        metrics, seconds = worker.on_data(self, round, client_id, score)
+        return ClientResult(client_id, Payload(), metrics, seconds)
+
+
+EVALUATE, PREDICT, SHARE, DESCRIBE, TEST = Evaluate(), Predict(), Share(), Describe(), Test()
+
+
+# -- protocols ---------------------------------------------------------------------------------------------
+class Evaluation:
+    """A run's evaluation protocols, over its algorithm, backend, training clients' state store and byte meter."""
+
+    def __init__(self, spec: RunSpec, algorithm: Algorithm, backend, scenario: Scenario, store: StateStore,
+                 meter: ByteMeter):
+        self.spec = spec
+        self.algorithm = algorithm
+        self.backend = backend
+        self.scenario = scenario
+        self.store = store
+        self.meter = meter
+        self.compute_s = 0.0
+        """Compute seconds of the jobs run since the last `take_compute_s`."""
+
+    def take_compute_s(self) -> float:
+        """The evaluation jobs' compute seconds since the last call."""
+        seconds, self.compute_s = self.compute_s, 0.0
+        return seconds
+
+    def local(self, round: int, state: Any, clients: list[int]) -> tuple[dict[str, float], LocalResults]:
+        """Local accuracy of `clients` on their test splits; returns the metrics and what each evaluated with."""
+        payloads = self.algorithm.evaluation_payloads(state, clients)
+        results = self._run(EVALUATE, round, payloads)
+        return evaluation_metrics(results), LocalResults(payloads, results)
+
+    def final(self, round: int, state: Any, last: LocalResults) -> dict[str, float]:
+        """After the last round (whose local evaluation of every client is `last`): system accuracy where the run
+        asks for it and the method has a vote, and the test-time clients where the method assigns them models."""
+        record: dict[str, float] = {}
+        if self.spec.system_accuracy and isinstance(self.algorithm, SystemVote):
+            record.update(self.system_accuracy(round, state, last))
+        if self.scenario.test_clients and isinstance(self.algorithm, TestTimeAssignment):
+            record.update(self.test_time(round, state))
+        return record
+
+    def system_accuracy(self, round: int, state: Any, last: LocalResults) -> dict[str, float]:
+        """`acc_system` (and `acc_routing`) from every training client's personal model. Where every client answers
+        with the one model it was just evaluated with, the last evaluation already holds the answer (no job)."""
+        algorithm = self.algorithm
+        personal = algorithm.system_payloads(state, list(range(self.spec.scenario.num_clients)))
+        if answered_by_evaluation(algorithm, personal, last.payloads):
+            return pooled_accuracy(last.results)
+        if isinstance(algorithm, PersonalModels) and personal:  # each client uploads its own part, for the vote only
+            completed = self._run(SHARE, round, personal, downloaded=False)
+            self.meter.uplink(completed, channel=M.COMM_EVAL_UP_BYTES)
+            personal = {r.client_id: personal[r.client_id].merged(r.uplink) for r in completed}
+        if not personal or any(p.is_empty for p in personal.values()):  # models living on clients: no answer
+            return {}
+        shared = bundle(personal)
+        return system_metrics(self._run(PREDICT, round, {cid: shared for cid in personal}))
+
+    def test_time(self, round: int, state: Any) -> dict[str, float]:
+        """The test-time clients: each describes itself where the method asks, the server assigns each a model (or
+        the size-weighted ensemble), and each is scored with it."""
+        algorithm = self.algorithm
+        test_ids = list(range(len(self.scenario.test_clients)))
+        no_state = StateStore()  # test-time clients never trained: they have no client state
+        descriptions = {tid: Payload() for tid in test_ids}
+        requests = algorithm.describe_payloads(state, test_ids)
+        if requests:
+            described = self._run(DESCRIBE, round, requests, no_state)
+            descriptions.update({r.client_id: r.uplink for r in described})
+        assignment = algorithm.assign(state, descriptions)
+        payloads = assignment.payloads
+        if assignment.ensemble is not None:  # one bundle of every model, downloaded whole by each test client
+            shared = ensemble_bundle(assignment.ensemble.models, assignment.ensemble.weights)
+            payloads = {tid: shared for tid in payloads}
+        if not payloads:
+            return {}
+        tested = self._run(TEST, round, payloads, no_state)
+        return test_time_metrics(tested, assignment.matched, self.scenario, round)
+
+    def _run(self, job: Job, round: int, payloads: Mapping[int, Payload], store: StateStore | None = None,
+             downloaded: bool = True) -> list[ClientResult]:
+        """`job` for every client of `payloads`; where the payloads travel (`downloaded`; not where they stand for
+        what the server already holds, as for `SHARE`), metered on the evaluation channel."""
+        if downloaded:
+            self.meter.downlink(payloads, channel=M.COMM_EVAL_DOWN_BYTES)
+        results = self.backend.run(job, round, payloads, self.store if store is None else store)
+        self.compute_s += sum(r.compute_s for r in results)
+        return results
+
+
+@dataclass(frozen=True)
+class LocalResults:
+    """A local evaluation's payloads (what each client evaluated with) and results, which system accuracy reuses."""
+
+    payloads: dict[int, Payload]
+    results: list[ClientResult]
+
+
+def answered_by_evaluation(algorithm: Algorithm, system: Mapping[int, Payload], evaluated: Mapping[int, Payload]) -> bool:
+    """Whether system accuracy's vote would answer every sample as the last evaluation did, so that its pass can be
+    skipped: one payload answers for every client (the vote of one model is its prediction), it is the payload
+    each client was evaluated with, and the algorithm evaluates and predicts with that payload's model as the
+    defaults do (the same model on the same batches, the same argmax), with no client part to upload."""
+    kind = type(algorithm)
+    return (bool(system) and not isinstance(algorithm, PersonalModels)
+            and kind.client_evaluate is Algorithm.client_evaluate and kind.client_predict is SystemVote.client_predict
+            and len({id(p) for p in system.values()}) == 1
+            and all(evaluated.get(cid) is payload and not payload.is_empty for cid, payload in system.items()))
