@@ -7,13 +7,13 @@ From Python, as in a notebook:
     fedbench.leaderboard("tasks/quickstart.yaml")
     fedbench.report("tasks/feroma_drift.yaml", profile="smoke")   # beside the published numbers
 
-`run`, `sweep`, `leaderboard` and `report` (see `fedbench.api`) are imported on first use, so `import fedbench` loads
-neither torch, Ray nor MLflow.
+`run`, `sweep`, `leaderboard`, `export`, `plot`, `report`, `listing` and `show_scenario` (see `fedbench.api`, which
+every `fedbench` command calls) are imported on first use, so `import fedbench` loads neither torch, Ray nor MLflow.
 """
 
 from __future__ import annotations
 
 from fedbench.core.lazy import lazy_exports
 
-__all__ = ["leaderboard", "report", "run", "sweep"]
+__all__ = ["export", "leaderboard", "listing", "plot", "report", "run", "show_scenario", "sweep"]
 __getattr__, __dir__ = lazy_exports(__name__, dict.fromkeys(__all__, "fedbench.api"))

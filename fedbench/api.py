@@ -1,51 +1,68 @@
-"""fedbench from Python (a notebook): `run`, `sweep`, `leaderboard` and `report`, doing what the commands of the same
-names do, through the same functions, and returning the results instead of printing tables.
+"""fedbench from Python (a notebook), and what every `fedbench` command does: `run`, `sweep`, `leaderboard`, `export`,
+`plot`, `report`, `listing` and `show_scenario` do the work and return their results instead of printing tables.
+The command line only parses its arguments, calls these and prints what they return, so a command and its
+Python twin cannot drift apart (both skip finished runs, both write the leaderboard files).
 
 Overrides are `--set`'s: `overrides=["optimizer.lr=0.01"]` (values parsed as YAML), or keyword arguments
-with `__` for the dots, `optimizer__lr=0.01` (values taken as they are). Heavy imports (torch, Ray, MLflow)
-happen inside the calls, so importing fedbench stays cheap.
+with `__` for the dots, `optimizer__lr=0.01` (values taken as they are). Everything but fedbench's lightest
+modules is imported inside the calls, so importing fedbench (and `fedbench --help`, `fedbench list`) stays cheap.
+A bad argument is reported by the command's option name (`--dpi`, `--rounds`), as the layers below already
+report theirs (`--metric`, `--experiment`).
 """
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-from fedbench.config.task import Override, TaskSpec, load_task, parse_overrides, resolve_run, set_path, task_from_dict
 from fedbench.core import metrics as M
-from fedbench.core.callbacks import RunResult
+from fedbench.core import timeline
 from fedbench.core.errors import ConfigError
-from fedbench.core.runspec import RunSpec
 
 if TYPE_CHECKING:
     import pandas as pd
+    from rich.console import Console
 
+    from fedbench.catalog import Listed
+    from fedbench.config.task import Override, TaskSpec
+    from fedbench.core.callbacks import RunResult
+    from fedbench.core.runspec import RunSpec
+    from fedbench.data.base import BaseDataset
+    from fedbench.scenarios.artifact import Scenario
+    from fedbench.tracking.plots import Plots
     from fedbench.tracking.reproduction import Report
+    from fedbench.tuning.plan import SweepPlan
     from fedbench.tuning.search_space import SearchSpace
     from fedbench.tuning.sweep import SweepOutcome
 
-TaskLike = str | os.PathLike | Mapping[str, Any] | TaskSpec
-"""A task file's path, a task's mapping (as a task file writes it) or a TaskSpec."""
+    TaskLike = str | os.PathLike | Mapping[str, Any] | TaskSpec
+    """A task file's path, a task's mapping (as a task file writes it) or a TaskSpec."""
 
 
 def run(task_or_spec: TaskLike | RunSpec, *, overrides: Sequence[str] = (), backend: str | None = None,
-        track: bool = True, **fields: Any) -> list[RunResult] | RunResult:
+        track: bool = True, rerun: bool = False, console: Console | None = None,
+        **fields: Any) -> list[RunResult] | RunResult:
     """Run every RunSpec of a task one after another, as `fedbench run` does.
 
-    Each run gets the callbacks `fedbench run` gives it: recorded in MLflow (in the experiment named after
-    the task), a progress bar and a result line.
+    Runs the tracking store already holds a finished run of are skipped (and the console says how many), so
+    that running a task again after an interruption or an added grid value runs only what is missing. Each
+    run gets the callbacks `fedbench run` gives it: recorded in MLflow (in the experiment named after the
+    task), a progress bar and a result line.
 
     Args:
         task_or_spec: a task file path, a task mapping, a TaskSpec, or a single RunSpec.
         overrides: `key.path=value` texts, as `fedbench run --set` takes them.
         backend: `serial` or `ray` (`resources.backend`); None keeps the task's.
-        track: False runs without recording to MLflow.
+        track: False runs without recording to MLflow (and so skips nothing).
+        rerun: run the finished runs again too (`--rerun`); a single RunSpec always runs.
+        console: where the progress, the result lines and what was skipped go; None: a new rich Console.
         **fields: overrides as keyword arguments, `__` for the dots: `optimizer__lr=0.01`, `seeds=[0, 1]`.
 
     Returns:
-        One RunResult per run, in order (a failed run is reported in its result and the others go on);
-        a RunSpec gives its one RunResult.
+        One RunResult per run it ran, in order (none when every run had finished before; a failed run is
+        reported in its result and the others go on); a RunSpec gives its one RunResult.
 
     Raises:
         ConfigError: bad input, naming the field, the value and what is allowed; nothing has run then.
@@ -55,16 +72,36 @@ def run(task_or_spec: TaskLike | RunSpec, *, overrides: Sequence[str] = (), back
     """
     from rich.console import Console
 
+    from fedbench.core.runspec import RunSpec
     from fedbench.runtime.session import run_specs
+    from fedbench.tracking.paths import tracking_uri
     from fedbench.tracking.run_callbacks import run_callbacks
 
-    changes = [*overrides, *keyword_overrides(fields), *([("resources.backend", backend)] if backend else [])]
-    if isinstance(task_or_spec, RunSpec):
-        specs = [with_overrides(task_or_spec, changes)]
+    console = console or Console()
+    single = isinstance(task_or_spec, RunSpec)
+    if single:
+        specs = [with_overrides(task_or_spec, [*overrides, *keyword_overrides(fields), *backend_override(backend)])]
     else:
-        specs = as_task(task_or_spec, changes).expand()
-    results = run_specs(specs, run_callbacks(len(specs), Console(), track))
-    return results[0] if isinstance(task_or_spec, RunSpec) else results
+        specs = plan_run(task_or_spec, overrides=overrides, backend=backend, **fields).expand()
+    callbacks = run_callbacks(len(specs), console, track)  # checks the tracking server before the store is read
+    if track and not rerun and not single:
+        specs = unfinished(specs, console)
+        if not specs:
+            return []
+    timeline.mark("tracking_ready")
+    backends = ", ".join(sorted({s.resources.backend for s in specs}))
+    console.print(f"task [bold]{specs[0].task}[/]: {len(specs)} runs, backend {backends}, "
+                  f"tracking {tracking_uri() if track else 'off'}")
+    results = run_specs(specs, callbacks)
+    return results[0] if single else results
+
+
+def plan_run(task: TaskLike, *, overrides: Sequence[str] = (), backend: str | None = None, **fields: Any) -> TaskSpec:
+    """The task `run` runs, every field checked and nothing run: `.expand()` lists its RunSpecs, finished ones
+    included, as `fedbench run --dry-run` does (without reading the store, so that a plan is instant)."""
+    loaded = as_task(task, [*overrides, *keyword_overrides(fields), *backend_override(backend)])
+    timeline.mark("task_loaded")
+    return loaded
 
 
 def sweep(task: TaskLike, *, search: str | os.PathLike | SearchSpace | None = None, num_samples: int | None = None,
@@ -94,19 +131,44 @@ def sweep(task: TaskLike, *, search: str | os.PathLike | SearchSpace | None = No
     Raises:
         ConfigError: bad input (checked before any trial starts).
     """
-    from fedbench.tuning.launch import execute_sweep
-    from fedbench.tuning.plan import plan_sweep
-
-    spec = as_task(task, [*overrides, *keyword_overrides(fields)])
-    plan = plan_sweep(spec, search, num_samples, metric, mode, scheduler)
+    spec, plan = plan_sweep(task, search=search, num_samples=num_samples, metric=metric, mode=mode, scheduler=scheduler,
+                            max_concurrent=max_concurrent, max_failures=max_failures, overrides=overrides, **fields)
     return execute_sweep(spec, plan, max_concurrent=max_concurrent, address=address, resume=resume,
                          max_failures=max_failures)
 
 
+def plan_sweep(task: TaskLike, *, search: str | os.PathLike | SearchSpace | None = None, num_samples: int | None = None,
+               metric: str | None = None, mode: str = "max", scheduler: str | None = None,
+               max_concurrent: int | None = None, max_failures: int | None = None, overrides: Sequence[str] = (),
+               **fields: Any) -> tuple[TaskSpec, SweepPlan]:
+    """The task and the sweep `sweep` would run (arguments as there), every input checked and no trial started:
+    what `fedbench sweep --dry-run` shows. `max_concurrent` and `max_failures` are checked, not planned."""
+    from fedbench.config.task import check_max_failures
+    from fedbench.tuning.plan import plan_sweep as make_plan
+
+    if max_concurrent is not None and max_concurrent < 1:
+        raise ConfigError("--max-concurrent", max_concurrent, "an integer >= 1, or leave it out for as many as "
+                          "resources allow")
+    if max_failures is not None:
+        check_max_failures("--max-failures", max_failures)
+    spec = as_task(task, [*overrides, *keyword_overrides(fields)])
+    return spec, make_plan(spec, search, num_samples, metric, mode, scheduler)
+
+
+def execute_sweep(task: TaskSpec, plan: SweepPlan, *, max_concurrent: int | None = None, address: str | None = None,
+                  resume: bool = False, max_failures: int | None = None) -> SweepOutcome:
+    """Run what `plan_sweep` planned (options as in `sweep`): `sweep`'s second half, for a caller that shows the
+    plan before its trials start, as the command does."""
+    from fedbench.tuning.launch import execute_sweep as launch
+
+    return launch(task, plan, max_concurrent=max_concurrent, address=address, resume=resume, max_failures=max_failures)
+
+
 def leaderboard(task_or_experiment: TaskLike, *, metric: str = M.FINAL_PREFIX + M.ACC_LOCAL_MEAN,
-                group_by: str | Sequence[str] = ("dataset", "scenario"), mode: str = "max",
-                uri: str | None = None) -> pd.DataFrame:
-    """Rank configurations from the runs recorded in MLflow, as `fedbench leaderboard` does.
+                group_by: str | Sequence[str] = ("dataset", "scenario"), mode: str = "max", fmt: str | None = None,
+                out: str | os.PathLike | None = None, uri: str | None = None) -> pd.DataFrame:
+    """Rank configurations from the runs recorded in MLflow, as `fedbench leaderboard` does, and write the board
+    where it writes it: `results/leaderboards/<experiment>.md` and `.parquet`.
 
     Args:
         task_or_experiment: an MLflow experiment name, or a task (file path, mapping or TaskSpec) whose
@@ -115,24 +177,88 @@ def leaderboard(task_or_experiment: TaskLike, *, metric: str = M.FINAL_PREFIX + 
         group_by: fields whose values form the groups configurations compete in (`dataset`, `scenario`,
             or dotted fields such as `scenario.alpha`), as a list or comma-separated.
         mode: `max` or `min`, whether larger metric values are better.
+        fmt: also write the board as `markdown`, `csv` or `parquet`, to `out` (default: beside the others).
+        out: the path of `fmt`'s file.
         uri: the MLflow tracking URI; None: where `fedbench run` records (`MLFLOW_TRACKING_URI`, else
             `results/mlflow.db`).
 
     Returns:
         One row per configuration: group, rank (1 = best), configuration, mean, std and n over seeds, and
-        the cost columns. `attrs["failed"]` holds the runs that did not finish, with their reasons.
+        the cost columns. `attrs["failed"]` holds the runs that did not finish, with their reasons,
+        `attrs["metric"]` the metric ranked by and `attrs["files"]` the files written.
 
     Raises:
         ConfigError: an unknown experiment, metric or group-by field.
     """
-    from fedbench.tracking.leaderboard import build_leaderboard, read_runs
-    from fedbench.tracking.paths import tracking_uri
+    from fedbench.tracking.leaderboard import build_leaderboard, read_runs, write_leaderboard
+    from fedbench.tracking.paths import results_path, tracking_uri
 
     experiment = experiment_name(task_or_experiment)
-    fields = group_by.split(",") if isinstance(group_by, str) else list(group_by)
-    board = build_leaderboard(read_runs(experiment, uri or tracking_uri()), metric, fields, mode)
-    board.table.attrs.update(failed=board.failed, metric=board.metric)
+    board = build_leaderboard(read_runs(experiment, uri or tracking_uri()), metric, field_list(group_by), mode)
+    written = [write_leaderboard(board, results_path("leaderboards", f"{experiment}.md"), "markdown"),
+               write_leaderboard(board, results_path("leaderboards", f"{experiment}.parquet"), "parquet")]
+    if fmt is not None:
+        suffix = {"markdown": "md"}.get(fmt, fmt)
+        path = Path(out) if out else results_path("leaderboards", f"{experiment}.{suffix}")
+        written.append(write_leaderboard(board, path, fmt))
+    board.table.attrs.update(failed=board.failed, metric=board.metric, files=list(dict.fromkeys(written)))
     return board.table
+
+
+def export(task_or_experiment: TaskLike, *, fmt: str = "csv", group_by: str | Sequence[str] = ("dataset", "scenario"),
+           out: str | os.PathLike | None = None, uri: str | None = None) -> pd.DataFrame:
+    """Every per-round metric of an experiment's finished runs as one long table, written as `fedbench export` does.
+
+    Args:
+        task_or_experiment: an MLflow experiment name or a task, as `leaderboard` takes it.
+        fmt: `csv` or `parquet`.
+        group_by: the fields whose values form the `group` column, as a list or comma-separated.
+        out: the file to write; None: `results/exports/<experiment>-rounds.<fmt>`.
+        uri: the MLflow tracking URI; None: where `fedbench run` records.
+
+    Returns:
+        One row per (run, round, metric): run hash, seed, group, configuration, the varying fields, round,
+        metric and value; `attrs["path"]` is the file written.
+    """
+    from fedbench.tracking.export import long_metrics, write_table
+    from fedbench.tracking.paths import results_path, tracking_uri
+
+    experiment = experiment_name(task_or_experiment)
+    table = long_metrics(experiment, uri or tracking_uri(), field_list(group_by))
+    path = Path(out) if out else results_path("exports", f"{experiment}-rounds.{fmt}")
+    table.attrs["path"] = write_table(table, path)
+    return table
+
+
+def plot(task_or_experiment: TaskLike, *, metric: str = M.ACC_LOCAL_MEAN, group_by: str | Sequence[str] = ("scenario",),
+         out: str | os.PathLike | None = None, formats: str | Sequence[str] = ("png",), dpi: int = 110,
+         uri: str | None = None) -> Plots:
+    """Draw a metric per round (mean ± std over seeds) and a final-metric heatmap, as `fedbench plot` does; the
+    figures are also logged under the experiment's latest sweep parent run, when it has one.
+
+    Args:
+        task_or_experiment: an MLflow experiment name or a task, as `leaderboard` takes it.
+        metric: the per-round metric to plot; the heatmap shows `final/<metric>`.
+        group_by: the fields whose values form the panels and heatmap columns, as a list or comma-separated.
+        out: the folder for the figures; None: `results/plots/<experiment>`.
+        formats: figure formats among png, pdf and svg, as a list or comma-separated.
+        dpi: resolution of PNGs, 10 to 1200.
+        uri: the MLflow tracking URI; None: where `fedbench run` records.
+
+    Returns:
+        The curves and heatmap tables, the runs left out (not finished), the files written and the parent
+        run they were logged under.
+    """
+    from fedbench.tracking.paths import results_path, tracking_uri
+    from fedbench.tracking.plots import plot_experiment
+
+    if not 10 <= dpi <= 1200:
+        raise ConfigError("--dpi", dpi, "a resolution from 10 to 1200 dots per inch")
+    kinds = figure_formats(formats)
+    experiment = experiment_name(task_or_experiment)
+    folder = Path(out) if out else results_path("plots", experiment)
+    return plot_experiment(experiment, uri or tracking_uri(), folder, metric, field_list(group_by), formats=kinds,
+                           dpi=dpi)
 
 
 def report(task: TaskLike, *, out: str | os.PathLike | None = None, tolerance: float | None = None,
@@ -159,13 +285,112 @@ def report(task: TaskLike, *, out: str | os.PathLike | None = None, tolerance: f
     return write_report(spec, uri or tracking_uri(), folder, DEFAULT_TOLERANCE if tolerance is None else tolerance)
 
 
+def listing(kind: str | None = None, name: str | None = None) -> dict[str, list[Listed]]:
+    """What `fedbench list` shows: each kind's registered entries by name (datasets, models, algorithms,
+    partitions, shifts), each with its parameters, their defaults and docs, then the scenario presets under
+    `presets` (entries without parameters).
+
+    Args:
+        kind: that kind alone (plural or singular: `algorithm` is `algorithms`), without the presets.
+        name: with `kind`, that one entry; an unknown name raises a ConfigError listing the known ones.
+    """
+    from fedbench import catalog
+
+    kinds = [catalog.resolve_kind(kind)] if kind else list(catalog.KINDS)  # a bad kind fails before the catalog loads
+    listed = catalog.load()
+    if name and kind:
+        return {kinds[0]: [listed.entry(kinds[0], name)]}
+    entries = {k: listed.entries(k) for k in kinds}
+    if not kind:
+        entries["presets"] = [catalog.Listed(preset, text, ()) for preset, text in listed.presets]
+    return entries
+
+
+@dataclass(frozen=True)
+class ScenarioView:
+    """One run of a task and the federation it generates, as `fedbench scenario show` shows them."""
+
+    task: str
+    runs: int
+    """How many runs the task has; `index` is one of them."""
+    index: int
+    spec: RunSpec
+    dataset: BaseDataset
+    scenario: Scenario
+    rounds: list[int]
+    """The rounds to look at: those asked for, else 1, the first of each of the first 4 drift stages, the last."""
+    path: Path
+    """The heatmap PNG of each client's class mix per round."""
+
+
+def show_scenario(task: TaskLike, *, run_index: int = 0, rounds: str | Sequence[int] | None = None,
+                  out: str | os.PathLike | None = None, overrides: Sequence[str] = (), **fields: Any) -> ScenarioView:
+    """Build one run's federation, as the run itself would, and save a heatmap PNG of its class mix, as
+    `fedbench scenario show` does: a scenario is checked before compute is spent on it. Nothing is trained.
+
+    Args:
+        task: a task file path, a task mapping or a TaskSpec.
+        run_index: which of the task's runs, 0-based.
+        rounds: the rounds to look at, as a list or comma-separated (`"1,5,10"`); None: see `ScenarioView.rounds`.
+        out: the PNG's path; None: `results/scenarios/<task>-<run hash>.png`.
+        overrides: `key.path=value` texts, as `--set` takes them.
+        **fields: overrides as keyword arguments, `__` for the dots.
+    """
+    from fedbench.data import load_dataset
+    from fedbench.scenarios import build_scenario
+    from fedbench.scenarios.plot import plot_scenario
+    from fedbench.scenarios.report import default_rounds
+    from fedbench.tracking.paths import results_path
+
+    loaded = as_task(task, [*overrides, *keyword_overrides(fields)])
+    specs = loaded.expand()
+    if not 0 <= run_index < len(specs):
+        raise ConfigError("--run", run_index,
+                          f"a run index in 0..{len(specs) - 1} (the task has {runs_text(len(specs))})")
+    spec = specs[run_index]
+    asked = scenario_rounds(rounds, spec.rounds) if rounds is not None else None  # checked before the data loads
+    dataset = load_dataset(spec.dataset.name, spec.dataset.data_root, **spec.dataset.kwargs)
+    scenario = build_scenario(dataset, spec.scenario, spec.seed, spec.rounds)
+    shown = asked or default_rounds(scenario, spec.rounds)
+    path = Path(out) if out else results_path("scenarios", f"{loaded.name}-{spec.run_hash}.png")
+    title = (f"{loaded.name} run {run_index}: {spec.dataset.name}, {scenario.num_clients} clients, seed {spec.seed} "
+             f"({spec.run_hash})")
+    path = plot_scenario(dataset.y, scenario, shown, dataset.num_classes, dataset.classes, path, title=title)
+    return ScenarioView(loaded.name, len(specs), run_index, spec, dataset, scenario, shown, path)
+
+
+def unfinished(specs: list[RunSpec], console: Console) -> list[RunSpec]:
+    """`specs` less those whose run hash the tracking store already holds a finished run of (in the experiment
+    of their task), saying on `console` how many it left out."""
+    from fedbench.tracking.paths import store_missing, tracking_uri
+
+    uri = tracking_uri()
+    if store_missing(uri):  # a new store holds no finished run; reading it would create it
+        return specs
+    from fedbench.tracking.leaderboard import finished_run_hashes  # pandas and MLflow: only for a store
+
+    done = finished_run_hashes(specs[0].task, uri)
+    todo = [s for s in specs if s.run_hash not in done]
+    if len(todo) < len(specs):
+        console.print(f"skipping {len(specs) - len(todo)} of {len(specs)} runs already finished in {uri} "
+                      "(--rerun runs them again)")
+    return todo
+
+
 def keyword_overrides(fields: Mapping[str, Any]) -> list[tuple[str, Any]]:
     """Keyword arguments as (dotted path, value) overrides: `optimizer__lr=0.01` -> `("optimizer.lr", 0.01)`."""
     return [(name.replace("__", "."), value) for name, value in fields.items()]
 
 
+def backend_override(backend: str | None) -> list[tuple[str, Any]]:
+    """`backend` as the override of `resources.backend`; none for None (the task's own)."""
+    return [("resources.backend", backend)] if backend else []
+
+
 def as_task(task: TaskLike, overrides: Sequence[Override]) -> TaskSpec:
     """A TaskSpec from any task-like input, with `overrides` applied after the task's own."""
+    from fedbench.config.task import TaskSpec, load_task, task_from_dict
+
     if isinstance(task, TaskSpec):
         return task.with_overrides(overrides)
     if isinstance(task, Mapping):
@@ -177,6 +402,8 @@ def as_task(task: TaskLike, overrides: Sequence[Override]) -> TaskSpec:
 
 def with_overrides(spec: RunSpec, overrides: Sequence[Override]) -> RunSpec:
     """`spec` with RunSpec-field overrides, checked again as a task's run is."""
+    from fedbench.config.task import parse_overrides, resolve_run, set_path
+
     if not overrides:
         return spec
     raw = spec.to_dict()
@@ -185,12 +412,46 @@ def with_overrides(spec: RunSpec, overrides: Sequence[Override]) -> RunSpec:
     return resolve_run(raw)
 
 
-def experiment_name(task_or_experiment: TaskLike) -> str:
-    """The MLflow experiment a task records into, or the experiment name given."""
+def experiment_name(task_or_experiment: TaskLike, overrides: Sequence[str] = ()) -> str:
+    """The MLflow experiment a task records into (after `overrides`, such as a profile's), or the experiment name
+    given."""
     if isinstance(task_or_experiment, str) and not is_task_file(task_or_experiment):
         return task_or_experiment
-    return as_task(task_or_experiment, ()).name
+    return as_task(task_or_experiment, overrides).name
 
 
 def is_task_file(text: str) -> bool:
     return text.endswith((".yaml", ".yml")) or Path(text).is_file()
+
+
+def field_list(fields: str | Sequence[str]) -> list[str]:
+    """`"dataset,scenario"` or a list of names -> a list of names."""
+    return fields.split(",") if isinstance(fields, str) else list(fields)
+
+
+def figure_formats(formats: str | Sequence[str]) -> list[str]:
+    """`"png,pdf"` or a list -> ['png', 'pdf'], each one of the figure formats (ConfigError naming `--format`)."""
+    from fedbench.tracking.plots import FORMATS
+
+    kinds = [f.strip().lower() for f in field_list(formats) if f.strip()]
+    if not kinds or any(f not in FORMATS for f in kinds):
+        raise ConfigError("--format", formats, "comma-separated figure formats among " + ", ".join(FORMATS))
+    return kinds
+
+
+def scenario_rounds(rounds: str | Sequence[int], last: int) -> list[int]:
+    """`"1,5,10"` or a list -> [1, 5, 10], each checked against 1..last, each once (ConfigError naming `--rounds`)."""
+    allowed = f"comma-separated round numbers in 1..{last} (the run has {last} rounds), e.g. --rounds 1,{last}"
+    try:
+        numbers = [int(part) for part in field_list(rounds) if str(part).strip()]
+    except ValueError:
+        raise ConfigError("--rounds", rounds, allowed) from None
+    bad = [r for r in numbers if not 1 <= r <= last]
+    if not numbers or bad:
+        raise ConfigError("--rounds", bad[0] if bad else rounds, allowed)
+    return list(dict.fromkeys(numbers))
+
+
+def runs_text(n: int) -> str:
+    """'1 run', '2 runs'."""
+    return f"{n} run{'s' if n != 1 else ''}"

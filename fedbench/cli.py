@@ -2,7 +2,8 @@
 (`leaderboard`), `plot` them and `report` them beside the published numbers from MLflow, `list` what is
 registered, `scenario show` the federation a task generates before spending compute on it.
 
-Here are the arguments and what each command prints; the work is done by the layers it calls.
+Here are the arguments and what each command prints, nothing else: each command calls its twin in
+`fedbench.api`, which notebooks call too, so that the two cannot come to behave differently.
 """
 
 from __future__ import annotations
@@ -12,98 +13,68 @@ import gc
 import sys
 import warnings
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from fedbench import api
 from fedbench.core import metrics as M
 from fedbench.core import timeline
 from fedbench.core.errors import ConfigError, FedbenchError
+
+if TYPE_CHECKING:
+    from fedbench.core.callbacks import RunResult
+    from fedbench.core.runspec import RunSpec
+    from fedbench.tuning.plan import SweepPlan
+    from fedbench.tuning.sweep import SweepOutcome
 
 console = Console(width=None if sys.stdout.isatty() else 140)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from fedbench.config import load_task
-    from fedbench.tracking.console import DRY_RUN_ROWS, configurations_table, failures_table, results_table
-
     check_all_option(args)
-    overrides = [*task_overrides(args), *([f"resources.backend={args.backend}"] if args.backend else [])]
-    task = load_task(args.task, overrides)
-    timeline.mark("task_loaded")
-    specs = task.expand()
     if args.dry_run:
-        console.print(configurations_table(specs, None if args.all else DRY_RUN_ROWS), width=max(console.width, 160))
-        console.print(f"task [bold]{task.name}[/]: {len(specs)} runs, {data_configurations_text(specs)} (nothing was run)")
+        task = api.plan_run(args.task, overrides=task_overrides(args), backend=args.backend)
+        print_dry_run(task.name, task.expand(), args.all, "runs")
         return 0
-    from fedbench.runtime.session import run_specs
-    from fedbench.tracking.paths import store_missing, tracking_uri
-    from fedbench.tracking.run_callbacks import run_callbacks
-
-    callbacks = run_callbacks(len(specs), console)  # checks the tracking server first
-    if not args.rerun and not store_missing(tracking_uri()):  # a new store holds no finished run to skip
-        from fedbench.tracking.leaderboard import finished_run_hashes  # pandas and MLflow: only for a store
-
-        done = finished_run_hashes(task.name, tracking_uri())
-        skipped = [s for s in specs if s.run_hash in done]
-        specs = [s for s in specs if s.run_hash not in done]
-        if skipped:
-            console.print(f"skipping {len(skipped)} of {len(skipped) + len(specs)} runs already finished in "
-                          f"{tracking_uri()} (--rerun runs them again)")
-        if not specs:
-            return 0
-    timeline.mark("tracking_ready")
-    backends = ", ".join(sorted({s.resources.backend for s in specs}))
-    console.print(f"task [bold]{task.name}[/]: {len(specs)} runs, backend {backends}, tracking {tracking_uri()}")
-    results = run_specs(specs, callbacks)
-    console.print(results_table(results))
-    failures = failures_table(results)
-    if failures is not None:
-        console.print(failures)
-    return 1 if failures is not None else 0
+    results = api.run(args.task, overrides=task_overrides(args), backend=args.backend, rerun=args.rerun,
+                      console=console)
+    if not results:  # every run had finished before: the API said so
+        return 0
+    return 1 if print_results(results) else 0
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from fedbench.config import load_task
-    from fedbench.config.task import check_max_failures
-    from fedbench.tracking.console import DRY_RUN_ROWS, configurations_table, failures_table, results_table
     from fedbench.tracking.paths import tracking_uri
-    from fedbench.tuning.plan import plan_sweep
 
     check_all_option(args)
-    if args.max_concurrent is not None and args.max_concurrent < 1:
-        raise ConfigError("--max-concurrent", args.max_concurrent, "an integer >= 1, or leave it out for as many as resources allow")
-    if args.max_failures is not None:
-        check_max_failures("--max-failures", args.max_failures)
-    task = load_task(args.task, task_overrides(args))
-    plan = plan_sweep(task, args.search, args.num_samples, args.metric, args.mode, args.scheduler)
+    task, plan = api.plan_sweep(args.task, search=args.search, num_samples=args.num_samples, metric=args.metric,
+                                mode=args.mode, scheduler=args.scheduler, max_concurrent=args.max_concurrent,
+                                max_failures=args.max_failures, overrides=task_overrides(args))
     space = plan.space
-    if args.dry_run:
-        if space is None:
-            console.print(configurations_table(plan.specs, None if args.all else DRY_RUN_ROWS), width=max(console.width, 160))
-            console.print(f"task [bold]{task.name}[/]: {len(plan.specs)} configurations, "
-                          f"{data_configurations_text(plan.specs)} (nothing was run)")
-        else:
-            console.print(f"task [bold]{task.name}[/]: {plan.num_samples} Optuna samples of {space.name} on its first "
-                          f"configuration, optimising {plan.metric} ({plan.mode}); the space checks out (nothing was run)")
+    if args.dry_run and space is None:
+        print_dry_run(task.name, plan.specs, args.all, "configurations")
         return 0
-    from fedbench.tuning.launch import execute_sweep
-
+    if args.dry_run:
+        console.print(f"task [bold]{task.name}[/]: {plan.num_samples} Optuna samples of {space.name} on its first "
+                      f"configuration, optimising {plan.metric} ({plan.mode}); the space checks out (nothing was run)")
+        return 0
     what = f"{plan.num_samples} Optuna samples of {space.name}" if space else f"{plan.trials} trials"
     console.print(f"task [bold]{task.name}[/]: sweeping {what} on Ray Tune, tracking {tracking_uri()}")
-    outcome = execute_sweep(task, plan, max_concurrent=args.max_concurrent, address=args.address, resume=args.resume,
-                            max_failures=args.max_failures)
+    outcome = api.execute_sweep(task, plan, max_concurrent=args.max_concurrent, address=args.address,
+                                resume=args.resume, max_failures=args.max_failures)
+    return print_sweep(plan, outcome)
+
+
+def print_sweep(plan: SweepPlan, outcome: SweepOutcome) -> int:
+    """What a sweep did, trial by trial and as a whole; the exit code: 130 interrupted, 1 a trial failed."""
     if outcome.resumed_done:
         console.print(f"resumed: {outcome.resumed_done} trials were already done and were not run again")
-    if outcome.results:
-        console.print(results_table(outcome.results))
-    failures = failures_table(outcome.results)
-    if failures is not None:
-        console.print(failures)
+    failed = print_results(outcome.results)
     if outcome.best is not None:
-        console.print(f"best of {space.name}: {plan.metric} = {outcome.best_value:.4f} with {outcome.best}; "
+        console.print(f"best of {plan.space.name}: {plan.metric} = {outcome.best_value:.4f} with {outcome.best}; "
                       f"as a task file: {outcome.best_task}")
     console.print(f"sweep {outcome.name}: MLflow parent run {outcome.parent_run_id}; Tune folder {outcome.storage}")
     if outcome.reported:
@@ -111,96 +82,64 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if outcome.interrupted:
         console.print("[yellow]interrupted: continue it with the same command and --resume[/]")
         return 130
-    return 1 if failures is not None else 0
+    return 1 if failed else 0
 
 
-def data_configurations_text(specs) -> str:
-    """'97 data configurations': runs that differ only in algorithm and seed count once."""
+def print_dry_run(task: str, specs: Sequence[RunSpec], every: bool, what: str) -> None:
+    """A dry run's table of runs (its first and last rows unless `every`) and their count, as `what` (runs,
+    configurations); '97 data configurations': runs that differ only in algorithm and seed count once."""
     from fedbench.config.task import count_data_configurations
+    from fedbench.tracking.console import DRY_RUN_ROWS, configurations_table
 
-    return f"{count_data_configurations(specs)} data configurations (runs differing only in algorithm and seed count once)"
-
-
-def experiment_of(args: argparse.Namespace) -> str:
-    """The MLflow experiment `--experiment` names, or the one of the task file given as `--task` or as the
-    positional argument (exactly one of them)."""
-    from fedbench.config import load_task
-
-    given = [v for v in (args.experiment, args.task, args.task_file) if v is not None]
-    if len(given) != 1:
-        raise ConfigError("--experiment/--task", given or None, "exactly one of them (or a task file as the argument)")
-    return args.experiment or load_task(args.task or args.task_file, task_overrides(args)).name
+    console.print(configurations_table(specs, None if every else DRY_RUN_ROWS), width=max(console.width, 160))
+    console.print(f"task [bold]{task}[/]: {len(specs)} {what}, {count_data_configurations(specs)} data configurations "
+                  "(runs differing only in algorithm and seed count once) (nothing was run)")
 
 
-def task_overrides(args: argparse.Namespace) -> list[str]:
-    """`--profile` (as the override `profile=NAME`) then the `--set` overrides: a user's --set wins."""
-    profile = [f"profile={args.profile}"] if getattr(args, "profile", None) else []
-    return [*profile, *getattr(args, "set", [])]
+def print_results(results: Sequence[RunResult]) -> bool:
+    """The results table (when anything ran) and the failed runs' table; whether any run failed."""
+    from fedbench.tracking.console import failures_table, results_table
 
-
-def add_all_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--all", action="store_true",
-                        help="with --dry-run, list every run (a long list otherwise shows its first and last rows)")
-
-
-def check_all_option(args: argparse.Namespace) -> None:
-    if args.all and not args.dry_run:
-        raise ConfigError("--all", True, "only with --dry-run: it lists every run of the plan instead of its first and last")
-
-
-def add_profile_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--profile", default=None, metavar="NAME",
-                        help="the task file's scale: paper (its fields as written, the default) or one of its "
-                             "`profiles:` such as reduced or smoke (own experiment, <task>-<profile>)")
+    if results:
+        console.print(results_table(results))
+    failures = failures_table(results)
+    if failures is not None:
+        console.print(failures)
+    return failures is not None
 
 
 def cmd_leaderboard(args: argparse.Namespace) -> int:
-    from fedbench.tracking.leaderboard import build_leaderboard, read_runs, to_table, write_leaderboard
-    from fedbench.tracking.paths import results_path, tracking_uri
+    from fedbench.tracking.leaderboard import Leaderboard, to_table
 
     experiment = experiment_of(args)
-    board = build_leaderboard(read_runs(experiment, tracking_uri()), args.metric, args.group_by.split(","), args.mode)
-    console.print(to_table(board, f"{experiment}: {board.metric}, mean ± std over seeds, ranked per group"))
-    for run, reason in board.failed.itertuples(index=False):
+    board = api.leaderboard(experiment, metric=args.metric, group_by=args.group_by, mode=args.mode,
+                            fmt=None if args.format == "table" else args.format, out=args.out)
+    failed, metric = board.attrs["failed"], board.attrs["metric"]
+    title = f"{experiment}: {metric}, mean ± std over seeds, ranked per group"
+    console.print(to_table(Leaderboard(board, failed, metric), title))
+    for run, reason in failed.itertuples(index=False):
         console.print(f"[red]failed[/] {escape(str(run))}: {escape(str(reason))}")
-    written = [write_leaderboard(board, results_path("leaderboards", f"{experiment}.md"), "markdown"),
-               write_leaderboard(board, results_path("leaderboards", f"{experiment}.parquet"), "parquet")]
-    if args.format != "table":
-        suffix = {"markdown": "md"}.get(args.format, args.format)
-        out = Path(args.out) if args.out else results_path("leaderboards", f"{experiment}.{suffix}")
-        written.append(write_leaderboard(board, out, args.format))
-    console.print("written: " + ", ".join(str(p) for p in dict.fromkeys(written)))
+    console.print("written: " + ", ".join(str(p) for p in board.attrs["files"]))
     return 0
 
 
 def cmd_export(args: argparse.Namespace) -> int:
     """Every per-round metric of the experiment's runs as one long CSV or parquet table."""
-    from fedbench.tracking.export import long_metrics, write_table
-    from fedbench.tracking.paths import results_path, tracking_uri
-
-    experiment = experiment_of(args)
-    table = long_metrics(experiment, tracking_uri(), args.group_by.split(","))
-    path = Path(args.out) if args.out else results_path("exports", f"{experiment}-rounds.{args.format}")
-    write_table(table, path)
+    table = api.export(experiment_of(args), fmt=args.format, group_by=args.group_by, out=args.out)
     console.print(f"{len(table)} rows ({table['run_hash'].nunique()} runs, {table['metric'].nunique()} metrics) "
-                  f"written: {escape(str(path))}")
+                  f"written: {escape(str(table.attrs['path']))}")
     return 0
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
-    from fedbench.tracking.paths import results_path, tracking_uri
-    from fedbench.tracking.plots import heatmap_console_table, plot_experiment
+    from fedbench.tracking.plots import heatmap_console_table
 
     experiment = experiment_of(args)
-    out = Path(args.out) if args.out else results_path("plots", experiment)
-    if not 10 <= args.dpi <= 1200:
-        raise ConfigError("--dpi", args.dpi, "a resolution from 10 to 1200 dots per inch")
-    plots = plot_experiment(experiment, tracking_uri(), out, args.metric, args.group_by.split(","),
-                            formats=parse_formats(args.format), dpi=args.dpi)
+    plots = api.plot(experiment, metric=args.metric, group_by=args.group_by, out=args.out, formats=args.format,
+                     dpi=args.dpi)
     console.print(heatmap_console_table(plots, f"{experiment}: {plots.heatmap_metric}, mean over seeds"))
     if len(plots.failed):
-        runs = f"{len(plots.failed)} run{'s' if len(plots.failed) != 1 else ''}"
-        console.print(f"[red]left out {runs} that did not finish:[/]")
+        console.print(f"[red]left out {api.runs_text(len(plots.failed))} that did not finish:[/]")
         for run, status, reason in plots.failed.itertuples(index=False):
             console.print(f"  {escape(str(run))} ({status}): {escape(str(reason))}")
     console.print("written: " + ", ".join(escape(str(p)) for p in plots.files))
@@ -213,11 +152,8 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
 def cmd_report(args: argparse.Namespace) -> int:
     """The task's runs beside the published numbers of its `reference:` block: report.md, PNGs, a summary."""
-    from fedbench.api import report as write_report
-    from fedbench.config import load_task
-
-    task = load_task(args.task, task_overrides(args))
-    report = write_report(task, out=args.out, tolerance=args.tolerance)
+    task = api.as_task(args.task, task_overrides(args))
+    report = api.report(task, out=args.out, tolerance=args.tolerance)
     counts = report.summary()
     console.print(f"task [bold]{escape(task.name)}[/]: {len(report.tables)} tables; "
                   + ", ".join(f"{n} {what}" for what, n in counts.items()) + " (cells)")
@@ -229,113 +165,101 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
-def parse_formats(text: str) -> list[str]:
-    """`--format png,pdf` -> ['png', 'pdf'], each one of the figure formats (ConfigError naming the option)."""
-    from fedbench.tracking.plots import FORMATS
-
-    formats = [f.strip().lower() for f in text.split(",") if f.strip()]
-    bad = [f for f in formats if f not in FORMATS]
-    if bad or not formats:
-        raise ConfigError("--format", text, "comma-separated figure formats among " + ", ".join(FORMATS))
-    return formats
-
-
 def cmd_list(args: argparse.Namespace) -> int:
     """Every kind with a line per entry; `list KIND` the same for one kind; `list KIND NAME` its parameters."""
-    from fedbench import catalog
-
-    kinds = [catalog.resolve_kind(args.kind)] if args.kind else list(catalog.KINDS)
-    listing = catalog.load()
+    listing = api.listing(args.kind, args.name)
     if args.name:
-        kind = kinds[0]
-        entry = listing.entry(kind, args.name)
+        [(kind, [entry])] = listing.items()
         table = Table(title=f"{kind[:-1]} {args.name}: {escape(entry.summary)}", title_justify="left")
         for column in ("parameter", "type", "default", "what it is (paper section)"):
             table.add_column(column, overflow="fold")
         for p in entry.parameters:
             table.add_row(p.name, escape(p.type), escape(p.default), escape(p.doc))
         console.print(table if entry.parameters else f"{kind[:-1]} {args.name}: {escape(entry.summary)} (no parameters)")
+        if entry.capabilities:
+            console.print(f"capabilities: {', '.join(entry.capabilities)}")
         return 0
-    for kind in kinds:
+    presets = listing.pop("presets", None)
+    for kind, entries in listing.items():
         table = Table(title=f"{kind} (fedbench list {kind} NAME: its parameters)", title_justify="left")
-        for column in ("name", "parameters", "what it is"):
+        columns = ("name", "parameters", "capabilities", "what it is") if kind == "algorithms" else (
+            "name", "parameters", "what it is")
+        for column in columns:
             table.add_column(column, overflow="fold")
-        for entry in listing.entries(kind):
-            table.add_row(entry.name, escape(", ".join(p.name for p in entry.parameters)), escape(entry.summary))
+        for entry in entries:
+            abilities = (escape(", ".join(entry.capabilities) or "none"),) if kind == "algorithms" else ()
+            table.add_row(entry.name, escape(", ".join(p.name for p in entry.parameters)), *abilities,
+                          escape(entry.summary))
         console.print(table)
-    if not args.kind:
+    if presets is not None:
         table = Table(title="scenario presets", title_justify="left")
         for column in ("name", "what it is"):
             table.add_column(column, overflow="fold")
-        for name, text in listing.presets:
-            table.add_row(name, escape(text))
+        for preset in presets:
+            table.add_row(preset.name, escape(preset.summary))
         console.print(table)
     return 0
-
-
-def parse_rounds(text: str, last: int) -> list[int]:
-    """`--rounds 1,5,10` -> [1, 5, 10], each checked against 1..last (ConfigError naming the option)."""
-    allowed = f"comma-separated round numbers in 1..{last} (the run has {last} rounds), e.g. --rounds 1,{last}"
-    try:
-        rounds = [int(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise ConfigError("--rounds", text, allowed) from None
-    bad = [r for r in rounds if not 1 <= r <= last]
-    if not rounds or bad:
-        raise ConfigError("--rounds", bad[0] if bad else text, allowed)
-    return list(dict.fromkeys(rounds))
 
 
 def cmd_scenario_show(args: argparse.Namespace) -> int:
     """Print one run's federation per round (and its test clients), a summary line, and save a heatmap PNG."""
-    from fedbench.config import load_task
-    from fedbench.data import load_dataset
-    from fedbench.scenarios import build_scenario
-    from fedbench.scenarios.plot import plot_scenario
-    from fedbench.scenarios.report import default_rounds, describe_scenario
-    from fedbench.tracking.paths import results_path
+    from fedbench.scenarios.report import describe_scenario
 
-    task = load_task(args.task, task_overrides(args))
-    specs = task.expand()
-    runs = f"{len(specs)} run{'s' if len(specs) != 1 else ''}"
-    if not 0 <= args.run < len(specs):
-        raise ConfigError("--run", args.run, f"a run index in 0..{len(specs) - 1} (the task has {runs})")
-    spec = specs[args.run]
-    rounds = parse_rounds(args.rounds, spec.rounds) if args.rounds is not None else None
-    console.print(f"task [bold]{escape(task.name)}[/]: {runs}; showing run {args.run} "
+    view = api.show_scenario(args.task, run_index=args.run, rounds=args.rounds, out=args.out,
+                             overrides=task_overrides(args))
+    spec, dataset = view.spec, view.dataset
+    console.print(f"task [bold]{escape(view.task)}[/]: {api.runs_text(view.runs)}; showing run {view.index} "
                   f"({escape(spec.label)}, seed {spec.seed}, {spec.rounds} rounds)"
-                  + ("; pick another with --run N" if len(specs) > 1 else ""))
-
-    dataset = load_dataset(spec.dataset.name, spec.dataset.data_root, **spec.dataset.kwargs)
-    scenario = build_scenario(dataset, spec.scenario, spec.seed, spec.rounds)
-    rounds = rounds or default_rounds(scenario, spec.rounds)
-    for part in describe_scenario(dataset.y, scenario, rounds, spec.rounds, dataset.num_classes):
+                  + ("; pick another with --run N" if view.runs > 1 else ""))
+    for part in describe_scenario(dataset.y, view.scenario, view.rounds, spec.rounds, dataset.num_classes):
         console.print(part)
-    out = Path(args.out) if args.out else results_path("scenarios", f"{task.name}-{spec.run_hash}.png")
-    path = plot_scenario(dataset.y, scenario, rounds, dataset.num_classes, dataset.classes, out,
-                         title=f"{task.name} run {args.run}: {spec.dataset.name}, {scenario.num_clients} clients, "
-                               f"seed {spec.seed} ({spec.run_hash})")
-    console.print(f"heatmap: {escape(str(path))}")
+    console.print(f"heatmap: {escape(str(view.path))}")
     return 0
+
+
+def experiment_of(args: argparse.Namespace) -> str:
+    """The MLflow experiment `--experiment` names, or the one of the task file given as `--task` or as the
+    positional argument (exactly one of them)."""
+    given = [v for v in (args.experiment, args.task, args.task_file) if v is not None]
+    if len(given) != 1:
+        raise ConfigError("--experiment/--task", given or None, "exactly one of them (or a task file as the argument)")
+    return args.experiment or api.experiment_name(Path(args.task or args.task_file), task_overrides(args))
+
+
+def task_overrides(args: argparse.Namespace) -> list[str]:
+    """`--profile` (as the override `profile=NAME`) then the `--set` overrides: a user's --set wins."""
+    profile = [f"profile={args.profile}"] if getattr(args, "profile", None) else []
+    return [*profile, *getattr(args, "set", [])]
+
+
+def check_all_option(args: argparse.Namespace) -> None:
+    if args.all and not args.dry_run:
+        raise ConfigError("--all", True, "only with --dry-run: it lists every run of the plan instead of its first and last")
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fedbench", description="Benchmark federated learning under shift and drift.")
     sub = parser.add_subparsers(dest="command", required=True)
+    for add in (add_run_parser, add_sweep_parser, add_leaderboard_parser, add_export_parser, add_plot_parser,
+                add_report_parser, add_list_parser, add_scenario_parser):
+        add(sub)
+    return parser
+
+
+def add_run_parser(sub) -> None:
     run = sub.add_parser("run", help="run every RunSpec of a task, one after another, and print a results table")
-    run.add_argument("task", help="task YAML file, e.g. tasks/quickstart.yaml")
-    run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a field (repeatable)")
-    add_profile_option(run)
+    add_task_arguments(run)
     run.add_argument("--backend", choices=["serial", "ray"], default=None, help="where client jobs run")
     run.add_argument("--dry-run", action="store_true", help="list the runs and their count, run nothing")
     add_all_option(run)
     run.add_argument("--rerun", action="store_true",
                      help="run again the runs already finished in the tracking store (default: skip them)")
     run.set_defaults(func=cmd_run)
+
+
+def add_sweep_parser(sub) -> None:
     sweep = sub.add_parser("sweep", help="run a task's RunSpecs as Ray Tune trials, several at once")
-    sweep.add_argument("task", help="task YAML file, e.g. tasks/quickstart.yaml")
-    sweep.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a field (repeatable)")
-    add_profile_option(sweep)
+    add_task_arguments(sweep)
     sweep.add_argument("--dry-run", action="store_true", help="list the configurations and their count, run nothing")
     add_all_option(sweep)
     sweep.add_argument("--max-concurrent", type=int, default=None, metavar="K", help="trials at once (default: as resources allow)")
@@ -349,11 +273,11 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--max-failures", type=int, default=None, metavar="N",
                        help="restarts of a trial whose process died, e.g. a lost node (default: the task's max_failures, else 1)")
     sweep.set_defaults(func=cmd_sweep)
+
+
+def add_leaderboard_parser(sub) -> None:
     board = sub.add_parser("leaderboard", help="rank configurations from the runs recorded in MLflow")
-    board.add_argument("--experiment", default=None, help="MLflow experiment name (a task's name)")
-    board.add_argument("task_file", nargs="?", default=None, help="the task file whose experiment to read")
-    board.add_argument("--task", default=None, help="the same, as an option")
-    add_profile_option(board)
+    add_experiment_arguments(board)
     ranked = M.FINAL_PREFIX + M.ACC_LOCAL_MEAN
     board.add_argument("--metric", default=ranked, help=f"metric to rank by (default {ranked})")
     board.add_argument("--mode", choices=["max", "min"], default="max", help="whether larger metric values are better")
@@ -363,21 +287,21 @@ def build_parser() -> argparse.ArgumentParser:
                        help="also write this format (markdown and parquet are always written under results/leaderboards)")
     board.add_argument("--out", default=None, help="path for --format's file")
     board.set_defaults(func=cmd_leaderboard)
+
+
+def add_export_parser(sub) -> None:
     export = sub.add_parser("export", help="every per-round metric of an experiment's runs as one long table "
                             "(run_hash, seed, group, configuration, varying fields, round, metric, value)")
-    export.add_argument("--experiment", default=None, help="MLflow experiment name (a task's name)")
-    export.add_argument("task_file", nargs="?", default=None, help="the task file whose experiment to read")
-    export.add_argument("--task", default=None, help="the same, as an option")
-    add_profile_option(export)
+    add_experiment_arguments(export)
     export.add_argument("--format", choices=["csv", "parquet"], default="csv")
     export.add_argument("--group-by", default="dataset,scenario", help="fields whose values form the group column")
     export.add_argument("--out", default=None, help="file to write (default results/exports/<experiment>-rounds.<format>)")
     export.set_defaults(func=cmd_export)
+
+
+def add_plot_parser(sub) -> None:
     plot = sub.add_parser("plot", help="plot a metric per round and a final-metric heatmap from the runs in MLflow")
-    plot.add_argument("--experiment", default=None, help="MLflow experiment name (a task's name)")
-    plot.add_argument("task_file", nargs="?", default=None, help="the task file whose experiment to read")
-    plot.add_argument("--task", default=None, help="the same, as an option")
-    add_profile_option(plot)
+    add_experiment_arguments(plot)
     plot.add_argument("--metric", default=M.ACC_LOCAL_MEAN,
                       help=f"per-round metric to plot (default {M.ACC_LOCAL_MEAN}); the heatmap shows {M.FINAL_PREFIX}<metric>")
     plot.add_argument("--group-by", default="scenario",
@@ -386,38 +310,68 @@ def build_parser() -> argparse.ArgumentParser:
     plot.add_argument("--format", default="png", help="comma-separated figure formats: png, pdf, svg (default png)")
     plot.add_argument("--dpi", type=int, default=110, help="resolution of PNGs (default 110; 300 for print)")
     plot.set_defaults(func=cmd_plot)
+
+
+def add_report_parser(sub) -> None:
     report = sub.add_parser("report", help="the task's runs beside the published numbers of its reference: block "
                             "(report.md and PNGs, logged under the sweep's parent run)")
-    report.add_argument("task", help="task YAML file, e.g. tasks/feroma_drift.yaml")
-    report.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a field (repeatable)")
-    add_profile_option(report)
+    add_task_arguments(report, example="tasks/feroma_drift.yaml")
     report.add_argument("--out", default=None, metavar="DIR", help="folder for report.md and the PNGs "
                         "(default: results/reports/<task>)")
     report.add_argument("--tolerance", type=float, default=None,
                         help="a cell is flagged when |ours - published| > 2 std + this, on the metric's own scale "
                              "(times the table's scale; default 0.02: two points of accuracy)")
     report.set_defaults(func=cmd_report)
+
+
+def add_list_parser(sub) -> None:
     lst = sub.add_parser("list", help="list datasets, models, algorithms, partitions, shifts and presets, "
                          "or one entry's parameters (fedbench list algorithms feroma)")
     lst.add_argument("kind", nargs="?", help="datasets, models, algorithms, partitions or shifts")
     lst.add_argument("name", nargs="?", help="one entry of that kind: its parameters, defaults and their papers' sections")
     lst.set_defaults(func=cmd_list)
+
+
+def add_scenario_parser(sub) -> None:
     scenario = sub.add_parser("scenario", help="inspect the federation a task generates")
     scenario_sub = scenario.add_subparsers(dest="scenario_command", required=True)
     show = scenario_sub.add_parser(
         "show", help="print each client's data per round and save a heatmap PNG of the class mix",
         description="Print per-round client tables (sizes, ground-truth distribution, class counts as the "
                     "client sees them), the test clients and a label-skew summary; save a heatmap PNG.")
-    show.add_argument("task", help="task YAML file, e.g. tasks/quickstart.yaml")
-    show.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a field (repeatable)")
-    add_profile_option(show)
+    add_task_arguments(show)
     show.add_argument("--rounds", default=None, metavar="R1,R2,...",
                       help="rounds to show (default: 1, the first round of each of the first 4 drift stages, the last)")
     show.add_argument("--run", type=int, default=0, metavar="N", help="which of the task's runs, 0-based (default 0)")
     show.add_argument("--out", default=None, metavar="PATH",
                       help="PNG path (default: results/scenarios/<task>-<run hash>.png)")
     show.set_defaults(func=cmd_scenario_show)
-    return parser
+
+
+def add_task_arguments(parser: argparse.ArgumentParser, example: str = "tasks/quickstart.yaml") -> None:
+    """The task file, its `--set` overrides and `--profile`: what every command that loads a task takes."""
+    parser.add_argument("task", help=f"task YAML file, e.g. {example}")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a field (repeatable)")
+    add_profile_option(parser)
+
+
+def add_experiment_arguments(parser: argparse.ArgumentParser) -> None:
+    """Which experiment a reading command reads: `--experiment`, or a task file (positional or `--task`)."""
+    parser.add_argument("--experiment", default=None, help="MLflow experiment name (a task's name)")
+    parser.add_argument("task_file", nargs="?", default=None, help="the task file whose experiment to read")
+    parser.add_argument("--task", default=None, help="the same, as an option")
+    add_profile_option(parser)
+
+
+def add_profile_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--profile", default=None, metavar="NAME",
+                        help="the task file's scale: paper (its fields as written, the default) or one of its "
+                             "`profiles:` such as reduced or smoke (own experiment, <task>-<profile>)")
+
+
+def add_all_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--all", action="store_true",
+                        help="with --dry-run, list every run (a long list otherwise shows its first and last rows)")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -42,8 +42,8 @@ from fedbench.training import ClientData, TrainHooks, get_weights, train_local
 
 @register_algorithm("ditto")
 class Ditto(PersonalBesideGlobal, FedAvg):
-    """FedAvg's global model, plus a personal model v_k per client (`PersonalClientState.personal`) trained against
-    it with lam/2 ||v - w^t||^2."""
+    """FedAvg's global model, plus a personal model v_k per client, kept in its client state, trained against it
+    with lam/2 ||v - w^t||^2."""
 
     @dataclass(frozen=True)
     class Config(AlgorithmConfig):
