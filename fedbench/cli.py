@@ -176,8 +176,8 @@ def cmd_list(args: argparse.Namespace) -> int:
         for p in entry.parameters:
             table.add_row(p.name, escape(p.type), escape(p.default), escape(p.doc))
         console.print(table if entry.parameters else f"{kind[:-1]} {args.name}: {escape(entry.summary)} (no parameters)")
-        if entry.capabilities:
-            console.print(f"capabilities: {', '.join(entry.capabilities)}")
+        if kind == "algorithms":
+            console.print(f"capabilities: {', '.join(entry.capabilities) or 'none, the core only'}")
         return 0
     presets = listing.pop("presets", None)
     for kind, entries in listing.items():

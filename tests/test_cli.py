@@ -112,6 +112,19 @@ def test_profile_picks_a_task_files_scale_and_an_unknown_one_is_refused(tmp_path
     assert "profile" in capsys.readouterr().out
 
 
+def test_list_shows_what_each_method_can_do_beyond_the_core(capsys):
+    from fedbench.cli import main
+
+    assert main(["list", "algorithms", "fedrep"]) == 0  # its heads stay on the clients: no test-time rule
+    assert "capabilities: StreamedAggregation, SystemVote, PersonalModels" in capsys.readouterr().out
+    assert main(["list", "algorithms", "local"]) == 0
+    assert "capabilities: none, the core only" in capsys.readouterr().out
+    assert main(["list", "algorithms", "gossip"]) == 0
+    assert "capabilities: TestTimeAssignment, SystemVote, PersonalModels, PeerRelay" in capsys.readouterr().out
+    assert main(["list", "algorithms"]) == 0
+    assert "┃ capabilities " in capsys.readouterr().out  # a column of the table
+
+
 def test_list_shows_each_parameter_with_its_default_and_paper_section(capsys):
     from fedbench.cli import main
 
