@@ -260,7 +260,8 @@ class Conditional(Algorithm, RoundReport, GlobalModelAtTestTime, SystemVote):
         metrics = train_local(model, data, ctx, TrainHooks(forward=with_cond(torch.tensor(state.stats))))
         return counted(get_weights(model), data.num_train), state, metrics
 
-    def _pool_upload(self, payload: Payload, state: ConditionalClientState, data: ClientData, ctx: RoundContext) -> Payload:
+    def _pool_upload(self, payload: Payload, state: ConditionalClientState, data: ClientData,
+                     ctx: RoundContext) -> Payload:
         """Pooled protocol: the client's rows as the model sees them, labels and s_i, unless the server holds them."""
         key = np.frombuffer(bytes.fromhex(state.stats_key), dtype=np.uint8)
         if np.array_equal(payload[POOL]["key"], key):
@@ -270,11 +271,13 @@ class Conditional(Algorithm, RoundReport, GlobalModelAtTestTime, SystemVote):
                   "key": key}
         return counted(None, data.num_train, {POOL: upload})
 
-    def client_evaluate(self, payload: Payload, state: ConditionalClientState, data: ClientData, ctx: RoundContext) -> Metrics:
+    def client_evaluate(self, payload: Payload, state: ConditionalClientState, data: ClientData,
+                        ctx: RoundContext) -> Metrics:
         model = self.model_with(payload.weights)
         return evaluate(model, data, device=ctx.device, forward=with_cond(self._evaluation_stats(model, state, data, ctx)))
 
-    def client_predict(self, payload: Payload, state: ConditionalClientState, data: ClientData, ctx: RoundContext) -> dict[str, np.ndarray]:
+    def client_predict(self, payload: Payload, state: ConditionalClientState, data: ClientData,
+                       ctx: RoundContext) -> dict[str, np.ndarray]:
         model = self.model_with(payload.weights)
         stats = self._evaluation_stats(model, state, data, ctx)
         return {M.PRED: self._predict(model, data, ctx, stats).numpy()}

@@ -17,8 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fedbench.algorithms.base import SAMPLES, ModelBuilder
-from fedbench.algorithms.base import NoClientState
+from fedbench.algorithms.base import SAMPLES, ModelBuilder, NoClientState
 from fedbench.algorithms.conditional import (
     POOL, Conditional, ConditionalClientState, ConditionalConfig, ConditionalState, data_key, with_cond,
 )

@@ -162,7 +162,8 @@ def test_a_client_flags_drift_when_its_best_loss_jumps_by_more_than_delta():
     # `initial: shared` joins the offered model without a drift check.
     up, state, _ = alg.client_update(Payload(), FedDriftClientState(), plain[0], ctx_for(0))
     assert up[CLUSTER]["new"][0] == 1 and up[CLUSTER]["id"][0] == -1 and state.loss is not None
-    up, _, _ = feddrift(initial="shared").client_update(Payload(models={0: Payload(zero)}), FedDriftClientState(), plain[0], ctx_for(0))
+    shared = feddrift(initial="shared")
+    up, _, _ = shared.client_update(Payload(models={0: Payload(zero)}), FedDriftClientState(), plain[0], ctx_for(0))
     assert up[CLUSTER]["new"][0] == 0
 
 

@@ -10,7 +10,9 @@ import pytest
 import torch
 
 from fedbench.algorithms.base import counted, make_algorithm
-from fedbench.algorithms.feddrm import HEAD, ROUTES, ROUTING, FedDRM, FedDRMClientState, local_part, shared_part
+from fedbench.algorithms.feddrm import (
+    HEAD, ROUTES, ROUTING, FedDRM, FedDRMClientState, FedDRMState, local_part, shared_part,
+)
 from fedbench.core import metrics as M
 from fedbench.core.errors import ConfigError
 from fedbench.core.types import ClientResult, OptimizerSpec, Payload, RoundContext
@@ -39,7 +41,7 @@ def context(client_id: int, round: int = 1, lr: float = 0.05, batch_size: int = 
                         optimizer=OptimizerSpec(lr=lr, momentum=0.9, weight_decay=weight_decay), num_classes=10)
 
 
-def run_rounds(alg: FedDRM, clients: list[ClientData], rounds: int, **ctx) -> dict:
+def run_rounds(alg: FedDRM, clients: list[ClientData], rounds: int, **ctx) -> FedDRMState:
     """Every client trains every round; the server aggregates (the runtime's loop, in miniature)."""
     state, client_states = alg.init_state(), [FedDRMClientState() for _ in clients]
     for r in range(1, rounds + 1):
@@ -53,7 +55,7 @@ def run_rounds(alg: FedDRM, clients: list[ClientData], rounds: int, **ctx) -> di
     return state
 
 
-def system_and_routing(alg: FedDRM, state: dict, clients: list[ClientData]) -> tuple[float, float]:
+def system_and_routing(alg: FedDRM, state: FedDRMState, clients: list[ClientData]) -> tuple[float, float]:
     """004 Sec. 3.2 through `client_predict`: every client's model answers every client's test split; the
     shared router picks one answer per sample."""
     payloads = alg.evaluation_payloads(state, list(range(len(clients))))
