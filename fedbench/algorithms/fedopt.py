@@ -41,6 +41,7 @@ from fedbench.core.errors import ConfigError
 from fedbench.core.registry import register_algorithm
 from fedbench.core.types import Arrays, ClientResult, Payload
 
+
 @dataclass(frozen=True)
 class ServerOptimizerState(GlobalState):
     """The global model and the server optimizer's slots: parameter name -> its arrays (float64, never sent)."""
