@@ -105,19 +105,19 @@ EVALUATE, PREDICT, SHARE, DESCRIBE, TEST = Evaluate(), Predict(), Share(), Descr
 
 
 # -- protocols ---------------------------------------------------------------------------------------------
+@dataclass
 class Evaluation:
     """A run's evaluation protocols, over its algorithm, backend, training clients' state store and byte meter."""
 
-    def __init__(self, spec: RunSpec, algorithm: Algorithm, backend, scenario: Scenario, store: StateStore,
-                 meter: ByteMeter):
-        self.spec = spec
-        self.algorithm = algorithm
-        self.backend = backend
-        self.scenario = scenario
-        self.store = store
-        self.meter = meter
-        self.compute_s = 0.0
-        """Compute seconds of the jobs run since the last `take_compute_s`."""
+    spec: RunSpec
+    algorithm: Algorithm
+    backend: Any
+    """The run's backend (`SerialBackend` or `RayBackend`)."""
+    scenario: Scenario
+    store: StateStore
+    meter: ByteMeter
+    compute_s: float = 0.0
+    """Compute seconds of the jobs run since the last `take_compute_s`."""
 
     def take_compute_s(self) -> float:
         """The evaluation jobs' compute seconds since the last call."""
