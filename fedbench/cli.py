@@ -62,7 +62,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                       f"configuration, optimising {plan.metric} ({plan.mode}); the space checks out (nothing was run)")
         return 0
     what = f"{plan.num_samples} Optuna samples of {space.name}" if space else f"{plan.trials} trials"
-    console.print(f"task [bold]{task.name}[/]: sweeping {what} on Ray Tune, tracking {tracking_uri()}")
+    console.print(f"task [bold]{task.name}[/]: sweeping {what} on Ray Tune, tracking {escape(tracking_uri())}")
     outcome = api.execute_sweep(task, plan, max_concurrent=args.max_concurrent, address=args.address,
                                 resume=args.resume, max_failures=args.max_failures)
     return print_sweep(plan, outcome)
@@ -76,7 +76,8 @@ def print_sweep(plan: SweepPlan, outcome: SweepOutcome) -> int:
     if outcome.best is not None:
         console.print(f"best of {plan.space.name}: {plan.metric} = {outcome.best_value:.4f} with {outcome.best}; "
                       f"as a task file: {outcome.best_task}")
-    console.print(f"sweep {outcome.name}: MLflow parent run {outcome.parent_run_id}; Tune folder {outcome.storage}")
+    console.print(f"sweep {outcome.name}: MLflow parent run {outcome.parent_run_id}; Tune folder "
+                  f"{escape(str(outcome.storage))}")
     if outcome.reported:
         console.print(f"on the parent run: {escape(', '.join(outcome.reported))}")
     if outcome.interrupted:
@@ -119,7 +120,7 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
     console.print(to_table(Leaderboard(board, failed, metric), title))
     for run, reason in failed.itertuples(index=False):
         console.print(f"[red]failed[/] {escape(str(run))}: {escape(str(reason))}")
-    console.print("written: " + ", ".join(str(p) for p in board.attrs["files"]))
+    console.print("written: " + escape(", ".join(str(p) for p in board.attrs["files"])))
     return 0
 
 
@@ -381,8 +382,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         warnings.showwarning = show_warning
         try:
             return args.func(args)
-        except FedbenchError as exc:
-            console.print(f"[red]error:[/] {exc}")
+        except FedbenchError as exc:  # its text quotes what the user wrote: escaped, never read as markup
+            console.print(f"[red]error:[/] {escape(str(exc))}", soft_wrap=True)
             return 2
 
 

@@ -189,3 +189,15 @@ def test_a_warning_reads_as_one_line_without_pythons_source_location(tmp_path, c
     err = capsys.readouterr().err
     assert "warning: pFedMe ignores optimizer.momentum = 0.9" in err
     assert "UserWarning" not in err and "parse.py" not in err
+
+
+def test_an_error_quoting_brackets_prints_them_as_written(capsys):
+    """The error printer escapes what it quotes: rich markup in a value neither crashes it ('[/bold]' closed no
+    tag: MarkupError) nor vanishes from the message ('[nan]' printed as nothing) (issue 32, item 2)."""
+    from fedbench.cli import main
+
+    assert main(["run", "tasks/quickstart.yaml", "--dry-run", "--set", "name='[/bold]'"]) == 2
+    assert "error: name: got '[/bold]'; allowed:" in capsys.readouterr().out
+    normalize = "normalize={mode: values, mean: [0.5], std: [.nan]}"
+    assert main(["run", "tasks/quickstart.yaml", "--dry-run", "--set", normalize]) == 2
+    assert "error: normalize.std: got [nan]; allowed: standard deviations > 0" in capsys.readouterr().out
