@@ -43,9 +43,7 @@ def stores(tmp_path_factory, migrated_store) -> tuple[Path, dict[str, Path]]:
 
 
 def use(monkeypatch: pytest.MonkeyPatch, folder: Path) -> None:
-    """Commands and API calls from now on read and write `folder` and its store (MLflow keeps the last store it
-    read in MLFLOW_TRACKING_URI, which would win over FEDBENCH_RESULTS)."""
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    """Commands and API calls from now on read and write `folder` and its store."""
     monkeypatch.setenv("FEDBENCH_RESULTS", str(folder))
 
 

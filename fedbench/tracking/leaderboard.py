@@ -8,9 +8,11 @@ attempt that Tune restarted (tagged retried) is not a failed run: its trial's ne
 
 from __future__ import annotations
 
+import contextlib
+import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import numpy as np
 import pandas as pd
@@ -57,13 +59,32 @@ def read_runs(experiment: str, uri: str) -> pd.DataFrame:
              "FEDBENCH_RESULTS or MLFLOW_TRACKING_URI when set)")
     if store_missing(uri):
         raise ConfigError("--experiment", experiment, f"an experiment in {where}; that store does not exist")
-    mlflow.set_tracking_uri(uri)
-    if mlflow.get_experiment_by_name(experiment) is None:
-        raise ConfigError("--experiment", experiment, f"an experiment in {where}")
-    runs = mlflow.search_runs(experiment_names=[experiment])
+    with searching(uri):
+        if mlflow.get_experiment_by_name(experiment) is None:
+            raise ConfigError("--experiment", experiment, f"an experiment in {where}")
+        runs = mlflow.search_runs(experiment_names=[experiment])
     if "params.run_hash" not in runs:
         return runs.iloc[0:0]
     return runs[runs["params.run_hash"].notna()].reset_index(drop=True)
+
+
+@contextlib.contextmanager
+def searching(uri: str) -> Iterator[None]:
+    """MLflow's module-level search functions read the process's tracking URI, and `mlflow.set_tracking_uri` also
+    sets MLFLOW_TRACKING_URI, which `tracking_uri()` reads first: both are set for the search only and put back
+    after it, so that a later run in the same process (a notebook) still records where FEDBENCH_RESULTS says."""
+    import mlflow
+
+    variable, previous = os.environ.get("MLFLOW_TRACKING_URI"), mlflow.get_tracking_uri()
+    mlflow.set_tracking_uri(uri)
+    try:
+        yield
+    finally:
+        mlflow.set_tracking_uri(previous)
+        if variable is None:
+            os.environ.pop("MLFLOW_TRACKING_URI", None)
+        else:
+            os.environ["MLFLOW_TRACKING_URI"] = variable
 
 
 def finished_run_hashes(experiment: str, uri: str) -> set[str]:

@@ -161,3 +161,16 @@ def test_what_run_skips_is_what_the_leaderboard_counts(mlflow_store):
     run_spec(stopped, [callback])
     callback.set_tags({"fedbench.stopped_early": "after round 1"})  # as a sweep marks a trial ASHA stopped
     assert finished_run_hashes("skips", uri) == {done.run_hash}
+
+
+def test_reading_a_store_leaves_the_process_recording_where_fedbench_results_says(mlflow_store, monkeypatch, tmp_path):
+    """`fedbench.run` reads the store to skip finished runs; MLflow's search would otherwise leave
+    MLFLOW_TRACKING_URI set to that store, and a notebook's later FEDBENCH_RESULTS would be ignored."""
+    from fedbench.tracking.leaderboard import finished_run_hashes
+    from fedbench.tracking.paths import tracking_uri
+
+    first = tracking_uri()
+    assert finished_run_hashes("no_such_experiment", first) == set()
+    assert finished_run_hashes("no_such_experiment", first) == set()  # twice: the restored URI is set again
+    monkeypatch.setenv("FEDBENCH_RESULTS", str(tmp_path / "elsewhere"))
+    assert tracking_uri() != first and tracking_uri().endswith("elsewhere/mlflow.db")
