@@ -143,8 +143,25 @@ class TaskSpec:
         return raw
 
 
-SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-"""PyYAML's safe loader in C where it was built with libyaml (feroma_drift.yaml reads in 10 ms, not 110)."""
+class DuplicateKeyError(yaml.constructor.ConstructorError):
+    """A key written twice in one YAML mapping."""
+
+
+class TaskLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
+    """PyYAML's safe loader (in C where it was built with libyaml: feroma_drift.yaml reads in 10 ms, not 110) that
+    refuses a key written twice in one mapping, which YAML would silently resolve to the last value."""
+
+    def construct_mapping(self, node, deep=False):
+        lines: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key, line = self.construct_object(key_node, deep=True), key_node.start_mark.line + 1
+            try:
+                if key in lines:
+                    raise DuplicateKeyError(None, None, f"the key {key!r} is written twice (lines {lines[key]} and {line})")
+            except TypeError:  # an unhashable key: the base constructor says what is wrong with it
+                break
+            lines[key] = line
+        return super().construct_mapping(node, deep)
 
 
 LEARNER_FIELDS = ("algorithm", "seed", "run_name", "task", "resources")
@@ -220,7 +237,9 @@ def read_task_file(path: str | Path) -> dict[str, Any]:
     if not path.is_file():
         raise ConfigError("task", str(path), "a path to an existing task YAML file")
     try:
-        raw = yaml.load(path.read_text(), Loader=SAFE_LOADER)
+        raw = yaml.load(path.read_text(encoding="utf-8"), Loader=TaskLoader)
+    except UnicodeDecodeError as exc:
+        raise ConfigError("task", str(path), f"a UTF-8 text file (byte {exc.start} is not UTF-8)") from None
     except yaml.YAMLError as exc:
         raise ConfigError("task", str(path), f"valid YAML ({exc})") from None
     if not isinstance(raw, dict):
@@ -251,8 +270,11 @@ def task_from_dict(raw: dict[str, Any], overrides: Sequence[Override] = (), defa
     seeds = raw.pop("seeds", [0])
     if isinstance(seeds, int) and not isinstance(seeds, bool):
         seeds = [seeds]
-    if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) for s in seeds):
-        raise ConfigError("seeds", seeds, "an integer or a non-empty list of integers")
+    if (not isinstance(seeds, list) or not seeds
+            or not all(isinstance(s, int) and not isinstance(s, bool) and 0 <= s < 2**32 for s in seeds)):
+        raise ConfigError("seeds", seeds, "an integer or a non-empty list of integers in [0, 2^32)")
+    if len(set(seeds)) < len(seeds):
+        raise ConfigError("seeds", seeds, "distinct integers: a seed listed twice is the same run")
     name = check_name("name", raw.pop("name"))
     if profile != PAPER_PROFILE:
         name = check_name("profile", f"{name}-{profile}")
@@ -312,8 +334,10 @@ def parse_override(text: str) -> tuple[str, Any]:
     if not sep or not key.strip():
         raise ConfigError("--set", text, "key=value, e.g. --set algorithm.client_fraction=0.5")
     try:
-        parsed = yaml.safe_load(value) if value.strip() else None
-    except yaml.YAMLError:
+        parsed = yaml.load(value, Loader=TaskLoader) if value.strip() else None
+    except DuplicateKeyError as exc:
+        raise ConfigError("--set", text, f"a value without a key written twice ({exc.problem})") from None
+    except yaml.YAMLError:  # not YAML: the text as written (a name, a path)
         parsed = value
     return key.strip(), parsed
 

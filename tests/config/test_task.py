@@ -347,3 +347,36 @@ def test_the_parse_memo_is_the_opening_threads_own():
         thread.join()
     assert seen[0] is not first and seen[0] == first  # another thread parses for itself, to the same value
     assert parse_run(raw).algorithm is not first  # and once closed, nothing is remembered
+
+
+def test_a_key_written_twice_is_refused_in_a_task_file_and_in_a_set_value(tmp_path):
+    """YAML keeps the last of two equal keys without a word; a task's `rounds` written twice is a mistake to show
+    (issue 32, item 6)."""
+    path = tmp_path / "task.yaml"
+    path.write_text("name: dup\ndataset: digits\nrounds: 3\nmodel: {name: mlp, hidden: [16]}\nrounds: 5\n")
+    with pytest.raises(ConfigError, match=r"the key 'rounds' is written twice \(lines 3 and 5\)"):
+        load_task(str(path))
+    body = {k: v for k, v in TINY.items() if k != "task"}
+    with pytest.raises(ConfigError, match="the key 'hidden' is written twice") as err:
+        load_task(write_task(tmp_path, {**body, "name": "t"}), ["model={name: mlp, hidden: [8], hidden: [9]}"])
+    assert err.value.field == "--set"
+
+
+def test_seeds_are_distinct_integers_a_generator_takes():
+    body = {**{k: v for k, v in TINY.items() if k != "task"}, "name": "t"}
+    from fedbench.config.task import task_from_dict
+
+    for seeds, allowed in (([0, 0], "a seed listed twice is the same run"), ([2**70], r"\[0, 2\^32\)"),
+                           ([-1], r"\[0, 2\^32\)"), ([True], r"\[0, 2\^32\)")):
+        with pytest.raises(ConfigError, match=allowed) as err:
+            task_from_dict({**body, "seeds": seeds})
+        assert err.value.field == "seeds"
+    assert task_from_dict({**body, "seeds": [0, 2**32 - 1]}).seeds == (0, 2**32 - 1)
+
+
+def test_a_binary_task_file_is_refused_naming_the_file(tmp_path):
+    path = tmp_path / "task.yaml"
+    path.write_bytes(b"name: t\n\xff\xfe\x00binary")
+    with pytest.raises(ConfigError, match="a UTF-8 text file") as err:
+        load_task(str(path))
+    assert err.value.field == "task"
