@@ -1,5 +1,5 @@
 """fedbench from Python (a notebook), and what every `fedbench` command does: `run`, `sweep`, `leaderboard`, `export`,
-`plot`, `report`, `listing` and `show_scenario` do the work and return their results instead of printing tables.
+`plot`, `report`, `ui`, `listing` and `show_scenario` do the work and return their results instead of printing tables.
 The command line only parses its arguments, calls these and prints what they return, so a command and its
 Python twin cannot drift apart (both skip finished runs, both write the leaderboard files).
 
@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from fedbench.scenarios.artifact import Scenario
     from fedbench.tracking.plots import Plots
     from fedbench.tracking.reproduction import Report
+    from fedbench.tracking.ui import UiServer
     from fedbench.tuning.plan import SweepPlan
     from fedbench.tuning.search_space import SearchSpace
     from fedbench.tuning.sweep import SweepOutcome
@@ -283,6 +284,19 @@ def report(task: TaskLike, *, out: str | os.PathLike | None = None, tolerance: f
     spec = as_task(task, [*overrides, *keyword_overrides(fields)])
     folder = Path(out) if out is not None else results_path("reports", spec.name)
     return write_report(spec, uri or tracking_uri(), folder, DEFAULT_TOLERANCE if tolerance is None else tolerance)
+
+
+def ui(*, uri: str | None = None, port: int | None = None) -> UiServer:
+    """Start MLflow's web UI over the results store, as `fedbench ui` does, on 127.0.0.1 (a free port unless
+    `port`); returns the running server: its `url`, and `stop()` to end it.
+
+    Args:
+        uri: the store; None: where `fedbench run` records (`MLFLOW_TRACKING_URI`, else `results/mlflow.db`).
+        port: the port to serve on; None: a free one.
+    """
+    from fedbench.tracking.ui import start_ui
+
+    return start_ui(uri, port)
 
 
 def listing(kind: str | None = None, name: str | None = None) -> dict[str, list[Listed]]:

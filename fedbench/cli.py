@@ -166,6 +166,32 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_ui(args: argparse.Namespace) -> int:
+    """MLflow's UI over the results store until Ctrl-C or SIGTERM; then the server this started is stopped."""
+    import signal
+
+    from fedbench.tracking.ui import MODEL_TRAINING_HINT, runs_pages
+
+    server = api.ui(port=args.port)
+    signal.signal(signal.SIGTERM, interrupt)
+    try:
+        console.print(f"MLflow UI over {escape(server.store)}: [bold]{server.url}[/] (Ctrl-C stops it)", soft_wrap=True)
+        console.print(escape(MODEL_TRAINING_HINT), soft_wrap=True)
+        for name, page in runs_pages(server):
+            console.print(f"  {escape(name)}: {page}", soft_wrap=True)
+        server.process.wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
+    return 0
+
+
+def interrupt(signum, frame) -> None:
+    """SIGTERM as Ctrl-C, so that `fedbench ui` stops its server either way."""
+    raise KeyboardInterrupt
+
+
 def cmd_list(args: argparse.Namespace) -> int:
     """Every kind with a line per entry; `list KIND` the same for one kind; `list KIND NAME` its parameters."""
     listing = api.listing(args.kind, args.name)
@@ -242,7 +268,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fedbench", description="Benchmark federated learning under shift and drift.")
     sub = parser.add_subparsers(dest="command", required=True)
     for add in (add_run_parser, add_sweep_parser, add_leaderboard_parser, add_export_parser, add_plot_parser,
-                add_report_parser, add_list_parser, add_scenario_parser):
+                add_report_parser, add_list_parser, add_scenario_parser, add_ui_parser):
         add(sub)
     return parser
 
@@ -347,6 +373,12 @@ def add_scenario_parser(sub) -> None:
     show.add_argument("--out", default=None, metavar="PATH",
                       help="PNG path (default: results/scenarios/<task>-<run hash>.png)")
     show.set_defaults(func=cmd_scenario_show)
+
+
+def add_ui_parser(sub) -> None:
+    ui = sub.add_parser("ui", help="MLflow's web UI over the results store, on 127.0.0.1 (Ctrl-C stops it)")
+    ui.add_argument("--port", type=int, default=None, help="the port to serve on (default: a free one)")
+    ui.set_defaults(func=cmd_ui)
 
 
 def add_task_arguments(parser: argparse.ArgumentParser, example: str = "tasks/quickstart.yaml") -> None:

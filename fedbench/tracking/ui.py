@@ -1,0 +1,101 @@
+"""`fedbench ui`: MLflow's web UI over the results store, bound to 127.0.0.1 on a free port.
+
+It is MLflow's own server (`mlflow server`, one worker, no job runner) started in a process group of its own, so
+that stopping it stops exactly what was started. A tracking server (an http URI) already serves its UI at its own
+address, so only a local store is served here.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass
+from typing import IO
+
+from fedbench.core.errors import ConfigError, FedbenchError
+from fedbench.tracking.paths import results_path, store_missing, tracking_uri
+
+MODEL_TRAINING_HINT = ('In MLflow 3\'s UI, switch the toggle at the top left from "GenAI" to "Model training" to see '
+                       "the runs and their per-round charts")
+
+
+@dataclass
+class UiServer:
+    """A running UI: its address and the server process this started."""
+
+    url: str
+    store: str
+    process: subprocess.Popen
+    log: IO[bytes]
+
+    def stop(self) -> None:
+        """Stop the server's process group (only what `start_ui` started)."""
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            self.process.wait(timeout=30)
+        self.log.close()
+
+
+def start_ui(uri: str | None = None, port: int | None = None, timeout_s: float = 180.0) -> UiServer:
+    """MLflow's UI over `uri` (default: where `fedbench run` records), answering at the returned server's `url`.
+
+    Raises:
+        ConfigError: the store is a tracking server or does not exist yet.
+        FedbenchError: the server exited or did not answer within `timeout_s` (its log's end is in the message).
+    """
+    uri = uri or tracking_uri()
+    if uri.startswith(("http://", "https://")):
+        raise ConfigError("MLFLOW_TRACKING_URI", uri, "a local store: a tracking server serves its UI at its own address")
+    if store_missing(uri):
+        raise ConfigError("store", uri, "an existing store: `fedbench run` or `fedbench sweep` makes one")
+    port = port or free_port()
+    cmd = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", uri, "--host", "127.0.0.1",
+           "--port", str(port), "--workers", "1", "--artifacts-destination", str(results_path("mlartifacts"))]
+    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+    log = tempfile.TemporaryFile()  # not a pipe: a server logging more than a pipe holds would block
+    process = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=log, start_new_session=True)
+    server = UiServer(f"http://127.0.0.1:{port}", uri, process, log)
+    try:
+        wait_until_healthy(server, timeout_s)
+    except BaseException:
+        server.stop()
+        raise
+    return server
+
+
+def runs_pages(server: UiServer, limit: int = 20) -> list[tuple[str, str]]:
+    """(experiment, the address of its runs page) for the store's experiments, newest first: that page shows the
+    runs as training runs whichever way the UI's GenAI / Model training toggle stands."""
+    from mlflow.tracking import MlflowClient
+
+    experiments = MlflowClient(server.store).search_experiments(max_results=limit, order_by=["creation_time DESC"])
+    return [(e.name, f"{server.url}/#/experiments/{e.experiment_id}/runs") for e in experiments if e.name != "Default"]
+
+
+def wait_until_healthy(server: UiServer, timeout_s: float) -> None:
+    """Return once the server's /health answers; raise FedbenchError if it exits or stays silent."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if urllib.request.urlopen(f"{server.url}/health", timeout=2).status == 200:
+                return
+        except OSError:
+            time.sleep(0.5)
+        if server.process.poll() is not None:
+            server.log.seek(0)
+            tail = server.log.read().decode(errors="replace").strip().splitlines()[-5:]
+            raise FedbenchError(f"MLflow's UI server exited with code {server.process.returncode}: " + " | ".join(tail))
+    raise FedbenchError(f"MLflow's UI server did not answer at {server.url} within {timeout_s:.0f} s")
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
