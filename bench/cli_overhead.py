@@ -349,7 +349,7 @@ def main() -> None:
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "MLFLOW_TRACKING_URI", "FEDBENCH_TIMELINE")}
     env["RAY_AUTH_MODE"] = "disabled"
     meta = {"note": args.note, "date": datetime.datetime.now().isoformat(timespec="minutes"), "machine": machine(),
-            "command": " ".join(["python", *("NOTE" if a == args.note else a for a in sys.argv)]), "variants": {k: str(v) for k, v in variants.items()},
+            "command": " ".join(["python", *("NOTE" if a == args.note else a for a in sys.argv)]), "variants": {k: os.path.relpath(v, REPO) for k, v in variants.items()},
             "repeats": args.repeats, "load_before": os.getloadavg()[0]}
     runs: dict[str, list[dict]] = {HANDWRITTEN: [], **{name: [] for name in variants}}
     with tempfile.TemporaryDirectory(prefix="cli_overhead-") as tmp:

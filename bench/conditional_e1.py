@@ -19,7 +19,7 @@ server, trained for N epochs of batch 64, one per round; about 45 s an epoch her
 
 Needs the Fashion-MNIST files under FEDBENCH_DATA (or --data-root). Writes bench/results/conditional_e1.{json,md}.
 
-    FEDBENCH_DATA=/work/shared/datasets nice -n 10 python bench/conditional_e1.py [--rounds 3] [--local-epochs 1] \
+    FEDBENCH_DATA=... nice -n 10 python bench/conditional_e1.py [--rounds 3] [--local-epochs 1] \
         [--pooled-epochs 5]
 """
 
@@ -89,7 +89,7 @@ def verdict(rows: dict[str, dict], method: str = "conditional") -> dict:
 
 def markdown(args: argparse.Namespace, rows: dict[str, dict], checks: list[dict]) -> str:
     pooled = f" --pooled-epochs {args.pooled_epochs}" if args.pooled_epochs else ""
-    command = (f"`FEDBENCH_DATA=/work/shared/datasets nice -n 10 python bench/conditional_e1.py --rounds {args.rounds} "
+    command = (f"`FEDBENCH_DATA=... nice -n 10 python bench/conditional_e1.py --rounds {args.rounds} "
                f"--local-epochs {args.local_epochs} --clusters {args.clusters} --sparsity {args.sparsity} --seed {args.seed} "
                f"--eval-every {args.eval_every} --backend {args.backend}{pooled}`")
     lines = [

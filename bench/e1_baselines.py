@@ -8,7 +8,7 @@ client's own model on its own test split, 001's metric) as mean +- std over clie
 accuracy (004's majority vote), test-time accuracy, total client compute seconds, MB up and down, wall seconds,
 beside 001 Table II's number for the dataset and K.
 
-    FEDBENCH_DATA=/work/shared/datasets python bench/e1_baselines.py --rounds 5 [--dataset fmnist] \
+    FEDBENCH_DATA=... python bench/e1_baselines.py --rounds 5 [--dataset fmnist] \
         [--clusters 5] [--methods local fedavg ...]
 
 Writes bench/results/e1_baselines.{json,md}.
@@ -64,7 +64,7 @@ def fmt(value: float | None) -> str:
 
 
 def markdown(args: argparse.Namespace, rows: list[dict]) -> str:
-    command = (f"`FEDBENCH_DATA=/work/shared/datasets python bench/e1_baselines.py --rounds {args.rounds} "
+    command = (f"`FEDBENCH_DATA=... python bench/e1_baselines.py --rounds {args.rounds} "
                f"--local-epochs {args.local_epochs} --dataset {args.dataset} --clusters {args.clusters} "
                f"--sparsity {args.sparsity} --seed {args.seed}`")
     header = ["method", "local acc mean +- std (clients)", "local acc min", "system acc", "test-time acc",

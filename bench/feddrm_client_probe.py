@@ -6,7 +6,7 @@ the pixels brighter than 0.05 in value, in HSV and RGB), and fit a multinomial l
 held-out accuracy of predicting the client (chance 1/8). An upper-bound-style probe of what the covariate
 shift alone gives a router, independent of FedDRM's training. Prints one line; used in bench/results/feddrm_colour.md:
 
-    FEDBENCH_DATA=/work/shared/datasets nice -n 10 python bench/feddrm_client_probe.py colour   # or: gray
+    FEDBENCH_DATA=... nice -n 10 python bench/feddrm_client_probe.py colour   # or: gray
 """
 import sys
 import numpy as np, torch

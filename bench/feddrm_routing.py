@@ -19,7 +19,7 @@ FedAvgFT's majority vote.
 Needs the MNIST files under FEDBENCH_DATA (or --data-root) for `--dataset mnist`; `--dataset digits` runs
 offline in about a minute. Writes bench/results/feddrm_routing.{json,md}.
 
-    FEDBENCH_DATA=/work/shared/datasets nice -n 10 python bench/feddrm_routing.py [--dataset mnist] [--rounds 10]
+    FEDBENCH_DATA=... nice -n 10 python bench/feddrm_routing.py [--dataset mnist] [--rounds 10]
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ def run_one(method: str, args: argparse.Namespace) -> dict:
 
 
 def command(args: argparse.Namespace) -> str:
-    return (f"FEDBENCH_DATA=/work/shared/datasets nice -n 10 python bench/feddrm_routing.py --dataset {args.dataset} "
+    return (f"FEDBENCH_DATA=... nice -n 10 python bench/feddrm_routing.py --dataset {args.dataset} "
             f"--rounds {args.rounds} --local-epochs {args.local_epochs}"
             f"{f' --local-steps {args.local_steps}' if args.local_steps else ''} --schedule {args.schedule} --ft-rounds {args.ft_rounds} --batch-size {args.batch_size} --lam {args.lam} "
             f"--lr {args.lr} --seed {args.seed}")

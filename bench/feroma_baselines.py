@@ -11,7 +11,7 @@ configuration (App. I.2 Table 14). 002 Table 2 is not that: it is the mean over 
 (Tables 13-16, to 0.06 in all 99 cells), and its "5 / 10 / 20 of 20" columns count drifts in 20 rounds
 (every 4 / 2 / 1 rounds).
 
-    FEDBENCH_DATA=/work/shared/datasets python bench/feroma_baselines.py --rounds 10 --seeds 42 43 [--methods atp]
+    FEDBENCH_DATA=... python bench/feroma_baselines.py --rounds 10 --seeds 42 43 [--methods atp]
 
 The table is read from the MLflow store the sweep records into (each method's latest run per seed at this
 scale), so `--methods` re-sweeps only those and `--report-only` rebuilds the table without running anything.
@@ -70,7 +70,7 @@ def markdown(args: argparse.Namespace, rows: list[dict], wall_s: float) -> str:
              f"{r['mb']:.1f}", f"{r['finished']}/{r['runs']}"]
             for r in sorted(rows, key=lambda r: -r["test_time"][0] if r["test_time"][0] == r["test_time"][0] else 1e9))
     lines = ["# FEROMA and 002's baselines: label skew, medium, drift every 2 rounds (real MNIST, 20 clients)", "",
-             f"`FEDBENCH_DATA=/work/shared/datasets python bench/feroma_baselines.py --rounds {args.rounds} --seeds "
+             f"`FEDBENCH_DATA=... python bench/feroma_baselines.py --rounds {args.rounds} --seeds "
              f"{' '.join(map(str, args.seeds))}` ({wall_s / 60:.0f} min of sweeps on this machine)", "",
              *markdown_table(header, body), ""]
     lines += [f"{r['method']} seed {seed} FAILED: {reason}" for r in rows for seed, reason in r["failed"].items()]

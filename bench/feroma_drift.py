@@ -10,7 +10,7 @@ medium, 10/20 drifts: 90.6 vs 73.6; the issue quotes 90.0 vs 71.5).
 
 Needs the MNIST files under FEDBENCH_DATA (or --data-root). Writes bench/results/feroma_drift.{json,md}.
 
-    FEDBENCH_DATA=/work/shared/datasets nice -n 10 python bench/feroma_drift.py [--seeds 42 43] [--rounds 20]
+    FEDBENCH_DATA=... nice -n 10 python bench/feroma_drift.py [--seeds 42 43] [--rounds 20]
 """
 
 from __future__ import annotations
