@@ -21,6 +21,7 @@ import dataclasses
 import functools
 import hashlib
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
@@ -176,10 +177,10 @@ class ResourceSpec:
     """Client workers in the Ray pool; None: as many as the free CPUs (and GPU fractions) allow."""
 
     def __post_init__(self) -> None:
-        if self.client_cpus <= 0:
-            raise ConfigError("client_cpus", self.client_cpus, "a number > 0")
-        if self.client_gpus < 0:
-            raise ConfigError("client_gpus", self.client_gpus, "a number >= 0 (a fraction of a GPU is allowed)")
+        if not (math.isfinite(self.client_cpus) and self.client_cpus > 0):  # NaN compares False with everything
+            raise ConfigError("client_cpus", self.client_cpus, "a finite number > 0")
+        if not (math.isfinite(self.client_gpus) and self.client_gpus >= 0):
+            raise ConfigError("client_gpus", self.client_gpus, "a finite number >= 0 (a fraction of a GPU is allowed)")
         if self.num_workers is not None and self.num_workers < 1:
             raise ConfigError("num_workers", self.num_workers, "an integer >= 1, or null for as many as fit")
 

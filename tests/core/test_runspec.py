@@ -167,3 +167,15 @@ def test_a_parameter_left_to_its_variant_is_no_change_and_names_no_run():
     released = tiny_spec(algorithm={"name": "cfl", "variant": "released"}).algorithm
     assert changed_params(released) == {"variant": "released"}
     assert changed_params(tiny_spec(algorithm={"name": "cfl", "warmup_rounds": 3}).algorithm) == {"warmup_rounds": 3}
+
+
+def test_resources_refuse_nan_and_infinity_before_the_run():
+    """NaN compares False with everything, so `client_cpus: .nan` passed `<= 0` and failed mid-run converting it to
+    a thread count (issue 32, item 4)."""
+    from tests.conftest import tiny_spec
+
+    for field, value in (("client_cpus", float("nan")), ("client_cpus", float("inf")),
+                         ("client_gpus", float("nan")), ("client_gpus", float("inf"))):
+        with pytest.raises(ConfigError, match="a finite number") as err:
+            tiny_spec(resources={field: value})
+        assert err.value.field == f"resources.{field}"
