@@ -5,13 +5,6 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import signal
-import socket
-import subprocess
-import sys
-import tempfile
-import time
-import urllib.request
 from pathlib import Path
 from typing import Iterator
 
@@ -19,6 +12,7 @@ import pytest
 
 from fedbench.config import parse_run
 from fedbench.core.runspec import RunSpec
+from fedbench.tracking.ui import serve_store
 
 TINY = {
     "task": "tiny",
@@ -83,42 +77,15 @@ def ray_session():
     ray.shutdown()
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @contextlib.contextmanager
 def serving_mlflow(backend_store_uri: str, artifacts: Path) -> Iterator[str]:
-    """A real `mlflow server` subprocess on 127.0.0.1 (one worker, and no job runner, which these tests never use) over
-    `backend_store_uri`; yields its URL once /health answers, and stops it by its process group."""
-    port = free_port()
-    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
-    cmd = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", backend_store_uri,
-           "--artifacts-destination", str(artifacts), "--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
-    log = tempfile.TemporaryFile()  # not a pipe: a server logging more than a pipe holds would block
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=log, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
+    """A real `mlflow server` subprocess on 127.0.0.1 over `backend_store_uri` (as `fedbench ui` starts one);
+    yields its URL once /health answers, and stops it by its process group."""
+    server = serve_store(backend_store_uri, artifacts, timeout_s=240)
     try:
-        deadline = time.time() + 240
-        while time.time() < deadline:
-            try:
-                if urllib.request.urlopen(f"{url}/health", timeout=2).status == 200:
-                    break
-            except OSError:
-                time.sleep(0.5)
-            if proc.poll() is not None:
-                log.seek(0)
-                pytest.fail(f"mlflow server exited with {proc.returncode}: {log.read().decode()[-3000:]}")
-        else:
-            pytest.fail("mlflow server did not become healthy in 240 s")
-        yield url
+        yield server.url
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)  # the server's own process group: only what this started
-            proc.wait(timeout=30)
-        log.close()
+        server.stop()
 
 
 @pytest.fixture

@@ -16,6 +16,7 @@ import tempfile
 import time
 import urllib.request
 from dataclasses import dataclass
+from pathlib import Path
 from typing import IO
 
 from fedbench.core.errors import ConfigError, FedbenchError
@@ -54,9 +55,16 @@ def start_ui(uri: str | None = None, port: int | None = None, timeout_s: float =
         raise ConfigError("MLFLOW_TRACKING_URI", uri, "a local store: a tracking server serves its UI at its own address")
     if store_missing(uri):
         raise ConfigError("store", uri, "an existing store: `fedbench run` or `fedbench sweep` makes one")
+    return serve_store(uri, results_path("mlartifacts"), port, timeout_s)
+
+
+def serve_store(uri: str, artifacts: Path, port: int | None = None, timeout_s: float = 180.0) -> UiServer:
+    """A real `mlflow server` over the backend store `uri` (sqlite or PostgreSQL), artifacts under `artifacts`,
+    on 127.0.0.1 (a free port unless `port`); returned once its /health answers. The tests' tracking servers
+    are these too."""
     port = port or free_port()
     cmd = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", uri, "--host", "127.0.0.1",
-           "--port", str(port), "--workers", "1", "--artifacts-destination", str(results_path("mlartifacts"))]
+           "--port", str(port), "--workers", "1", "--artifacts-destination", str(artifacts)]
     env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
     log = tempfile.TemporaryFile()  # not a pipe: a server logging more than a pipe holds would block
     process = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=log, start_new_session=True)

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import free_port, serving_mlflow
+from fedbench.tracking.ui import free_port
+from tests.conftest import serving_mlflow
 
 HEAD_CPUS = 2
 """The head node's CPUs: one 2-CPU trial at a time, so a second concurrent trial must go to the worker node."""

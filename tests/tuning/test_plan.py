@@ -7,8 +7,8 @@ import pytest
 from fedbench.cli import main
 from fedbench.core.errors import ConfigError
 from fedbench.tracking.paths import check_tracking_uri
+from fedbench.tracking.ui import free_port
 from fedbench.tuning.sweep import check_ray_address
-from tests.conftest import free_port
 
 
 def test_an_unreachable_tracking_server_is_refused_at_once():
