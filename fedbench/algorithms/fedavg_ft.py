@@ -77,9 +77,6 @@ class FedAvgFT(FedAvg):
         return TrainHooks()
 
     # -- server half ---------------------------------------------------------------------------------
-    def init_state(self) -> FineTunedState:
-        return FineTunedState(Payload(self.initial_weights()))
-
     def configure(self, round: int, state: FineTunedState, sampled: Sequence[int]) -> dict[int, Payload]:
         if not self.fine_tuning(round):
             return super().configure(round, state, sampled)

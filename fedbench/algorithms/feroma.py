@@ -253,9 +253,6 @@ class Feroma(Algorithm, RoundReport, TestTimeAssignment, SystemVote):
         self._projections: dict[tuple, dpe.Projection] = {}
 
     # -- server half ---------------------------------------------------------------------------------
-    def init_state(self) -> FeromaState:
-        return FeromaState(Payload(self.initial_weights()))
-
     def configure(self, round: int, state: FeromaState, sampled: Sequence[int]) -> dict[int, Payload]:
         """Warm-up: the global model. After it: a client's personalised model, or, at its first mapping
         round, the frozen extractor and bounds (one shared payload, shipped once)."""
