@@ -376,6 +376,8 @@ def show_scenario(task: TaskLike, *, run_index: int = 0, rounds: str | Sequence[
 def unfinished(specs: list[RunSpec], console: Console) -> list[RunSpec]:
     """`specs` less those whose run hash the tracking store already holds a finished run of (in the experiment
     of their task), saying on `console` how many it left out."""
+    from rich.markup import escape
+
     from fedbench.tracking.paths import store_missing, tracking_uri
 
     uri = tracking_uri()
@@ -386,8 +388,8 @@ def unfinished(specs: list[RunSpec], console: Console) -> list[RunSpec]:
     done = finished_run_hashes(specs[0].task, uri)
     todo = [s for s in specs if s.run_hash not in done]
     if len(todo) < len(specs):
-        console.print(f"skipping {len(specs) - len(todo)} of {len(specs)} runs already finished in {uri} "
-                      "(--rerun runs them again)")
+        console.print(f"skipping {len(specs) - len(todo)} of {len(specs)} runs already finished in {escape(uri)} "
+                      "(--rerun, or rerun=True from Python, runs them again)")
     return todo
 
 
