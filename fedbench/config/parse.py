@@ -58,10 +58,10 @@ def parse_spec(cls: type, raw: Any, path: str) -> Any:
         where = _join(path, name)
         if name in section:
             values[name] = _parse_value(f, hints[name], section[name], where)
-        elif "registry" in f.metadata:  # a default component gets its parameters' defaults filled in too
-            values[name] = _parse_value(f, hints[name], _default(f), where)
         elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
             raise ConfigError(where, None, "a value is required")
+        elif "registry" in f.metadata:  # a default component gets its parameters' defaults filled in too
+            values[name] = _parse_value(f, hints[name], _default(f), where)
     try:
         return cls(**values)
     except ConfigError as exc:

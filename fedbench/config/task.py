@@ -8,6 +8,7 @@ A task file is a RunSpec's fields at the top level plus task-level keys:
       algorithm: [fedavg, local]
       scenario.alpha: [0.1, 1.0]
     max_failures: 1             # `fedbench sweep`: restarts of a trial whose process died (default 1)
+    max_runs: 20000             # the most runs the grid and seeds may expand to (the default; counted first)
 
 `grid:` may also be a list of such mappings (blocks), for a suite whose experiments vary different axes
 (001's E1 sweeps K and sparsity, its E4b the covariate clusters): each block is expanded on its own and the
@@ -34,6 +35,8 @@ from __future__ import annotations
 import copy
 import dataclasses
 import itertools
+import math
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,7 +50,20 @@ from fedbench.core.runspec import RunSpec, changed_params
 from fedbench.core.errors import ConfigError
 from fedbench.core.names import check_name
 
-TASK_KEYS = ("name", "description", "seeds", "grid", "profile", "profiles", "reference", "max_failures")
+TASK_KEYS = ("name", "description", "seeds", "grid", "profile", "profiles", "reference", "max_failures", "max_runs")
+
+DEFAULT_MAX_RUNS = 20_000
+"""Runs a task may expand to unless it says `max_runs:`; the largest paper suite (feroma_drift) has 2,340, and a
+grid of two long axes (300 x 300: 90,000 runs) would otherwise take minutes to validate before saying anything."""
+
+MAX_TASK_BYTES = 4 * 2**20
+"""The largest task file read (the largest suite's is 20 KB)."""
+
+MAX_TASK_NODES_ENV = "FEDBENCH_MAX_TASK_NODES"
+DEFAULT_MAX_TASK_NODES = 200_000
+"""Values (mappings, lists, scalars) a task file may hold with its YAML aliases expanded (the largest suite: about
+5,000): nine levels of nine aliases each write 9^9 values in a few lines (a "billion laughs"), which every later
+step that walks the mapping would expand. Raised with the environment variable FEDBENCH_MAX_TASK_NODES."""
 
 PAPER_PROFILE = "paper"
 """The profile a task file's fields describe as written: the publication's setting."""
@@ -236,6 +252,9 @@ def read_task_file(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():
         raise ConfigError("task", str(path), "a path to an existing task YAML file")
+    if path.stat().st_size > MAX_TASK_BYTES:
+        raise ConfigError("task", str(path), f"a task file of at most {MAX_TASK_BYTES // 2**20} MiB "
+                          f"(this one has {path.stat().st_size / 2**20:.1f} MiB)")
     try:
         raw = yaml.load(path.read_text(encoding="utf-8"), Loader=TaskLoader)
     except UnicodeDecodeError as exc:
@@ -244,7 +263,45 @@ def read_task_file(path: str | Path) -> dict[str, Any]:
         raise ConfigError("task", str(path), f"valid YAML ({exc})") from None
     if not isinstance(raw, dict):
         raise ConfigError("task", str(path), "a YAML mapping of fields")
+    check_expanded_size("task", str(path), raw)
     return raw
+
+
+def max_task_nodes() -> int:
+    """`DEFAULT_MAX_TASK_NODES`, or the environment's FEDBENCH_MAX_TASK_NODES."""
+    text = os.environ.get(MAX_TASK_NODES_ENV, "")
+    if not text:
+        return DEFAULT_MAX_TASK_NODES
+    if not text.isdigit() or int(text) < 1:
+        raise ConfigError(MAX_TASK_NODES_ENV, text, "a positive integer: the values a task file may hold")
+    return int(text)
+
+
+def check_expanded_size(field: str, shown: Any, tree: Any) -> None:
+    """Refuse a YAML value holding more than `max_task_nodes()` values once its aliases are expanded. YAML
+    shares an aliased value, so the count is summed over shared subtrees, each walked once."""
+    limit, sizes = max_task_nodes(), {}
+
+    def size(node: Any) -> int:
+        if not isinstance(node, (dict, list)):
+            return 1
+        if id(node) not in sizes:
+            sizes[id(node)] = None  # being counted: meeting it again inside itself is a recursive alias
+            children = [*node.keys(), *node.values()] if isinstance(node, dict) else node
+            total = 1
+            for child in children:
+                total += size(child)
+                if total > limit:
+                    break
+            sizes[id(node)] = total
+        if sizes[id(node)] is None:
+            raise ConfigError(field, shown, "no value that contains itself (a recursive YAML alias, &a [*a])")
+        return sizes[id(node)]
+
+    found = size(tree)
+    if found > limit:
+        raise ConfigError(field, shown, f"at most {limit:,} values with YAML aliases expanded (this one holds more: "
+                          f"aliases nested in aliases?); set {MAX_TASK_NODES_ENV} to raise the limit")
 
 
 def task_from_dict(raw: dict[str, Any], overrides: Sequence[Override] = (), default_name: str = "task") -> TaskSpec:
@@ -281,6 +338,8 @@ def task_from_dict(raw: dict[str, Any], overrides: Sequence[Override] = (), defa
     description = raw.pop("description", "")
     raw_reference = raw.pop("reference", None)
     max_failures = check_max_failures("max_failures", raw.pop("max_failures", DEFAULT_MAX_FAILURES))
+    check_run_count(grid, 1 if any(path == "seed" for path, _ in run_overrides) else len(seeds),
+                    raw.pop("max_runs", DEFAULT_MAX_RUNS))
     task = TaskSpec(name, raw, grid, tuple(seeds), tuple(run_overrides), str(description), profile,
                     (PAPER_PROFILE, *profiles), (), source, given, max_failures)
     runs = task._expansion()  # validate now, so bad input fails before anything runs
@@ -304,6 +363,18 @@ def parse_grid(raw: Any, overridden: set[str]) -> tuple[Grid, ...]:
                 axes.append((axis, tuple(values)))
         grids.append(tuple(axes))
     return tuple(grids)
+
+
+def check_run_count(grid: tuple[Grid, ...], seeds: int, max_runs: Any) -> None:
+    """Refuse a task whose grid and seeds would expand to more than `max_runs` runs, counted before any is built."""
+    if isinstance(max_runs, bool) or not isinstance(max_runs, int) or max_runs < 1:
+        raise ConfigError("max_runs", max_runs, "a positive integer: the most runs this task may expand to")
+    count = seeds * sum(math.prod(len(values) for _, values in block) for block in grid)
+    if count > max_runs:
+        sizes = " + ".join(" x ".join(str(len(v)) for _, v in block) or "1" for block in grid)
+        raise ConfigError("grid", f"{count:,} runs ({sizes} points x {seeds} seeds)",
+                          f"at most {max_runs:,} runs (max_runs); write max_runs: {count} in the task file, "
+                          f"or --set max_runs={count}, to run them all")
 
 
 def profile_overrides(profiles: Any, profile: Any) -> list[tuple[str, Any]]:
@@ -339,6 +410,7 @@ def parse_override(text: str) -> tuple[str, Any]:
         raise ConfigError("--set", text, f"a value without a key written twice ({exc.problem})") from None
     except yaml.YAMLError:  # not YAML: the text as written (a name, a path)
         parsed = value
+    check_expanded_size("--set", text, parsed)
     return key.strip(), parsed
 
 

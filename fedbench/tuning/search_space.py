@@ -22,7 +22,7 @@ from typing import Any, Mapping
 
 import yaml
 
-from fedbench.config.task import set_path, resolve_run
+from fedbench.config.task import TaskLoader, check_expanded_size, resolve_run, set_path
 from fedbench.core.errors import ConfigError
 from fedbench.core.names import check_name
 
@@ -131,11 +131,14 @@ def load_search_space(path: str | Path) -> SearchSpace:
     if not path.is_file():
         raise ConfigError("--search", str(path), "an existing search-space YAML file (see search_spaces/)")
     try:
-        raw = yaml.safe_load(path.read_text()) or {}
+        raw = yaml.load(path.read_text(encoding="utf-8"), Loader=TaskLoader) or {}
+    except UnicodeDecodeError as exc:
+        raise ConfigError("--search", str(path), f"a UTF-8 text file (byte {exc.start} is not UTF-8)") from None
     except yaml.YAMLError as exc:
         raise ConfigError("--search", str(path), f"valid YAML ({' '.join(str(exc).split())})") from None
     if not isinstance(raw, Mapping):
         raise ConfigError("--search", str(path), "a YAML mapping with a `space:` key (see search_spaces/)")
+    check_expanded_size("--search", str(path), raw)
     name = check_name(f"{path.name}: name", raw.get("name", path.stem))
     space = raw.get("space")
     if not isinstance(space, Mapping) or not space:

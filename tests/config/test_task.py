@@ -380,3 +380,60 @@ def test_a_binary_task_file_is_refused_naming_the_file(tmp_path):
     with pytest.raises(ConfigError, match="a UTF-8 text file") as err:
         load_task(str(path))
     assert err.value.field == "task"
+
+
+def billion_laughs(levels: int) -> str:
+    """A task whose description nests `levels` levels of nine aliases: 9^levels values once expanded."""
+    lines = ["name: bomb", "dataset: digits", "model: mlp", "description:", '  l0: &l0 ["lol", "lol"]']
+    lines += [f"  l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 9)}]" for i in range(1, levels + 1)]
+    return "\n".join(lines) + "\n"
+
+
+def test_a_yaml_alias_bomb_is_refused_at_once_naming_the_limit(tmp_path, monkeypatch):
+    """Nine levels of aliases hung the loader (issue 32, item 3); a task file that expands past the limit is
+    refused before anything walks it, and the message says how to raise the limit."""
+    path = tmp_path / "bomb.yaml"
+    path.write_text(billion_laughs(9))
+    with pytest.raises(ConfigError, match="at most 200,000 values with YAML aliases expanded.*FEDBENCH_MAX_TASK_NODES"):
+        load_task(str(path))
+    path.write_text(billion_laughs(2))  # 2 + 9*... a few hundred values: an ordinary use of aliases
+    assert load_task(str(path)).name == "bomb"
+    monkeypatch.setenv("FEDBENCH_MAX_TASK_NODES", "50")
+    with pytest.raises(ConfigError, match="at most 50 values"):
+        load_task(str(path))
+    with pytest.raises(ConfigError, match="at most 50 values") as err:  # a --set value is counted too
+        load_task(write_task(tmp_path, {**{k: v for k, v in TINY.items() if k != "task"}, "name": "t"}),
+                  ["description=" + str(list(range(60)))])
+    assert err.value.field == "--set"
+
+
+def test_a_recursive_alias_is_refused(tmp_path):
+    path = tmp_path / "loop.yaml"
+    path.write_text("name: loop\ndataset: digits\nmodel: mlp\ndescription: &a [1, *a]\n")
+    with pytest.raises(ConfigError, match="a recursive YAML alias"):
+        load_task(str(path))
+
+
+def test_a_grid_past_max_runs_is_refused_before_any_run_is_built(tmp_path):
+    """A 300 x 300 grid hung `--dry-run` validating 90,000 runs (issue 32, item 3): the count comes from the axes'
+    lengths, and `max_runs` raises the limit."""
+    from fedbench.config.task import task_from_dict
+
+    body = {**{k: v for k, v in TINY.items() if k != "task"}, "name": "big", "seeds": [0, 1],
+            "grid": {"optimizer.lr": [0.001 * (i + 1) for i in range(300)], "local_epochs": list(range(1, 301))}}
+    with pytest.raises(ConfigError, match=r"180,000 runs \(300 x 300 points x 2 seeds\).*max_runs: 180000") as err:
+        task_from_dict(body)
+    assert err.value.field == "grid"
+    small = {**body, "grid": {"optimizer.lr": [0.01, 0.02, 0.03]}, "max_runs": 5}
+    with pytest.raises(ConfigError, match="at most 5 runs"):
+        task_from_dict(small)
+    assert len(task_from_dict(small, ["max_runs=6"]).expand()) == 6
+    with pytest.raises(ConfigError, match="max_runs: got 0"):
+        task_from_dict({**small, "max_runs": 0})
+
+
+def test_a_missing_model_is_named_not_a_traceback():
+    from fedbench.config.task import task_from_dict
+
+    with pytest.raises(ConfigError, match="model: got None; allowed: a value is required"):
+        task_from_dict({"name": "t", "dataset": "digits"})

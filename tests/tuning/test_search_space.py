@@ -118,3 +118,19 @@ def test_a_malformed_search_space_file_is_a_message_not_a_traceback(tmp_path, te
     with pytest.raises(ConfigError) as err:
         load_search_space(path)
     assert hint in str(err.value)
+
+
+def test_a_search_space_file_is_read_as_strictly_as_a_task_file(tmp_path):
+    """A key written twice, an alias bomb and a binary file are refused naming the file (issue 32, items 3 and 6)."""
+    from tests.config.test_task import billion_laughs
+
+    cases = [("name: s\nspace:\n  optimizer.lr: {uniform: [0.01, 0.1]}\n  optimizer.lr: {uniform: [0.1, 0.2]}\n",
+              "the key 'optimizer.lr' is written twice"),
+             (billion_laughs(9) + "space: {optimizer.lr: {uniform: [0.01, 0.1]}}\n", "at most 200,000 values"),
+             (b"space: \xff\xfe", "a UTF-8 text file")]
+    for body, hint in cases:
+        path = tmp_path / "space.yaml"
+        path.write_bytes(body if isinstance(body, bytes) else body.encode())
+        with pytest.raises(ConfigError, match=hint) as err:
+            load_search_space(path)
+        assert err.value.field == "--search"
