@@ -80,7 +80,7 @@ class FeromaConfig(AlgorithmConfig):
     mask_prob: float = 0.5
     """p: Bernoulli probability (paper) or subset fraction (released: exact 50% splits) (002 B.4 S3)."""
     epsilon: float | None = None
-    """Laplace DP budget per profile; None or inf: no noise (released default off, 10 when on; 002 B.4 S4, App. F)."""
+    """Laplace DP budget per profile; None: no noise (released default off, 10 when on; 002 B.4 S4, App. F)."""
     tau: float | Literal["mean"] | None = None
     """Threshold zeroing association weights below it; "mean": 1/|A_{t-1}| as in 002 I.9; None: off (002 eq. 4)."""
     size_weighting: bool | None = None
@@ -101,7 +101,7 @@ class FeromaConfig(AlgorithmConfig):
         if not 0.0 < self.mask_prob <= 1.0:
             raise ConfigError("mask_prob", self.mask_prob, "a number in (0, 1]")
         if self.epsilon is not None and not self.epsilon > 0:
-            raise ConfigError("epsilon", self.epsilon, "a number > 0 (inf or null: no noise)")
+            raise ConfigError("epsilon", self.epsilon, "a number > 0 (null: no noise)")
         if self.tau is not None and self.tau != "mean" and not 0.0 <= self.tau <= 1.0:
             raise ConfigError("tau", self.tau, "a number in [0, 1], \"mean\" or null")
         if self.bound_margin < 1.0:

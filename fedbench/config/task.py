@@ -225,6 +225,7 @@ def resolve_run(raw: dict[str, Any]) -> RunSpec:
     """One run's raw mapping -> RunSpec, with its scenario preset expanded and the scenario checked against
     the dataset's facts, so an impossible federation fails here, before any data is read."""
     from fedbench.data import dataset_facts
+    from fedbench.models.base import check_model
     from fedbench.scenarios import check_scenario, expand_preset, preset_normalization
 
     if "dataset" not in raw:
@@ -239,6 +240,8 @@ def resolve_run(raw: dict[str, Any]) -> RunSpec:
             raw["normalize"] = paper_normalization
     spec = parse_run(raw)
     check_scenario(spec.scenario, facts)
+    if facts.input_shape is not None:
+        check_model(spec.model.name, spec.model.params, facts.input_shape, facts.num_classes)
     return spec
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
+import math
 import typing
 from typing import Any, Callable, Literal
 
@@ -104,6 +105,8 @@ def coerce(path: str, value: Any, annotation: Any) -> Any:
             value = _float_literal(value)  # YAML 1.1 reads 1e-3 (no dot) as a string
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(path, value, "a number")
+        if not math.isfinite(value):  # NaN passes every `<`/`>` range check; no field means anything by infinity
+            raise ConfigError(path, value, "a finite number")
         return float(value)
     if annotation is str:
         if not isinstance(value, str):

@@ -174,6 +174,15 @@ class DatasetFacts:
     train_size: int | None = None
     """What a federation is cut from: with too many clients for it, some would hold no sample."""
     test_size: int | None = None
+    features: int | None = None
+    """The length of a vector dataset's rows (None for images, whose shape `channels` and `image_size` give)."""
+
+    @property
+    def input_shape(self) -> tuple[int, ...] | None:
+        """A sample's shape as a model takes it, where the facts tell it: [C, H, W] or [features]."""
+        if self.image_size is not None and self.channels is not None:
+            return (self.channels, *self.image_size)
+        return None if self.features is None else (self.features,)
 
     def __post_init__(self) -> None:
         if self.superclasses is not None and len(self.superclasses) != self.num_classes:

@@ -28,7 +28,7 @@ def _facts(
     require(0.0 < test_fraction < 1.0, "test_fraction", test_fraction, "a number in (0, 1)")
     counts = _device_counts(np.random.default_rng(seed), num_devices, samples_per_device)
     train = sum(_train_rows(n, test_fraction) for n in counts)
-    return DatasetFacts(num_classes=NUM_CLASSES, channels=None, image_size=None, meta_columns=("device",),
+    return DatasetFacts(num_classes=NUM_CLASSES, channels=None, image_size=None, features=DIM, meta_columns=("device",),
                         train_size=int(train), test_size=int(counts.sum() - train))
 
 

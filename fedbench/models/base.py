@@ -15,6 +15,8 @@ what methods with local heads select on.
 
 from __future__ import annotations
 
+import functools
+import os
 from typing import Any, Mapping, TypeVar
 
 import torch
@@ -108,6 +110,21 @@ def build_model(name: str, input_shape: tuple[int, ...], num_classes: int, **opt
         raise ConfigError("num_classes", num_classes, "an integer >= 1")
     params = resolve_params("model", f"model {name}", options, factory, skip=2)
     return factory(shape, num_classes, **dict(params))
+
+
+@functools.lru_cache(maxsize=256)
+def check_model(name: str, options: tuple[tuple[str, Any], ...], input_shape: tuple[int, ...], num_classes: int) -> None:
+    """Build the model on torch's meta device (shapes, no memory) when a task loads, so that an option the model
+    refuses (`hidden: [-5]`) fails before any run starts, and refuse a model whose parameters alone exceed this
+    machine's memory (`hidden: [1000000000]`: a 296 GB layer), naming its size. A grid repeats a few models."""
+    with torch.device("meta"):
+        model = build_model(name, input_shape, num_classes, **dict(options))
+    size = sum(p.numel() * p.element_size() for p in model.parameters())
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    if size > memory:
+        raise ConfigError("model", {"name": name, **dict(options)},
+                          f"a model whose parameters fit in this machine's memory ({memory / 2**30:.0f} GiB): this one has "
+                          f"{count_parameters(model):,} parameters ({size / 2**30:,.1f} GiB) for inputs {list(input_shape)}")
 
 
 def count_parameters(model: nn.Module) -> int:

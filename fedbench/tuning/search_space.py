@@ -16,6 +16,7 @@ Tune's OptunaSearch); every problem is found at load, before any trial starts.
 from __future__ import annotations
 
 import copy
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
@@ -47,8 +48,9 @@ class Distribution:
         if not isinstance(values, list) or not values:
             raise ConfigError(field, values, f"a non-empty list for {kind}")
         if kind != "categorical":
-            if len(values) != 2 or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
-                raise ConfigError(field, values, f"[low, high], two numbers, for {kind}")
+            if len(values) != 2 or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+                                           for v in values):
+                raise ConfigError(field, values, f"[low, high], two finite numbers, for {kind}")
             low, high = values
             if low >= high:
                 raise ConfigError(field, values, f"low < high (got low={low}, high={high})")

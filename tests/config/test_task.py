@@ -162,10 +162,10 @@ def test_shipped_quickstart_task_expands():
 def test_normalisation_defaults_to_what_the_presets_paper_used(scenario, dataset, expected):
     from fedbench.config.task import task_from_dict
 
-    [spec] = task_from_dict({**TINY, "dataset": dataset, "scenario": scenario, "model": "lenet5"}).expand()
+    [spec] = task_from_dict({**TINY, "dataset": dataset, "scenario": scenario}).expand()
     assert spec.to_dict()["normalize"] == expected
     assert spec.flat()["normalize.mode"] == expected["mode"]  # recorded with the run's params
-    [own] = task_from_dict({**TINY, "dataset": dataset, "scenario": scenario, "model": "lenet5",
+    [own] = task_from_dict({**TINY, "dataset": dataset, "scenario": scenario,
                             "normalize": "dataset"}).expand()
     assert own.normalize.mode == "dataset"  # the task's own choice wins over the preset's
 
@@ -437,3 +437,35 @@ def test_a_missing_model_is_named_not_a_traceback():
 
     with pytest.raises(ConfigError, match="model: got None; allowed: a value is required"):
         task_from_dict({"name": "t", "dataset": "digits"})
+
+
+@pytest.mark.parametrize("override, field", [
+    ("scenario={partition: dirichlet, alpha: .nan, num_clients: 4}", "scenario.alpha"),
+    ("scenario={partition: dirichlet, alpha: .inf, num_clients: 4}", "scenario.alpha"),
+    ("algorithm={name: fedprox, mu: .nan}", "algorithm.mu"),
+    ("algorithm={name: feroma, epsilon: .inf}", "algorithm.epsilon"),
+    ("normalize={mode: values, mean: [.nan], std: [1]}", "normalize.mean[0]"),
+    ("optimizer.lr=1e309", "optimizer.lr"),
+    ("dataset={name: digits, test_fraction: .nan}", "dataset.test_fraction"),
+])
+def test_no_numeric_field_takes_nan_or_infinity(override, field):
+    """NaN passes every `<`/`>` range check (`alpha: .nan` failed mid-run blaming min_samples; issue 32, item 4):
+    every number is refused at load unless finite."""
+    from fedbench.config.task import task_from_dict
+
+    with pytest.raises(ConfigError, match="a finite number") as err:
+        task_from_dict({**{k: v for k, v in TINY.items() if k != "task"}, "name": "t"}, [override]).expand()
+    assert err.value.field == field
+
+
+@pytest.mark.parametrize("hidden, hint", [([-5], "a list of positive integers"),
+                                          ([10**9], r"fit in this machine's memory .* 75,000,000,010 parameters")])
+def test_a_model_that_cannot_be_built_is_refused_at_load(hidden, hint):
+    """`hidden: [-5]` failed on the workers and `hidden: [1e9]` (a 280 GiB layer) was accepted (issue 32, item 4)."""
+    from fedbench.config.task import task_from_dict
+
+    with pytest.raises(ConfigError, match=hint):
+        task_from_dict({**{k: v for k, v in TINY.items() if k != "task"}, "name": "t",
+                        "model": {"name": "mlp", "hidden": hidden}})
+    assert task_from_dict({**{k: v for k, v in TINY.items() if k != "task"}, "name": "t",
+                           "model": {"name": "mlp", "hidden": []}}).expand()  # logistic regression: a real model

@@ -58,7 +58,7 @@ def test_every_registered_dataset_declares_facts_at_its_defaults(name):
                                                      mean_std=((0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762)),
                                                      train_size=50000, test_size=10000)),
         ("digits", {}, DatasetFacts(10, 1, (8, 8), (), None, train_size=1437, test_size=360)),
-        ("synthetic", {"num_devices": 3}, DatasetFacts(10, None, None, ("device",), None, train_size=366, test_size=91)),
+        ("synthetic", {"num_devices": 3}, DatasetFacts(10, None, None, ("device",), None, train_size=366, test_size=91, features=60)),
         ("synthetic_images", {"channels": 3, "size": 32, "num_classes": 7},
          DatasetFacts(7, 3, (32, 32), (), None, train_size=60000, test_size=10000)),
         ("femnist", {}, DatasetFacts(62, 1, (28, 28), ("writer",), None)),

@@ -16,7 +16,7 @@ CIFAR100_LIKE = {"name": "synthetic_images", "channels": 3, "size": 32, "num_cla
 
 
 def run_spec(scenario: dict, dataset=MNIST_LIKE, rounds: int = 1, seed: int = 0):
-    return resolve_run({"task": "t", "dataset": dataset, "model": "lenet5", "scenario": scenario, "rounds": rounds, "seed": seed})
+    return resolve_run({"task": "t", "dataset": dataset, "model": "mlp", "scenario": scenario, "rounds": rounds, "seed": seed})
 
 
 def make(scenario: dict, dataset=MNIST_LIKE, rounds: int = 1, seed: int = 0, fresh: bool = False):
