@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from typing import Iterator, Mapping
 
-from fedbench.core.runspec import RunSpec
+from fedbench.core.errors import ConfigError
+from fedbench.core.runspec import ResourceSpec, RunSpec
 from fedbench.core.types import ClientResult, Payload
 from fedbench.data import BaseDataset
 from fedbench.runtime.jobs import Job
@@ -47,6 +48,18 @@ class SerialBackend:
 
     def close(self) -> None:
         pass
+
+
+def check_serial_fits(resources: ResourceSpec) -> None:
+    """Refuse GPUs this process does not have for a serial run, as the ray backend refuses a worker no node holds,
+    rather than train on CPU what the task asked to train on a GPU."""
+    import torch
+
+    found = torch.cuda.device_count()
+    if resources.client_gpus > found:
+        raise ConfigError("resources.client_gpus", resources.client_gpus,
+                          f"at most the {found} CUDA device{'s' * (found != 1)} torch sees here: the serial backend "
+                          "trains in this process (0 trains on CPU)")
 
 
 def make_backend(name: str, dataset: BaseDataset, scenario: Scenario, spec: RunSpec, pool=None):

@@ -13,6 +13,7 @@ from typing import Callable, Sequence
 from fedbench.core import timeline
 from fedbench.core.callbacks import Callback, RunResult
 from fedbench.core.runspec import RunSpec
+from fedbench.runtime.backends import check_serial_fits
 from fedbench.runtime.federation import Federation
 
 
@@ -22,6 +23,8 @@ def run_specs(specs: Sequence[RunSpec], callbacks: Callable[[int, RunSpec], Sequ
     ray_started_here, pools = False, None
     results = []
     try:
+        for resources in {spec.resources for spec in specs if spec.resources.backend == "serial"}:
+            check_serial_fits(resources)
         on_ray = {spec.resources for spec in specs if spec.resources.backend == "ray"}
         if on_ray:
             import ray

@@ -19,3 +19,22 @@ def test_runs_go_on_past_a_failed_run_each_with_the_callbacks_made_for_it():
     results = run_specs(specs, lambda i, spec: [Ended(i, seen)])
     assert [r.status for r in results] == ["FAILED", "FINISHED"]
     assert seen == [(1, 5, "FAILED"), (2, 0, "FINISHED")]
+
+
+def test_a_serial_run_asking_for_gpus_this_process_lacks_is_refused_before_any_run(monkeypatch):
+    """The ray backend refuses a worker no node can hold; the serial one trained on CPU instead (issue 32, item 6)."""
+    import pytest
+    import torch
+
+    from fedbench.core.errors import ConfigError
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+    seen = []
+    specs = [tiny_spec(seed=0), tiny_spec(seed=1, resources={"backend": "serial", "client_gpus": 1})]
+    with pytest.raises(ConfigError, match="at most the 0 CUDA devices torch sees here") as err:
+        run_specs(specs, lambda i, spec: [Ended(i, seen)])
+    assert err.value.field == "resources.client_gpus" and seen == []  # not even the first run started
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)  # a machine with one GPU holds the request
+    from fedbench.runtime.backends import check_serial_fits
+
+    check_serial_fits(specs[1].resources)
