@@ -21,10 +21,10 @@ FORMATS = ("csv", "parquet")
 def long_metrics(experiment: str, uri: str, group_by: Sequence[str] = ("dataset", "scenario")) -> pd.DataFrame:
     """Every finished run's per-round metrics (`final/` and `total/` summaries left out: they are the leaderboard's),
     one row per (run, round, metric), each run hash once (its latest run)."""
-    from mlflow.tracking import MlflowClient
+    from fedbench.tracking.patient_store import PatientClient
 
     runs = latest_finished(read_runs(experiment, uri))
-    client = MlflowClient(uri)
+    client = PatientClient(uri)
     group, configuration = group_and_configuration(runs, group_by)
     fields = varying_params(runs)
     rows = []

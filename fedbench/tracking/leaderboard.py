@@ -23,6 +23,7 @@ from fedbench.core import metrics as M
 from fedbench.core.errors import ConfigError, FedbenchError
 from fedbench.core.runspec import algorithm_defaults
 from fedbench.tracking.paths import store_missing
+from fedbench.tracking.patient_store import patiently
 from fedbench.tracking.tags import FAILURE_REASON_TAG, RETRIED_TAG, STOPPED_EARLY_TAG
 
 DEFAULT_METRIC = M.FINAL_PREFIX + M.ACC_LOCAL_MEAN
@@ -60,9 +61,9 @@ def read_runs(experiment: str, uri: str) -> pd.DataFrame:
     if store_missing(uri):
         raise ConfigError("--experiment", experiment, f"an experiment in {where}; that store does not exist")
     with searching(uri):
-        if mlflow.get_experiment_by_name(experiment) is None:
+        if patiently(lambda: mlflow.get_experiment_by_name(experiment), uri, "reading experiments") is None:
             raise ConfigError("--experiment", experiment, f"an experiment in {where}")
-        runs = mlflow.search_runs(experiment_names=[experiment])
+        runs = patiently(lambda: mlflow.search_runs(experiment_names=[experiment]), uri, "reading runs")
     if "params.run_hash" not in runs:
         return runs.iloc[0:0]
     return runs[runs["params.run_hash"].notna()].reset_index(drop=True)

@@ -14,11 +14,11 @@ from typing import Mapping
 from mlflow.entities import Metric, Param, RunTag
 from mlflow.exceptions import MlflowException
 from mlflow.protos.databricks_pb2 import RESOURCE_ALREADY_EXISTS, ErrorCode
-from mlflow.tracking import MlflowClient
 
 from fedbench.core.callbacks import Callback, RoundRecord, RunResult
 from fedbench.core.runspec import RunSpec
 from fedbench.tracking.paths import inside, tracking_uri
+from fedbench.tracking.patient_store import PatientClient
 from fedbench.tracking.store_template import prepare_store
 from fedbench.tracking.tags import FAILURE_REASON_TAG, FAILURE_TRACEBACK_ARTIFACT, PARENT_RUN_TAG
 
@@ -32,7 +32,7 @@ EXPERIMENT_TAGS = {"mlflow.experimentKind": "custom_model_development"}
 """MLflow 3's UI opens an experiment of this kind on its runs and their metric charts, not on GenAI traces."""
 
 
-def experiment_id_for(client: MlflowClient, name: str) -> str:
+def experiment_id_for(client: PatientClient, name: str) -> str:
     """The id of experiment `name`, created if needed (artifacts beside the database of an sqlite store;
     a tracking server decides for itself).
 
@@ -60,7 +60,7 @@ class MlflowCallback(Callback):
     def __init__(self, uri: str | None = None, experiment: str | None = None, parent_run_id: str | None = None):
         uri = uri or tracking_uri()
         prepare_store(uri)
-        self.client = MlflowClient(tracking_uri=uri)
+        self.client = PatientClient(uri)
         self.experiment = experiment
         self.parent_run_id = parent_run_id
         self.run_id: str | None = None

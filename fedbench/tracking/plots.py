@@ -71,7 +71,7 @@ def plot_experiment(experiment: str, uri: str, out: Path, metric: str = DEFAULT_
         ConfigError: unknown experiment, no finished run, a metric no finished run reports per round, or a
             group-by name that is no RunSpec field.
     """
-    from mlflow.tracking import MlflowClient
+    from fedbench.tracking.patient_store import PatientClient
 
     runs = read_runs(experiment, uri)
     finished = latest_finished(runs) if len(runs) else runs
@@ -80,7 +80,7 @@ def plot_experiment(experiment: str, uri: str, out: Path, metric: str = DEFAULT_
                           f"fedbench runs, none FINISHED)")
     metric = metric.removeprefix(M.FINAL_PREFIX)
     check_metric(finished, metric)
-    client = MlflowClient(uri)
+    client = PatientClient(uri)
     group, configuration = group_and_configuration(finished, group_by)
     labels = pd.DataFrame({"run_id": finished["run_id"], "group": group, "configuration": configuration})
     histories = {run_id: metric_history(client, run_id, metric) for run_id in labels["run_id"]}

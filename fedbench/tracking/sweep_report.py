@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from mlflow.entities import Param
-from mlflow.tracking import MlflowClient
+from fedbench.tracking.patient_store import PatientClient
 
 from fedbench.core.errors import FedbenchError
 from fedbench.core.runspec import flatten
@@ -27,7 +27,7 @@ def report_sweep(uri: str, experiment: str, parent_run_id: str, task: dict[str, 
     """Log the task (its fields, grid and seeds as params, its description), the leaderboard (`leaderboard.md`)
     and the plots (`plots/`) on the parent run; returns what was logged. Nothing here can fail the sweep:
     a part that cannot be made (no finished run to rank) is skipped with a warning."""
-    client = MlflowClient(uri)
+    client = PatientClient(uri)
     logged = []
     params = {k: str(v)[:MAX_PARAM_LENGTH] for k, v in flatten(task).items()}
     client.log_batch(parent_run_id, params=[Param(k, v) for k, v in sorted(params.items())])

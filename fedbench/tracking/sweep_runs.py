@@ -11,9 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from mlflow.entities import Run
-from mlflow.tracking import MlflowClient
 
 from fedbench.tracking.mlflow_callback import experiment_id_for
+from fedbench.tracking.patient_store import PatientClient
 from fedbench.tracking.search_filter import where
 from fedbench.tracking.store_template import prepare_store
 from fedbench.tracking.tags import ATTEMPTS_TAG, PARENT_RUN_TAG, RETRIED_TAG, SWEEP_TAG, TRIAL_KEY_TAG, TRIALS_TAG
@@ -30,7 +30,7 @@ class SweepParent:
     attempt: int
 
 
-def latest_sweep_run(client: MlflowClient, experiment_id: str, name: str | None = None) -> Run | None:
+def latest_sweep_run(client: PatientClient, experiment_id: str, name: str | None = None) -> Run | None:
     """The experiment's most recently started sweep parent run (of sweep `name`, or of any sweep); None if none."""
     runs = client.search_runs([experiment_id], where({f"tags.{SWEEP_TAG}": name}), order_by=["start_time DESC"],
                               max_results=1)
@@ -42,7 +42,7 @@ class SweepRuns:
 
     def __init__(self, uri: str, experiment: str):
         prepare_store(uri)
-        self.client = MlflowClient(uri)
+        self.client = PatientClient(uri)
         self.experiment_id = experiment_id_for(self.client, experiment)
 
     def start_parent(self, sweep: str, trials: int) -> SweepParent:

@@ -80,9 +80,9 @@ def serve_store(uri: str, artifacts: Path, port: int | None = None, timeout_s: f
 def runs_pages(server: UiServer, limit: int = 20) -> list[tuple[str, str]]:
     """(experiment, the address of its runs page) for the store's experiments, newest first: that page shows the
     runs as training runs whichever way the UI's GenAI / Model training toggle stands."""
-    from mlflow.tracking import MlflowClient
+    from fedbench.tracking.patient_store import PatientClient
 
-    experiments = MlflowClient(server.store).search_experiments(max_results=limit, order_by=["creation_time DESC"])
+    experiments = PatientClient(server.store).search_experiments(max_results=limit, order_by=["creation_time DESC"])
     return [(e.name, f"{server.url}/#/experiments/{e.experiment_id}/runs") for e in experiments if e.name != "Default"]
 
 

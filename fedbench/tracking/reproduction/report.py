@@ -92,9 +92,9 @@ def write_report(task: TaskSpec, uri: str, out: Path, tolerance: float = DEFAULT
     report.path = out / "report.md"
     report.path.write_text("\n".join(header(task, uri, report, len(runs), len(specs), parent) + parts))
     if log_artifacts and parent is not None:
-        from mlflow.tracking import MlflowClient
+        from fedbench.tracking.patient_store import PatientClient
 
-        client = MlflowClient(uri)
+        client = PatientClient(uri)
         for path in [report.path, *report.files]:
             client.log_artifact(parent, str(path), ARTIFACT_FOLDER)
         report.parent_run_id = parent
@@ -132,14 +132,14 @@ def stored_runs(experiment: str, uri: str) -> pd.DataFrame:
 
 
 def sweep_parent(experiment: str, uri: str) -> str | None:
-    from mlflow.tracking import MlflowClient
+    from fedbench.tracking.patient_store import PatientClient
 
     from fedbench.tracking.paths import store_missing
     from fedbench.tracking.sweep_runs import latest_sweep_run
 
     if store_missing(uri):
         return None
-    client = MlflowClient(uri)
+    client = PatientClient(uri)
     found = client.get_experiment_by_name(experiment)
     run = latest_sweep_run(client, found.experiment_id) if found is not None else None
     return run.info.run_id if run is not None else None
