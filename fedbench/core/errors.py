@@ -9,6 +9,11 @@ class FedbenchError(Exception):
     """Base of every error fedbench raises on purpose."""
 
 
+class ResultsUnwritableError(FedbenchError):
+    """Nothing more can be recorded (a full disk, a read-only store): raised by a callback, it stops the command
+    instead of failing every later run the same way. The runs recorded so far are kept."""
+
+
 class ConfigError(FedbenchError, ValueError):
     """A task, RunSpec field or CLI override has a value that is not allowed.
 
@@ -45,6 +50,12 @@ class UnknownNameError(ConfigError):
 
 class DataMissingError(FedbenchError, FileNotFoundError):
     """Dataset files are not where fedbench looked, and they could not be downloaded."""
+
+
+class DataCorruptError(FedbenchError, ValueError):
+    """A dataset file is there but does not hold what it should (truncated, not gzip, a label outside the
+    classes). Raised while the dataset loads, before any training, with the file and what is wrong in the
+    message: otherwise it surfaces rounds later as a nameless EOFError or an out-of-bounds target."""
 
 
 class ClientDivergedError(FedbenchError, FloatingPointError):

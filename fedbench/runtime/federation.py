@@ -6,7 +6,8 @@ when due (or on the round's sampled clients: `eval_clients`), build the round re
 After the last round, system accuracy (unless the run turns it off) and the test-time clients are evaluated too
 (`fedbench.runtime.evaluation` owns those protocols).
 A run that raises (a diverging client, missing data) ends FAILED with its reason, and so does one whose final
-local accuracy is NaN; it never raises to the caller, so the other runs of a task go on.
+local accuracy is NaN; it never raises to the caller, so the other runs of a task go on. The one exception is a
+callback that can record nothing more (`ResultsUnwritableError`: a full disk), which stops the command.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from fedbench.algorithms.capabilities import PeerRelay, RoundReport, StreamedAgg
 from fedbench.core import metrics as M
 from fedbench.core import timeline
 from fedbench.core.callbacks import Callback, RunResult
+from fedbench.core.errors import ResultsUnwritableError
 from fedbench.core.runspec import RunSpec
 from fedbench.core.types import Payload, derive_seed
 from fedbench.data import load_dataset
@@ -79,6 +81,8 @@ class Federation:
             final = summarize(history, time.perf_counter() - start)
             reason = meaningless(final)
             result = RunResult(self.spec, "FAILED" if reason else "FINISHED", history, final, reason)
+        except ResultsUnwritableError:  # nothing more can be recorded: every later run would fail the same way
+            raise
         except Exception as exc:  # a failed run is recorded, never propagated to the other runs
             final = summarize(history, time.perf_counter() - start)
             result = RunResult(self.spec, "FAILED", history, final, failure_reason(exc), failure_traceback(exc))

@@ -9,6 +9,7 @@ this is the second line for names that come from elsewhere (`--experiment`, an e
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 from fedbench.core.errors import ConfigError
@@ -16,8 +17,38 @@ from fedbench.core.errors import ConfigError
 
 def results_dir() -> Path:
     path = Path(os.environ.get("FEDBENCH_RESULTS", "results")).resolve()
-    path.mkdir(parents=True, exist_ok=True)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(results_field(), str(path), f"a folder fedbench can create ({exc.strerror})") from None
     return path
+
+
+def results_field() -> str:
+    """What names the results folder in a message: the variable that moved it, else `results/`."""
+    return "FEDBENCH_RESULTS" if os.environ.get("FEDBENCH_RESULTS") else "results/"
+
+
+def check_results_writable() -> None:
+    """Before a run or a sweep starts: refuse a results folder (or its sqlite store) that cannot be written, a
+    read-only mount or a full disk, rather than fail after the first run trained."""
+    folder = results_dir()
+    try:
+        with tempfile.TemporaryFile(dir=folder) as probe:
+            probe.write(bytes(PROBE_BYTES))
+            probe.flush()
+            os.fsync(probe.fileno())
+    except OSError as exc:
+        raise ConfigError(results_field(), str(folder), f"a folder fedbench can write ({exc.strerror})") from None
+    uri = tracking_uri()
+    store = Path(uri.removeprefix("sqlite:///")) if uri.startswith("sqlite:///") else None
+    if store is not None and store.is_file() and not os.access(store, os.W_OK):
+        raise ConfigError("MLFLOW_TRACKING_URI" if os.environ.get("MLFLOW_TRACKING_URI") else results_field(), uri,
+                          "a tracking store fedbench can write (this file is read-only)")
+
+
+PROBE_BYTES = 1 << 20
+"""What the writability probe writes: a disk with less than this free fails before a run, not in its first round."""
 
 
 def inside(root: Path, *parts: str) -> Path:

@@ -9,14 +9,17 @@ fails with fedbench's own message naming the store.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import time
 from typing import Any, Callable, TypeVar
 
-from fedbench.core.errors import ConfigError, FedbenchError
+from fedbench.core.errors import ConfigError, FedbenchError, ResultsUnwritableError
 
 log = logging.getLogger(__name__)
+logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
+"""MLflow logs a traceback for every database error before raising it; fedbench says what went wrong itself."""
 
 T = TypeVar("T")
 
@@ -34,6 +37,32 @@ class StoreLockedError(FedbenchError):
     def __init__(self, uri: str, waited_s: float, what: str):
         super().__init__(f"the tracking store {uri} stayed locked by another process for {waited_s:.0f} s while "
                          f"{what}; is another process holding it in a transaction? Set {STORE_WAIT_ENV} to wait longer")
+
+
+class StoreUnwritableError(ResultsUnwritableError):
+    """The tracking store cannot take another write: its disk is full or it is read-only."""
+
+    def __init__(self, uri: str, reason: str, what: str):
+        super().__init__(f"the tracking store {uri} cannot be written ({reason}) while {what}: free space on its disk, "
+                         "or point FEDBENCH_RESULTS or MLFLOW_TRACKING_URI elsewhere. The runs recorded so far are kept; "
+                         "the same command again runs only those that did not finish")
+
+
+UNWRITABLE = {"database or disk is full": "the disk is full", "readonly database": "it is read-only"}
+UNWRITABLE_ERRNO = {errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota is used up",
+                    errno.EROFS: "it is on a read-only file system"}
+
+
+def unwritable_reason(exc: BaseException | None) -> str | None:
+    """Why `exc` (or what caused it) says the store cannot be written, or None when it says something else."""
+    while exc is not None:
+        if isinstance(exc, OSError) and exc.errno in UNWRITABLE_ERRNO:
+            return UNWRITABLE_ERRNO[exc.errno]
+        for text, reason in UNWRITABLE.items():
+            if text in str(exc):
+                return reason
+        exc = exc.__cause__ or exc.__context__
+    return None
 
 
 def store_wait_s() -> float:
@@ -67,6 +96,9 @@ def patiently(call: Callable[[], T], uri: str, what: str) -> T:
         try:
             return call()
         except Exception as exc:
+            reason = unwritable_reason(exc)
+            if reason is not None:
+                raise StoreUnwritableError(uri, reason, what) from exc
             if not is_locked(exc):
                 raise
             if time.monotonic() + delay > deadline:

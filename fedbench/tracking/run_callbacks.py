@@ -9,16 +9,18 @@ from rich.console import Console
 from fedbench.core.callbacks import Callback
 from fedbench.core.runspec import RunSpec
 from fedbench.tracking.console import ProgressCallback, ResultLine
-from fedbench.tracking.paths import check_tracking_uri, tracking_uri
+from fedbench.tracking.paths import check_results_writable, check_tracking_uri, tracking_uri
 
 
 def run_callbacks(total: int, console: Console, track: bool = True) -> Callable[[int, RunSpec], list[Callback]]:
     """For the i-th of `total` runs: MLflow (unless `track` is off), a progress bar and a result line on `console`.
 
     Raises:
-        ConfigError: the tracking server does not answer (checked now: MLflow itself retries for minutes).
+        ConfigError: results/ cannot be written, or the tracking server does not answer (checked now: MLflow
+            itself retries for minutes).
     """
     if track:
+        check_results_writable()
         check_tracking_uri(tracking_uri())
 
     def make(i: int, spec: RunSpec) -> list[Callback]:

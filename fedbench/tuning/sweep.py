@@ -26,11 +26,12 @@ from fedbench.config.task import DEFAULT_MAX_FAILURES, check_max_failures
 from fedbench.core import metrics as M
 from fedbench.core.callbacks import RunResult
 from fedbench.core.errors import ConfigError
-from fedbench.tracking.paths import check_tracking_uri, results_path, tracking_uri
+from fedbench.tracking.paths import check_results_writable, check_tracking_uri, results_path, tracking_uri
 from fedbench.tracking.sweep_runs import SweepParent, SweepRuns
 from fedbench.tuning.mlflow_bridge import MlflowBridge
 from fedbench.tuning.plan import GRID_KEY, SweepPlan
 from fedbench.tuning.resources import DRIVER_CPUS, check_trial_fits, for_trial
+from fedbench.tuning.study_plots import study_journal
 
 
 @dataclass
@@ -67,6 +68,7 @@ def run_sweep(
     from fedbench.runtime.ray_resources import node_resources
 
     check_max_failures("max_failures", max_failures)
+    check_results_writable()
     uri = tracking_uri()
     check_tracking_uri(uri)
     check_ray_address(address)
@@ -221,7 +223,7 @@ def _study_storage(plan: SweepPlan):
     from optuna.storages import JournalStorage
     from optuna.storages.journal import JournalFileBackend
 
-    journal = results_path("optuna", f"{plan.name}.log")
+    journal = study_journal(plan.name)
     journal.parent.mkdir(parents=True, exist_ok=True)
     return JournalStorage(JournalFileBackend(str(journal)))
 
