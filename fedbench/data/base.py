@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from fedbench.core.cache import cache_dir
-from fedbench.core.errors import ConfigError, DataMissingError
+from fedbench.core.errors import ConfigError, DataCorruptError, DataMissingError
 from fedbench.core.fields import coerce, signature_fields, without_later_defaults
 from fedbench.core.registry import DATASETS
 from fedbench.core.runspec import Normalization
@@ -68,18 +68,32 @@ class BaseDataset:
 
     @classmethod
     def from_splits(
-        cls, name: str, classes: Sequence[str], train: Mapping[str, np.ndarray], test: Mapping[str, np.ndarray]
+        cls,
+        name: str,
+        classes: Sequence[str],
+        train: Mapping[str, np.ndarray],
+        test: Mapping[str, np.ndarray],
+        read_from: Mapping[str, str] | None = None,
     ) -> BaseDataset:
         """Concatenate an official split, train rows first, into a read-only dataset.
+
+        Every loader builds its dataset here, so the labels of every file-backed dataset are checked here, once,
+        when it loads: a label past the classes would otherwise fail rounds later, naming no file.
 
         Args:
             name: registry key of the dataset.
             classes: class names indexed by label.
             train: arrays of the training split: 'x', 'y', and any further key becomes a meta column.
             test: the same keys for the test split.
+            read_from: the file (or files) each split's labels were read from ('train' -> path), for the errors.
+
+        Raises:
+            DataCorruptError: a split's arrays have different lengths, or a label is outside 0..len(classes)-1.
         """
         import pandas as pd
 
+        for split, part in (("train", train), ("test", test)):
+            _check_split(part, len(classes), (read_from or {}).get(split, f"{name}'s {split} split"), split)
         columns = {key: np.concatenate([train[key], test[key]]) for key in train}
         x, y = columns.pop("x"), columns.pop("y").astype(np.int64)
         split = np.repeat(np.array(["train", "test"]), [len(train["y"]), len(test["y"])])
@@ -143,6 +157,18 @@ class BaseDataset:
 
     def __len__(self) -> int:
         return len(self.y)
+
+
+def _check_split(part: Mapping[str, np.ndarray], num_classes: int, where: str, split: str) -> None:
+    """Raise DataCorruptError, naming `where`, unless `part`'s rows line up and its labels are in 0..num_classes-1."""
+    y = part["y"]
+    for key, array in part.items():
+        if len(array) != len(y):
+            raise DataCorruptError(f"{where}: {len(y)} labels but {len(array)} rows of {key!r} in the {split} split")
+    bad = np.flatnonzero((y < 0) | (y >= num_classes))
+    if bad.size:
+        raise DataCorruptError(f"{where}: label {y[bad[0]]} at row {bad[0]} of the {split} split is outside the "
+                               f"{num_classes} classes 0..{num_classes - 1} (out of range: {bad.size} of its {len(y)} labels)")
 
 
 @dataclass(frozen=True)
@@ -247,6 +273,7 @@ def load_dataset(name: str, data_root: str | os.PathLike | None = None, **option
         UnknownNameError: `name` is not registered (the message lists the known names).
         ConfigError: an option is unknown or has a bad value (the message lists what is allowed).
         DataMissingError: the files are neither under the root nor downloadable.
+        DataCorruptError: a file is there but damaged (the message names it and what is wrong).
     """
     loader = DATASETS.get(name, field="dataset.name")
     # Defaults filled in and values coerced, so that spelling an option out or leaving it at its default

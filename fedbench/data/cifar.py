@@ -22,6 +22,7 @@ try:
 except ImportError:  # numpy < 2
     from numpy.core.multiarray import _reconstruct
 
+from fedbench.core.errors import DataCorruptError
 from fedbench.core.registry import register_dataset
 from fedbench.data.base import BaseDataset, DatasetFacts, read_or_download, with_facts
 from fedbench.data.decoded_cache import cached_dataset
@@ -49,6 +50,8 @@ CIFAR100_COARSE_OF_FINE = (
 )  # fmt: skip
 
 
+Batches = list[dict[str, Any]]  # unpickled CIFAR batches, each {'data', labels...}
+
 CIFAR10_MEAN_STD = ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616))
 """CIFAR-10's per-channel training-set mean and std (the std over all pixels, not the per-image 0.2023 often copied)."""
 CIFAR100_MEAN_STD = ((0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762))
@@ -61,8 +64,9 @@ CIFAR100_MEAN_STD = ((0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762))
 def cifar10(root: Path) -> BaseDataset:
     """CIFAR-10: 50000 train + 10000 test colour images, 10 classes, from `<root>/cifar-10-batches-py/`."""
 
-    def build(train: list[dict[str, Any]], test: list[dict[str, Any]], meta: dict[str, Any]) -> BaseDataset:
-        return BaseDataset.from_splits("cifar10", meta["label_names"], _arrays(train, "labels"), _arrays(test, "labels"))
+    def build(train: Batches, test: Batches, meta: dict[str, Any], read_from: dict[str, str]) -> BaseDataset:
+        parts = _arrays(train, "labels"), _arrays(test, "labels")
+        return BaseDataset.from_splits("cifar10", meta["label_names"], *parts, read_from)
 
     return _cifar_dataset("cifar10", root, "CIFAR10", _CIFAR10, {}, build)
 
@@ -85,14 +89,14 @@ def cifar100(root: Path, label: Literal["fine", "coarse"] = "fine") -> BaseDatas
             always in meta ('fine_label', 'coarse_label'), so scenarios can shift within a superclass.
     """
 
-    def build(train: list[dict[str, Any]], test: list[dict[str, Any]], meta: dict[str, Any]) -> BaseDataset:
+    def build(train: Batches, test: Batches, meta: dict[str, Any], read_from: dict[str, str]) -> BaseDataset:
         parts = [_arrays(p, f"{label}_labels", fine_label="fine_labels", coarse_label="coarse_labels") for p in (train, test)]
-        return BaseDataset.from_splits("cifar100", meta[f"{label}_label_names"], *parts)
+        return BaseDataset.from_splits("cifar100", meta[f"{label}_label_names"], *parts, read_from)
 
     return _cifar_dataset("cifar100", root, "CIFAR100", _CIFAR100, {"label": label}, build)
 
 
-def _arrays(entries: list[dict[str, Any]], label_key: str, **meta_keys: str) -> dict[str, np.ndarray]:
+def _arrays(entries: Batches, label_key: str, **meta_keys: str) -> dict[str, np.ndarray]:
     """{'x', 'y', meta columns...} of pickled batches; a row of 'data' is 1024 red, green, then blue pixels."""
     out = {"x": np.concatenate([e["data"] for e in entries]).astype(np.uint8, copy=False).reshape(-1, 3, 32, 32)}
     for column, key in {"y": label_key, **meta_keys}.items():
@@ -106,7 +110,7 @@ def _cifar_dataset(
     torchvision_class: str,
     layout: tuple[str, list[str], list[str], str],
     options: dict[str, Any],
-    build: Callable[[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]], BaseDataset],
+    build: Callable[[Batches, Batches, dict[str, Any], dict[str, str]], BaseDataset],
 ) -> BaseDataset:
     """A CIFAR dataset from its folder of pickles, or a download into the cache; decoded once (`decoded_cache`).
 
@@ -116,7 +120,8 @@ def _cifar_dataset(
         torchvision_class: torchvision's class, for a download.
         layout: (folder, train batch files, test batch files, meta file).
         options: the loader options `build` depends on (part of the cache key).
-        build: the dataset from the unpickled train batches, test batches and meta.
+        build: the dataset from the unpickled train batches, test batches and meta, and the files of each split
+            (`BaseDataset.from_splits`'s `read_from`).
     """
     folder, train_files, test_files, meta_file = layout
     names = [*train_files, *test_files, meta_file]
@@ -134,9 +139,16 @@ def _cifar_dataset(
 
     def decode() -> BaseDataset:
         batches = [_unpickle(path) for path in sources]
-        return build(batches[: len(train_files)], batches[len(train_files) : -1], batches[-1])
+        cut = len(train_files)
+        read_from = {"train": _listed(sources[:cut]), "test": _listed(sources[cut:-1])}
+        return build(batches[:cut], batches[cut:-1], batches[-1], read_from)
 
     return cached_dataset(name, sources, decode, **options)
+
+
+def _listed(paths: list[Path]) -> str:
+    """One file's path, or several files of a folder as `folder/{a,b}`."""
+    return str(paths[0]) if len(paths) == 1 else f"{paths[0].parent}/{{{','.join(p.name for p in paths)}}}"
 
 
 def _latin1_bytes(text: str, encoding: str = "latin1") -> bytes:
@@ -170,5 +182,5 @@ def _unpickle(path: Path) -> dict[str, Any]:
     with open(path, "rb") as f:
         try:
             return SafeUnpickler(f, encoding="latin1").load()
-        except pickle.UnpicklingError as exc:
-            raise pickle.UnpicklingError(f"{path}: {exc}") from None
+        except (pickle.UnpicklingError, EOFError) as exc:  # refused, cut short, or not a pickle
+            raise DataCorruptError(f"{path}: not a readable CIFAR batch ({type(exc).__name__}: {exc})") from None

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fedbench.core.errors import DataMissingError
+from fedbench.core.errors import DataCorruptError, DataMissingError
 from fedbench.core.registry import register_dataset
 from fedbench.data.base import BaseDataset, DatasetFacts, with_facts
 from fedbench.data.decoded_cache import cached_dataset
@@ -49,6 +49,7 @@ def femnist(root: Path, digits_only: bool = False) -> BaseDataset:
     Raises:
         DataMissingError: no LEAF JSON files under the root (the message says where they are looked for
             and how to build them).
+        DataCorruptError: a file is not JSON, or a writer's labels or pixels do not fit (naming file and writer).
     """
     files = _find(root)
     return cached_dataset("femnist", [p for paths in files.values() for p in paths],
@@ -97,16 +98,22 @@ def _find(root: Path) -> dict[str, list[Path]]:
 
 def _read(path: Path, digits_only: bool) -> list[Record]:
     """The writers of one LEAF file, images turned to MNIST's polarity, letters dropped if `digits_only`."""
-    with open(path) as f:
-        blob = json.load(f)
+    try:
+        with open(path) as f:
+            blob = json.load(f)
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError: cut short or not JSON
+        raise DataCorruptError(f"{path}: not a readable LEAF JSON file ({type(exc).__name__}: {exc})") from exc
     records = []
     for user in blob["users"]:
         data = blob["user_data"][user]
         y = np.asarray(data["y"], dtype=np.int64)
         if y.size and not (0 <= y.min() and y.max() < len(CLASSES)):
-            raise ValueError(f"{path}: user {user} has labels outside 0..{len(CLASSES) - 1}")
+            raise DataCorruptError(f"{path}: user {user} has labels outside 0..{len(CLASSES) - 1}")
+        pixels = np.asarray(data["x"], dtype=np.float64)
+        if pixels.size != len(y) * 28 * 28:
+            raise DataCorruptError(f"{path}: user {user} has {len(y)} labels but {pixels.size} pixels, not 28x28 per label")
         keep = y < 10 if digits_only else slice(None)
-        pixels = np.asarray(data["x"], dtype=np.float64).reshape(len(y), 1, 28, 28)[keep]
+        pixels = pixels.reshape(len(y), 1, 28, 28)[keep]
         if len(pixels):
             records.append((user, np.round((1.0 - np.clip(pixels, 0.0, 1.0)) * 255).astype(np.uint8), y[keep]))
     return records

@@ -12,11 +12,13 @@ from __future__ import annotations
 import dataclasses
 import gzip
 import math
+import zlib
 from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 
+from fedbench.core.errors import DataCorruptError
 from fedbench.core.fields import added_later
 from fedbench.core.registry import register_dataset
 from fedbench.data.base import BaseDataset, DatasetFacts, read_or_download, with_facts
@@ -49,8 +51,8 @@ def mnist(root: Path, colourise: bool = False, colour_seed: int = 0) -> BaseData
     sample tinted with a base colour drawn from `colour_seed` (`fedbench.data.colourise`)."""
     colour_facts(MNIST_FACTS, colourise, colour_seed)
     options = {"colourise": colourise, "colour_seed": colour_seed}
-    return _idx_dataset("mnist", root, "MNIST", _MNIST_FILES, options,
-                        lambda train, test: colourised(BaseDataset.from_splits("mnist", DIGITS, train, test), **options))
+    return _idx_dataset("mnist", root, "MNIST", _MNIST_FILES, options, lambda train, test, read_from: colourised(
+        BaseDataset.from_splits("mnist", DIGITS, train, test, read_from), **options))
 
 
 @register_dataset("fmnist")
@@ -61,8 +63,8 @@ def fmnist(root: Path, colourise: bool = False, colour_seed: int = 0) -> BaseDat
     as for mnist."""
     colour_facts(FMNIST_FACTS, colourise, colour_seed)
     options = {"colourise": colourise, "colour_seed": colour_seed}
-    return _idx_dataset("fmnist", root, "FashionMNIST", _MNIST_FILES, options,
-                        lambda train, test: colourised(BaseDataset.from_splits("fmnist", FASHION, train, test), **options))
+    return _idx_dataset("fmnist", root, "FashionMNIST", _MNIST_FILES, options, lambda train, test, read_from: colourised(
+        BaseDataset.from_splits("fmnist", FASHION, train, test, read_from), **options))
 
 
 @register_dataset("emnist")
@@ -74,10 +76,10 @@ def emnist(root: Path) -> BaseDataset:
     transposed back here so that a model sees upright digits, as with MNIST.
     """
 
-    def upright(train: dict[str, np.ndarray], test: dict[str, np.ndarray]) -> BaseDataset:
+    def upright(train: dict[str, np.ndarray], test: dict[str, np.ndarray], read_from: dict[str, str]) -> BaseDataset:
         for part in (train, test):
             part["x"] = part["x"].transpose(0, 1, 3, 2)
-        return BaseDataset.from_splits("emnist", DIGITS, train, test)
+        return BaseDataset.from_splits("emnist", DIGITS, train, test, read_from)
 
     return _idx_dataset("emnist", root, "EMNIST", _EMNIST_FILES, {}, upright, split="digits")
 
@@ -91,7 +93,7 @@ def _idx_dataset(
     folder: str,
     files: dict[str, tuple[str, str]],
     options: dict[str, Any],
-    build: Callable[[Splits, Splits], BaseDataset],
+    build: Callable[[Splits, Splits, dict[str, str]], BaseDataset],
     **torchvision_kwargs: str,
 ) -> BaseDataset:
     """An idx dataset from its extracted files, else its .gz files, else a download; decoded once (`decoded_cache`).
@@ -102,7 +104,8 @@ def _idx_dataset(
         folder: torchvision's folder (and class name) of the dataset under a root.
         files: (images, labels) file names of each split, without .gz.
         options: the loader options `build` depends on (part of the cache key).
-        build: the dataset from the train and test {'x': uint8 [n, 1, H, W], 'y'}.
+        build: the dataset from the train and test {'x': uint8 [n, 1, H, W], 'y'} and each split's labels file
+            (`BaseDataset.from_splits`'s `read_from`).
         **torchvision_kwargs: further arguments of torchvision's class (EMNIST's `split`).
     """
     names = [n for pair in files.values() for n in pair]
@@ -123,34 +126,50 @@ def _idx_dataset(
 
     expected = ", ".join(f"{n}.gz" for n in names) + " (or the same files extracted, without .gz)"
     where, gz = read_or_download(name, root, f"{folder}/raw", expected, locate, lambda to: open_torchvision(to, True, True))
-    raw = where / folder / "raw"
+
+    def path(file: str) -> Path:
+        return where / folder / "raw" / (f"{file}.gz" if gz else file)
+
+    def read(split: str, images: str, labels: str) -> tuple[np.ndarray, np.ndarray]:
+        if gz:
+            return read_idx_gz(path(images), IMAGES_MAGIC), read_idx_gz(path(labels), LABELS_MAGIC)
+        try:
+            loaded = open_torchvision(where, split == "train", False)
+        except (AssertionError, RuntimeError, ValueError) as exc:  # torchvision's checks: bare asserts, a bad reshape
+            raise DataCorruptError(f"{path(images)} or {path(labels)}: not a readable idx file "
+                                   f"({type(exc).__name__}{f': {exc}' if str(exc) else ''})") from exc
+        return loaded.data.numpy(), loaded.targets.numpy()
 
     def decode() -> BaseDataset:
-        if gz:
-            found = {s: (read_idx_gz(raw / f"{img}.gz", IMAGES_MAGIC), read_idx_gz(raw / f"{lbl}.gz", LABELS_MAGIC))
-                     for s, (img, lbl) in files.items()}
-        else:
-            loaded = {s: open_torchvision(where, s == "train", False) for s in files}
-            found = {s: (d.data.numpy(), d.targets.numpy()) for s, d in loaded.items()}
+        found = {s: read(s, img, lbl) for s, (img, lbl) in files.items()}
         train, test = ({"x": x[:, None], "y": y} for x, y in (found["train"], found["test"]))
-        return build(train, test)
+        return build(train, test, {s: str(path(lbl)) for s, (_, lbl) in files.items()})
 
-    sources = [raw / (f"{n}.gz" if gz else n) for n in names]
-    return cached_dataset(name, sources, decode, **options)
+    return cached_dataset(name, [path(n) for n in names], decode, **options)
 
 
 def read_idx_gz(path: Path, magic: int) -> np.ndarray:
     """The uint8 array in a gzipped idx file: big-endian int32 magic, one int32 per dimension, then the data.
 
     The magic's low byte is the number of dimensions (2051: 3-d images, 2049: 1-d labels).
+
+    Raises:
+        DataCorruptError: the file is not gzip, is cut short, or its idx header does not match its data.
     """
-    blob = gzip.decompress(path.read_bytes())  # one output buffer (GzipFile.read joins chunks: another copy)
+    packed = path.read_bytes()
+    try:
+        blob = gzip.decompress(packed)  # one output buffer (GzipFile.read joins chunks: another copy)
+    except (OSError, EOFError, zlib.error) as exc:  # OSError: gzip.BadGzipFile, a bad CRC or length
+        raise DataCorruptError(f"{path}: not a readable gzip file ({type(exc).__name__}: {exc}); "
+                               "replace it with the original download") from exc
     found = int.from_bytes(blob[:4], "big")
     if found != magic:
-        raise ValueError(f"{path}: idx magic number {found}, expected {magic}")
+        raise DataCorruptError(f"{path}: idx magic number {found}, expected {magic}")
     ndim = magic & 0xFF
+    if len(blob) < 4 * (1 + ndim):
+        raise DataCorruptError(f"{path}: {len(blob)} bytes, too short for the idx header ({4 * (1 + ndim)} bytes)")
     shape = tuple(int(d) for d in np.frombuffer(blob, ">i4", count=ndim, offset=4))
     data = np.frombuffer(blob, np.uint8, offset=4 + 4 * ndim)
     if data.size != math.prod(shape):
-        raise ValueError(f"{path}: header says {shape} ({math.prod(shape)} bytes) but {data.size} bytes follow")
+        raise DataCorruptError(f"{path}: header says {shape} ({math.prod(shape)} bytes) but {data.size} bytes follow")
     return data.reshape(shape)
