@@ -198,6 +198,6 @@ def test_an_error_quoting_brackets_prints_them_as_written(capsys):
 
     assert main(["run", "tasks/quickstart.yaml", "--dry-run", "--set", "name='[/bold]'"]) == 2
     assert "error: name: got '[/bold]'; allowed:" in capsys.readouterr().out
-    normalize = "normalize={mode: values, mean: [0.5], std: [.nan]}"
+    normalize = "normalize={mode: values, mean: [0.5], std: [-1.0]}"
     assert main(["run", "tasks/quickstart.yaml", "--dry-run", "--set", normalize]) == 2
-    assert "error: normalize.std: got [nan]; allowed: standard deviations > 0" in capsys.readouterr().out
+    assert "error: normalize.std: got [-1.0]; allowed: standard deviations > 0" in capsys.readouterr().out
