@@ -9,14 +9,21 @@ The sweep (tuning/) asks for these steps by name and never talks to MLflow itsel
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
 
 from mlflow.entities import Run
+from mlflow.exceptions import MlflowException
+from mlflow.protos.databricks_pb2 import RESOURCE_ALREADY_EXISTS, ErrorCode
 
+from fedbench.core.errors import ConfigError
 from fedbench.tracking.mlflow_callback import experiment_id_for
 from fedbench.tracking.patient_store import PatientClient
 from fedbench.tracking.search_filter import where
 from fedbench.tracking.store_template import prepare_store
-from fedbench.tracking.tags import ATTEMPTS_TAG, PARENT_RUN_TAG, RETRIED_TAG, SWEEP_TAG, TRIAL_KEY_TAG, TRIALS_TAG
+from fedbench.tracking.sweep_lease import Heartbeat, Lease
+from fedbench.tracking.tags import (ATTEMPTS_TAG, LEASE_TAG, PARENT_RUN_TAG, RETRIED_TAG, SWEEP_TAG, TRIAL_KEY_TAG,
+                                    TRIALS_TAG)
 
 ENDED = ("FINISHED", "FAILED")
 """Statuses of a child run whose trial is done: it failed for a reason a rerun would not change."""
@@ -46,20 +53,44 @@ class SweepRuns:
         self.experiment_id = experiment_id_for(self.client, experiment)
 
     def start_parent(self, sweep: str, trials: int) -> SweepParent:
-        """A new parent run for sweep `sweep` of `trials` trials, as its first attempt."""
+        """A new parent run for sweep `sweep` of `trials` trials, as its first attempt, leased to this process."""
         run = self.client.create_run(self.experiment_id, run_name=f"sweep {sweep}",
-                                     tags={SWEEP_TAG: sweep, TRIALS_TAG: str(trials), ATTEMPTS_TAG: "1"})
+                                     tags={SWEEP_TAG: sweep, TRIALS_TAG: str(trials), ATTEMPTS_TAG: "1",
+                                           LEASE_TAG: Lease.mine().text()})
         return SweepParent(run.info.run_id, 1)
 
     def reopen_parent(self, sweep: str) -> SweepParent | None:
-        """The latest parent run of sweep `sweep`, RUNNING again as its next attempt; None when there is none."""
+        """The latest parent run of sweep `sweep`, RUNNING again as its next attempt and leased to this process;
+        None when there is none. Refused while another live process holds the sweep (`sweep_lease`)."""
         run = latest_sweep_run(self.client, self.experiment_id, sweep)
         if run is None:
             return None
+        holder = Lease.parse(run.data.tags.get(LEASE_TAG))
+        if run.info.status == "RUNNING" and holder is not None and holder.alive():
+            raise ConfigError("--resume", sweep, f"a sweep no other process is running: {holder.describe()} runs it "
+                              "now; wait for it to end, or stop it (Ctrl-C) and --resume again")
         attempt = int(run.data.tags.get(ATTEMPTS_TAG, "0")) + 1
+        self._claim(run.info.run_id, attempt, sweep)
         self.client.update_run(run.info.run_id, status="RUNNING")
         self.client.set_tag(run.info.run_id, ATTEMPTS_TAG, str(attempt))
+        self.client.set_tag(run.info.run_id, LEASE_TAG, Lease.mine().text())
         return SweepParent(run.info.run_id, attempt)
+
+    def _claim(self, run_id: str, attempt: int, sweep: str) -> None:
+        """Make this process attempt `attempt` of the sweep, or refuse when another process made itself that attempt
+        first: an experiment's name stays unique in the store, deleted or not, so exactly one creation succeeds."""
+        try:
+            claim = self.client.create_experiment(f".fedbench-claim-{run_id}-{attempt}")
+        except MlflowException as exc:
+            if exc.error_code != ErrorCode.Name(RESOURCE_ALREADY_EXISTS):
+                raise
+            raise ConfigError("--resume", sweep, "one --resume of a sweep at a time: another process resumed it at "
+                              "the same moment and runs it now") from None
+        self.client.delete_experiment(claim)
+
+    def heartbeat(self, parent_run_id: str) -> Heartbeat:
+        """While open, this process says every few seconds that it still runs the sweep (`sweep_lease`)."""
+        return Heartbeat(self.client, parent_run_id)
 
     def children(self, parent_run_id: str) -> list[Run]:
         """Every child run of the parent, one per trial that started."""
@@ -80,5 +111,17 @@ class SweepRuns:
         return len(unfinished)
 
     def end_parent(self, parent_run_id: str, interrupted: bool) -> None:
-        """Mark the parent KILLED when trials are left to run (a `--resume` continues it), else FINISHED."""
+        """Mark the parent KILLED when trials are left to run (a `--resume` continues it), else FINISHED, and give
+        its lease up."""
         self.client.set_terminated(parent_run_id, "KILLED" if interrupted else "FINISHED")
+        self.client.delete_tag(parent_run_id, LEASE_TAG)
+
+    def latest_parent(self, sweep: str) -> Run | None:
+        """The latest parent run of sweep `sweep`, left as it is; None when there is none."""
+        return latest_sweep_run(self.client, self.experiment_id, sweep)
+
+    def log_files(self, run_id: str, files: Sequence[Path], folder: str) -> list[str]:
+        """Attach `files` to run `run_id` as artifacts in `folder`; returns their artifact paths."""
+        for path in files:
+            self.client.log_artifact(run_id, str(path), folder)
+        return [f"{folder}/{path.name}" for path in files]

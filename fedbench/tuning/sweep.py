@@ -4,7 +4,8 @@ The sweep is one MLflow parent run in the task's experiment; every trial is a ne
 this process (the one writer). MLflow is also what `--resume` trusts: a trial counts as done when its
 child run ended (FINISHED or FAILED); children left RUNNING by an interrupted sweep are deleted and their
 trials run again, so every trial ends with exactly one child run (`tracking.sweep_runs` keeps those
-runs; nothing here imports MLflow). A trial whose process dies is restarted by Tune up to `max_failures` times;
+runs; nothing here imports MLflow). A running sweep holds a lease on its parent run, so a `--resume` while it
+lives is refused instead of deleting its live children (`tracking.sweep_lease`). A trial whose process dies is restarted by Tune up to `max_failures` times;
 the attempt it cut short stays as a FAILED child marked retried, which neither the leaderboard nor `--resume`
 counts (`MlflowBridge.on_trial_recover`). Tune's own folders live under
 `results/ray_results/<sweep>-<attempt>-<start time>-<random suffix>`, one per invocation, so two sweeps of one task
@@ -80,12 +81,12 @@ def run_sweep(
     try:
         for spec in plan.specs or (plan.spec_of({}),):
             check_trial_fits(for_trial(spec), node_resources(), driver_cpus or DRIVER_CPUS)
-    except ConfigError:
+        runs = SweepRuns(uri, plan.task)
+        parent, done = _parent_run(runs, plan, resume)
+    except BaseException:
         if started_here:
             ray.shutdown()
         raise
-    runs = SweepRuns(uri, plan.task)
-    parent, done = _parent_run(runs, plan, resume)
     bridge = MlflowBridge(uri, plan.task, parent.run_id, plan.spec_of)
     storage = str(results_path("ray_results"))
     folder = tune_folder_name(plan.name, parent.attempt)
@@ -93,7 +94,8 @@ def run_sweep(
     try:
         tuner, expected = _tuner(plan, done, max_concurrent, driver_cpus, bridge, storage, folder, max_failures)
         if tuner is not None:
-            tuner.fit()  # returns after Ctrl-C too (Tune stops gracefully): count what ended
+            with runs.heartbeat(parent.run_id):
+                tuner.fit()  # returns after Ctrl-C too (Tune stops gracefully): count what ended
             outcome.interrupted = len(bridge.outcomes) < expected
         runs.end_parent(parent.run_id, interrupted=outcome.interrupted)
     except BaseException:

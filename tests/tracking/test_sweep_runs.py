@@ -46,3 +46,61 @@ def test_reopening_a_sweep_never_started_finds_none_and_the_latest_parent_wins(m
     runs.start_parent(SWEEP, 1)
     newer = runs.start_parent('the "other" sweep', 1)
     assert latest_sweep_run(runs.client, runs.experiment_id).info.run_id == newer.run_id
+
+
+def resume_elsewhere(uri: str, sweep: str) -> str:
+    """`reopen_parent` in another process, as a second `fedbench sweep --resume` would: what it said."""
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom fedbench.core.errors import ConfigError\nfrom fedbench.tracking.sweep_runs import SweepRuns\n"
+            f"try:\n    print('attempt', SweepRuns({uri!r}, 'sweeps').reopen_parent({sweep!r}).attempt)\n"
+            "except ConfigError as exc:\n    print(exc)\n")
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+
+
+def test_a_sweep_another_live_process_runs_is_not_resumed_under_it(mlflow_store):
+    """A second `--resume` deleted the first's live child runs, taking them for an interrupted attempt's (issue 32,
+    item 7): the parent carries a lease that a resume respects while its holder lives."""
+    import os
+    import subprocess
+    import sys
+
+    uri = f"sqlite:///{mlflow_store}"
+    runs = SweepRuns(uri, "sweeps")
+    parent = runs.start_parent(SWEEP, 2)  # this process runs it
+    live = child(runs, parent.run_id, "a", None)
+    said = resume_elsewhere(uri, SWEEP)
+    assert f"a sweep no other process is running: process {os.getpid()} on" in said
+    assert MlflowClient(uri).get_run(live).info.status == "RUNNING"  # the live trial's run is untouched
+
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    from fedbench.tracking.sweep_lease import Lease
+    from fedbench.tracking.tags import LEASE_TAG
+
+    dead = Lease(Lease.mine().host, int(gone.stdout), Lease.mine().heartbeat)  # a SIGKILLed sweep's lease
+    runs.client.set_tag(parent.run_id, LEASE_TAG, dead.text())
+    assert resume_elsewhere(uri, SWEEP) == "attempt 2"
+    assert resume_elsewhere(uri, SWEEP) == "attempt 3"  # attempt 2's process ended without ending the parent run
+
+
+def test_two_resumes_at_the_same_moment_make_one_attempt(mlflow_store):
+    import pytest
+
+    from fedbench.core.errors import ConfigError
+
+    runs = SweepRuns(f"sqlite:///{mlflow_store}", "sweeps")
+    parent = runs.start_parent(SWEEP, 2)
+    runs._claim(parent.run_id, 2, SWEEP)
+    with pytest.raises(ConfigError, match="one --resume of a sweep at a time"):
+        runs._claim(parent.run_id, 2, SWEEP)
+    runs._claim(parent.run_id, 3, SWEEP)  # the next attempt is free
+
+
+def test_a_lease_from_another_host_lives_as_long_as_its_heartbeat():
+    from fedbench.tracking.sweep_lease import STALE_S, Lease
+
+    now = 1_000_000.0
+    assert Lease("elsewhere", 1, now - STALE_S / 2).alive(now)
+    assert not Lease("elsewhere", 1, now - STALE_S - 1).alive(now)
+    assert Lease.parse(Lease("h", 7, now).text()) == Lease("h", 7, now) and Lease.parse("garbage") is None
