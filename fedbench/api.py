@@ -235,7 +235,8 @@ def plot(task_or_experiment: TaskLike, *, metric: str = M.ACC_LOCAL_MEAN, group_
          out: str | os.PathLike | None = None, formats: str | Sequence[str] = ("png",), dpi: int = 110,
          uri: str | None = None) -> Plots:
     """Draw a metric per round (mean ± std over seeds) and a final-metric heatmap, as `fedbench plot` does; the
-    figures are also logged under the experiment's latest sweep parent run, when it has one.
+    figures are also logged under the experiment's latest sweep parent run, when it has one. Where the experiment
+    was searched (`sweep --search`), Optuna's views of its latest search are drawn too, into `optuna/`.
 
     Args:
         task_or_experiment: an MLflow experiment name or a task, as `leaderboard` takes it.
@@ -247,19 +248,24 @@ def plot(task_or_experiment: TaskLike, *, metric: str = M.ACC_LOCAL_MEAN, group_
         uri: the MLflow tracking URI; None: where `fedbench run` records.
 
     Returns:
-        The curves and heatmap tables, the runs left out (not finished), the files written and the parent
-        run they were logged under.
+        The curves and heatmap tables, the runs left out (not finished), the files written (Optuna's views
+        among them) and the parent run they were logged under.
     """
     from fedbench.tracking.paths import results_path, tracking_uri
     from fedbench.tracking.plots import plot_experiment
+    from fedbench.tuning.study_plots import plot_latest_search
 
     if not 10 <= dpi <= 1200:
         raise ConfigError("--dpi", dpi, "a resolution from 10 to 1200 dots per inch")
     kinds = figure_formats(formats)
     experiment = experiment_name(task_or_experiment)
     folder = Path(out) if out else results_path("plots", experiment)
-    return plot_experiment(experiment, uri or tracking_uri(), folder, metric, field_list(group_by), formats=kinds,
-                           dpi=dpi)
+    uri = uri or tracking_uri()
+    plots = plot_experiment(experiment, uri, folder, metric, field_list(group_by), formats=kinds, dpi=dpi)
+    search = plot_latest_search(uri, experiment, folder / "optuna", kinds, dpi)
+    if search is not None:
+        plots.files += search.files
+    return plots
 
 
 def report(task: TaskLike, *, out: str | os.PathLike | None = None, tolerance: float | None = None,

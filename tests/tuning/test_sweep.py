@@ -56,17 +56,19 @@ SPACE = {"name": "prox_or_avg", "space": {"algorithm": {"fedprox": {"mu": {"logu
 
 
 @pytest.mark.mlflow_server
-def test_an_optuna_search_logs_one_child_per_sample_to_a_real_mlflow_server(tmp_path, mlflow_server, monkeypatch, ray_session):
+def test_an_optuna_search_logs_one_child_per_sample_and_its_study_views_to_a_real_mlflow_server(tmp_path, mlflow_server,
+                                                                                               monkeypatch, ray_session):
     from mlflow.tracking import MlflowClient
 
-    from fedbench.tuning import load_search_space, write_best_task
+    from fedbench.tuning import execute_sweep, load_search_space
+    from fedbench.tuning.study_plots import VIEWS
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_server)
     task = load_task(write_task(tmp_path, grid={}))
     space_path = tmp_path / "space.yaml"
     space_path.write_text(yaml.safe_dump(SPACE))
     plan = make_plan(task, load_search_space(space_path), num_samples=4, metric="final/acc_local_mean")
-    outcome = run_sweep(plan, max_concurrent=2)
+    outcome = execute_sweep(task, plan, max_concurrent=2)
 
     client = MlflowClient(mlflow_server)
     experiment = client.get_experiment_by_name("sweep_test")
@@ -79,8 +81,11 @@ def test_an_optuna_search_logs_one_child_per_sample_to_a_real_mlflow_server(tmp_
         assert searched == {"search.algorithm.name"} | own[algorithm]  # only the active algorithm's parameters
     best_value = max(c.data.metrics["final/acc_local_mean"] for c in children)
     assert outcome.best_value == pytest.approx(best_value)
-    best = load_task(write_best_task(task, outcome.best, plan))  # the best sample, as a task file that loads
+    best = load_task(outcome.best_task)  # the best sample, as a task file that loads
     assert best.expand()[0].algorithm.name == outcome.best["algorithm.name"]
+    views = {f"plots/optuna/{view}.png" for view in VIEWS}  # Optuna's views of the study, on the parent run
+    assert views <= set(outcome.reported)
+    assert {a.path for a in client.list_artifacts(outcome.parent_run_id, "plots/optuna")} == views
 
 
 def test_an_interrupted_sweep_resumes_without_running_or_logging_finished_trials_twice(tmp_path, mlflow_store, ray_session):

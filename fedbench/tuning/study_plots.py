@@ -1,0 +1,167 @@
+"""Optuna's own views of a search: optimisation history, parameter importances, parallel coordinates and slices.
+
+They are drawn from the study the search keeps (`study_journal`), so they show what TPE saw: every sample and its
+score, failed samples left out. A finished search logs them on its parent run (`plots/optuna/`), and `fedbench
+plot` draws the latest search of an experiment beside the other figures. A view that would say nothing (importances
+from fewer than two scores) is skipped with a warning naming why, never an error.
+
+Optuna draws through pyplot, and restyles matplotlib globally as it does: every view is drawn inside
+`rc_context` (the style is undone) and closed once saved, on Agg unless this process already chose a backend.
+"""
+
+from __future__ import annotations
+
+import glob
+import sys
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+from fedbench.tracking.paths import results_path
+from fedbench.tracking.sweep_runs import SweepRuns
+
+VIEWS = {
+    "optimization_history": "optimisation history",
+    "param_importances": "parameter importances",
+    "parallel_coordinate": "parallel coordinates",
+    "slice": "slices",
+}
+"""Each view's name, `optuna.visualization.matplotlib.plot_<name>` and its file `<name>.<format>`, and its title."""
+ARTIFACT_FOLDER = "plots/optuna"
+
+
+def study_journal(sweep: str) -> Path:
+    """Where search `sweep` keeps its Optuna study (a JournalStorage file; the study has the sweep's name), so that
+    a resumed search goes on with what TPE learnt and the views can be drawn after it."""
+    return results_path("optuna", f"{sweep}.log")
+
+
+@dataclass
+class StudyPlots:
+    """The views of study `study` written (`files`), and those skipped with why (`skipped`: view -> reason)."""
+
+    study: str
+    files: list[Path] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)
+
+
+def plot_study(sweep: str, out: Path, metric: str | None = None, formats: Sequence[str] = ("png",),
+               dpi: int = 110) -> StudyPlots:
+    """Draw the views of search `sweep`'s study into folder `out`; `metric` (what the search optimised) is recorded
+    in the study, so that a later `fedbench plot` names the axis the same way."""
+    import optuna
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+    from optuna.trial import TrialState
+
+    study = optuna.load_study(study_name=sweep, storage=JournalStorage(JournalFileBackend(str(study_journal(sweep)))))
+    if metric is not None and study.metric_names != [metric]:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            study.set_metric_names([metric])
+    target = study.metric_names[0] if study.metric_names else "objective"
+    scores = [t.value for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))]
+    plots = StudyPlots(sweep)
+    for view, title in VIEWS.items():
+        why = _skip(view, scores)
+        if why is not None:
+            plots.skipped[view] = why
+            warnings.warn(f"Optuna's {title} of {sweep} not drawn: {why}", stacklevel=2)
+        else:
+            plots.files += _draw(study, view, target, f"{sweep}: {title} of {target}", out / view, formats, dpi)
+    return plots
+
+
+def report_study(uri: str, experiment: str, parent_run_id: str, sweep: str, out: Path, metric: str) -> list[str]:
+    """After search `sweep` of `metric`: its views drawn into `out` and logged on its parent run; their artifact
+    paths (what the sweep reports)."""
+    plots = plot_study(sweep, out, metric)
+    return SweepRuns(uri, experiment).log_files(parent_run_id, plots.files, ARTIFACT_FOLDER)
+
+
+def plot_latest_search(uri: str, experiment: str, out: Path, formats: Sequence[str] = ("png",),
+                       dpi: int = 110) -> StudyPlots | None:
+    """For `fedbench plot`: the views of `experiment`'s latest search whose study is here, drawn into `out` and
+    logged on that search's parent run (which need not be the latest sweep: a grid may have followed it); None
+    when the experiment has no such search."""
+    runs = SweepRuns(uri, experiment)
+    pattern = f"{glob.escape(experiment)}-*.log"  # a sweep is named <task>-<digest>
+    searches = [(parent, journal.stem) for journal in results_path("optuna").glob(pattern)
+                if (parent := runs.latest_parent(journal.stem)) is not None]
+    if not searches:
+        return None
+    parent, sweep = max(searches, key=lambda search: search[0].info.start_time)
+    plots = plot_study(sweep, out, formats=formats, dpi=dpi)
+    runs.log_files(parent.info.run_id, plots.files, ARTIFACT_FOLDER)
+    return plots
+
+
+def _skip(view: str, scores: list[float]) -> str | None:
+    """Why `view` would say nothing about these scores (of the complete trials); None when it is worth drawing."""
+    if not scores:
+        return "the study has no complete trial"
+    if view == "param_importances" and len(scores) < 2:
+        return f"importances need at least 2 complete trials, the study has {len(scores)}"
+    if view == "param_importances" and len(set(scores)) == 1:
+        return f"every complete trial scored {scores[0]}: no parameter made a difference"
+    return None
+
+
+def _pyplot():
+    """pyplot, on Agg unless this process chose a backend before (switching would close a notebook's figures)."""
+    import matplotlib
+
+    if "matplotlib.pyplot" not in sys.modules:
+        matplotlib.use("Agg")
+    from matplotlib import pyplot
+
+    return pyplot
+
+
+def _draw(study, view: str, target: str, title: str, stem: Path, formats: Sequence[str], dpi: int) -> list[Path]:
+    """Optuna's `view` of `study`, titled and saved as `stem.<format>`. What Optuna and matplotlib warn of while
+    drawing (experimental API, a single value's axis widened) is theirs to fix, not the user's: silenced."""
+    import optuna
+    from matplotlib import rc_context
+
+    plt = _pyplot()
+    with rc_context(), plt.ioff(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        figure = _tidied(getattr(optuna.visualization.matplotlib, f"plot_{view}")(study, target_name=target), title)
+        paths = _save(figure, stem, formats, dpi)
+    plt.close(figure)
+    return paths
+
+
+def _tidied(drawn, title: str):
+    """The figure of what an Optuna view returned (one Axes, or an array of them for several slices), with `title`
+    in place of Optuna's generic one ("Slice Plot"), and log axes labelled sparsely (matplotlib labels every minor
+    tick of a log axis spanning a decade or so, and they overlap in a narrow slice panel)."""
+    import numpy as np
+    from matplotlib.ticker import LogLocator, NullFormatter, StrMethodFormatter
+
+    axes = np.atleast_1d(drawn).ravel()
+    figure = axes[0].figure
+    for ax in axes:
+        for loc in ("left", "center", "right"):
+            ax.set_title("", loc=loc)
+        low, high = ax.get_xlim()
+        if ax.get_xscale() == "log" and high / low < 100:  # under two decades: label 1 and 3 times each
+            ax.xaxis.set_major_locator(LogLocator(subs=(1.0, 3.0)))
+            ax.xaxis.set_major_formatter(StrMethodFormatter("{x:g}"))
+            ax.xaxis.set_minor_formatter(NullFormatter())
+    if len(axes) == 1:
+        axes[0].set_title(title)
+    else:
+        figure.suptitle(title)
+    return figure
+
+
+def _save(figure, stem: Path, formats: Sequence[str], dpi: int) -> list[Path]:
+    """`figure` as `stem.<format>` for every format, cropped to what it draws (Optuna puts legends outside)."""
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    paths = [stem.with_name(f"{stem.name}.{fmt}") for fmt in formats]
+    for path in paths:
+        figure.savefig(path, dpi=dpi, bbox_inches="tight")
+    return paths

@@ -1,0 +1,102 @@
+"""Optuna's views of a search, drawn from its study; a view that would say nothing is skipped with why."""
+
+import optuna
+import pytest
+from mlflow.tracking import MlflowClient
+from optuna.storages import JournalStorage
+from optuna.storages.journal import JournalFileBackend
+from optuna.trial import TrialState
+
+import fedbench
+from fedbench.cli import main
+from fedbench.runtime import run_spec
+from fedbench.tracking.mlflow_callback import MlflowCallback
+from fedbench.tracking.sweep_runs import SweepRuns
+from fedbench.tuning.study_plots import VIEWS, plot_study, study_journal
+from tests.conftest import tiny_spec
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def searched(sweep: str, complete: int, failed: int = 1) -> optuna.Study:
+    """A study kept as a search keeps it, of a conditional space as `SearchSpace.sample` draws one: the algorithm
+    first, then only its own parameter; `failed` samples end without a score."""
+    journal = study_journal(sweep)
+    journal.parent.mkdir(parents=True, exist_ok=True)
+    study = optuna.create_study(study_name=sweep, storage=JournalStorage(JournalFileBackend(str(journal))),
+                                direction="maximize", sampler=optuna.samplers.RandomSampler(seed=0))
+    for _ in range(complete):
+        trial = study.ask()
+        if trial.suggest_categorical("algorithm.name", ["fedprox", "fedavg"]) == "fedprox":
+            study.tell(trial, 0.8 - trial.suggest_float("algorithm.mu", 0.001, 1.0, log=True) / 10)
+        else:
+            study.tell(trial, 0.7 + trial.suggest_float("algorithm.client_fraction", 0.5, 1.0) / 10)
+    for _ in range(failed):
+        trial = study.ask()
+        trial.suggest_categorical("algorithm.name", ["fedprox", "fedavg"])
+        study.tell(trial, state=TrialState.FAIL)
+    return study
+
+
+def test_the_four_views_of_a_conditional_search_with_a_failed_sample(tmp_path):
+    study = searched("prox_or_avg-0123abcd", complete=8)
+    assert {frozenset(t.params) for t in study.trials if t.state == TrialState.COMPLETE} == {
+        frozenset({"algorithm.name", "algorithm.mu"}), frozenset({"algorithm.name", "algorithm.client_fraction"})}
+    plots = plot_study("prox_or_avg-0123abcd", tmp_path / "optuna", metric="final/acc_local_mean")
+    assert plots.skipped == {}
+    assert plots.files == [tmp_path / "optuna" / f"{view}.png" for view in VIEWS]
+    for path in plots.files:
+        assert path.read_bytes().startswith(PNG) and path.stat().st_size > 5000
+    # the metric is kept in the study: a later `fedbench plot`, which does not know it, names the axis the same
+    assert optuna.load_study(study_name="prox_or_avg-0123abcd", storage=study._storage).metric_names == [
+        "final/acc_local_mean"]
+
+
+def test_importances_of_one_score_are_skipped_with_why_and_the_other_views_drawn(tmp_path):
+    searched("once-0123abcd", complete=1)
+    with pytest.warns(UserWarning, match="parameter importances of once-0123abcd not drawn: importances need at "
+                                         "least 2 complete trials, the study has 1"):
+        plots = plot_study("once-0123abcd", tmp_path)
+    assert set(plots.skipped) == {"param_importances"}
+    assert [p.stem for p in plots.files] == ["optimization_history", "parallel_coordinate", "slice"]
+
+
+def test_a_study_without_a_score_draws_nothing_and_says_so(tmp_path):
+    searched("failing-0123abcd", complete=0, failed=2)
+    with pytest.warns(UserWarning, match="no complete trial"):
+        plots = plot_study("failing-0123abcd", tmp_path)
+    assert plots.files == [] and set(plots.skipped) == set(VIEWS)
+
+
+def story(uri: str, search: str) -> str:
+    """Experiment `story`: two finished runs, a search's parent run and, started after it, a grid's; the search's
+    parent run id."""
+    runs = SweepRuns(uri, "story")
+    parent = runs.start_parent(search, 4).run_id
+    runs.start_parent("story-grid", 2)
+    for algorithm in ("fedavg", "local"):
+        run_spec(tiny_spec(task="story", algorithm=algorithm), [MlflowCallback(uri)])
+    return parent
+
+
+def test_fedbench_plot_draws_the_latest_search_and_logs_it_on_that_search_parent_run(mlflow_store, isolated_results):
+    uri = f"sqlite:///{mlflow_store}"
+    search = story(uri, "story-0123abcd")
+    searched("story-0123abcd", complete=5)
+    searched("story-reduced-0123abcd", complete=5)  # another experiment's search (the task's reduced profile)
+    plots = fedbench.plot("story")
+    folder = isolated_results / "plots" / "story" / "optuna"
+    assert [p for p in plots.files if p.parent == folder] == [folder / f"{view}.png" for view in VIEWS]
+    assert plots.parent_run_id != search  # the figures of the runs go on the latest sweep, the grid
+    logged = {a.path for a in MlflowClient(uri).list_artifacts(search, "plots/optuna")}
+    assert logged == {f"plots/optuna/{view}.png" for view in VIEWS}
+
+
+def test_fedbench_plot_says_why_a_view_of_a_search_is_missing(mlflow_store, capsys):
+    story(f"sqlite:///{mlflow_store}", "story-0123abcd")
+    searched("story-0123abcd", complete=1)
+    assert main(["plot", "--experiment", "story"]) == 0
+    out, err = capsys.readouterr()
+    assert "warning: Optuna's parameter importances of story-0123abcd not drawn: importances need at least 2 " \
+           "complete trials, the study has 1" in " ".join(err.split())
+    assert "optuna/slice.png" in out and "Traceback" not in out + err
