@@ -15,13 +15,16 @@ TPE learnt.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import secrets
+import signal
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from fedbench.config.task import DEFAULT_MAX_FAILURES, check_max_failures
 from fedbench.core import metrics as M
@@ -94,7 +97,7 @@ def run_sweep(
     try:
         tuner, expected = _tuner(plan, done, max_concurrent, driver_cpus, bridge, storage, folder, max_failures)
         if tuner is not None:
-            with runs.heartbeat(parent.run_id):
+            with runs.heartbeat(parent.run_id), sigterm_as_ctrl_c():
                 tuner.fit()  # returns after Ctrl-C too (Tune stops gracefully): count what ended
             outcome.interrupted = len(bridge.outcomes) < expected
         runs.end_parent(parent.run_id, interrupted=outcome.interrupted)
@@ -108,6 +111,21 @@ def run_sweep(
     if plan.space is not None:
         outcome.best, outcome.best_value = _best_sample(plan)
     return outcome
+
+
+@contextlib.contextmanager
+def sigterm_as_ctrl_c() -> Iterator[None]:
+    """While open, SIGTERM (`kill`, a batch scheduler's time limit) stops the sweep as Ctrl-C does: Tune ends the
+    trials, the parent run is marked interrupted and `--resume` continues it. Ray's own handler exits at once, with
+    a stack dump, leaving the parent run for `--resume` to guess about."""
+    if threading.current_thread() is not threading.main_thread():  # signal handlers belong to the main thread
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: os.kill(os.getpid(), signal.SIGINT))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def tune_folder_name(sweep: str, attempt: int) -> str:
