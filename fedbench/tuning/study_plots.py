@@ -27,7 +27,8 @@ VIEWS = {
     "parallel_coordinate": "parallel coordinates",
     "slice": "slices",
 }
-"""Each view's name, `optuna.visualization.matplotlib.plot_<name>` and its file `<name>.<format>`, and its title."""
+"""Optuna's views by name (drawn by `optuna.visualization.matplotlib.plot_<name>`, written as `<name>.<format>`),
+with their titles."""
 ARTIFACT_FOLDER = "plots/optuna"
 
 
@@ -67,6 +68,8 @@ def plot_study(sweep: str, out: Path, metric: str | None = None, formats: Sequen
         why = _skip(view, scores)
         if why is not None:
             plots.skipped[view] = why
+            for fmt in formats:  # an earlier search's figure left in `out` would pass for this one's
+                (out / f"{view}.{fmt}").unlink(missing_ok=True)
             warnings.warn(f"Optuna's {title} of {sweep} not drawn: {why}", stacklevel=2)
         else:
             plots.files += _draw(study, view, target, f"{sweep}: {title} of {target}", out / view, formats, dpi)

@@ -54,10 +54,11 @@ def test_the_four_views_of_a_conditional_search_with_a_failed_sample(tmp_path):
 
 def test_importances_of_one_score_are_skipped_with_why_and_the_other_views_drawn(tmp_path):
     searched("once-0123abcd", complete=1)
+    (tmp_path / "param_importances.png").write_bytes(PNG)  # an earlier search's, drawn into the same folder
     with pytest.warns(UserWarning, match="parameter importances of once-0123abcd not drawn: importances need at "
                                          "least 2 complete trials, the study has 1"):
         plots = plot_study("once-0123abcd", tmp_path)
-    assert set(plots.skipped) == {"param_importances"}
+    assert set(plots.skipped) == {"param_importances"} and not (tmp_path / "param_importances.png").exists()
     assert [p.stem for p in plots.files] == ["optimization_history", "parallel_coordinate", "slice"]
 
 
