@@ -1,10 +1,11 @@
-"""Reading and writing the tracking store while another process holds it.
+"""Reading and writing the tracking store while another process holds it, or while it is away.
 
 Several fedbench processes share one sqlite store (two sweeps, a sweep and a leaderboard). sqlite lets one writer
 in at a time; MLflow waits 20 s for a lock inside a session and about 8 s when it opens the store, then raises
 `database is locked`, which would end a run (or a whole sweep) over a lock another process holds for a moment.
 Every store call goes through `patiently`: a lock is waited out with backoff for up to `store_wait_s()`, then
-fails with fedbench's own message naming the store.
+fails with fedbench's own message naming the store. A full disk or a tracking server that stopped answering
+(MLflow retries its requests for minutes first) stops the command with a `ResultsUnwritableError` naming it.
 """
 
 from __future__ import annotations
@@ -46,6 +47,24 @@ class StoreUnwritableError(ResultsUnwritableError):
         super().__init__(f"the tracking store {uri} cannot be written ({reason}) while {what}: free space on its disk, "
                          "or point FEDBENCH_RESULTS or MLFLOW_TRACKING_URI elsewhere. The runs recorded so far are kept; "
                          "the same command again runs only those that did not finish")
+
+
+class ServerGoneError(ResultsUnwritableError):
+    """The tracking server stopped answering and did not come back while MLflow retried."""
+
+    def __init__(self, uri: str, what: str):
+        super().__init__(f"the tracking server {uri} stopped answering while {what}, and did not come back while MLflow "
+                         "retried (MLFLOW_HTTP_REQUEST_MAX_RETRIES); start it again and run the same command: the runs "
+                         "it recorded are kept, and only those that did not finish run again")
+
+
+def server_gone(exc: BaseException | None) -> bool:
+    """Whether `exc` (MLflow's, around requests') says the tracking server could not be reached at all."""
+    while exc is not None:
+        if "Max retries exceeded" in str(exc):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
 
 
 UNWRITABLE = {"database or disk is full": "the disk is full", "readonly database": "it is read-only"}
@@ -99,6 +118,8 @@ def patiently(call: Callable[[], T], uri: str, what: str) -> T:
             reason = unwritable_reason(exc)
             if reason is not None:
                 raise StoreUnwritableError(uri, reason, what) from exc
+            if uri.startswith(("http://", "https://")) and server_gone(exc):
+                raise ServerGoneError(uri, what) from exc
             if not is_locked(exc):
                 raise
             if time.monotonic() + delay > deadline:
