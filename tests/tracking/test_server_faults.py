@@ -17,11 +17,11 @@ from tests.conftest import TINY
 pytestmark = pytest.mark.mlflow_server
 
 
-def start_run(tmp_path, url: str, seed: int) -> subprocess.Popen:
+def start_run(tmp_path, url: str, seed: int, retries: int) -> subprocess.Popen:
     body = {**{k: v for k, v in TINY.items() if k != "task"}, "name": "served", "rounds": 1500, "seeds": [seed]}
     (tmp_path / "task.yaml").write_text(yaml.safe_dump(body))
     env = {**os.environ, "MLFLOW_TRACKING_URI": url, "FEDBENCH_RESULTS": str(tmp_path / "results"),
-           "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "3", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1"}
+           "MLFLOW_HTTP_REQUEST_MAX_RETRIES": str(retries), "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1"}
     return subprocess.Popen([sys.executable, "-m", "fedbench", "run", str(tmp_path / "task.yaml")], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
@@ -47,7 +47,8 @@ def test_a_tracking_server_that_dies_mid_run(tmp_path, migrated_store, comes_bac
     store = tmp_path / "server.db"
     shutil.copy(migrated_store, store)
     server = serve_store(f"sqlite:///{store}", tmp_path / "artifacts", timeout_s=240)
-    run = start_run(tmp_path, server.url, seed=0)
+    # MLflow's retries wait 1, 2, 4, ... s: 7 of them (two minutes) outlast a server restart on a busy machine
+    run = start_run(tmp_path, server.url, seed=0, retries=7 if comes_back else 2)
     try:
         wait_for_rounds(store, 20, run)
         server.stop()
