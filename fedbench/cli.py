@@ -73,8 +73,13 @@ def print_sweep(plan: SweepPlan, outcome: SweepOutcome) -> int:
     if outcome.resumed_done:
         console.print(f"resumed: {outcome.resumed_done} trials were already done and were not run again")
     failed = print_results(outcome.results)
+    if outcome.reused:
+        console.print(f"{outcome.reused} of the {plan.num_samples} samples proposed a configuration that had already run "
+                      "on every seed (in the store, or earlier in this search) and were answered with its scores, with no "
+                      "trial (they count against --num-samples)")
     if outcome.best is not None:
-        console.print(f"best of {plan.space.name}: {plan.metric} = {outcome.best_value:.4f} with {outcome.best}; "
+        console.print(f"best of {plan.space.name}: {plan.metric} = {outcome.best_value:.4f} (mean over {len(plan.seeds)} "
+                      f"seed{'s' * (len(plan.seeds) != 1)}) with {outcome.best}; "
                       f"as a task file: {outcome.best_task}")
     console.print(f"sweep {outcome.name}: MLflow parent run {outcome.parent_run_id}; Tune folder "
                   f"{escape(str(outcome.storage))}")

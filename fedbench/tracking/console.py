@@ -108,7 +108,7 @@ def results_table(results: Sequence[RunResult]) -> Table:
     """One row per configuration: final local accuracy mean ± std over seeds, cost columns, n."""
     from fedbench.tracking.leaderboard import STD_NOTE  # pandas: not for a dry run's tables
 
-    finished = [r for r in results if r.status == "FINISHED"]
+    finished = list({r.spec.run_hash: r for r in results if r.status == "FINISHED"}.values())  # a run hash is one seed
     fields = varying_fields([r.spec for r in results])
     groups: dict[tuple, list[RunResult]] = defaultdict(list)
     for r in finished:

@@ -18,7 +18,7 @@ from fedbench.core.runspec import RunSpec
 from fedbench.runtime.placement import PLACEMENT_TAG_PREFIXES
 from fedbench.runtime.records import summarize
 from fedbench.tracking.mlflow_callback import MlflowCallback
-from fedbench.tracking.tags import RETRIED_TAG, STOPPED_EARLY_TAG, TRIAL_KEY_TAG
+from fedbench.tracking.tags import REFERENCE_TAG, RETRIED_TAG, STOPPED_EARLY_TAG, TRIAL_KEY_TAG
 from fedbench.tuning.plan import TrialSpecs
 from fedbench.tuning.trial import EVENT
 
@@ -42,6 +42,8 @@ class MlflowBridge(tune.Callback):
         tags = _trial_tags(trial, trial.placement_group_factory)
         tags[TRIAL_KEY_TAG] = self.spec_of.trial_key(trial.config, trial.trial_id)
         tags.update({f"search.{k}": str(v) for k, v in self.spec_of.sampled(trial.config).items()})
+        if self.spec_of.is_reference(trial.config):
+            tags[REFERENCE_TAG] = "true"
         callback.set_tags(tags)
         self.runs[trial.trial_id] = (spec, callback, [])
 

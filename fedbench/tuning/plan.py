@@ -18,7 +18,7 @@ from fedbench.core import metrics as M
 from fedbench.core.errors import ConfigError
 from fedbench.core.runspec import RunSpec
 from fedbench.tuning.resources import for_trial
-from fedbench.tuning.search_space import SearchSpace, apply, load_search_space
+from fedbench.tuning.search_space import ALGORITHM, SearchSpace, apply, load_search_space
 
 SCHEDULERS = ("asha",)
 
@@ -33,6 +33,9 @@ def known_metrics() -> list[str]:
     return [*M.LAST, *(M.FINAL_PREFIX + key for key in M.LAST)]
 
 
+SEED = "seed"
+"""A search trial's config holds its seed under this key, beside the sampled fields."""
+
 GRID_KEY = "run"
 """A grid trial's config holds its whole RunSpec (as a dict) under this one key."""
 
@@ -46,6 +49,8 @@ class TrialSpecs:
     """
 
     base: dict[str, Any] | None = None
+    references: tuple[str, ...] = ()
+    """A search's reference algorithms (`SearchSpace.references`): their trials are not samples."""
 
     def __call__(self, config: dict[str, Any]) -> RunSpec:
         if self.base is None:
@@ -53,13 +58,19 @@ class TrialSpecs:
         return for_trial(apply(self.base, config))
 
     def sampled(self, config: dict[str, Any]) -> dict[str, Any]:
-        """The fields a search sampled for this trial; none for a grid point."""
-        return {} if self.base is None else dict(config)
+        """The fields a search sampled for this trial (its seed is the task's, not sampled); none for a grid point
+        or a reference."""
+        if self.base is None or self.is_reference(config):
+            return {}
+        return {path: value for path, value in config.items() if path != SEED}
+
+    def is_reference(self, config: dict[str, Any]) -> bool:
+        """Whether the trial runs one of the search's references, not a sample."""
+        return self.base is not None and config.get(f"{ALGORITHM}.name") in self.references
 
     def trial_key(self, config: dict[str, Any], trial_id: str) -> str:
-        """What `--resume` counts a trial as done by: a grid point's run hash (the same in every attempt), a
-        search trial's Tune id (each sample is new)."""
-        return self(config).run_hash if self.base is None else trial_id
+        """What `--resume` counts a trial as done by: its run hash, the same in every attempt."""
+        return self(config).run_hash
 
 
 @dataclass(frozen=True)
@@ -74,24 +85,30 @@ class SweepPlan:
     metric: str | None = None
     mode: str = "max"
     scheduler: str | None = None
+    seeds: tuple[int, ...] = (0,)
+    """A search's seeds: every sampled configuration runs on each, and its score is their mean."""
 
     @property
     def trials(self) -> int:
-        return self.num_samples if self.space else len(self.specs)
+        """A grid's trials; a search's at most (each sample and reference on every seed; samples answered from the
+        store run none)."""
+        if not self.space:
+            return len(self.specs)
+        return (self.num_samples + len(self.space.references)) * len(self.seeds)
 
     @property
     def name(self) -> str:
         """Stable for the same task and configurations, so `--resume` finds the interrupted sweep."""
         if self.space:
-            key = json.dumps([self.base, repr(self.space), self.num_samples, self.metric, self.mode, self.scheduler],
-                             sort_keys=True, default=str)
+            key = json.dumps([self.base, repr(self.space), self.num_samples, self.metric, self.mode, self.scheduler,
+                              self.seeds], sort_keys=True, default=str)
         else:
             key = ",".join(sorted(s.run_hash for s in self.specs)) + f"|{self.metric}|{self.mode}|{self.scheduler}"
         return f"{self.task}-{hashlib.sha1(key.encode()).hexdigest()[:8]}"
 
     @property
     def spec_of(self) -> TrialSpecs:
-        return TrialSpecs(self.base)
+        return TrialSpecs(self.base, self.space.references if self.space else ())
 
     def max_rounds(self) -> int:
         """The longest trial's rounds (a scheduler's time budget)."""
@@ -123,7 +140,9 @@ def make_plan(task: TaskSpec, space: SearchSpace | None = None, num_samples: int
             raise ConfigError("--num-samples", num_samples, "an integer >= 1 with --search")
         base = task.run_dict()
         space.check(base)
-        plan = SweepPlan(task.name, space=space, base=base, num_samples=num_samples, metric=metric, mode=mode, scheduler=scheduler)
+        seeds = (base["seed"],) if task.seed_overridden else task.seeds
+        plan = SweepPlan(task.name, space=space, base=base, num_samples=num_samples, metric=metric, mode=mode,
+                         scheduler=scheduler, seeds=tuple(seeds))
         runs = (apply(base, {}),)
     if bare in TEST_TIME and all(run.scenario.test_clients.mode == "none" for run in runs):
         raise ConfigError("--metric", metric, "a metric these runs report: their scenarios have no test-time clients "

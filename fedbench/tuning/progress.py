@@ -22,15 +22,17 @@ class SweepProgress(tune.Callback):
     """Tune callback printing one line per finished or failed trial.
 
     Args:
-        total: trials the sweep will run this time (finished ones of a resumed sweep excluded).
+        total: trials the sweep will run this time (finished ones of a resumed sweep excluded), or what says so as
+            it changes (a search's samples answered from the store run no trial).
         metric: the ranked metric, a final report's key (`final/acc_local_mean`).
         mode: `max` or `min`, which values are better.
         describe: a trial's config -> a short label (the run's name).
         console: where the lines go.
     """
 
-    def __init__(self, total: int, metric: str, mode: str, describe: Callable[[dict[str, Any]], str], console: Console):
-        self.total, self.metric, self.mode = total, metric, mode
+    def __init__(self, total: int | Callable[[], int], metric: str, mode: str, describe: Callable[[dict[str, Any]], str],
+                 console: Console):
+        self.planned, self.metric, self.mode = total, metric, mode
         self.describe, self.console = describe, console
         self.done = self.failed = 0
         self.best: tuple[float, str] | None = None
@@ -71,6 +73,10 @@ class SweepProgress(tune.Callback):
         better = self.best is None or (value > self.best[0] if self.mode == "max" else value < self.best[0])
         if better:
             self.best = (value, label)
+
+    @property
+    def total(self) -> int:
+        return self.planned() if callable(self.planned) else self.planned
 
     def _line(self, trials: list, ended_trial, outcome: str) -> None:
         ended = self.done + self.failed

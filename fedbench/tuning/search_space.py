@@ -82,13 +82,25 @@ class SearchSpace:
     branches: tuple[tuple[str, tuple[Distribution, ...]], ...] = ()
     description: str = ""
 
+    @property
+    def references(self) -> tuple[str, ...]:
+        """The algorithms listed with nothing to tune (FedAvg beside FEROMA's tau): each runs once per seed as the
+        search's reference instead of being sampled, where TPE would pick it again and again. Where the space also
+        samples common fields (a learning rate for every trial), every algorithm has something to tune."""
+        return () if self.common else tuple(name for name, own in self.branches if not own)
+
+    @property
+    def tuned(self) -> tuple[tuple[str, tuple[Distribution, ...]], ...]:
+        """The branches the sampler chooses among: all but the references."""
+        return tuple((name, own) for name, own in self.branches if name not in self.references)
+
     def sample(self, trial) -> None:
         """Optuna define-by-run: the algorithm first, then only its parameters (flat dotted names)."""
         for dist in self.common:
             dist.suggest(trial, dist.path)
         if self.branches:
-            name = trial.suggest_categorical(f"{ALGORITHM}.name", [n for n, _ in self.branches])
-            for dist in dict(self.branches)[name]:
+            name = trial.suggest_categorical(f"{ALGORITHM}.name", [n for n, _ in self.tuned])
+            for dist in dict(self.tuned)[name]:
                 dist.suggest(trial, f"{ALGORITHM}.{dist.path}")
 
     def check(self, base: dict[str, Any]) -> None:
@@ -155,4 +167,8 @@ def load_search_space(path: str | Path) -> SearchSpace:
             (algo, tuple(Distribution.parse(f"space.algorithm.{algo}", p, d) for p, d in (params or {}).items()))
             for algo, params in algorithms.items()
         )
-    return SearchSpace(name, common, branches, raw.get("description", ""))
+    found = SearchSpace(name, common, branches, raw.get("description", ""))
+    if not found.common and not found.tuned:
+        raise ConfigError(f"{path.name}: space", dict(space), "at least one distribution to sample: every algorithm "
+                          "listed has nothing to tune")
+    return found

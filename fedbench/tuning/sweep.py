@@ -52,6 +52,9 @@ class SweepOutcome:
     best: dict[str, Any] | None = None
     best_value: float | None = None
     best_task: Path | None = None
+    reused: int = 0
+    """A search's samples whose configuration had already run on every seed (in the store, or earlier in the
+    search): answered with its scores, with no trial."""
     reported: list[str] = field(default_factory=list)
     """What the parent run got after the sweep: task params, description, leaderboard, plots."""
 
@@ -95,11 +98,14 @@ def run_sweep(
     folder = tune_folder_name(plan.name, parent.attempt)
     outcome = SweepOutcome(plan.name, parent.run_id, str(results_path("ray_results", folder)), resumed_done=len(done))
     try:
-        tuner, expected = _tuner(plan, done, max_concurrent, driver_cpus, bridge, storage, folder, max_failures)
+        recorded = runs.finished_scores(plan.metric) if plan.space is not None else {}
+        tuner, ending = _tuner(plan, done, recorded, max_concurrent, driver_cpus, bridge, storage, folder, max_failures)
         if tuner is not None:
             with runs.heartbeat(parent.run_id), sigterm_as_ctrl_c():
                 tuner.fit()  # returns after Ctrl-C too (Tune stops gracefully): count what ended
-            outcome.interrupted = len(bridge.outcomes) < expected
+            outcome.interrupted = (len(bridge.outcomes) < ending) if plan.space is None else not ending.finished
+        if plan.space is not None:
+            outcome.reused = ending.reused
         runs.end_parent(parent.run_id, interrupted=outcome.interrupted)
     except BaseException:
         runs.end_parent(parent.run_id, interrupted=True)
@@ -163,17 +169,20 @@ def _parent_run(runs: SweepRuns, plan: SweepPlan, resume: bool) -> tuple[SweepPa
     return parent, done
 
 
-def _tuner(plan: SweepPlan, done: set, max_concurrent, driver_cpus, bridge, storage: str, folder: str, max_failures: int):
-    """The Tune experiment for the trials not done yet and how many trials it runs (None, 0: nothing left)."""
+def _tuner(plan: SweepPlan, done: set, recorded: dict[str, float], max_concurrent, driver_cpus, bridge, storage: str,
+           folder: str, max_failures: int):
+    """The Tune experiment for the trials not done yet (None: nothing left), and what says whether they all ended:
+    a grid's count of trials, or a search's searcher."""
     from ray import tune
-
+    from ray.tune.search import ConcurrencyLimiter
     from rich.console import Console
 
     from fedbench.tuning.progress import SweepProgress
     from fedbench.tuning.resources import placement
+    from fedbench.tuning.seed_averaged_search import SeedAveragedSearch
     from fedbench.tuning.trial import run_trial
 
-    spec_of = plan.spec_of
+    spec_of, console = plan.spec_of, Console(highlight=False, soft_wrap=True)
     trainable = tune.with_resources(tune.with_parameters(run_trial, spec_of=spec_of),
                                     lambda config: placement(spec_of(config), driver_cpus or DRIVER_CPUS))
     if plan.metric is not None:
@@ -191,40 +200,39 @@ def _tuner(plan: SweepPlan, done: set, max_concurrent, driver_cpus, bridge, stor
     if plan.space is None:
         remaining = [s for s in plan.specs if s.run_hash not in done]
         if not remaining:
-            return None, 0
+            return None, len(remaining)
         param_space = {GRID_KEY: tune.grid_search([s.to_dict() for s in remaining])}
-        search_alg, samples, expected = None, 1, len(remaining)
+        search_alg, samples, ending, total = None, 1, len(remaining), len(remaining)
     else:
-        samples = expected = plan.num_samples - len(done)
-        if samples <= 0:
-            return None, 0
-        param_space, search_alg = {}, _optuna(plan, max_concurrent or _fitting_trials(plan, driver_cpus or DRIVER_CPUS))
+        search = SeedAveragedSearch(plan, _study(plan), recorded, say=console.print)
+        if search.finished:
+            return None, search
+        param_space, samples, ending, total = {}, -1, search, search.trials_planned  # -1: until the searcher ends
+        search_alg = ConcurrencyLimiter(search, max_concurrent=max_concurrent or _fitting_trials(plan, driver_cpus or DRIVER_CPUS))
     tune_config = tune.TuneConfig(search_alg=search_alg, scheduler=scheduler, num_samples=samples,
                                   max_concurrent_trials=max_concurrent if search_alg is None else None,
                                   reuse_actors=True,  # a trial's process and client workers serve the next trial
                                   trial_name_creator=_trial_name(spec_of), trial_dirname_creator=_trial_name(spec_of))
     ranked = M.FINAL_PREFIX + (plan.metric or M.ACC_LOCAL_MEAN).removeprefix(M.FINAL_PREFIX)
-    progress = SweepProgress(expected, ranked, plan.mode, lambda config: spec_of(config).label, Console(highlight=False, soft_wrap=True))
+    progress = SweepProgress(total, ranked, plan.mode, lambda config: spec_of(config).label, console)
     # Tune's own console reporter would print its trial table and a TensorBoard hint (TensorBoard is not a
     # dependency); the lines of SweepProgress say what a user needs, one per ended trial
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
     run_config = tune.RunConfig(name=folder, storage_path=storage, callbacks=[bridge, progress], verbose=0,
                                 failure_config=tune.FailureConfig(max_failures=max_failures))
-    return tune.Tuner(trainable, param_space=param_space, tune_config=tune_config, run_config=run_config), expected
+    tuner = tune.Tuner(trainable, param_space=param_space, tune_config=tune_config, run_config=run_config)
+    return tuner, ending
 
 
-def _optuna(plan: SweepPlan, max_concurrent: int):
-    """TPE over the plan's define-by-run space, its study kept on disk (a resumed search continues it)."""
+def _study(plan: SweepPlan):
+    """The search's Optuna study (TPE), kept on disk: a resumed search continues it."""
     import optuna
-    from ray.tune.search import ConcurrencyLimiter
 
-    from fedbench.tuning.final_metric_search import FinalMetricOptunaSearch
-
-    storage = _study_storage(plan)
-    search = FinalMetricOptunaSearch(space=plan.space.sample, metric=plan.metric, mode=plan.mode,
-                                     storage=storage, study_name=plan.name, seed=_sampler_seed(plan, storage))
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    return ConcurrencyLimiter(search, max_concurrent=max_concurrent)
+    storage = _study_storage(plan)
+    sampler = optuna.samplers.TPESampler(seed=_sampler_seed(plan, storage))
+    return optuna.create_study(study_name=plan.name, storage=storage, sampler=sampler, load_if_exists=True,
+                               direction="maximize" if plan.mode == "max" else "minimize")
 
 
 def _sampler_seed(plan: SweepPlan, storage) -> int:

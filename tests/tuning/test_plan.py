@@ -54,9 +54,10 @@ def test_a_trial_is_told_grid_or_search_by_its_plan_alone(tmp_path):
     space = tmp_path / "space.yaml"
     space.write_text(yaml.safe_dump({"name": "lr", "space": {"optimizer.lr": {"loguniform": [0.001, 0.1]}}}))
     search = make_plan(task, load_search_space(space), num_samples=2, metric="final/acc_local_mean").spec_of
-    assert search.trial_key({"optimizer.lr": 0.01}, "trial_1") == "trial_1"
-    assert search.sampled({"optimizer.lr": 0.01}) == {"optimizer.lr": 0.01}
-    assert search({"optimizer.lr": 0.01}).optimizer.lr == 0.01
+    sample = {"optimizer.lr": 0.01, "seed": 1}
+    assert search.trial_key(sample, "trial_1") == search(sample).run_hash  # a sample is its run, in any attempt
+    assert search.sampled(sample) == {"optimizer.lr": 0.01}  # the seed is the task's, not sampled
+    assert search(sample).optimizer.lr == 0.01 and search(sample).seed == 1
 
 
 @pytest.mark.parametrize("value", ["0", "-1"])

@@ -63,7 +63,8 @@ def test_a_sampled_algorithm_replaces_the_base_algorithm_and_its_parameters(tmp_
     ({"algorithm": {"fedprox": {"mu": {"int": [1.5, 3]}}}}, "space.algorithm.fedprox.mu", "integer bounds"),
     ({"optimizer.lrr": {"uniform": [0.01, 0.1]}}, "optimizer.lrr", "fields of optimizer"),
     ({"algorithm": {"fedprox": {"tau": {"uniform": [0.01, 0.1]}}}}, "algorithm.tau", "parameters of algorithm fedprox"),
-    ({"algorithm": {"fedsgd": {}}}, "algorithm.name", "known algorithms"),
+    ({"algorithm": {"fedsgd": {"mu": {"uniform": [0.1, 1.0]}}}}, "algorithm.name", "known algorithms"),
+    ({"algorithm": {"fedavg": {}}}, "space", "at least one distribution to sample"),
     ({"algorithm": {"fedavg": {"client_fraction": {"uniform": [0.5, 1.5]}}}}, "algorithm.client_fraction", "(0, 1]"),
 ])
 def test_bad_spaces_are_rejected_before_any_trial_naming_the_problem(tmp_path, space, field, hint):
@@ -103,7 +104,8 @@ def test_a_test_time_metric_needs_test_time_clients(tmp_path):
 ])
 def test_shipped_spaces_check_out_on_their_tasks(space, task_path, overrides, metric, algorithms):
     plan = make_plan(load_task(task_path, overrides), load_search_space(space), 4, metric)  # every field and bound checked
-    assert plan.trials == 4 and {name for name, _ in plan.space.branches} == algorithms
+    assert {name for name, _ in plan.space.branches} == algorithms
+    assert plan.trials == (4 + len(plan.space.references)) * len(plan.seeds)  # each sample and reference on every seed
 
 
 @pytest.mark.parametrize("text, hint", [

@@ -199,3 +199,47 @@ def test_a_trial_the_cluster_could_never_hold_is_refused_before_it_starts(tmp_pa
     plan = make_plan(load_task(write_task(tmp_path, resources={"client_cpus": 100})))
     with pytest.raises(ConfigError, match=r"resources.client_cpus: got 100.*needs 100.5 CPU, 0 GPU.*has 2 CPU"):
         run_sweep(plan)
+
+
+def test_a_search_runs_references_scores_samples_over_seeds_and_never_trains_a_configuration_twice(
+        tmp_path, mlflow_store, ray_session):
+    """Issue 33, items 1, 2 and 6, through Tune: FedAvg (nothing to tune) runs once per seed as the reference, each
+    sample runs on both seeds and is scored by their mean, and a second search answers what the first ran from the
+    store."""
+    import mlflow
+    import optuna
+
+    from fedbench.tracking.leaderboard import build_leaderboard, read_runs
+    from fedbench.tuning import load_search_space
+    from fedbench.tuning.study_plots import study_journal
+
+    task = load_task(write_task(tmp_path, grid={}, seeds=[0, 1]))
+    space_path = tmp_path / "space.yaml"
+    space_path.write_text(yaml.safe_dump({"name": "mu", "space": {"algorithm": {
+        "fedprox": {"mu": {"categorical": [0.01, 0.1]}}, "fedavg": {}}}}))
+    plan = make_plan(task, load_search_space(space_path), num_samples=3, metric="final/acc_local_mean")
+    first = run_sweep(plan, max_concurrent=2)
+    assert not first.interrupted and all(r.status == "FINISHED" for r in first.results)
+
+    mlflow.set_tracking_uri(f"sqlite:///{mlflow_store}")
+    runs = mlflow.search_runs(experiment_names=["sweep_test"])
+    children = runs[runs["tags.mlflow.parentRunId"] == first.parent_run_id]
+    assert children["params.run_hash"].is_unique  # no configuration trained twice on one seed
+    references = children[children["tags.fedbench.search_reference"] == "true"]
+    assert sorted(references["params.seed"]) == ["0", "1"] and set(references["params.algorithm.name"]) == {"fedavg"}
+    samples = children[children["tags.fedbench.search_reference"].isna()]
+    assert set(samples["params.algorithm.name"]) == {"fedprox"} and len(samples) % 2 == 0  # each on both seeds
+    study = optuna.load_study(study_name=plan.name, storage=optuna.storages.JournalStorage(
+        optuna.storages.journal.JournalFileBackend(str(study_journal(plan.name)))))
+    for trial in study.trials:  # each proposal's value is the mean of its configuration's two seeds
+        mine = samples[samples["params.algorithm.mu"].astype(float) == trial.params["algorithm.mu"]]
+        assert trial.value == pytest.approx(mine["metrics.final/acc_local_mean"].mean())
+
+    again = make_plan(task, load_search_space(space_path), num_samples=4, metric="final/acc_local_mean")
+    second = run_sweep(again, max_concurrent=2)  # a new study: its first proposals are the first search's
+    assert second.reused >= 1
+    everything = mlflow.search_runs(experiment_names=["sweep_test"])
+    trained = everything[everything["tags.fedbench.sweep"].isna()]
+    assert trained["params.run_hash"].is_unique  # across both searches
+    board = build_leaderboard(read_runs("sweep_test", f"sqlite:///{mlflow_store}"), group_by=[]).table
+    assert set(board["n"]) == {2}  # every configuration counted once per seed
