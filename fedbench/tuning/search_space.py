@@ -94,14 +94,27 @@ class SearchSpace:
         """The branches the sampler chooses among: all but the references."""
         return tuple((name, own) for name, own in self.branches if name not in self.references)
 
-    def sample(self, trial) -> None:
-        """Optuna define-by-run: the algorithm first, then only its parameters (flat dotted names)."""
+    @property
+    def fixed(self) -> dict[str, Any]:
+        """What every sample sets without sampling it: the algorithm, where one alone is tuned (a one-choice
+        categorical would only add a useless axis to every view of the study)."""
+        return {f"{ALGORITHM}.name": self.tuned[0][0]} if len(self.tuned) == 1 else {}
+
+    def sample(self, trial) -> dict[str, Any]:
+        """Optuna define-by-run: the algorithm first, then only its parameters (flat dotted names); returns the
+        sample, `fixed` included."""
         for dist in self.common:
             dist.suggest(trial, dist.path)
         if self.branches:
-            name = trial.suggest_categorical(f"{ALGORITHM}.name", [n for n, _ in self.tuned])
+            name = self.fixed.get(f"{ALGORITHM}.name") or trial.suggest_categorical(f"{ALGORITHM}.name",
+                                                                                     [n for n, _ in self.tuned])
             for dist in dict(self.tuned)[name]:
                 dist.suggest(trial, f"{ALGORITHM}.{dist.path}")
+        return self.complete(trial.params)
+
+    def complete(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        """A trial's sampled parameters as a sample: `fixed` and them."""
+        return {**self.fixed, **params}
 
     def check(self, base: dict[str, Any]) -> None:
         """Every probe value of every field must give a valid RunSpec on `base` (unknown fields and values

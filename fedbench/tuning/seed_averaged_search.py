@@ -24,6 +24,7 @@ from ray.tune.search import Searcher
 
 from fedbench.tuning.plan import SEED, SweepPlan
 from fedbench.tuning.search_space import ALGORITHM
+from fedbench.tuning.study_plots import REFERENCE_ATTR
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +56,7 @@ class SeedAveragedSearch(Searcher):
         """Trials handed to Tune."""
         for name in plan.space.references:
             self._send({f"{ALGORITHM}.name": name}, None)
+            self._note_reference(self._key({f"{ALGORITHM}.name": name}))
         self._reopen_interrupted()
 
     def __getstate__(self) -> dict[str, Any]:
@@ -81,8 +83,7 @@ class SeedAveragedSearch(Searcher):
     def suggest(self, trial_id: str) -> Config | str | None:
         while not self.queue and self.proposed < self.plan.num_samples:
             trial = self.study.ask()
-            self.plan.space.sample(trial)
-            self._propose(dict(trial.params), trial.number)
+            self._propose(self.plan.space.sample(trial), trial.number)
         if not self.queue:
             return Searcher.FINISHED if not self.proposals else None  # None: the last proposals' trials still run
         config = self.queue.popleft()
@@ -105,6 +106,7 @@ class SeedAveragedSearch(Searcher):
         key, seed, run_hash = self.running.pop(trial_id)
         score = None if error or not result else result.get(self.plan.metric)
         self.recorded[run_hash] = score  # proposed again later, it is answered with this (a failure fails again)
+        self._note_reference(key)
         proposal = self.proposals.get(key)
         if proposal is not None:
             proposal.scores[seed] = score
@@ -132,6 +134,14 @@ class SeedAveragedSearch(Searcher):
         done = proposal.scores if proposal is not None else self._recorded_scores(params)
         self.queue.extend({**params, SEED: seed} for seed in self.plan.seeds if seed not in done)
 
+    def _note_reference(self, key: str) -> None:
+        """Once a reference's seeds have all ended: its mean score in the study (`REFERENCE_ATTR`), for the plots."""
+        for name in self.plan.space.references:
+            params = {f"{ALGORITHM}.name": name}
+            scores = self._recorded_scores(params)
+            if self._key(params) == key and len(scores) == len(self.plan.seeds) and None not in scores.values():
+                self.study.set_user_attr(REFERENCE_ATTR + name, sum(scores.values()) / len(scores))
+
     def _answer_if_scored(self, key: str) -> None:
         proposal = self.proposals[key]
         if len(proposal.scores) < len(self.plan.seeds):
@@ -151,7 +161,7 @@ class SeedAveragedSearch(Searcher):
         import optuna
 
         for trial in self.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
-            self._propose(dict(trial.params), trial.number)
+            self._propose(self.plan.space.complete(trial.params), trial.number)
 
     def _recorded_scores(self, params: Config) -> dict[int, float | None]:
         """The seeds whose run of `params` ended (in the store, or in this search), with their scores."""

@@ -131,10 +131,33 @@ def _draw(study, view: str, target: str, title: str, stem: Path, formats: Sequen
     plt = _pyplot()
     with rc_context(), plt.ioff(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        figure = _tidied(getattr(optuna.visualization.matplotlib, f"plot_{view}")(study, target_name=target), title)
+        drawn = getattr(optuna.visualization.matplotlib, f"plot_{view}")(study, target_name=target)
+        if view in SCORE_AXIS_VIEWS:
+            _reference_lines(drawn, study, view)
+        figure = _tidied(drawn, title)
         paths = _save(figure, stem, formats, dpi)
     plt.close(figure)
     return paths
+
+
+REFERENCE_ATTR = "reference:"
+"""A study's user attribute `reference:<algorithm>`: that reference's mean score over the seeds (set by the search)."""
+
+SCORE_AXIS_VIEWS = ("optimization_history", "slice")
+"""The views whose y axis is the score: a reference's score is a line across them."""
+
+
+def _reference_lines(drawn, study, view: str) -> None:
+    """A dashed line at each reference's mean score (`reference:<algorithm>` in the study, written by the search),
+    so a sample is read against what the untuned method gets on the same seeds."""
+    import numpy as np
+
+    references = {k.removeprefix(REFERENCE_ATTR): v for k, v in study.user_attrs.items() if k.startswith(REFERENCE_ATTR)}
+    for ax in np.atleast_1d(drawn).ravel():
+        lines = [ax.axhline(score, linestyle="--", linewidth=1, color=f"C{3 + i}", label=f"{name} (reference)")
+                 for i, (name, score) in enumerate(sorted(references.items()))]
+        if lines:  # a slice panel's legend would list Optuna's empty "Infeasible Trial" too
+            ax.legend(handles=lines if view == "slice" else None, loc="best", fontsize="small")
 
 
 def _tidied(drawn, title: str):

@@ -265,7 +265,7 @@ def _best_sample(plan: SweepPlan) -> tuple[dict[str, Any] | None, float | None]:
     if not complete:
         return None, None
     best = (max if plan.mode == "max" else min)(complete, key=lambda t: t.value)
-    return dict(best.params), float(best.value)
+    return plan.space.complete(best.params), float(best.value)
 
 
 def _fitting_trials(plan: SweepPlan, driver_cpus: float) -> int:

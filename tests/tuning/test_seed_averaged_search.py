@@ -45,6 +45,7 @@ def test_references_run_once_per_seed_and_each_sample_on_every_seed_scored_by_th
     assert all(c["algorithm.name"] == "fedprox" for c in samples)  # the reference is never sampled
     assert sorted(c["seed"] for c in samples) == [0, 0, 1, 1]  # two samples, each on both seeds
     assert [t.value for t in search.study.trials] == [pytest.approx(0.7)] * 2  # the mean over the seeds
+    assert search.study.user_attrs["reference:fedavg"] == pytest.approx(0.7)  # the plots' reference line
     assert search.finished
 
 
@@ -91,11 +92,11 @@ def test_a_resumed_search_finishes_the_proposals_an_interrupted_attempt_left_ope
     drain(first)  # references
     study = first.study
     open_trial = study.ask()
-    plan.space.sample(open_trial)  # asked, then the sweep was interrupted before any of its seeds ran
+    sample = plan.space.sample(open_trial)  # asked, then the sweep was interrupted before any of its seeds ran
     spec_of = plan.spec_of
-    recorded = {spec_of({**open_trial.params, "seed": 0}).run_hash: 0.4}  # seed 0 had finished
+    recorded = {spec_of({**sample, "seed": 0}).run_hash: 0.4}  # seed 0 had finished
     recorded.update({spec_of({"algorithm.name": "fedavg", "seed": s}).run_hash: 0.1 for s in (0, 1)})  # references
     again = SeedAveragedSearch(plan, study, recorded, say=lambda text: None)
     handed = drain(again, score=lambda config: 0.6)
-    assert handed == [{**open_trial.params, "seed": 1}]  # only the missing seed
+    assert handed == [{**sample, "seed": 1}]  # only the missing seed
     assert study.trials[-1].value == pytest.approx(0.5) and again.finished
