@@ -30,7 +30,7 @@ import torch
 from torch import nn
 
 from fedbench.algorithms.capabilities import Assignment, TestTimeAssignment
-from fedbench.core.errors import ConfigError
+from fedbench.core.errors import ConfigError, DegenerateRunWarning
 from fedbench.core.registry import ALGORITHMS
 from fedbench.core.runspec import RunSpec
 from fedbench.core.types import Arrays, ClientResult, LocalTraining, Metrics, Payload, RoundContext, derive_seed
@@ -240,7 +240,7 @@ def warn_if_phase_covers_run(field: str, rounds_of_phase: int, spec: RunSpec, co
     rounds) lasts the whole run, so what follows it never happens and `consequence` is what the run amounts to."""
     if rounds_of_phase >= spec.rounds:
         warnings.warn(f"algorithm.{field}: {rounds_of_phase} >= rounds ({spec.rounds}): {consequence}; lower {field} "
-                      "or raise rounds", stacklevel=3)
+                      "or raise rounds", DegenerateRunWarning, stacklevel=3)
 
 
 def counted(weights: Arrays | None, n: int, extras: dict[str, Arrays] | None = None) -> Payload:

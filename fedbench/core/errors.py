@@ -9,6 +9,11 @@ class FedbenchError(Exception):
     """Base of every error fedbench raises on purpose."""
 
 
+class DegenerateRunWarning(UserWarning):
+    """A run that trains, but is not what its method is for (a warm-up lasting the whole run makes FEROMA FedAvg): a
+    warning in a task, refused where a search space's range would sample it."""
+
+
 class ResultsUnwritableError(FedbenchError):
     """Nothing more can be recorded (a full disk, a read-only store): raised by a callback, it stops the command
     instead of failing every later run the same way. The runs recorded so far are kept."""

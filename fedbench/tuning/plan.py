@@ -139,6 +139,7 @@ def make_plan(task: TaskSpec, space: SearchSpace | None = None, num_samples: int
         if num_samples is None or num_samples < 1:
             raise ConfigError("--num-samples", num_samples, "an integer >= 1 with --search")
         base = task.run_dict()
+        space = space.resolved(base)
         space.check(base)
         seeds = (base["seed"],) if task.seed_overridden else task.seeds
         plan = SweepPlan(task.name, space=space, base=base, num_samples=num_samples, metric=metric, mode=mode,

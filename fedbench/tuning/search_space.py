@@ -9,14 +9,19 @@
         fedavg: {}                                #   the active algorithm's parameters and no others
 
 Distributions: `uniform: [low, high]`, `loguniform: [low, high]` (low > 0), `int: [low, high]` (both
-inclusive), `categorical: [a, b, ...]`. The space becomes an Optuna define-by-run function (TPE through
-Tune's OptunaSearch); every problem is found at load, before any trial starts.
+inclusive), `categorical: [a, b, ...]`. A bound may name a numeric run field with an optional offset
+(`int: [2, rounds - 1]`), evaluated on the run the search samples on, overrides included. A range that can sample
+a degenerate run (a warm-up as long as the run, which makes FEROMA FedAvg) is refused. The space becomes an Optuna
+define-by-run function (TPE, `seed_averaged_search`); every problem is found at load, before any trial starts.
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
+import re
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
@@ -24,11 +29,47 @@ from typing import Any, Mapping
 import yaml
 
 from fedbench.config.task import TaskLoader, check_expanded_size, resolve_run, set_path
-from fedbench.core.errors import ConfigError
+from fedbench.core.errors import ConfigError, DegenerateRunWarning
 from fedbench.core.names import check_name
 
 KINDS = ("uniform", "loguniform", "int", "categorical")
 ALGORITHM = "algorithm"
+
+
+BOUND = re.compile(r"^\s*([A-Za-z_][\w.]*)\s*(?:([+-])\s*(\d+(?:\.\d+)?)\s*)?$")
+"""A range bound that refers to a run field: `rounds`, `rounds - 1`, `local_epochs + 2`."""
+
+
+def is_bound(value: Any) -> bool:
+    """A finite number, or a run field with an optional offset (`BOUND`)."""
+    if isinstance(value, str):
+        return BOUND.match(value) is not None
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def bound_value(field: str, bound: Any, run: Mapping[str, Any]) -> int | float:
+    """A bound's number: itself, or its run field's value (in the run the search samples on) plus its offset."""
+    if not isinstance(bound, str):
+        return bound
+    name, sign, offset = BOUND.match(bound).groups()
+    value = run.get(name)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        numeric = sorted(k for k, v in run.items() if isinstance(v, (int, float)) and not isinstance(v, bool))
+        raise ConfigError(field, bound, f"a bound naming a numeric field of the run: {', '.join(numeric)}")
+    number = (float(offset) if "." in offset else int(offset)) if offset else 0
+    return value + number if sign != "-" else value - number
+
+
+def check_range(field: str, kind: str, values: list, written: list | None = None) -> None:
+    """[low, high] as `kind` takes it; `written`: the bounds as the file wrote them, quoted beside their values."""
+    shown = values if written is None else f"{written} = {values}"
+    low, high = values
+    if low >= high:
+        raise ConfigError(field, shown, f"low < high (got low={low}, high={high})")
+    if kind == "loguniform" and low <= 0:
+        raise ConfigError(field, shown, "low > 0 for loguniform")
+    if kind == "int" and not all(isinstance(v, int) for v in values):
+        raise ConfigError(field, shown, "integer bounds for int")
 
 
 @dataclass(frozen=True)
@@ -48,17 +89,26 @@ class Distribution:
         if not isinstance(values, list) or not values:
             raise ConfigError(field, values, f"a non-empty list for {kind}")
         if kind != "categorical":
-            if len(values) != 2 or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-                                           for v in values):
-                raise ConfigError(field, values, f"[low, high], two finite numbers, for {kind}")
-            low, high = values
-            if low >= high:
-                raise ConfigError(field, values, f"low < high (got low={low}, high={high})")
-            if kind == "loguniform" and low <= 0:
-                raise ConfigError(field, values, "low > 0 for loguniform")
-            if kind == "int" and not all(isinstance(v, int) for v in values):
-                raise ConfigError(field, values, "integer bounds for int")
+            if len(values) != 2 or not all(is_bound(v) for v in values):
+                raise ConfigError(field, values, f"[low, high] for {kind}: two finite numbers, or a run field with an "
+                                                 "optional + or - a number (`rounds - 1`)")
+            if not any(isinstance(v, str) for v in values):
+                check_range(field, kind, values)
         return cls(path, kind, tuple(values))
+
+    def resolved(self, where: str, run: Mapping[str, Any]) -> Distribution:
+        """This distribution with each bound that names a run field (`rounds - 1`) evaluated on `run` (a RunSpec's
+        flat fields), and the range checked again."""
+        if self.kind == "categorical" or not any(isinstance(v, str) for v in self.values):
+            return self
+        field = f"{where}.{self.path}"
+        values = [bound_value(field, v, run) for v in self.values]
+        check_range(field, self.kind, values, written=list(self.values))
+        return Distribution(self.path, self.kind, tuple(values))
+
+    def text(self) -> str:
+        """`int [2, 8]`, as a message quotes the range."""
+        return f"{self.kind} {list(self.values)}"
 
     def suggest(self, trial, name: str) -> Any:
         """Draw this field from an Optuna trial."""
@@ -116,6 +166,14 @@ class SearchSpace:
         """A trial's sampled parameters as a sample: `fixed` and them."""
         return {**self.fixed, **params}
 
+    def resolved(self, base: dict[str, Any]) -> SearchSpace:
+        """This space with every bound that names a run field evaluated on `base`'s run (`--set rounds=4` included)."""
+        run = apply(base, {}).flat()
+        common = tuple(d.resolved("space", run) for d in self.common)
+        branches = tuple((name, tuple(d.resolved(f"space.{ALGORITHM}.{name}", run) for d in own))
+                         for name, own in self.branches)
+        return dataclasses.replace(self, common=common, branches=branches)
+
     def check(self, base: dict[str, Any]) -> None:
         """Every probe value of every field must give a valid RunSpec on `base` (unknown fields and values
         out of a field's range raise here, naming the space and the field). A trial sets all of its fields at
@@ -128,16 +186,25 @@ class SearchSpace:
             fixed.update({path: dist.probes()[0] for path, dist in dists})
             for path, dist in dists:
                 for value in dist.probes():
-                    _probe(self.name, base, {**fixed, path: value}, path, value)
+                    _probe(self.name, base, {**fixed, path: value}, path, value, dist)
             if not dists:  # the algorithm alone
                 _probe(self.name, base, fixed, f"{ALGORITHM}.name", algorithm)
 
 
-def _probe(space: str, base: dict[str, Any], sample: Mapping[str, Any], path: str, value: Any) -> None:
+def _probe(space: str, base: dict[str, Any], sample: Mapping[str, Any], path: str, value: Any,
+           dist: Distribution | None = None) -> None:
+    """`sample` must make a valid RunSpec on `base`, and not a degenerate one (`DegenerateRunWarning`): a task
+    may ask for FEROMA with a warm-up as long as the run, but a search would spend trials on it unasked."""
     try:
-        apply(base, sample)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", DegenerateRunWarning)
+            apply(base, sample)
     except ConfigError as exc:
         raise ConfigError(f"search space {space}: {path}", value, f"a valid value: {exc}") from exc
+    except DegenerateRunWarning as exc:
+        shown = dist.text() if dist is not None else value
+        raise ConfigError(f"search space {space}: {path}", shown, f"a range whose every value trains the method this "
+                          f"task runs; at {value}: {exc} (a bound may name a run field: `rounds - 1`)") from None
 
 
 def apply(base: dict[str, Any], sample: Mapping[str, Any]):

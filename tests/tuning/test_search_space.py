@@ -1,5 +1,7 @@
 """Search spaces: parsing, conditional define-by-run sampling, and bad input found before any trial."""
 
+import re
+
 import optuna
 import pytest
 import yaml
@@ -136,3 +138,42 @@ def test_a_search_space_file_is_read_as_strictly_as_a_task_file(tmp_path):
         with pytest.raises(ConfigError, match=hint) as err:
             load_search_space(path)
         assert err.value.field == "--search"
+
+
+def feroma_space(tmp_path, warmup):
+    return load_search_space(write(tmp_path, "feroma.yaml", {"name": "fer", "space": {"algorithm": {
+        "feroma": {"tau": {"uniform": [0.0, 0.3]}, "warmup_rounds": {"int": warmup}}, "fedavg": {}}}}))
+
+
+def test_a_range_that_samples_a_degenerate_run_is_refused_naming_the_parameter_range_and_bound(tmp_path):
+    """`warmup_rounds` up to 8 on a 4-round run sampled FEROMAs that are FedAvg (issue 33, item 5)."""
+    feroma = load_task("tasks/feroma_tune.yaml", ["rounds=4"])
+    with pytest.raises(ConfigError) as err:
+        make_plan(feroma, feroma_space(tmp_path, [2, 8]), 4, "final/acc_test_time")
+    assert err.value.field == "search space fer: algorithm.warmup_rounds" and err.value.value == "int [2, 8]"
+    assert "at 8: algorithm.warmup_rounds: 8 >= rounds (4)" in err.value.allowed and "rounds - 1" in err.value.allowed
+
+
+def test_a_bound_may_name_a_run_field_resolved_on_the_run_searched(tmp_path):
+    feroma = load_task("tasks/feroma_tune.yaml", ["rounds=4"])
+    plan = make_plan(feroma, feroma_space(tmp_path, [2, "rounds - 1"]), 4, "final/acc_test_time")
+    [(name, own)] = plan.space.tuned
+    assert name == "feroma" and [d.values for d in own if d.path == "warmup_rounds"] == [(2, 3)]
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    for _ in range(20):
+        assert 2 <= plan.space.sample(study.ask())["algorithm.warmup_rounds"] <= 3  # never a FedAvg in disguise
+    longer = make_plan(load_task("tasks/feroma_tune.yaml", ["rounds=10"]), feroma_space(tmp_path, [2, "rounds - 1"]), 4,
+                       "final/acc_test_time")
+    assert longer.name != plan.name  # another range, another search
+    shipped = make_plan(feroma, load_search_space("search_spaces/feroma_tau.yaml"), 4, "final/acc_test_time")
+    assert [d.values for d in dict(shipped.space.branches)["feroma"] if d.path == "warmup_rounds"] == [(2, 3)]
+
+
+@pytest.mark.parametrize("bound, hint", [("rounds * 2", "a run field with an optional + or -"),
+                                         ("__import__('os')", "a run field with an optional + or -"),
+                                         ("nonexistent - 1", "a bound naming a numeric field of the run: "),
+                                         ("rounds - 30", "low < high")])
+def test_a_bound_that_is_not_a_run_field_and_offset_is_refused(tmp_path, bound, hint):
+    with pytest.raises(ConfigError, match=re.escape(hint)):
+        make_plan(load_task("tasks/feroma_tune.yaml", ["rounds=4"]), feroma_space(tmp_path, [2, bound]), 4,
+                  "final/acc_test_time")
