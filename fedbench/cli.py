@@ -72,7 +72,7 @@ def print_sweep(plan: SweepPlan, outcome: SweepOutcome) -> int:
     """What a sweep did, trial by trial and as a whole; the exit code: 130 interrupted, 1 a trial failed."""
     if outcome.resumed_done:
         console.print(f"resumed: {outcome.resumed_done} trials were already done and were not run again")
-    failed = print_results(outcome.results)
+    failed = print_results(outcome.results, plan)
     if outcome.reused:
         console.print(f"{outcome.reused} of the {plan.num_samples} samples proposed a configuration that had already run "
                       "on every seed (in the store, or earlier in this search) and were answered with its scores, with no "
@@ -102,12 +102,16 @@ def print_dry_run(task: str, specs: Sequence[RunSpec], every: bool, what: str) -
                   "(runs differing only in algorithm and seed count once) (nothing was run)")
 
 
-def print_results(results: Sequence[RunResult]) -> bool:
-    """The results table (when anything ran) and the failed runs' table; whether any run failed."""
+def print_results(results: Sequence[RunResult], plan: SweepPlan | None = None) -> bool:
+    """The results table (when anything ran; a search's ranked by its metric, its references marked) and the failed
+    runs' table; whether any run failed."""
     from fedbench.tracking.console import failures_table, results_table
 
     if results:
-        console.print(results_table(results))
+        if plan is not None and plan.space is not None:
+            console.print(results_table(results, plan.metric, plan.mode, plan.space.references))
+        else:
+            console.print(results_table(results))
     failures = failures_table(results)
     if failures is not None:
         console.print(failures)
@@ -115,16 +119,19 @@ def print_results(results: Sequence[RunResult]) -> bool:
 
 
 def cmd_leaderboard(args: argparse.Namespace) -> int:
-    from fedbench.tracking.leaderboard import Leaderboard, to_table
+    from fedbench.tracking.leaderboard import Leaderboard, to_markdown, to_table
 
     experiment = experiment_of(args)
     board = api.leaderboard(experiment, metric=args.metric, group_by=args.group_by, mode=args.mode,
                             fmt=None if args.format == "table" else args.format, out=args.out)
     failed, metric = board.attrs["failed"], board.attrs["metric"]
-    title = f"{experiment}: {metric}, mean ± std over seeds, ranked per group"
-    console.print(to_table(Leaderboard(board, failed, metric), title))
-    for run, reason in failed.itertuples(index=False):
-        console.print(f"[red]failed[/] {escape(str(run))}: {escape(str(reason))}")
+    if args.format == "markdown":  # what was asked for, as written to the file (failed runs included)
+        print(to_markdown(Leaderboard(board, failed, metric)), end="")
+    else:
+        title = f"{experiment}: {metric}, mean ± std over seeds, ranked per group"
+        console.print(to_table(Leaderboard(board, failed, metric), title))
+        for run, reason in failed.itertuples(index=False):
+            console.print(f"[red]failed[/] {escape(str(run))}: {escape(str(reason))}")
     console.print("written: " + escape(", ".join(str(p) for p in board.attrs["files"])))
     return 0
 

@@ -104,30 +104,41 @@ def varying_fields(specs: Sequence[RunSpec]) -> list[str]:
     return [k for k in keys if len({str(f.get(k)) for f in flats}) > 1] or ["algorithm.name"]
 
 
-def results_table(results: Sequence[RunResult]) -> Table:
-    """One row per configuration: final local accuracy mean ± std over seeds, cost columns, n."""
-    from fedbench.tracking.leaderboard import STD_NOTE  # pandas: not for a dry run's tables
+def results_table(results: Sequence[RunResult], metric: str = M.FINAL_PREFIX + M.ACC_LOCAL_MEAN, mode: str = "max",
+                  references: Sequence[str] = ()) -> Table:
+    """One row per configuration, named as leaderboards name it (`feroma tau=0.047 warmup_rounds=3`; an algorithm
+    in `references`, a search's reference, says so), best first by `metric`: its mean ± std over seeds, the worst
+    client's accuracy, the costs and n. A run hash counts once."""
+    import pandas as pd  # not for a dry run's tables
 
-    finished = list({r.spec.run_hash: r for r in results if r.status == "FINISHED"}.values())  # a run hash is one seed
-    fields = varying_fields([r.spec for r in results])
-    groups: dict[tuple, list[RunResult]] = defaultdict(list)
-    for r in finished:
-        flat = r.spec.flat()
-        groups[tuple(str(flat.get(f)) for f in fields)].append(r)
+    from fedbench.tracking.leaderboard import STD_NOTE, label_runs, readable, varying_params
+
+    finished = list({r.spec.run_hash: r for r in results if r.status == "FINISHED"}.values())
+    frame = pd.DataFrame([{f"params.{k}": str(v) for k, v in r.spec.flat().items() if v is not None} for r in finished])
+    labels = label_runs(frame, varying_params(frame)) if len(frame) else pd.Series(dtype=str)
+    labels = [f"{label} (reference)" if r.spec.algorithm.name in references else label
+              for label, r in zip(labels, finished)]
+    groups: dict[str, list[RunResult]] = defaultdict(list)
+    for label, r in zip(labels, finished):
+        groups[label].append(r)
     table = Table(title="fedbench results: final round, mean ± std over seeds", caption=STD_NOTE)
-    for f in fields:
-        table.add_column(f.removesuffix(".name"))
-    for col in ("acc mean", "acc min", "compute s", "MB up", "MB down", "n"):
+    table.add_column("configuration")
+    for col in (f"{metric.removeprefix(M.FINAL_PREFIX)} mean", "acc min", "compute s", "MB up", "MB down", "n"):
         table.add_column(col, justify="right")
 
-    def stat(runs: list[RunResult], key: str, scale: float = 1.0, digits: int = 3) -> str:
-        values = np.array([r.final.get(key, np.nan) for r in runs]) * scale
-        return f"{values.mean():.{digits}f} ± {values.std(ddof=1):.{digits}f}" if len(values) > 1 else f"{values[0]:.{digits}f}"
+    def values(runs: list[RunResult], key: str, scale: float = 1.0) -> np.ndarray:
+        return np.array([r.final.get(key, np.nan) for r in runs], dtype=float) * scale
 
-    for key, runs in sorted(groups.items(), key=lambda kv: -np.mean([r.final.get(M.FINAL_PREFIX + M.ACC_LOCAL_MEAN, 0) for r in kv[1]])):
+    def stat(runs: list[RunResult], key: str, scale: float = 1.0, digits: int = 3) -> str:
+        found = values(runs, key, scale)
+        return f"{found.mean():.{digits}f} ± {found.std(ddof=1):.{digits}f}" if len(found) > 1 else f"{found[0]:.{digits}f}"
+
+    sign = -1 if mode == "max" else 1
+    ranked = sorted(groups.items(), key=lambda kv: sign * np.nan_to_num(values(kv[1], metric).mean(), nan=-sign * np.inf))
+    for label, (_, runs) in zip(readable([label for label, _ in ranked]), ranked):
         table.add_row(
-            *key,
-            stat(runs, M.FINAL_PREFIX + M.ACC_LOCAL_MEAN),
+            escape(label),
+            stat(runs, metric),
             stat(runs, M.FINAL_PREFIX + M.ACC_LOCAL_MIN),
             stat(runs, M.TOTAL_PREFIX + M.TIME_CLIENT_COMPUTE_S, digits=1),
             stat(runs, M.TOTAL_PREFIX + M.COMM_UP_BYTES, 1e-6, 2),

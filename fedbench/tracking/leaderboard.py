@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Sequence
@@ -24,7 +25,7 @@ from fedbench.core.errors import ConfigError, FedbenchError
 from fedbench.core.runspec import algorithm_defaults
 from fedbench.tracking.paths import store_missing
 from fedbench.tracking.patient_store import patiently
-from fedbench.tracking.tags import FAILURE_REASON_TAG, RETRIED_TAG, STOPPED_EARLY_TAG
+from fedbench.tracking.tags import FAILURE_REASON_TAG, REFERENCE_TAG, RETRIED_TAG, STOPPED_EARLY_TAG
 
 DEFAULT_METRIC = M.FINAL_PREFIX + M.ACC_LOCAL_MEAN
 COSTS = {
@@ -178,10 +179,10 @@ def write_leaderboard(board: Leaderboard, path: Path, fmt: str) -> Path:
 def to_markdown(board: Leaderboard) -> str:
     header = ["group", "rank", "configuration", f"{board.metric} (mean ± std)", "n", *COSTS]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for row in board.table.to_dict("records"):
+    for row, shown in zip(board.table.to_dict("records"), readable(board.table["configuration"])):
         costs = [number(row[c], 2) for c in COSTS]
         value = f"{number(row['mean'], 4)} ± {number(row['std'], 4)}" if pd.notna(row["mean"]) else MISSING
-        cells = [row["group"], number(row["rank"]), row["configuration"], value, row["n"], *costs]
+        cells = [row["group"], number(row["rank"]), shown, value, row["n"], *costs]
         lines.append("| " + " | ".join(map(str, cells)) + " |")
     lines += ["", STD_NOTE + "."]
     if len(board.failed):
@@ -195,9 +196,9 @@ def to_table(board: Leaderboard, title: str) -> Table:
     columns = list(board.table.columns)
     for column in columns:
         table.add_column(column, justify="left" if column in ("group", "configuration") else "right")
-    for row in board.table.to_dict("records"):
-        cells = {**row, "rank": number(row["rank"]), "mean": number(row["mean"], 4), "std": number(row["std"], 4),
-                 **{c: number(row[c], 2) for c in COSTS}}
+    for row, shown in zip(board.table.to_dict("records"), readable(board.table["configuration"])):
+        cells = {**row, "configuration": shown, "rank": number(row["rank"]), "mean": number(row["mean"], 4),
+                 "std": number(row["std"], 4), **{c: number(row[c], 2) for c in COSTS}}
         table.add_row(*(escape(str(cells[c])) for c in columns))
     return table
 
@@ -223,7 +224,11 @@ def group_and_configuration(runs: pd.DataFrame, group_by: Sequence[str]) -> tupl
     recorded = [c.removeprefix("params.") for c in runs if c.startswith("params.")]
     groups = expand_group_by(group_by, varying, recorded)
     config = [f for f in varying if f not in groups]
-    return label_runs(runs, groups), label_runs(runs, config)
+    configuration = label_runs(runs, config)
+    column = f"tags.{REFERENCE_TAG}"
+    if column in runs:  # a search's reference (FedAvg beside FEROMA's tau) reads as one
+        configuration = configuration.where(runs[column] != "true", configuration + " (reference)")
+    return label_runs(runs, groups), configuration
 
 
 def varying_params(runs: pd.DataFrame) -> list[str]:
@@ -275,6 +280,17 @@ def _telling_params(group: pd.DataFrame, fields: list[str]) -> set[str]:
         return set(recorded)
     return {f for f in recorded if group[f"params.{f}"].nunique(dropna=False) > 1
             or any(str(v) != str(defaults.get(f.removeprefix("algorithm."))) for v in group[f"params.{f}"])}
+
+
+LONG_NUMBER = re.compile(r"-?\d+\.\d{4,}(?:e[+-]?\d+)?")
+"""A number written with more digits than a reader compares (a sampled `tau=0.11236203565420874`)."""
+
+
+def readable(labels: Sequence[str]) -> list[str]:
+    """`labels` with long numbers cut to 3 significant digits (`tau=0.112`) for tables people read, unless that would
+    make two different labels read the same (the full ones stay in CSV, parquet and MLflow)."""
+    short = [LONG_NUMBER.sub(lambda m: f"{float(m.group()):.3g}", text) for text in labels]
+    return short if len(set(short)) == len(set(labels)) else list(labels)
 
 
 def label(values: dict[str, object]) -> str:

@@ -174,3 +174,68 @@ def test_reading_a_store_leaves_the_process_recording_where_fedbench_results_say
     assert finished_run_hashes("no_such_experiment", first) == set()  # twice: the restored URI is set again
     monkeypatch.setenv("FEDBENCH_RESULTS", str(tmp_path / "elsewhere"))
     assert tracking_uri() != first and tracking_uri().endswith("elsewhere/mlflow.db")
+
+
+def test_a_search_reads_like_a_search_its_samples_by_what_was_sampled_and_its_reference_marked():
+    """Issue 33, item 3: sampled values with 17 digits and every method's parameters made the board unreadable."""
+    from fedbench.tracking.leaderboard import to_table
+
+    runs = synthetic_runs([
+        {"params.run_hash": "a", "params.algorithm.name": "feroma", "params.algorithm.tau": "0.11236203565420874",
+         "params.algorithm.warmup_rounds": "3", "metrics.final/acc_local_mean": 0.81},
+        {"params.run_hash": "b", "params.algorithm.name": "feroma", "params.algorithm.tau": "0.04680559213273095",
+         "params.algorithm.warmup_rounds": "2", "metrics.final/acc_local_mean": 0.86},
+        {"params.run_hash": "c", "params.algorithm.name": "fedavg", "tags.fedbench.search_reference": "true",
+         "metrics.final/acc_local_mean": 0.78},
+    ])
+    board = build_leaderboard(runs, group_by=[])
+    markdown = to_markdown(board)
+    assert "| all | 1 | feroma tau=0.0468 warmup_rounds=2 | 0.8600 ± 0.0000 | 1 |" in markdown
+    assert "| all | 2 | feroma tau=0.112 warmup_rounds=3 |" in markdown and "| all | 3 | fedavg (reference) |" in markdown
+    assert "None" not in markdown
+    assert board.table["configuration"].str.contains("tau=0.11236203565420874").any()  # the CSV keeps the full value
+    from rich.console import Console
+
+    console = Console(width=140, record=True)
+    console.print(to_table(board, "search"))
+    text = console.export_text()
+    assert "feroma tau=0.0468 warmup_rounds=2" in text and "…" not in text  # readable in a terminal
+
+
+def test_labels_cut_to_three_digits_only_while_they_stay_apart():
+    from fedbench.tracking.leaderboard import readable
+
+    assert readable(["fedprox mu=0.012345678", "fedprox mu=0.5"]) == ["fedprox mu=0.0123", "fedprox mu=0.5"]
+    assert readable(["fedprox mu=0.012341", "fedprox mu=0.012349"]) == ["fedprox mu=0.012341", "fedprox mu=0.012349"]
+
+
+def test_the_markdown_format_prints_markdown(recorded, capsys):
+    assert main(["leaderboard", "--experiment", "board", "--format", "markdown"]) == 0
+    printed = capsys.readouterr().out
+    assert printed.startswith("| group | rank | configuration |") and "┃" not in printed
+
+
+def test_a_searchs_results_table_names_its_samples_and_ranks_by_its_metric(tmp_path):
+    import yaml
+    from rich.console import Console
+
+    from fedbench.config import load_task
+    from fedbench.core.callbacks import RunResult
+    from fedbench.tracking.console import results_table
+    from fedbench.tuning import load_search_space, make_plan
+
+    (tmp_path / "task.yaml").write_text(yaml.safe_dump({**{k: v for k, v in TINY.items() if k != "task"}, "name": "s"}))
+    (tmp_path / "space.yaml").write_text(yaml.safe_dump({"name": "mu", "space": {"algorithm": {
+        "fedprox": {"mu": {"loguniform": [0.001, 1.0]}}, "fedavg": {}}}}))
+    plan = make_plan(load_task(tmp_path / "task.yaml"), load_search_space(tmp_path / "space.yaml"), 2,
+                     "final/acc_system")
+    samples = [({"algorithm.name": "fedprox", "algorithm.mu": 0.0123456789}, 0.7),
+               ({"algorithm.name": "fedprox", "algorithm.mu": 0.5}, 0.9), ({"algorithm.name": "fedavg"}, 0.8)]
+    results = [RunResult(plan.spec_of({**config, "seed": 0}), "FINISHED", [],
+                         {"final/acc_system": score, "final/acc_local_mean": 0.1}) for config, score in samples]
+    console = Console(width=120, record=True)
+    console.print(results_table(results, plan.metric, plan.mode, plan.space.references))
+    text = console.export_text()
+    rows = [line for line in text.splitlines() if "fedprox" in line or "fedavg" in line]
+    assert [row.split("│")[1].strip() for row in rows] == ["fedprox mu=0.5", "fedavg (reference)", "fedprox mu=0.0123"]
+    assert "acc_system mean" in text
