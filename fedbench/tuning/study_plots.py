@@ -134,6 +134,10 @@ def _draw(study, view: str, target: str, title: str, stem: Path, formats: Sequen
         drawn = getattr(optuna.visualization.matplotlib, f"plot_{view}")(study, target_name=target)
         if view in SCORE_AXIS_VIEWS:
             _reference_lines(drawn, study, view)
+        if view == "optimization_history":  # trials are counted: no half-trial ticks with a few of them
+            from matplotlib.ticker import MaxNLocator
+
+            drawn.xaxis.set_major_locator(MaxNLocator(integer=True))
         figure = _tidied(drawn, title)
         paths = _save(figure, stem, formats, dpi)
     plt.close(figure)
