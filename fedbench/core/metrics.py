@@ -97,3 +97,10 @@ def display_name(key: str) -> str:
         if key.startswith(prefix):
             return words + DISPLAY_NAMES.get(key.removeprefix(prefix), key.removeprefix(prefix))
     return DISPLAY_NAMES.get(key, key)
+
+
+def value_range(key: str) -> tuple[float, float]:
+    """The values metric `key` can take: an accuracy (or share) lies in [0, 1]; every other fedbench metric (a
+    loss, seconds, bytes, a count) is >= 0. A band of mean ± std drawn past these would show impossible values."""
+    bare = key.removeprefix(FINAL_PREFIX).removeprefix(TOTAL_PREFIX)
+    return (0.0, 1.0) if bare.startswith("acc") else (0.0, float("inf"))

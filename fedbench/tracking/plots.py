@@ -94,7 +94,7 @@ def plot_experiment(experiment: str, uri: str, out: Path, metric: str = DEFAULT_
     out.mkdir(parents=True, exist_ok=True)
     name = metric.replace("/", "_")
     curves_figure = draw_curves(curves, f"{experiment}: {M.display_name(metric)} per round, mean ± std over seeds",
-                                M.display_name(metric))
+                                M.display_name(metric), M.value_range(metric))
     heatmap_figure = draw_heatmap(heatmap, spread, f"{experiment}: {M.display_name(heatmap_metric)}, mean ± std over seeds",
                                   xlabel=", ".join(dict.fromkeys(g.split("=")[0] for g in heatmap.columns)))
     plots.files = [
@@ -159,8 +159,9 @@ def save(figure, stem: Path, formats: Sequence[str], dpi: int) -> list[Path]:
     return paths
 
 
-def draw_curves(curves: pd.DataFrame, title: str, ylabel: str):
-    """One panel per group, one line per configuration (same colour in every panel), shaded mean ± std."""
+def draw_curves(curves: pd.DataFrame, title: str, ylabel: str, bounds: tuple[float, float] = (-np.inf, np.inf)):
+    """One panel per group, one line per configuration (same colour in every panel), shaded mean ± std clipped
+    to the metric's `bounds` (with two seeds a std band of an accuracy near 0 would reach below it)."""
     from matplotlib.figure import Figure
     from matplotlib.ticker import MaxNLocator
 
@@ -179,7 +180,8 @@ def draw_curves(curves: pd.DataFrame, title: str, ylabel: str):
                 continue
             x, mean, std = line["round"].to_numpy(), line["mean"].to_numpy(), line["std"].to_numpy()
             ax.plot(x, mean, color=palette[i], marker="o" if len(x) < 15 else None, markersize=3, label=configuration)
-            ax.fill_between(x, mean - std, mean + std, color=palette[i], alpha=0.2, linewidth=0)
+            ax.fill_between(x, np.clip(mean - std, *bounds), np.clip(mean + std, *bounds), color=palette[i], alpha=0.2,
+                            linewidth=0)
         ax.set_title(group, fontsize=9)
         ax.set_xlabel("round")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))

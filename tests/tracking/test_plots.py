@@ -156,3 +156,20 @@ def test_bad_figure_options_are_refused(capsys):
     assert main(["plot", "--experiment", "x", "--format", "png,gif"]) == 2
     assert "--format: got 'png,gif'" in capsys.readouterr().out
     assert main(["plot", "--experiment", "x", "--dpi", "0"]) == 2
+
+
+def test_seed_bands_stay_inside_the_metrics_range():
+    """Two seeds of an accuracy near 0 gave a band reaching below 0 (issue 31)."""
+    import pandas as pd
+    from matplotlib.collections import PolyCollection
+
+    from fedbench.core import metrics as M
+    from fedbench.tracking.plots import draw_curves
+
+    curves = pd.DataFrame({"group": "all", "configuration": "fedavg", "round": [1, 2, 3],
+                           "mean": [0.05, 0.5, 0.97], "std": [0.2, 0.1, 0.2], "n": 2})
+    figure = draw_curves(curves, "t", "accuracy", M.value_range(M.ACC_LOCAL_MEAN))
+    [band] = [c for c in figure.axes[0].collections if isinstance(c, PolyCollection)]
+    ys = np.concatenate([path.vertices[:, 1] for path in band.get_paths()])
+    assert ys.min() >= 0.0 and ys.max() <= 1.0
+    assert M.value_range("final/" + M.TRAIN_LOSS_MEAN) == (0.0, float("inf"))
