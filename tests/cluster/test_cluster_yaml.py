@@ -182,3 +182,16 @@ def test_every_command_is_valid_bash(cluster):
     for command in (c for key in keys for c in cluster[key]):
         checked = subprocess.run(["bash", "-n", "-c", command], capture_output=True, text=True)
         assert checked.returncode == 0, f"{command}: {checked.stderr}"
+
+
+def test_the_header_and_docs_walk_a_first_ray_up_as_aws_needs_it():
+    """Issue 31: the header recommended `ray attach -p 5000` (which finds nothing), and the docs left out the GPU quota
+    of new accounts, that the S3 policy's role exists only after the first `ray up`, and what a first run costs."""
+    header = (ROOT / "cluster.yaml").read_text().split("\ncluster_name")[0]
+    assert "ray attach cluster.yaml -p 5000` or" not in header and "ssh -L 5000:<head private IP>:5000" in header
+    docs = (ROOT / "docs" / "cluster.md").read_text()
+    first = docs[docs.index("## Your first `ray up`"):docs.index("## Network and security")]
+    assert "--quota-code L-DB2E81BA" in first  # Running On-Demand G and VT instances
+    assert first.index("ray up cluster.yaml") < first.index("put-role-policy --role-name ray-autoscaler-v1")
+    assert first.count("$BUCKET") >= 3 and "BUCKET=" in first  # one name, used by every command
+    assert "each g5.xlarge about $1.01" in " ".join(first.split()) and "ray down cluster.yaml" in first
