@@ -150,7 +150,7 @@ def test_cells_the_task_cannot_fill_or_cannot_tell_apart_say_so_before_anything_
                          "not in this task vs 70.0"]
     assert report.files == [] and not (tmp_path / "results" / "mlflow.db").exists()
     assert report.summary() == {"compared": 0, "within the spread": 0, "beyond the spread": 0, "no run yet": 0,
-                                     "failed": 0, "not in this task": 1}
+                                     "failed": 0, "not in this task": 1, "ours only": 0}
 
 
 def test_the_python_api_writes_the_profiles_report_as_the_command_does(tmp_path, mlflow_store):
@@ -192,7 +192,8 @@ def test_a_smaller_profiles_report_keeps_the_rows_and_columns_it_runs_and_names_
     small = write_report(load_task(path, ["profile=small"]), tracking_uri(), tmp_path / "small", log_artifacts=False)
     [table] = small.tables
     assert table.column_keys == [(0.05,)] and table.left_out_columns == 1
-    assert small.not_run == ["Diverging only"] and small.summary()["not in this task"] == 0
+    # the paper's cells it leaves out are counted, not dropped: the unrun table's one cell and the 1e30 column's two
+    assert small.not_run == ["Diverging only"] and small.summary()["not in profile small"] == 3
     markdown = small.path.read_text()
     assert "Tables it runs no cell of, left out: Diverging only." in markdown
     assert "1 more columns of the paper's table are not in this profile" in markdown
@@ -214,3 +215,33 @@ def test_a_line_figure_runs_along_the_numeric_column_whose_panels_hold_most_poin
 
     table = ReferenceTable("t", "s", "final/acc_local_mean", 1.0, ("algorithm.name",), columns, ())
     assert numeric_axis(TableResult(table, [("fedavg",)], keys, {}, {}, {})) == axis
+
+
+def test_a_profile_that_runs_none_of_the_papers_cells_says_so_before_and_after_its_runs(tmp_path, mlflow_store, capsys):
+    """`report --profile smoke` said `8 no run yet` before the sweep and `0 compared ... 0 not in this task` after
+    it: its own runs were counted as the paper's cells, and the paper's cells vanished (issue 31)."""
+    path = write_task(tmp_path, "elsewhere", grid={"algorithm": ["fedavg", "local"], "optimizer.lr": [0.05]},
+                      profiles={"smoke": {"grid.optimizer.lr": [0.02]}})  # the paper's cells are all at 0.05 or 1e30
+    for ran in (False, True):
+        if ran:
+            run(load_task(path, ["profile=smoke"]).expand())
+        assert main(["report", str(path), "--profile", "smoke"]) == 0
+        printed = " ".join(capsys.readouterr().out.split())
+        ours = "2 ours only" if ran else "0 no run yet"
+        assert "0 compared" in printed and "4 not in profile smoke" in printed and ours in printed, printed
+
+
+def test_an_ours_only_table_names_the_fields_that_tell_its_runs_apart_and_no_others():
+    """feddrm_lambda's smoke profile labelled its columns `digits, feddrm/dir0.3, dirichlet, 0.3, 100, 10, None`:
+    one dataset and the fields each preset fixes, beside the preset (issue 31)."""
+    from fedbench.tracking.reproduction.report import build_tables, stored_runs
+    from fedbench.tracking.reproduction.tables import telling_columns
+
+    task = load_task("tasks/feddrm_lambda.yaml", ["profile=smoke"])
+    specs = task.expand()
+    ours = [t for t in build_tables(task, specs, stored_runs("nothing_here", "sqlite:///nowhere.db")) if t.ours_only]
+    assert {t.reference.columns for t in ours} == {("scenario.preset",)}
+    assert {c for t in ours for c in t.column_keys} == {("feddrm/dir0.3",), ("feddrm/spc",)}
+    flats = [{"a": 1, "b": "x", "c": 1}, {"a": 2, "b": "y", "c": 1}, {"a": 2, "b": "z", "c": 1}]
+    assert telling_columns(["c", "a", "b"], flats) == ("a", "b")  # c never varies; b splits a's second value
+    assert telling_columns(["b", "a"], flats) == ("b",)  # b fixes a

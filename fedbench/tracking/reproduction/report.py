@@ -32,22 +32,32 @@ class Report:
     tolerance: float
     not_run: list[str] = field(default_factory=list)
     """Titles of the reference tables the task's profile runs no cell of (left out of the report)."""
+    profile: str = PAPER_PROFILE
+    outside_profile: int = 0
+    """The paper's cells a smaller profile does not run (left out of its tables, counted in the summary)."""
     path: Path | None = None
     files: list[Path] = field(default_factory=list)
     parent_run_id: str | None = None
 
     def summary(self) -> dict[str, int]:
-        """Cells compared with a published number, within and beyond the spread, without runs, failed."""
-        counts = dict.fromkeys(["compared", "within the spread", "beyond the spread", "no run yet", "failed",
-                                "not in this task"], 0)
+        """The paper's cells: compared with their published number (within or beyond the spread), without runs,
+        failed, and not in this task, or outside a smaller profile (so a profile's report never makes the paper's
+        cells vanish); then the task's runs no cell covers ("ours only")."""
+        outside = "not in this task" if self.profile == PAPER_PROFILE else f"not in profile {self.profile}"
+        counts = dict.fromkeys(["compared", "within the spread", "beyond the spread", "no run yet", "failed", outside,
+                                "ours only"], 0)
+        counts[outside] = self.outside_profile
         for table in self.tables:
             for cell in table.cells.values():
+                if table.ours_only:
+                    counts["ours only"] += 1
+                    continue
                 verdict = cell.agrees(self.tolerance * table.reference.scale)
                 counts["compared"] += verdict is not None
                 counts["within the spread"] += verdict is True
                 counts["beyond the spread"] += verdict is False
                 counts["no run yet"] += cell.state == "no run yet"
-                counts["not in this task"] += cell.state == "not in this task"
+                counts[outside] += cell.state == "not in this task"
                 counts["failed"] += bool(cell.failed)
         return counts
 
@@ -77,11 +87,13 @@ def write_report(task: TaskSpec, uri: str, out: Path, tolerance: float = DEFAULT
     if tolerance < 0:
         raise ConfigError("--tolerance", tolerance, "a number >= 0 (on the metric's own scale, e.g. 0.02)")
     runs, specs = stored_runs(task.name, uri), task.expand()
-    tables, not_run = build_tables(task, specs, runs), []
+    tables, not_run, outside = build_tables(task, specs, runs), [], 0
     if task.profile != PAPER_PROFILE:  # a smaller profile's report shows what it runs, not the paper's whole grid
         not_run = [t.reference.title for t in tables if t.in_task() is None]
+        outside = sum(cell.state == "not in this task" for t in tables if not t.ours_only for cell in t.cells.values())
         tables = [trimmed for t in tables if (trimmed := t.in_task()) is not None]
-    report = Report(tables, tolerance, not_run)
+        outside -= sum(cell.state == "not in this task" for t in tables if not t.ours_only for cell in t.cells.values())
+    report = Report(tables, tolerance, not_run, task.profile, outside)
     parent = sweep_parent(task.name, uri)
     out.mkdir(parents=True, exist_ok=True)
     parts = []

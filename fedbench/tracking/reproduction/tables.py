@@ -38,7 +38,8 @@ def ours_only_table(specs: Sequence[RunSpec], flats: Flats, axes: Sequence[str],
     if not rest:
         return None
     columns = [f for axis in axes if not axis.startswith("algorithm") for f in axis_fields(axis, list(flats.values()))]
-    columns = tuple(columns + [f for f in varying_fields([flats[s.run_hash] for s in rest]) if f not in columns])
+    columns = columns + [f for f in varying_fields([flats[s.run_hash] for s in rest]) if f not in columns]
+    columns = telling_columns(columns, [flats[s.run_hash] for s in rest])
     order = value_order([flats[s.run_hash] for s in specs])
     labels = algorithm_labels(rest, flats)
     cells, members = {}, {}
@@ -53,6 +54,19 @@ def ours_only_table(specs: Sequence[RunSpec], flats: Flats, axes: Sequence[str],
     table = ReferenceTable("Ours only: runs of the task no published number covers", "no published numbers", metric, scale,
                            ("algorithm",), columns, ())
     return TableResult(table, rows, column_keys, cells, *_costs(members, states, rows), ours_only=True)
+
+
+def telling_columns(fields: Sequence[str], flats: Sequence[dict[str, Any]]) -> tuple[str, ...]:
+    """The `fields` that tell these runs apart, in order: each varies among them and is not fixed by the fields
+    kept before it (a preset fixes its partition and alpha, which would only repeat it in every label)."""
+    kept: list[str] = []
+    for field in fields:
+        seen: dict[tuple, set[str]] = {}
+        for flat in flats:
+            seen.setdefault(tuple(str(flat.get(k)) for k in kept), set()).add(str(flat.get(field)))
+        if any(len(values) > 1 for values in seen.values()):
+            kept.append(field)
+    return tuple(kept)
 
 
 def axis_fields(axis: str, flats: Sequence[dict[str, Any]]) -> list[str]:
