@@ -239,3 +239,48 @@ def test_a_searchs_results_table_names_its_samples_and_ranks_by_its_metric(tmp_p
     rows = [line for line in text.splitlines() if "fedprox" in line or "fedavg" in line]
     assert [row.split("│")[1].strip() for row in rows] == ["fedprox mu=0.5", "fedavg (reference)", "fedprox mu=0.0123"]
     assert "acc_system mean" in text
+
+
+def searched_runs(samples: list[tuple[dict, list[float]]]) -> pd.DataFrame:
+    """A conditional search's child runs as `read_runs` returns them: every field of each method recorded as a param
+    (None as "None", another method's fields NaN), the sampled ones as `search.*` tags, a reference tagged as one."""
+    rows = []
+    for algorithm, scores in samples:
+        for seed, score in enumerate(scores):
+            spec = tiny_spec(algorithm=algorithm, seed=seed, rounds=6)
+            tags = {f"tags.search.algorithm.{k}": str(v) for k, v in algorithm.items()} if len(algorithm) > 1 else \
+                {"tags.fedbench.search_reference": "true"}
+            rows.append({**{f"params.{k}": str(v) for k, v in spec.flat().items()}, "params.run_hash": spec.run_hash,
+                         **tags, "metrics.final/acc_test_time": score})
+    return synthetic_runs(rows)
+
+
+def test_a_conditional_search_ranks_its_samples_by_what_was_sampled_beside_its_reference():
+    """Issue 33, item 3: FEROMA's tau and warm-up, FedProx's mu and FedAvg as the reference, every method's every
+    parameter recorded: one readable label per configuration, no column of parameters, best first, seeds pooled."""
+    from rich.console import Console
+
+    from fedbench.tracking.leaderboard import to_table
+
+    runs = searched_runs([
+        ({"name": "feroma", "tau": 0.11236203565420874, "warmup_rounds": 3}, [0.80, 0.82]),
+        ({"name": "feroma", "tau": 0.04680559213273095, "warmup_rounds": 2}, [0.84, 0.88]),
+        ({"name": "fedprox", "mu": 0.0123456789}, [0.70, 0.70]),
+        ({"name": "fedprox", "mu": 0.5}, [0.75, 0.77]),
+        ({"name": "fedavg"}, [0.78, 0.78]),
+    ])
+    board = build_leaderboard(runs, metric="final/acc_test_time", group_by=["dataset", "scenario"])
+    assert list(board.table.columns) == ["group", "rank", "configuration", "mean", "std", "n", "compute_s", "wall_s",
+                                         "mb_up", "mb_down"]
+    assert list(board.table["configuration"]) == [  # the full values stay in CSV and parquet
+        "feroma tau=0.04680559213273095 warmup_rounds=2", "feroma tau=0.11236203565420874 warmup_rounds=3",
+        "fedavg (reference)", "fedprox mu=0.5", "fedprox mu=0.0123456789"]
+    assert list(board.table["n"]) == [2] * 5 and list(board.table["rank"]) == [1, 2, 3, 4, 5]
+    markdown = to_markdown(board)
+    assert "| all | 1 | feroma tau=0.0468 warmup_rounds=2 | 0.8600 ± 0.0283 | 2 |" in markdown
+    assert "| all | 3 | fedavg (reference) | 0.7800 ± 0.0000 | 2 |" in markdown
+    assert "| all | 5 | fedprox mu=0.0123 | 0.7000 ± 0.0000 | 2 |" in markdown
+    console = Console(width=120, record=True)
+    console.print(to_table(board, "search"))
+    text = console.export_text()
+    assert "fedprox mu=0.5" in text and "None" not in text and "algori" not in text and "…" not in text
