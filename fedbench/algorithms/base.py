@@ -239,8 +239,8 @@ def warn_if_phase_covers_run(field: str, rounds_of_phase: int, spec: RunSpec, co
     """For `Config.check_run`: warn (naming `algorithm.<field>`) when a phase counted in rounds (a warm-up, ATP's rate
     rounds) lasts the whole run, so what follows it never happens and `consequence` is what the run amounts to."""
     if rounds_of_phase >= spec.rounds:
-        warnings.warn(f"algorithm.{field}: {rounds_of_phase} >= rounds ({spec.rounds}): {consequence}; lower {field} "
-                      "or raise rounds", DegenerateRunWarning, stacklevel=3)
+        warnings.warn(DegenerateRunWarning(f"algorithm.{field}", f"{rounds_of_phase} >= rounds ({spec.rounds}): "
+                                           f"{consequence}; lower {field} or raise rounds"), stacklevel=3)
 
 
 def counted(weights: Arrays | None, n: int, extras: dict[str, Arrays] | None = None) -> Payload:

@@ -11,7 +11,15 @@ class FedbenchError(Exception):
 
 class DegenerateRunWarning(UserWarning):
     """A run that trains, but is not what its method is for (a warm-up lasting the whole run makes FEROMA FedAvg): a
-    warning in a task, refused where a search space's range would sample it."""
+    warning in a task, refused where a search space's range would sample it. `field` (the dotted path at fault) lets
+    that refusal name the parameter, not whichever one was being probed."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(field, message)
+        self.field = field
+
+    def __str__(self) -> str:
+        return f"{self.field}: {self.args[1]}"
 
 
 class ResultsUnwritableError(FedbenchError):

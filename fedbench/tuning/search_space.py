@@ -9,10 +9,12 @@
         fedavg: {}                                #   the active algorithm's parameters and no others
 
 Distributions: `uniform: [low, high]`, `loguniform: [low, high]` (low > 0), `int: [low, high]` (both
-inclusive), `categorical: [a, b, ...]`. A bound may name a numeric run field with an optional offset
-(`int: [2, rounds - 1]`), evaluated on the run the search samples on, overrides included. A range that can sample
-a degenerate run (a warm-up as long as the run, which makes FEROMA FedAvg) is refused. The space becomes an Optuna
-define-by-run function (TPE, `seed_averaged_search`); every problem is found at load, before any trial starts.
+inclusive), `categorical: [a, b, ...]`. A range's bound is a number, or a numeric run field by dotted path
+with an optional `+ N` / `- N` (`int: [2, rounds - 1]`), evaluated on the run the search samples on, overrides
+included, so a range follows `--set rounds=4` instead of outgrowing the run. A range that can sample a degenerate
+run (`DegenerateRunWarning`, which a task only warns of: a warm-up as long as the run makes FEROMA FedAvg) is
+refused, naming the field at fault. The space becomes an Optuna define-by-run function (TPE,
+`seed_averaged_search`); every problem is found at load, before any trial starts.
 """
 
 from __future__ import annotations
@@ -79,6 +81,8 @@ class Distribution:
     path: str
     kind: str
     values: tuple[Any, ...]
+    written: tuple[Any, ...] | None = None
+    """The bounds as the file wrote them, where some name a run field (`rounds - 1`) and `values` are resolved."""
 
     @classmethod
     def parse(cls, where: str, path: str, raw: Any) -> Distribution:
@@ -104,11 +108,12 @@ class Distribution:
         field = f"{where}.{self.path}"
         values = [bound_value(field, v, run) for v in self.values]
         check_range(field, self.kind, values, written=list(self.values))
-        return Distribution(self.path, self.kind, tuple(values))
+        return Distribution(self.path, self.kind, tuple(values), written=self.values)
 
     def text(self) -> str:
-        """`int [2, 8]`, as a message quotes the range."""
-        return f"{self.kind} {list(self.values)}"
+        """`int [2, 8]` (`int [2, 'rounds'] = [2, 4]` where a bound names a run field), as a message quotes it."""
+        shown = list(self.values) if self.written is None else f"{list(self.written)} = {list(self.values)}"
+        return f"{self.kind} {shown}"
 
     def suggest(self, trial, name: str) -> Any:
         """Draw this field from an Optuna trial."""
@@ -181,30 +186,36 @@ class SearchSpace:
         branch may fix a field whose default this task refuses, FedProxFT's `ft_rounds`)."""
         branches = self.branches or ((None, ()),)
         for algorithm, own in branches:
-            dists = [(d.path, d) for d in self.common] + [(f"{ALGORITHM}.{d.path}", d) for d in own]
+            dists = {d.path: d for d in self.common} | {f"{ALGORITHM}.{d.path}": d for d in own}
             fixed = {} if algorithm is None else {f"{ALGORITHM}.name": algorithm}
-            fixed.update({path: dist.probes()[0] for path, dist in dists})
-            for path, dist in dists:
+            fixed.update({path: dist.probes()[0] for path, dist in dists.items()})
+            for path, dist in dists.items():
                 for value in dist.probes():
-                    _probe(self.name, base, {**fixed, path: value}, path, value, dist)
+                    _probe(self.name, base, {**fixed, path: value}, path, dists)
             if not dists:  # the algorithm alone
-                _probe(self.name, base, fixed, f"{ALGORITHM}.name", algorithm)
+                _probe(self.name, base, fixed, f"{ALGORITHM}.name", dists)
 
 
-def _probe(space: str, base: dict[str, Any], sample: Mapping[str, Any], path: str, value: Any,
-           dist: Distribution | None = None) -> None:
-    """`sample` must make a valid RunSpec on `base`, and not a degenerate one (`DegenerateRunWarning`): a task
-    may ask for FEROMA with a warm-up as long as the run, but a search would spend trials on it unasked."""
+def _probe(space: str, base: dict[str, Any], sample: Mapping[str, Any], path: str,
+           dists: Mapping[str, Distribution]) -> None:
+    """`sample` (`path` at a probe value, the others at their first) must make a valid RunSpec on `base`, and not a
+    degenerate one (`DegenerateRunWarning`): a task may ask for FEROMA with a warm-up as long as the run, but a
+    search would spend trials on it unasked. The error names the field at fault where the space samples it (a
+    warm-up's range, not the tau probed beside it), else `path`."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", DegenerateRunWarning)
             apply(base, sample)
     except ConfigError as exc:
-        raise ConfigError(f"search space {space}: {path}", value, f"a valid value: {exc}") from exc
+        at = exc.field if exc.field in dists else path
+        raise ConfigError(f"search space {space}: {at}", sample[at], f"a valid value: {exc}") from exc
     except DegenerateRunWarning as exc:
-        shown = dist.text() if dist is not None else value
-        raise ConfigError(f"search space {space}: {path}", shown, f"a range whose every value trains the method this "
-                          f"task runs; at {value}: {exc} (a bound may name a run field: `rounds - 1`)") from None
+        if exc.field not in dists:  # the task's value, or the method's default, in every trial
+            raise ConfigError(f"search space {space}: {exc.field}", "not sampled", "sampled, or set in the task, so "
+                              f"that every trial trains the method: as it is, every trial has {exc}") from None
+        raise ConfigError(f"search space {space}: {exc.field}", dists[exc.field].text(), "a range whose every value "
+                          f"trains the method this task runs; at {sample[exc.field]}: {exc} (a bound may name a run "
+                          "field: `rounds - 1`)") from None
 
 
 def apply(base: dict[str, Any], sample: Mapping[str, Any]):

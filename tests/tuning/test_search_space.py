@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from fedbench.config import load_task
-from fedbench.core.errors import ConfigError
+from fedbench.core.errors import ConfigError, DegenerateRunWarning
 from fedbench.tuning import load_search_space, make_plan
 from fedbench.tuning.search_space import apply
 from tests.conftest import TINY
@@ -177,3 +177,17 @@ def test_a_bound_that_is_not_a_run_field_and_offset_is_refused(tmp_path, bound, 
     with pytest.raises(ConfigError, match=re.escape(hint)):
         make_plan(load_task("tasks/feroma_tune.yaml", ["rounds=4"]), feroma_space(tmp_path, [2, bound]), 4,
                   "final/acc_test_time")
+
+
+@pytest.mark.parametrize("space, field, shown", [
+    ({"tau": {"uniform": [0.0, 0.3]}, "warmup_rounds": {"int": [4, "rounds + 4"]}},  # tau is probed first
+     "algorithm.warmup_rounds", "int [4, 'rounds + 4'] = [4, 8]"),
+    ({"tau": {"uniform": [0.0, 0.3]}}, "algorithm.warmup_rounds", "not sampled"),  # the default 5 in every trial
+])
+def test_a_degenerate_run_is_blamed_on_the_field_at_fault_not_the_one_probed(tmp_path, space, field, shown):
+    path = write(tmp_path, "fer.yaml", {"name": "fer", "space": {"algorithm": {"feroma": space}}})
+    with pytest.raises(ConfigError) as err:
+        make_plan(load_task("tasks/feroma_tune.yaml", ["rounds=4"]), load_search_space(path), 4, "final/acc_test_time")
+    assert err.value.field == f"search space fer: {field}" and err.value.value == shown
+    assert "5 >= rounds (4)" in err.value.allowed if shown == "not sampled" else "4 >= rounds (4)" in err.value.allowed
+
