@@ -13,13 +13,14 @@ report theirs (`--metric`, `--experiment`).
 from __future__ import annotations
 
 import os
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from fedbench.core import metrics as M
 from fedbench.core import timeline
-from fedbench.core.errors import ConfigError
+from fedbench.core.errors import ConfigError, DegenerateRunWarning
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -152,8 +153,11 @@ def plan_sweep(task: TaskLike, *, search: str | os.PathLike | SearchSpace | None
                           "resources allow")
     if max_failures is not None:
         check_max_failures("--max-failures", max_failures)
-    spec = as_task(task, [*overrides, *keyword_overrides(fields)])
-    return spec, make_plan(spec, search, num_samples, metric, mode, scheduler)
+    with warnings.catch_warnings():
+        if search is not None:  # a search trains its samples, never the task's own run, and refuses a degenerate one
+            warnings.simplefilter("ignore", DegenerateRunWarning)
+        spec = as_task(task, [*overrides, *keyword_overrides(fields)])
+        return spec, make_plan(spec, search, num_samples, metric, mode, scheduler)
 
 
 def execute_sweep(task: TaskSpec, plan: SweepPlan, *, max_concurrent: int | None = None, address: str | None = None,

@@ -1,11 +1,13 @@
 """Search spaces: parsing, conditional define-by-run sampling, and bad input found before any trial."""
 
 import re
+import warnings
 
 import optuna
 import pytest
 import yaml
 
+from fedbench import api
 from fedbench.config import load_task
 from fedbench.core.errors import ConfigError, DegenerateRunWarning
 from fedbench.tuning import load_search_space, make_plan
@@ -191,3 +193,15 @@ def test_a_degenerate_run_is_blamed_on_the_field_at_fault_not_the_one_probed(tmp
     assert err.value.field == f"search space fer: {field}" and err.value.value == shown
     assert "5 >= rounds (4)" in err.value.allowed if shown == "not sampled" else "4 >= rounds (4)" in err.value.allowed
 
+
+def test_a_search_does_not_warn_of_the_task_run_it_never_trains_but_the_task_run_alone_does():
+    """feroma_tune with rounds=4: its own FEROMA (warm-up 5) is FedAvg, a warning when run; the shipped search
+    samples warm-ups of 2 and 3 only, so it says nothing of it."""
+    with pytest.warns(DegenerateRunWarning, match="warmup_rounds: 5 >= rounds"):
+        load_task("tasks/feroma_tune.yaml", ["rounds=4"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DegenerateRunWarning)
+        _, plan = api.plan_sweep("tasks/feroma_tune.yaml", search="search_spaces/feroma_tau.yaml", num_samples=4,
+                                 metric="final/acc_test_time", overrides=["rounds=4"])
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=1))
+    assert {plan.space.sample(study.ask())["algorithm.warmup_rounds"] for _ in range(30)} == {2, 3}
