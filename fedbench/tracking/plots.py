@@ -26,7 +26,8 @@ from rich.table import Table
 
 from fedbench.core import metrics as M
 from fedbench.core.errors import ConfigError
-from fedbench.tracking.leaderboard import failed_runs, group_and_configuration, latest_finished, read_runs, seed_stats
+from fedbench.tracking.leaderboard import (failed_runs, group_and_configuration, latest_finished, read_runs, readable,
+                                           seed_stats)
 from fedbench.tracking.sweep_runs import latest_sweep_run
 
 DEFAULT_METRIC = M.ACC_LOCAL_MEAN
@@ -167,6 +168,7 @@ def draw_curves(curves: pd.DataFrame, title: str, ylabel: str, bounds: tuple[flo
 
     groups = list(dict.fromkeys(curves["group"]))
     configurations = list(dict.fromkeys(sorted(curves["configuration"])))
+    shown = dict(zip(configurations, readable(configurations)))
     palette = colours(len(configurations))
     cols = min(3, len(groups))
     rows = math.ceil(len(groups) / cols)
@@ -179,7 +181,7 @@ def draw_curves(curves: pd.DataFrame, title: str, ylabel: str, bounds: tuple[flo
             if line.empty:
                 continue
             x, mean, std = line["round"].to_numpy(), line["mean"].to_numpy(), line["std"].to_numpy()
-            ax.plot(x, mean, color=palette[i], marker="o" if len(x) < 15 else None, markersize=3, label=configuration)
+            ax.plot(x, mean, color=palette[i], marker="o" if len(x) < 15 else None, markersize=3, label=shown[configuration])
             ax.fill_between(x, np.clip(mean - std, *bounds), np.clip(mean + std, *bounds), color=palette[i], alpha=0.2,
                             linewidth=0)
         ax.set_title(group, fontsize=9)
@@ -207,8 +209,8 @@ def draw_heatmap(heatmap: pd.DataFrame, spread: pd.DataFrame, title: str, xlabel
 
     values = heatmap.to_numpy(dtype=float)
     n_rows, n_cols = values.shape
-    fig = Figure(figsize=(2.4 + 1.9 * n_cols + 0.06 * max(map(len, heatmap.index)), 1.8 + 0.45 * n_rows),
-                 layout="constrained")
+    rows = readable([str(r) for r in heatmap.index])
+    fig = Figure(figsize=(2.4 + 1.9 * n_cols + 0.06 * max(map(len, rows)), 1.8 + 0.45 * n_rows), layout="constrained")
     ax = fig.subplots()
     finite = values[np.isfinite(values)]
     low, high = (finite.min(), finite.max()) if finite.size else (0.0, 1.0)
@@ -217,7 +219,7 @@ def draw_heatmap(heatmap: pd.DataFrame, spread: pd.DataFrame, title: str, xlabel
     slanted = n_cols > 3
     ax.set_xticks(range(n_cols), [str(c) for c in heatmap.columns], rotation=20 if slanted else 0,
                   ha="right" if slanted else "center", fontsize=8)
-    ax.set_yticks(range(n_rows), [str(r) for r in heatmap.index], fontsize=8)
+    ax.set_yticks(range(n_rows), rows, fontsize=8)
     middle = (low + high) / 2
     for i in range(n_rows):
         for j in range(n_cols):

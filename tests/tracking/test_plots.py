@@ -173,3 +173,19 @@ def test_seed_bands_stay_inside_the_metrics_range():
     ys = np.concatenate([path.vertices[:, 1] for path in band.get_paths()])
     assert ys.min() >= 0.0 and ys.max() <= 1.0
     assert M.value_range("final/" + M.TRAIN_LOSS_MEAN) == (0.0, float("inf"))
+
+
+def test_figures_name_sampled_values_as_tables_do():
+    """A search's heatmap rows read `fedprox mu=0.018662266976517967`; figures cut them as tables do (issue 33)."""
+    import pandas as pd
+
+    from fedbench.tracking.plots import draw_curves, draw_heatmap
+
+    names = ["fedprox mu=0.018662266976517967", "fedprox mu=0.4311005868549", "fedavg (reference)"]
+    heatmap = pd.DataFrame({"all": [0.8, 0.7, 0.75]}, index=names)
+    figure = draw_heatmap(heatmap, heatmap * 0.1, "t", "all")
+    assert [t.get_text() for t in figure.axes[0].get_yticklabels()] == \
+        ["fedprox mu=0.0187", "fedprox mu=0.431", "fedavg (reference)"]
+    curves = pd.DataFrame({"group": "all", "configuration": names, "round": 1, "mean": 0.5, "std": 0.0, "n": 1})
+    legend = [t.get_text() for t in draw_curves(curves, "t", "accuracy").legends[0].get_texts()]
+    assert sorted(legend) == sorted(["fedprox mu=0.0187", "fedprox mu=0.431", "fedavg (reference)"])
