@@ -136,9 +136,45 @@ def build_leaderboard(runs: pd.DataFrame, metric: str = DEFAULT_METRIC, group_by
     for name in COSTS:
         table[name] = stats[name].mean().to_numpy()
     table["rank"] = table.groupby("group")["mean"].rank(ascending=(mode == "min"), method="min").astype("Int64")
+    marks = versus_best(frame, mode)
+    table["vs_best"] = [marks.get((g, c), "") for g, c in zip(table["group"], table["configuration"])]
     table = table.sort_values(["group", "rank"]).reset_index(drop=True)
-    return Leaderboard(table[["group", "rank", "configuration", "mean", "std", "n", *COSTS]],
+    return Leaderboard(table[["group", "rank", "configuration", "mean", "std", "n", "vs_best", *COSTS]],
                        failed_runs(runs)[["run", "reason"]], metric)
+
+
+TIE_ALPHA = 0.05
+"""Below this p-value a configuration's seeds differ from the best's (Welch's t-test, two-sided)."""
+
+TIE_NOTE = ("vs_best: each configuration's seeds against its group's best by Welch's t-test (two-sided): "
+            f"'≈' not distinguishable from it (p >= {TIE_ALPHA}), 'worse' distinguishable, '?' fewer than 2 seeds on "
+            "either side")
+"""What the vs_best marks mean, said wherever they are shown."""
+
+
+def versus_best(frame: pd.DataFrame, mode: str) -> dict[tuple[str, str], str]:
+    """(group, configuration) -> how its seeds' `value`s compare with the best configuration's of its group:
+    `best`, `≈ p=0.43`, `worse p=0.01` or `? n=1`. A ranking that put 0.880 ± 0.08 above 0.872 would otherwise
+    read as a result."""
+    from scipy.stats import ttest_ind
+
+    marks = {}
+    for group, rows in frame.dropna(subset=["value"]).groupby("group", sort=False):
+        seeds = {c: v["value"].to_numpy() for c, v in rows.groupby("configuration", sort=False)}
+        means = {c: v.mean() for c, v in seeds.items()}
+        best = (max if mode == "max" else min)(means, key=means.get)
+        for configuration, values in seeds.items():
+            if configuration == best:
+                marks[(group, configuration)] = "best"
+            elif min(len(values), len(seeds[best])) < 2:
+                marks[(group, configuration)] = f"? n={len(values)}"
+            else:
+                if values.std() == 0 and seeds[best].std() == 0:  # no spread: equal or not, nothing to test
+                    p = 1.0 if means[configuration] == means[best] else 0.0
+                else:
+                    p = float(ttest_ind(values, seeds[best], equal_var=False).pvalue)
+                marks[(group, configuration)] = f"{'≈' if p >= TIE_ALPHA else 'worse'} p={p:.2g}"
+    return marks
 
 
 STD_NOTE = "std: sample standard deviation over seeds (ddof 1; 0 for one seed); n: seeds"
@@ -177,14 +213,14 @@ def write_leaderboard(board: Leaderboard, path: Path, fmt: str) -> Path:
 
 
 def to_markdown(board: Leaderboard) -> str:
-    header = ["group", "rank", "configuration", f"{board.metric} (mean ± std)", "n", *COSTS]
+    header = ["group", "rank", "configuration", f"{board.metric} (mean ± std)", "n", "vs_best", *COSTS]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for row, shown in zip(board.table.to_dict("records"), readable(board.table["configuration"])):
         costs = [number(row[c], 2) for c in COSTS]
         value = f"{number(row['mean'], 4)} ± {number(row['std'], 4)}" if pd.notna(row["mean"]) else MISSING
-        cells = [row["group"], number(row["rank"]), shown, value, row["n"], *costs]
+        cells = [row["group"], number(row["rank"]), shown, value, row["n"], row["vs_best"] or MISSING, *costs]
         lines.append("| " + " | ".join(map(str, cells)) + " |")
-    lines += ["", STD_NOTE + "."]
+    lines += ["", STD_NOTE + ".", TIE_NOTE + "."]
     if len(board.failed):
         lines += ["", "Failed runs:", ""] + [f"- {r.run}: {r.reason}" for r in board.failed.itertuples(index=False)]
     return "\n".join(lines) + "\n"
@@ -192,7 +228,7 @@ def to_markdown(board: Leaderboard) -> str:
 
 def to_table(board: Leaderboard, title: str) -> Table:
     """The board for the console: mean and std to 4 places, costs to 2, every cell escaped for rich."""
-    table = Table(title=title, caption=STD_NOTE)
+    table = Table(title=title, caption=f"{STD_NOTE}\n{TIE_NOTE}")
     columns = list(board.table.columns)
     for column in columns:
         table.add_column(column, justify="left" if column in ("group", "configuration") else "right")

@@ -270,8 +270,8 @@ def test_a_conditional_search_ranks_its_samples_by_what_was_sampled_beside_its_r
         ({"name": "fedavg"}, [0.78, 0.78]),
     ])
     board = build_leaderboard(runs, metric="final/acc_test_time", group_by=["dataset", "scenario"])
-    assert list(board.table.columns) == ["group", "rank", "configuration", "mean", "std", "n", "compute_s", "wall_s",
-                                         "mb_up", "mb_down"]
+    assert list(board.table.columns) == ["group", "rank", "configuration", "mean", "std", "n", "vs_best", "compute_s",
+                                         "wall_s", "mb_up", "mb_down"]
     assert list(board.table["configuration"]) == [  # the full values stay in CSV and parquet
         "feroma tau=0.04680559213273095 warmup_rounds=2", "feroma tau=0.11236203565420874 warmup_rounds=3",
         "fedavg (reference)", "fedprox mu=0.5", "fedprox mu=0.0123456789"]
@@ -284,3 +284,21 @@ def test_a_conditional_search_ranks_its_samples_by_what_was_sampled_beside_its_r
     console.print(to_table(board, "search"))
     text = console.export_text()
     assert "fedprox mu=0.5" in text and "None" not in text and "algori" not in text and "…" not in text
+
+
+def test_configurations_the_seeds_cannot_tell_from_the_best_are_marked():
+    """FedProx ranked above FedAvg at 0.880 vs 0.872 with std 0.08 and nothing said they were tied (issue 31, item 3)."""
+    rows = []
+    for name, values in (("fedprox", [0.80, 0.88, 0.96]), ("fedavg", [0.79, 0.87, 0.956]), ("local", [0.50, 0.52, 0.51]),
+                         ("ditto", [0.9])):
+        rows += [{"params.run_hash": f"{name}{i}", "params.algorithm.name": name, "metrics.final/acc_local_mean": v}
+                 for i, v in enumerate(values)]
+    board = build_leaderboard(synthetic_runs(rows), group_by=[])
+    marks = dict(zip(board.table["configuration"], board.table["vs_best"]))
+    assert marks["ditto"] == "best"  # the highest mean, from one seed
+    assert marks["fedprox"] == "? n=3" and marks["fedavg"] == "? n=3"  # nothing to test the best's one seed against
+    board = build_leaderboard(synthetic_runs([r for r in rows if r["params.algorithm.name"] != "ditto"]), group_by=[])
+    marks = dict(zip(board.table["configuration"], board.table["vs_best"]))
+    assert marks["fedprox"] == "best" and marks["fedavg"].startswith("≈ p=") and marks["local"].startswith("worse p=")
+    markdown = to_markdown(board)
+    assert "| all | 2 | fedavg | 0.8720 ± 0.0830 | 3 | ≈ p=0.9" in markdown and "Welch's t-test" in markdown
