@@ -45,9 +45,13 @@ def page_faults(mode: str) -> int:
 
 
 def test_kept_memory_is_not_faulted_in_again_step_after_step():
-    default, kept = page_faults("default"), page_faults("kept")
-    # measured here: 45,000-400,000 faults by default (malloc trims the freed activations, depending on the
-    # heap's history), 1,300-1,900 kept (the client's rows of each job, first touched)
-    assert default > 10 * kept, (default, kept)
+    kept = page_faults("kept")
+    # measured here: 45,000-490,000 faults by default (malloc trims the freed activations, depending on the
+    # heap's history), 1,200-2,300 kept (the client's rows of each job, first touched). Once in a CI run a fresh
+    # default process did not fall into trimming (3,205 faults): the default is looked at in up to three processes.
+    defaults = []
+    while len(defaults) < 3 and not any(d > 10 * kept for d in defaults):
+        defaults.append(page_faults("default"))
+    assert max(defaults) > 10 * kept, (defaults, kept)
     assert kept < 10_000
 
