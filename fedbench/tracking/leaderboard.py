@@ -92,11 +92,20 @@ def searching(uri: str) -> Iterator[None]:
 def finished_run_hashes(experiment: str, uri: str) -> set[str]:
     """The run hashes the experiment already holds a complete run of, as the leaderboard counts them (none when
     the store or the experiment is new): what `fedbench run` need not run again."""
+    return set(finished_scores(experiment, uri))
+
+
+def finished_scores(experiment: str, uri: str, metric: str | None = None) -> dict[str, float]:
+    """Each run hash the experiment holds a complete run of (as the leaderboard counts them) -> that run's `metric`
+    (NaN where it does not report it, or without a metric): what a search answers a configuration it ran with."""
     try:
         runs = read_runs(experiment, uri)
     except ConfigError:  # no such store or experiment yet
-        return set()
-    return set(latest_finished(runs)["params.run_hash"]) if len(runs) else set()
+        return {}
+    finished = latest_finished(runs) if len(runs) else runs
+    column = f"metrics.{metric}"
+    values = finished[column] if column in finished else pd.Series(np.nan, index=finished.index)
+    return dict(zip(finished.get("params.run_hash", []), values.astype(float)))
 
 
 def latest_finished(runs: pd.DataFrame) -> pd.DataFrame:

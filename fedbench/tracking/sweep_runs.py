@@ -22,8 +22,8 @@ from fedbench.tracking.patient_store import PatientClient
 from fedbench.tracking.search_filter import where
 from fedbench.tracking.store_template import prepare_store
 from fedbench.tracking.sweep_lease import Heartbeat, Lease
-from fedbench.tracking.tags import (ATTEMPTS_TAG, LEASE_TAG, PARENT_RUN_TAG, RETRIED_TAG, STOPPED_EARLY_TAG, SWEEP_TAG,
-                                    TRIAL_KEY_TAG, TRIALS_TAG)
+from fedbench.tracking.tags import (ATTEMPTS_TAG, LEASE_TAG, PARENT_RUN_TAG, RETRIED_TAG, SWEEP_TAG, TRIAL_KEY_TAG,
+                                    TRIALS_TAG)
 
 ENDED = ("FINISHED", "FAILED")
 """Statuses of a child run whose trial is done: it failed for a reason a rerun would not change."""
@@ -96,15 +96,6 @@ class SweepRuns:
         """Every child run of the parent, one per trial that started."""
         return self.client.search_runs([self.experiment_id], where({f"tags.{PARENT_RUN_TAG}": parent_run_id}),
                                        max_results=50000)
-
-    def finished_scores(self, metric: str) -> dict[str, float]:
-        """`metric` of every run of the experiment that finished (its latest run per run hash; runs a scheduler
-        stopped early and retried attempts aside): what a search answers a configuration it already ran with."""
-        runs = self.client.search_runs([self.experiment_id], "attributes.status = 'FINISHED'", max_results=50000,
-                                       order_by=["attributes.start_time ASC"])
-        return {run.data.params["run_hash"]: run.data.metrics[metric] for run in runs
-                if "run_hash" in run.data.params and metric in run.data.metrics
-                and STOPPED_EARLY_TAG not in run.data.tags and RETRIED_TAG not in run.data.tags}
 
     def finished_trials(self, parent_run_id: str) -> set[str]:
         """The trial keys of the children that ended (retried attempts aside): a resumed sweep does not run those

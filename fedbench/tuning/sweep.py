@@ -30,6 +30,7 @@ from fedbench.config.task import DEFAULT_MAX_FAILURES, check_max_failures
 from fedbench.core import metrics as M
 from fedbench.core.callbacks import RunResult
 from fedbench.core.errors import ConfigError
+from fedbench.tracking.leaderboard import finished_scores
 from fedbench.tracking.paths import check_results_writable, check_tracking_uri, results_path, tracking_uri
 from fedbench.tracking.sweep_runs import SweepParent, SweepRuns
 from fedbench.tuning.mlflow_bridge import MlflowBridge
@@ -98,7 +99,7 @@ def run_sweep(
     folder = tune_folder_name(plan.name, parent.attempt)
     outcome = SweepOutcome(plan.name, parent.run_id, str(results_path("ray_results", folder)), resumed_done=len(done))
     try:
-        recorded = runs.finished_scores(plan.metric) if plan.space is not None else {}
+        recorded = finished_scores(plan.task, uri, plan.metric) if plan.space is not None else {}
         tuner, ending = _tuner(plan, done, recorded, max_concurrent, driver_cpus, bridge, storage, folder, max_failures)
         if tuner is not None:
             with runs.heartbeat(parent.run_id), sigterm_as_ctrl_c():
