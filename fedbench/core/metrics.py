@@ -51,6 +51,9 @@ TIME_STARTUP_S = "time_startup_s"
 """Seconds to start, load and warm up the run's workers (round 1 only): the cost of the first job's torch
 warm-up, which would otherwise double round 1's compute depending on which run warmed the worker."""
 TIME_AGGREGATE_S = "time_aggregate_s"
+GPU_PEAK_MB = "gpu_peak_mb"
+"""The most GPU memory one client worker's torch held while training the round's clients (MiB reserved by its
+caching allocator, the CUDA context not included): what decides how many workers fit on one GPU. GPU runs only."""
 COMM_UP_BYTES = "comm_up_bytes"
 COMM_DOWN_BYTES = "comm_down_bytes"
 COMM_EVAL_DOWN_BYTES = "comm_eval_down_bytes"
@@ -85,6 +88,7 @@ DISPLAY_NAMES = {
     TIME_CLIENT_COMPUTE_S: "client compute (s)",
     TIME_STARTUP_S: "worker start-up (s)",
     TIME_ROUND_S: "round wall time (s)",
+    GPU_PEAK_MB: "peak GPU memory of a worker (MiB)",
     COMM_UP_BYTES: "uplink bytes",
     COMM_DOWN_BYTES: "downlink bytes",
 }

@@ -38,6 +38,19 @@ def page_faults() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt if resource is not None else 0
 
 
+def process_age() -> float:
+    """Seconds since this process started (Linux's /proc; 0.0 elsewhere): a worker's first mark carries it, so that
+    the time Ray took to start the process and import fedbench shows beside the phases that follow."""
+    try:
+        with open("/proc/uptime") as file:
+            uptime = float(file.read().split()[0])
+        with open("/proc/self/stat") as file:  # field 22, starttime in clock ticks since boot, after "pid (comm)"
+            started = int(file.read().rsplit(")", 1)[1].split()[19]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return 0.0
+    return uptime - started
+
+
 def mark_once(phase: str) -> None:
     """`mark`, only the first time this process reaches `phase` (a worker's first job, not each of its jobs)."""
     if phase not in _marked_once and os.environ.get("FEDBENCH_TIMELINE"):

@@ -180,3 +180,5 @@ class ClientResult:
     uplink: Payload
     metrics: Metrics = field(default_factory=dict)
     compute_s: float = 0.0
+    gpu_peak_bytes: int = 0
+    """GPU memory the worker's torch held at most during the job (its caching allocator's reserve); 0 on CPU."""

@@ -30,6 +30,7 @@ from fedbench.data import load_dataset
 from fedbench.runtime.backends import make_backend
 from fedbench.runtime.byte_meter import ByteMeter
 from fedbench.runtime.failures import failure_reason, failure_traceback
+from fedbench.runtime.gpu_sharing import SharedGpuCheck
 from fedbench.runtime.placement import placement_tags
 from fedbench.runtime.evaluation import Evaluation
 from fedbench.runtime.jobs import FIT
@@ -41,17 +42,21 @@ from fedbench.scenarios import build_scenario
 class Federation:
     """Runs one RunSpec on the serial or the ray backend and reports to callbacks."""
 
-    def __init__(self, spec: RunSpec, callbacks: Sequence[Callback] = (), backend: str | None = None, pool=None):
+    def __init__(self, spec: RunSpec, callbacks: Sequence[Callback] = (), backend: str | None = None, pool=None,
+                 gpu_check: SharedGpuCheck | None = None):
         """Args:
             spec: the run.
             callbacks: called at run start, after every round and at run end.
             backend: `serial` or `ray`; None uses `spec.resources.backend`.
             pool: a `RayWorkerPool` shared with other runs (ray backend); None starts one for this run.
+            gpu_check: told where the workers train once they have started, before the first round, to warn of
+                workers sharing a GPU without MPS (a command's runs share one, so it warns once).
         """
         self.spec = spec
         self.callbacks = list(callbacks)
         self.backend_name = backend or spec.resources.backend
         self.pool = pool
+        self.gpu_check = gpu_check
         self.worker_pids: list[int] = []
         self.state = None
         """The server state after the last round run (the algorithm's `State`)."""
@@ -77,6 +82,8 @@ class Federation:
             timeline.mark("workers_loaded")
             self.worker_pids = backend.worker_pids()
             placement = placement_tags(backend.worker_places(), self.spec.scenario.num_clients)
+            if self.gpu_check is not None:
+                self.gpu_check.add(backend.worker_places())
             self._loop(algorithm, backend, scenario, history, time.perf_counter() - startup)
             final = summarize(history, time.perf_counter() - start)
             reason = meaningless(final)

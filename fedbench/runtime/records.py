@@ -14,11 +14,16 @@ from fedbench.scenarios import Scenario
 
 
 def training_metrics(results: Sequence[ClientResult]) -> RoundRecord:
-    return {
+    """Mean training loss, compute seconds, clients trained and, on GPUs, the most memory a worker held."""
+    record = {
         M.TRAIN_LOSS_MEAN: mean_of_finite([r.metrics[M.TRAIN_LOSS] for r in results]),
         M.TIME_CLIENT_COMPUTE_S: float(sum(r.compute_s for r in results)),
         M.CLIENTS_SAMPLED: float(len(results)),
     }
+    peak = max((r.gpu_peak_bytes for r in results), default=0)
+    if peak:
+        record[M.GPU_PEAK_MB] = peak / 2**20
+    return record
 
 
 def evaluation_metrics(results: Sequence[ClientResult]) -> RoundRecord:

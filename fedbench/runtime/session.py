@@ -2,7 +2,8 @@
 
 Runs on the ray backend share one pool of client actors (started once, not per run, since starting a
 Python process with torch costs seconds); the pool is replaced after a failed run, so a crashed actor
-cannot take later runs down with it. A Ray started here is shut down here, one left running by the
+cannot take later runs down with it. Workers that share a GPU without MPS are warned of once, as the first
+run that has them starts its rounds. A Ray started here is shut down here, one left running by the
 caller is left running.
 """
 
@@ -15,13 +16,14 @@ from fedbench.core.callbacks import Callback, RunResult
 from fedbench.core.runspec import RunSpec
 from fedbench.runtime.backends import check_serial_fits
 from fedbench.runtime.federation import Federation
+from fedbench.runtime.gpu_sharing import SharedGpuCheck
 
 
 def run_specs(specs: Sequence[RunSpec], callbacks: Callable[[int, RunSpec], Sequence[Callback]]) -> list[RunResult]:
     """Run `specs` in order, the i-th (from 1) with the callbacks `callbacks(i, spec)` makes for it; a failed
     run is reported in its result and the others go on."""
     ray_started_here, pools = False, None
-    results = []
+    results, gpu_check = [], SharedGpuCheck()
     try:
         for resources in {spec.resources for spec in specs if spec.resources.backend == "serial"}:
             check_serial_fits(resources)
@@ -42,7 +44,7 @@ def run_specs(specs: Sequence[RunSpec], callbacks: Callable[[int, RunSpec], Sequ
             pool = None
             if spec.resources.backend == "ray":
                 pool = pools.for_run(spec, max(s.scenario.num_clients for s in specs))
-            result = Federation(spec, callbacks(i, spec), pool=pool).run()
+            result = Federation(spec, callbacks(i, spec), pool=pool, gpu_check=gpu_check).run()
             results.append(result)
             if pool is not None:
                 pools.after(result.status)

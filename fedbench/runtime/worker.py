@@ -72,6 +72,7 @@ class ClientWorker:
 
     def load(self, dataset: BaseDataset, scenario: Scenario, spec: RunSpec) -> WorkerPlace:
         """Returns where this worker trains the run's clients (node, GPU ids, device), for the run's record."""
+        timeline.mark("worker_loading", process_age=timeline.process_age())
         self.dataset = dataset
         self.scenario = scenario
         self.spec = spec
@@ -82,6 +83,7 @@ class ClientWorker:
         self.normalization = normalization_values(spec.normalize, dataset)
         keep_freed_memory()
         self._warm_up()
+        timeline.mark("worker_warm", device=self.device)
         return worker_place(self.device)
 
     def _warm_up(self) -> None:
@@ -114,8 +116,14 @@ class ClientWorker:
 
     def run(self, job: Job, round: int, client_id: int, payload: Payload, state: Any) -> Any:
         """One client's job; `state` None is a client that never ran one (or a test-time client): the algorithm's
-        fresh `ClientState`."""
-        return job.run(self, round, client_id, payload, self.algorithm.ClientState() if state is None else state)
+        fresh `ClientState`. On a GPU the result carries the most memory torch held during the job."""
+        state = self.algorithm.ClientState() if state is None else state
+        if self.device != "cuda":
+            return job.run(self, round, client_id, payload, state)
+        torch.cuda.reset_peak_memory_stats()
+        output = job.run(self, round, client_id, payload, state)
+        (output[0] if job.keeps_state else output).gpu_peak_bytes = torch.cuda.max_memory_reserved()
+        return output
 
     def jobs(self, job: Job, round: int, client_ids: list[int], payload_slots: list[int], *objects) -> list:
         """Several clients' jobs of one kind, run one after another as each would run alone (every job seeds its own

@@ -2,7 +2,8 @@
 
 All MLflow writes happen here, in the driver, through the same `MlflowCallback` a plain `fedbench run` uses.
 A trial Tune restarts after its process died (`max_failures`) starts again from round 1 under a new child run;
-the attempt it cut short ends FAILED, tagged retried, so the trial still has one result.
+the attempt it cut short ends FAILED, tagged retried, so the trial still has one result. Where the trials' client
+workers train is gathered across trials, to warn once of workers sharing a GPU without MPS.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from ray.tune.result import AUTO_RESULT_KEYS
 from fedbench.core import metrics as M
 from fedbench.core.callbacks import RunResult
 from fedbench.core.runspec import RunSpec
-from fedbench.runtime.placement import PLACEMENT_TAG_PREFIXES
+from fedbench.runtime.gpu_sharing import SharedGpuCheck
+from fedbench.runtime.placement import PLACEMENT_TAG_PREFIXES, places_from_tags
 from fedbench.runtime.records import summarize
 from fedbench.tracking.mlflow_callback import MlflowCallback
 from fedbench.tracking.tags import REFERENCE_TAG, RETRIED_TAG, STOPPED_EARLY_TAG, TRIAL_KEY_TAG
@@ -32,6 +34,7 @@ class MlflowBridge(tune.Callback):
         self.uri, self.experiment, self.parent_run_id, self.spec_of = uri, experiment, parent_run_id, spec_of
         self.runs: dict[str, tuple[RunSpec, MlflowCallback, list[dict[str, float]]]] = {}
         self.outcomes: dict[str, RunResult] = {}
+        self.gpu_check = SharedGpuCheck()
 
     def on_trial_start(self, iteration, trials, trial, **info) -> None:
         if trial.trial_id in self.outcomes:  # restarted after its last report was recorded: nothing left to log
@@ -59,6 +62,7 @@ class MlflowBridge(tune.Callback):
             final = {k: v for k, v in metrics.items() if k.startswith((M.FINAL_PREFIX, M.TOTAL_PREFIX))}
             callback.set_tags({k: str(v) for k, v in result.items() if k.startswith("trial.")})
             places = {k: str(v) for k, v in result.items() if k.startswith(PLACEMENT_TAG_PREFIXES)}
+            self.gpu_check.add(places_from_tags(places))
             outcome = RunResult(spec, result["status"], history, final, result.get("reason", ""), result.get("traceback", ""), places)
             self._finish(trial.trial_id, outcome)
 

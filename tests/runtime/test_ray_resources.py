@@ -39,8 +39,8 @@ def test_the_device_summary_stays_one_line_however_many_clients():
     tags = placement_tags(simulated, 10_000)
     assert tags["clients.device"] == "cpu: 10000 clients on 8 workers (simulated GPUs 0,1)"
     assert tags["workers.7.gpu_ids"] == "1" and len(tags) == 8 * 3 + 1
-    mixed = [{"node": "n1", "gpu_ids": "0", "device": "cuda"}, {"node": "n2", "gpu_ids": "", "device": "cpu"}]
-    assert placement_tags(mixed, 20)["clients.device"] == "20 clients on cpu: 1 worker; cuda: 1 worker (GPU 0)"
+    mixed = [{"node": "n1", "gpu_ids": "0", "device": "cuda", "mps": "no"}, {"node": "n2", "gpu_ids": "", "device": "cpu"}]
+    assert placement_tags(mixed, 20)["clients.device"] == "20 clients on cpu: 1 worker; cuda: 1 worker (GPU 0, no MPS)"
 
 
 def test_a_serial_run_records_the_device_its_clients_trained_on():

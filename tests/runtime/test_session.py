@@ -38,3 +38,33 @@ def test_a_serial_run_asking_for_gpus_this_process_lacks_is_refused_before_any_r
     from fedbench.runtime.backends import check_serial_fits
 
     check_serial_fits(specs[1].resources)
+
+
+def test_workers_sharing_a_gpu_without_mps_are_warned_of_once_before_the_first_round(monkeypatch):
+    """Where each worker trains comes from the backend (two CUDA workers on GPU 0, no MPS daemon: what a GPU machine
+    reports); the warning comes as the first run's workers start, once for the whole command."""
+    import warnings
+
+    from fedbench.runtime.backends import SerialBackend
+    from fedbench.runtime.gpu_sharing import SharedGpuWarning
+
+    shared = [{"node": "local", "gpu_ids": "0", "device": "cuda", "pid": str(pid), "mps": "no"} for pid in (11, 12)]
+    monkeypatch.setattr(SerialBackend, "worker_places", lambda self: shared)
+
+    class RoundOne(Callback):
+        def __init__(self):
+            self.warned_by_round_one = None
+
+        def on_round_end(self, spec, record):
+            if self.warned_by_round_one is None:
+                self.warned_by_round_one = len(caught)
+
+    first = RoundOne()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        results = run_specs([tiny_spec(seed=0, rounds=2), tiny_spec(seed=1, rounds=2)],
+                            lambda i, spec: [first] if i == 1 else [])
+    assert [r.status for r in results] == ["FINISHED", "FINISHED"]
+    assert [w.category for w in caught] == [SharedGpuWarning] and first.warned_by_round_one == 1
+    assert "2 client workers share GPU 0 without CUDA MPS" in str(caught[0].message)
+    assert results[0].tags["clients.device"] == "cuda: 4 clients on 2 workers (GPU 0, no MPS)"

@@ -128,10 +128,10 @@ def test_experiments_are_created_as_model_training_experiments(isolated_results,
 def test_a_run_on_many_workers_gets_every_placement_tag(mlflow_store):
     """Three tags per worker: more than MLflow takes in one batch."""
     spec = tiny_spec()
-    places = [{"node": f"node{i % 4}", "gpu_ids": str(i % 8), "device": "cuda"} for i in range(64)]
+    places = [{"node": f"node{i % 4}", "gpu_ids": str(i % 8), "device": "cuda", "mps": "yes"} for i in range(64)]
     callback = MlflowCallback()
     callback.on_run_start(spec)
     callback.on_run_end(RunResult(spec, "FINISHED", tags=placement_tags(places, 10_000)))
     tags = MlflowClient(tracking_uri()).get_run(callback.run_id).data.tags
     assert tags["workers.63.gpu_ids"] == "7" and tags["workers.0.node"] == "node0"
-    assert tags["clients.device"] == "cuda: 10000 clients on 64 workers (GPUs 0,1,2,3,4,5,6,7)"
+    assert tags["clients.device"] == "cuda: 10000 clients on 64 workers (GPUs 0,1,2,3,4,5,6,7, MPS)"
