@@ -10,6 +10,7 @@ from typing import Any, Callable
 
 from ray import tune
 
+from fedbench.core import timeline
 from fedbench.core.callbacks import Callback, RoundRecord, RunResult
 from fedbench.core.runspec import RunSpec
 
@@ -52,6 +53,7 @@ def run_trial(config: dict[str, Any], spec_of: Callable[[dict[str, Any]], RunSpe
     from fedbench.runtime import Federation
     from fedbench.runtime.ray_pool import ReusedPool
 
+    timeline.mark("trial_started", process_age=timeline.process_age())
     spec = spec_of(config)
     _pools = _pools or ReusedPool()
     pool = _pools.for_run(spec)
