@@ -3,8 +3,8 @@
 Ray's GPU fractions only label a worker's share: the processes on one GPU each hold their own CUDA context, and
 without MPS the GPU runs one context's kernels at a time (time slicing), so 8 workers' tiny kernels queue behind
 each other. The MPS server funnels every client process's work into one context and runs their kernels side by
-side. Measured on one H200 (issue 28; docs/cluster.md has the table): 8 workers x 0.125 GPU took 1.69 s a round
-without MPS and 0.71 s with it, 16 workers x 0.0625 0.48 s.
+side. Measured on one H200 (bench/results/gpu.md; docs/cluster.md has the table): 8 workers x 0.125 GPU took 1.60 s
+a round without MPS and 0.69 s with it, 16 workers x 0.0625 1.57 s and 0.48 s.
 
 A CUDA context runs under MPS when, as it is created, an MPS control daemon listens on the `control` socket of the
 pipe directory (env CUDA_MPS_PIPE_DIRECTORY, default /tmp/nvidia-mps): CUDA's client library connects there, and
@@ -97,6 +97,6 @@ def shared_gpu_message(shared: Mapping[tuple[str, str], set[str]]) -> str:
     where = f"GPU {gpu}" + ("" if node == "local" else f" of node {node[:12]}")
     more = f" (and {len(shared) - 1} more GPU{'s' * (len(shared) > 2)})" if len(shared) > 1 else ""
     return (f"{len(workers)} client workers share {where}{more} without CUDA MPS, so the GPU runs one worker's kernels "
-            "at a time: on an H200, 8 workers x 0.125 GPU took 1.69 s a round this way and 0.71 s under MPS "
+            "at a time: on an H200, 8 workers x 0.125 GPU took 1.60 s a round this way and 0.69 s under MPS "
             f"(docs/cluster.md). Start MPS on the GPU's machine before Ray: `{START_MPS}` (README, \"GPUs\"; "
             "cluster.yaml starts it on GPU nodes)")

@@ -195,3 +195,48 @@ def test_the_header_and_docs_walk_a_first_ray_up_as_aws_needs_it():
     assert first.index("ray up cluster.yaml") < first.index("put-role-policy --role-name ray-autoscaler-v1")
     assert first.count("$BUCKET") >= 3 and "BUCKET=" in first  # one name, used by every command
     assert "each g5.xlarge about $1.01" in " ".join(first.split()) and "ray down cluster.yaml" in first
+
+
+FAKE_MPS_CONTROL = """#!/bin/bash
+# the daemon: a process that stays, its pid where the real one writes it, and a line per start
+[ "$1" = "-d" ] || exit 2
+sleep 300 > /dev/null 2>&1 &
+echo $! > "$CUDA_MPS_PIPE_DIRECTORY/nvidia-cuda-mps-control.pid"
+echo "started $CUDA_MPS_PIPE_DIRECTORY $CUDA_MPS_LOG_DIRECTORY" >> "$STARTS"
+"""
+
+
+def test_a_gpu_node_starts_one_mps_daemon_before_ray_and_a_cpu_node_none(cluster, tmp_path):
+    """The MPS command as a node runs it, with `nvidia-smi` and `nvidia-cuda-mps-control` stand-ins on PATH."""
+    starts = cluster["worker_start_ray_commands"]
+    [mps] = [c for c in starts if "nvidia-cuda-mps-control -d" in c]
+    assert starts.index(mps) < next(i for i, c in enumerate(starts) if "ray start" in c)  # before Ray
+    assert any("CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps" in c for c in cluster["worker_setup_commands"])  # Ray's env
+    pipe = tmp_path / "pipe"
+    command = mps.replace("/tmp/nvidia-mps-log", str(tmp_path / "log")).replace("/tmp/nvidia-mps", str(pipe))
+    bin_gpu, bin_cpu = tmp_path / "gpu-bin", tmp_path / "cpu-bin"
+    for folder in (bin_gpu, bin_cpu):
+        folder.mkdir()
+        (folder / "nvidia-cuda-mps-control").write_text(FAKE_MPS_CONTROL)
+        (folder / "nvidia-cuda-mps-control").chmod(0o755)
+    (bin_gpu / "nvidia-smi").write_text("#!/bin/bash\necho 'GPU 0: NVIDIA A10G'\n")
+    (bin_gpu / "nvidia-smi").chmod(0o755)
+    log = tmp_path / "starts.txt"
+
+    def node(bin_folder):
+        env = {"PATH": f"{bin_folder}:/usr/bin:/bin", "STARTS": str(log), "HOME": str(tmp_path)}
+        subprocess.run(["bash", "-c", command], env=env, check=True)
+        return log.read_text().splitlines() if log.exists() else []
+
+    try:
+        assert node(bin_cpu) == []  # no GPU: no daemon
+        assert node(bin_gpu) == [f"started {pipe} {tmp_path / 'log'}"] and (tmp_path / "log").is_dir()
+        assert len(node(bin_gpu)) == 1  # `ray up` again: the daemon still runs, none is added
+        daemon = int((pipe / "nvidia-cuda-mps-control.pid").read_text())
+        subprocess.run(["kill", str(daemon)], check=True)
+        subprocess.run(["bash", "-c", f"while kill -0 {daemon} 2> /dev/null; do sleep 0.1; done"], timeout=10)
+        assert len(node(bin_gpu)) == 2  # a daemon that died is started again
+    finally:
+        pid_file = pipe / "nvidia-cuda-mps-control.pid"
+        if pid_file.exists():
+            subprocess.run(["kill", pid_file.read_text().strip()])
