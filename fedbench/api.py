@@ -211,26 +211,36 @@ def leaderboard(task_or_experiment: TaskLike, *, metric: str = M.FINAL_PREFIX + 
 
 
 def export(task_or_experiment: TaskLike, *, fmt: str = "csv", group_by: str | Sequence[str] = ("dataset", "scenario"),
-           out: str | os.PathLike | None = None, uri: str | None = None) -> pd.DataFrame:
-    """Every per-round metric of an experiment's finished runs as one long table, written as `fedbench export` does.
+           out: str | os.PathLike | None = None, uri: str | None = None, per_client: bool = False) -> pd.DataFrame:
+    """Every per-round metric of an experiment's finished runs as one long table, written as `fedbench export` does;
+    with `per_client`, every client's numbers at every evaluated round instead.
 
     Args:
         task_or_experiment: an MLflow experiment name or a task, as `leaderboard` takes it.
         fmt: `csv` or `parquet`.
         group_by: the fields whose values form the `group` column, as a list or comma-separated.
-        out: the file to write; None: `results/exports/<experiment>-rounds.<fmt>`.
+        out: the file to write; None: `results/exports/<experiment>-rounds.<fmt>` (`-clients.<fmt>` per client).
         uri: the MLflow tracking URI; None: where `fedbench run` records.
+        per_client: one row per (run, round, client): `acc_local`, `test_samples`, `train_samples` and
+            `train_loss` (NaN where the client did not train that round).
 
     Returns:
         One row per (run, round, metric): run hash, seed, group, configuration, the varying fields, round,
-        metric and value; `attrs["path"]` is the file written.
+        metric and value (per client: round, client and its numbers); `attrs["path"]` is the file written and,
+        per client, `attrs["without"]` the finished runs recorded without per-client results.
     """
     from fedbench.tracking.export import long_metrics, write_table
     from fedbench.tracking.paths import results_path, tracking_uri
+    from fedbench.tracking.per_client import per_client_runs
 
     experiment = experiment_name(task_or_experiment)
-    table = long_metrics(experiment, uri or tracking_uri(), field_list(group_by))
-    path = Path(out) if out else results_path("exports", f"{experiment}-rounds.{fmt}")
+    if per_client:
+        found = per_client_runs(experiment, uri or tracking_uri(), field_list(group_by))
+        table, kind = found.table, "clients"
+        table.attrs["without"] = found.without
+    else:
+        table, kind = long_metrics(experiment, uri or tracking_uri(), field_list(group_by)), "rounds"
+    path = Path(out) if out else results_path("exports", f"{experiment}-{kind}.{fmt}")
     table.attrs["path"] = write_table(table, path)
     return table
 

@@ -137,8 +137,14 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    """Every per-round metric of the experiment's runs as one long CSV or parquet table."""
-    table = api.export(experiment_of(args), fmt=args.format, group_by=args.group_by, out=args.out)
+    """Every per-round metric (or every client's numbers per round) of the experiment's runs as one long table."""
+    table = api.export(experiment_of(args), fmt=args.format, group_by=args.group_by, out=args.out, per_client=args.per_client)
+    if args.per_client:
+        without = table.attrs["without"]
+        note = f"; {without} finished run(s) recorded before per-client results were kept have none" if without else ""
+        console.print(f"{len(table)} rows ({table['run_hash'].nunique()} runs, {table['client'].nunique()} clients){note} "
+                      f"written: {escape(str(table.attrs['path']))}")
+        return 0
     console.print(f"{len(table)} rows ({table['run_hash'].nunique()} runs, {table['metric'].nunique()} metrics) "
                   f"written: {escape(str(table.attrs['path']))}")
     return 0
@@ -334,7 +340,10 @@ def add_export_parser(sub) -> None:
     add_experiment_arguments(export)
     export.add_argument("--format", choices=["csv", "parquet"], default="csv")
     export.add_argument("--group-by", default="dataset,scenario", help="fields whose values form the group column")
-    export.add_argument("--out", default=None, help="file to write (default results/exports/<experiment>-rounds.<format>)")
+    export.add_argument("--per-client", action="store_true",
+                        help="every client's accuracy, sample counts and training loss at every evaluated round")
+    export.add_argument("--out", default=None, help="file to write (default results/exports/<experiment>-rounds.<format>, "
+                                                    "-clients.<format> with --per-client)")
     export.set_defaults(func=cmd_export)
 
 

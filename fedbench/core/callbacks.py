@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from fedbench.core.runspec import RunSpec
 
@@ -22,6 +22,9 @@ class RunResult:
     traceback: str = ""
     tags: dict[str, str] = field(default_factory=dict)
     """Where the run ran, for its MLflow run's tags: each client worker's node, GPU ids and device."""
+    per_client: dict[str, Any] = field(default_factory=dict)
+    """Every client's numbers at every evaluated round, as columns (`fedbench.runtime.per_client`); empty when the
+    run evaluated no round."""
 
 
 class Callback:

@@ -34,6 +34,7 @@ from fedbench.runtime.gpu_sharing import SharedGpuCheck
 from fedbench.runtime.placement import placement_tags
 from fedbench.runtime.evaluation import Evaluation
 from fedbench.runtime.jobs import FIT
+from fedbench.runtime.per_client import PerClientRecorder
 from fedbench.runtime.records import meaningless, summarize, training_metrics
 from fedbench.runtime.state_store import StateStore
 from fedbench.scenarios import build_scenario
@@ -62,6 +63,8 @@ class Federation:
         """The server state after the last round run (the algorithm's `State`)."""
         self.store = StateStore()
         """Every client's state after the last round run (on the ray backend, references to them)."""
+        self.per_client = PerClientRecorder()
+        """Every client's numbers at every evaluated round."""
 
     def run(self) -> RunResult:
         for cb in self.callbacks:
@@ -98,6 +101,7 @@ class Federation:
             if backend is not None:
                 backend.close()
         result.tags.update(placement)
+        result.per_client = self.per_client.table()
         for cb in self.callbacks:
             cb.on_run_end(result)
         timeline.mark("run_end")
@@ -126,6 +130,7 @@ class Federation:
                 evaluated = sampled if spec.eval_clients == "sampled" and round < spec.rounds else clients
                 metrics, local = evaluation.local(round, state, evaluated)
                 record.update(metrics)
+                self.per_client.add(round, local.results, results)
             if round == spec.rounds:  # the last round evaluated every client: `local` is its evaluation
                 record.update(evaluation.final(round, state, local))
             record[M.TIME_CLIENT_COMPUTE_S] += evaluation.take_compute_s()

@@ -1,7 +1,8 @@
 """MLflow callback: one MLflow run per RunSpec, written by one writer (the driver) via MlflowClient.
 
 Params are the flattened RunSpec, metrics are logged once per round with step=round (one `log_batch`
-call), final/total metrics at the end, and the RunSpec YAML as an artifact. A failed run is terminated
+call), final/total metrics at the end, and the RunSpec YAML and every client's numbers per evaluated round
+(`per_client.parquet`) as artifacts. A failed run is terminated
 FAILED with its reason in the `failure_reason` tag and its traceback as an artifact.
 """
 
@@ -19,6 +20,7 @@ from fedbench.core.callbacks import Callback, RoundRecord, RunResult
 from fedbench.core.runspec import RunSpec
 from fedbench.tracking.paths import inside, tracking_uri
 from fedbench.tracking.patient_store import PatientClient
+from fedbench.tracking.per_client import log_per_client
 from fedbench.tracking.store_template import prepare_store
 from fedbench.tracking.tags import FAILURE_REASON_TAG, FAILURE_TRACEBACK_ARTIFACT, PARENT_RUN_TAG
 
@@ -95,6 +97,7 @@ class MlflowCallback(Callback):
         step = len(result.history)
         self.client.log_batch(self.run_id, metrics=[Metric(k, float(v), now, step) for k, v in result.final.items()])
         self.set_tags(result.tags)
+        log_per_client(self.client, self.run_id, result.per_client)
         if result.status == "FAILED":
             self.client.log_batch(self.run_id, tags=[RunTag(FAILURE_REASON_TAG, result.reason[:5000])])
             if result.traceback:

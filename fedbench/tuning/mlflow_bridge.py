@@ -16,15 +16,16 @@ from ray.tune.result import AUTO_RESULT_KEYS
 from fedbench.core import metrics as M
 from fedbench.core.callbacks import RunResult
 from fedbench.core.runspec import RunSpec
+from fedbench.runtime import per_client
 from fedbench.runtime.gpu_sharing import SharedGpuCheck
 from fedbench.runtime.placement import PLACEMENT_TAG_PREFIXES, places_from_tags
 from fedbench.runtime.records import summarize
 from fedbench.tracking.mlflow_callback import MlflowCallback
 from fedbench.tracking.tags import REFERENCE_TAG, RETRIED_TAG, STOPPED_EARLY_TAG, TRIAL_KEY_TAG
 from fedbench.tuning.plan import TrialSpecs
-from fedbench.tuning.trial import EVENT
+from fedbench.tuning.trial import EVENT, PER_CLIENT
 
-TUNE_KEYS = {"status", "reason", "traceback", EVENT}
+TUNE_KEYS = {"status", "reason", "traceback", EVENT, PER_CLIENT}
 
 
 class MlflowBridge(tune.Callback):
@@ -63,7 +64,8 @@ class MlflowBridge(tune.Callback):
             callback.set_tags({k: str(v) for k, v in result.items() if k.startswith("trial.")})
             places = {k: str(v) for k, v in result.items() if k.startswith(PLACEMENT_TAG_PREFIXES)}
             self.gpu_check.add(places_from_tags(places))
-            outcome = RunResult(spec, result["status"], history, final, result.get("reason", ""), result.get("traceback", ""), places)
+            outcome = RunResult(spec, result["status"], history, final, result.get("reason", ""), result.get("traceback", ""), places,
+                                per_client.decode(result[PER_CLIENT]) if result.get(PER_CLIENT) else {})
             self._finish(trial.trial_id, outcome)
 
     def on_trial_complete(self, iteration, trials, trial, **info) -> None:

@@ -13,9 +13,12 @@ from ray import tune
 from fedbench.core import timeline
 from fedbench.core.callbacks import Callback, RoundRecord, RunResult
 from fedbench.core.runspec import RunSpec
+from fedbench.runtime import per_client
 
 EVENT = "fedbench_event"
 """Key telling a round report ("round") from the run's final report ("end")."""
+PER_CLIENT = "fedbench_per_client"
+"""Key of the final report's per-client table (`fedbench.runtime.per_client.encode`), which the driver logs."""
 
 
 class TuneReporter(Callback):
@@ -35,7 +38,7 @@ class TuneReporter(Callback):
     def on_run_end(self, result: RunResult) -> None:
         last = result.history[-1] if result.history else {}
         tune.report({**last, **result.final, **self.tags(), **result.tags, EVENT: "end", "status": result.status, "reason": result.reason,
-                     "traceback": result.traceback})
+                     "traceback": result.traceback, PER_CLIENT: per_client.encode(result.per_client)})
 
 
 _pools = None

@@ -30,3 +30,30 @@ def test_every_logged_point_is_one_row_with_its_run_and_configuration(mlflow_sto
     assert main(["export", "--experiment", "export", "--format", "csv"]) == 0
     written = pd.read_csv(isolated_results / "exports" / "export-rounds.csv")
     assert len(written) == len(table) and not any(" " in c or "." in c for c in written.columns)
+
+
+def test_the_per_client_export_holds_every_clients_numbers_each_evaluated_round(mlflow_store, isolated_results, capsys):
+    """Issue 31, item 1: a run's per-client table is its artifact; its means are the run's logged means."""
+    import numpy as np
+
+    from fedbench.tracking.per_client import per_client_runs
+
+    uri = f"sqlite:///{mlflow_store}"
+    specs = [tiny_spec(task="clients", algorithm=a, rounds=3, eval_every=2) for a in ("fedavg", "ditto")]
+    results = [run_spec(spec, [MlflowCallback(uri)]) for spec in specs]
+    found = per_client_runs("clients", uri)
+    table = found.table
+    assert found.without == 0 and set(table["configuration"]) == {"fedavg", "ditto"}
+    assert sorted(table["round"].unique()) == [2, 3] and sorted(table["client"].unique()) == [0, 1, 2, 3]  # eval_every
+    for spec, result in zip(specs, results):
+        mine = table[table["run_hash"] == spec.run_hash]
+        for record in result.history:
+            if "acc_local_mean" in record:
+                at = mine[mine["round"] == record["round"]]
+                assert np.isclose(at["acc_local"].mean(), record["acc_local_mean"], rtol=0, atol=1e-12)
+                assert np.isclose(at["acc_local"].min(), record["acc_local_min"], rtol=0, atol=1e-12)
+                assert np.isclose(at["train_loss"].mean(), record["train_loss_mean"], rtol=0, atol=1e-12)
+    assert main(["export", "--experiment", "clients", "--per-client", "--format", "parquet"]) == 0
+    written = pd.read_parquet(isolated_results / "exports" / "clients-clients.parquet")
+    assert len(written) == 2 * 2 * 4 and {"acc_local", "test_samples", "train_samples", "train_loss"} <= set(written)
+    assert "16 rows (2 runs, 4 clients)" in capsys.readouterr().out

@@ -1,0 +1,71 @@
+"""Per-client results in the store: each run's table (`fedbench.runtime.per_client`) as its `per_client.parquet`
+artifact, read back for `fedbench export --per-client` and the per-client figures.
+
+Runs recorded before fedbench kept per-client results have no such artifact; readers skip them and say how many.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from fedbench.tracking.leaderboard import group_and_configuration, latest_finished, read_runs, varying_params
+
+ARTIFACT = "per_client.parquet"
+
+
+def log_per_client(client, run_id: str, table: Mapping[str, np.ndarray]) -> None:
+    """Write `table` as the run's parquet artifact (nothing for a run that evaluated no round)."""
+    if not len(table.get("round", ())):
+        return
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / ARTIFACT
+        pd.DataFrame(table).to_parquet(path, index=False)
+        client.log_artifact(run_id, str(path))
+
+
+def read_per_client(client, run_id: str) -> pd.DataFrame | None:
+    """The run's per-client table, None when the run has none."""
+    if not any(f.path == ARTIFACT for f in client.list_artifacts(run_id)):
+        return None
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # a bar per run would flood the console
+    with tempfile.TemporaryDirectory() as folder:
+        return pd.read_parquet(client.download_artifacts(run_id, ARTIFACT, folder))
+
+
+@dataclass
+class PerClientRuns:
+    """Every finished run's per-client rows, with the run's hash, seed, group, configuration and varying fields."""
+
+    table: pd.DataFrame
+    without: int
+    """Finished runs that have no per-client table (recorded before fedbench kept one)."""
+
+
+def per_client_runs(experiment: str, uri: str, group_by: Sequence[str] = ("dataset", "scenario")) -> PerClientRuns:
+    """One row per (run, round, client) over the experiment's latest finished run of each hash."""
+    from fedbench.tracking.patient_store import PatientClient
+
+    runs = latest_finished(read_runs(experiment, uri))
+    client = PatientClient(uri)
+    group, configuration = group_and_configuration(runs, group_by)
+    fields = varying_params(runs)
+    parts, without, measured = [], 0, []
+    for (_, run), run_group, run_configuration in zip(runs.iterrows(), group, configuration):
+        rows = read_per_client(client, run["run_id"])
+        if rows is None:
+            without += 1
+            continue
+        described = {"run_hash": run["params.run_hash"], "seed": run.get("params.seed"), "group": run_group,
+                     "configuration": run_configuration, **{f: run[f"params.{f}"] for f in fields}}
+        parts.append(rows.assign(**described))
+        measured = measured or list(rows.columns)
+    columns = ["run_hash", "seed", "group", "configuration", *fields, *(measured or ["round", "client"])]
+    table = pd.concat(parts, ignore_index=True)[columns] if parts else pd.DataFrame(columns=columns)
+    return PerClientRuns(table.sort_values(["run_hash", "round", "client"]).reset_index(drop=True), without)
