@@ -1,4 +1,5 @@
-"""Result plots from MLflow: a metric per round (mean ± std over seeds) and a configuration × group heatmap.
+"""Result plots from MLflow: a metric per round (mean ± std over seeds), a configuration × group heatmap and, where
+runs kept per-client results, how accuracy spreads over clients (`fedbench.tracking.client_plots`).
 
 Runs are read back as the leaderboard reads them (`read_runs`), and a configuration and a group mean the
 same thing here as there (`group_and_configuration`). Per-round values come from
@@ -102,12 +103,32 @@ def plot_experiment(experiment: str, uri: str, out: Path, metric: str = DEFAULT_
         *save(curves_figure, out / f"curves_{name}", formats, dpi),
         *save(heatmap_figure, out / f"heatmap_{heatmap_metric.replace('/', '_')}", formats, dpi),
     ]
+    plots.files += client_figures(experiment, uri, out, group_by, formats, dpi)
     parent = latest_sweep_run(client, client.get_experiment_by_name(experiment).experiment_id)
     plots.parent_run_id = parent.info.run_id if parent is not None else None
     if log_artifacts and plots.parent_run_id is not None:
         for path in plots.files:
             client.log_artifact(plots.parent_run_id, str(path), ARTIFACT_FOLDER)
     return plots
+
+
+def client_figures(experiment: str, uri: str, out: Path, group_by: Sequence[str], formats: Sequence[str],
+                   dpi: int) -> list[Path]:
+    """The per-client figures (`fedbench.tracking.client_plots`), where the runs kept per-client results."""
+    from fedbench.tracking.client_plots import draw_client_distribution, draw_client_map
+    from fedbench.tracking.per_client import per_client_runs
+
+    table = per_client_runs(experiment, uri, group_by).table
+    if table.empty:
+        return []
+    seeds = table.groupby(["group", "configuration"])["run_hash"].nunique().max()
+    over = f"{seeds} seeds pooled" if seeds > 1 else "one seed"
+    distribution = draw_client_distribution(
+        table, f"{experiment}: each client's local test accuracy at the final round ({over}; a dot per client)")
+    clients_map = draw_client_map(
+        table, f"{experiment}: each client's local test accuracy per round" + (", mean over seeds" if seeds > 1 else ""))
+    return [*save(distribution, out / "clients_final_acc_local", formats, dpi),
+            *save(clients_map, out / "clients_by_round_acc_local", formats, dpi)]
 
 
 def heatmap_console_table(plots: Plots, title: str) -> Table:

@@ -119,7 +119,8 @@ def test_plot_cli_on_plain_runs_writes_files_and_says_there_is_no_sweep(mlflow_s
     out = capsys.readouterr().out
     assert "no sweep parent run" in out and "left out 1 run" in out and "ClientDivergedError" in out
     folder = isolated_results / "plots" / "plots_cli"
-    assert sorted(p.name for p in folder.iterdir()) == ["curves_acc_local_mean.png", "heatmap_final_acc_local_mean.png"]
+    assert sorted(p.name for p in folder.iterdir()) == ["clients_by_round_acc_local.png", "clients_final_acc_local.png",
+                                                         "curves_acc_local_mean.png", "heatmap_final_acc_local_mean.png"]
 
     plots = plot_experiment("plots_cli", uri, folder, log_artifacts=False)
     client = MlflowClient(uri)
@@ -189,3 +190,19 @@ def test_figures_name_sampled_values_as_tables_do():
     curves = pd.DataFrame({"group": "all", "configuration": names, "round": 1, "mean": 0.5, "std": 0.0, "n": 1})
     legend = [t.get_text() for t in draw_curves(curves, "t", "accuracy").legends[0].get_texts()]
     assert sorted(legend) == sorted(["fedprox mu=0.0187", "fedprox mu=0.431", "fedavg (reference)"])
+
+
+def test_the_per_client_distribution_is_each_runs_last_evaluated_round():
+    """Runs of different lengths (an early-stopped trial) each count with their own last round."""
+    import pandas as pd
+
+    from fedbench.tracking.client_plots import draw_client_distribution, draw_client_map, final_round_rows
+
+    table = pd.DataFrame({"run_hash": ["a"] * 4 + ["b"] * 2, "round": [1, 1, 2, 2, 1, 1], "client": [0, 1, 0, 1, 0, 1],
+                          "acc_local": [0.1, 0.2, 0.7, 0.9, 0.4, 0.5], "group": ["g"] * 6,
+                          "configuration": ["x"] * 4 + ["y"] * 2})
+    final = final_round_rows(table)
+    assert sorted(final["acc_local"]) == [0.4, 0.5, 0.7, 0.9]
+    figure = draw_client_distribution(table, "t")
+    assert [tick.get_text() for tick in figure.axes[0].get_xticklabels()] == ["x", "y"]
+    assert len(draw_client_map(table, "t").axes) == 3  # two panels and the colour bar
