@@ -108,3 +108,10 @@ def value_range(key: str) -> tuple[float, float]:
     loss, seconds, bytes, a count) is >= 0. A band of mean ± std drawn past these would show impossible values."""
     bare = key.removeprefix(FINAL_PREFIX).removeprefix(TOTAL_PREFIX)
     return (0.0, 1.0) if bare.startswith("acc") else (0.0, float("inf"))
+
+
+def better(key: str) -> str:
+    """`max` where a larger value of metric `key` is better (an accuracy or share), `min` for the rest (a loss,
+    seconds, bytes): the direction a figure marks the best configuration in."""
+    bare = key.removeprefix(FINAL_PREFIX).removeprefix(TOTAL_PREFIX)
+    return "max" if bare.startswith("acc") else "min"

@@ -27,8 +27,8 @@ from rich.table import Table
 
 from fedbench.core import metrics as M
 from fedbench.core.errors import ConfigError
-from fedbench.tracking.leaderboard import (failed_runs, group_and_configuration, latest_finished, read_runs, readable,
-                                           seed_stats)
+from fedbench.tracking.leaderboard import (TIE_ALPHA, failed_runs, group_and_configuration, latest_finished, read_runs,
+                                           readable, seed_stats, versus_best)
 from fedbench.tracking.sweep_runs import latest_sweep_run
 
 DEFAULT_METRIC = M.ACC_LOCAL_MEAN
@@ -97,12 +97,12 @@ def plot_experiment(experiment: str, uri: str, out: Path, metric: str = DEFAULT_
     name = metric.replace("/", "_")
     curves_figure = draw_curves(curves, f"{experiment}: {M.display_name(metric)} per round, mean ± std over seeds",
                                 M.display_name(metric), M.value_range(metric))
-    heatmap_figure = draw_heatmap(heatmap, spread, f"{experiment}: {M.display_name(heatmap_metric)}, mean ± std over seeds",
-                                  xlabel=", ".join(dict.fromkeys(g.split("=")[0] for g in heatmap.columns)))
-    plots.files = [
-        *save(curves_figure, out / f"curves_{name}", formats, dpi),
-        *save(heatmap_figure, out / f"heatmap_{heatmap_metric.replace('/', '_')}", formats, dpi),
-    ]
+    plots.files = save(curves_figure, out / f"curves_{name}", formats, dpi)
+    if len(heatmap.columns) > 1:  # one group is one column: the leaderboard says it better than a strip of colour
+        marks = versus_best(labels.assign(value=values.to_numpy()), M.better(heatmap_metric))
+        heatmap_figure = draw_heatmap(heatmap, spread, f"{experiment}: {M.display_name(heatmap_metric)}, mean ± std over seeds",
+                                      xlabel=", ".join(dict.fromkeys(g.split("=")[0] for g in heatmap.columns)), marks=marks)
+        plots.files += save(heatmap_figure, out / f"heatmap_{heatmap_metric.replace('/', '_')}", formats, dpi)
     plots.files += client_figures(experiment, uri, out, group_by, formats, dpi)
     parent = latest_sweep_run(client, client.get_experiment_by_name(experiment).experiment_id)
     plots.parent_run_id = parent.info.run_id if parent is not None else None
@@ -224,8 +224,10 @@ def draw_curves(curves: pd.DataFrame, title: str, ylabel: str, bounds: tuple[flo
     return fig
 
 
-def draw_heatmap(heatmap: pd.DataFrame, spread: pd.DataFrame, title: str, xlabel: str):
-    """Configurations (rows) × groups (columns), each cell annotated with its mean ± std over seeds."""
+def draw_heatmap(heatmap: pd.DataFrame, spread: pd.DataFrame, title: str, xlabel: str,
+                 marks: dict[tuple[str, str], str] | None = None):
+    """Configurations (rows) × groups (columns), each cell annotated with its mean ± std over seeds and, from `marks`
+    (the leaderboard's `versus_best`), ★ on each column's best and ≈ on those its seeds cannot tell from it."""
     from matplotlib.figure import Figure
 
     values = heatmap.to_numpy(dtype=float)
@@ -248,13 +250,22 @@ def draw_heatmap(heatmap: pd.DataFrame, spread: pd.DataFrame, title: str, xlabel
             text = "-" if not np.isfinite(value) else f"{value:.3f}" if abs(value) < 1000 else f"{value:.3g}"
             if np.isfinite(value) and np.isfinite(std):
                 text += f"\n± {std:.3f}" if abs(std) < 1000 else f"\n± {std:.3g}"
+            text += cell_mark((marks or {}).get((heatmap.columns[j], heatmap.index[i]), ""))
             ax.text(j, i, text, ha="center", va="center", fontsize=8,
                     color="white" if np.isfinite(value) and value <= middle else "black")
     fig.colorbar(image, ax=ax, shrink=0.8)
+    if marks:
+        xlabel += "\n" + fitted(f"★ best of its column; ≈ not distinguishable from it (Welch's t-test over seeds, "
+                                 f"p >= {TIE_ALPHA}); ? fewer than 2 seeds", fig)
     ax.set_xlabel(xlabel)
     ax.set_ylabel("configuration")
     ax.set_title(fitted(title, fig), fontsize=10)
     return fig
+
+
+def cell_mark(mark: str) -> str:
+    """A heatmap cell's suffix for its `versus_best` mark: ` ★` best, ` ≈` a tie with the best, ` ?` untested."""
+    return {"best": " ★", "≈": " ≈", "?": " ?"}.get(mark.split(" ")[0], "")
 
 
 def fitted(title: str, fig) -> str:

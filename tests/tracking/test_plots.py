@@ -119,8 +119,9 @@ def test_plot_cli_on_plain_runs_writes_files_and_says_there_is_no_sweep(mlflow_s
     out = capsys.readouterr().out
     assert "no sweep parent run" in out and "left out 1 run" in out and "ClientDivergedError" in out
     folder = isolated_results / "plots" / "plots_cli"
+    # one scenario is one heatmap column: no heatmap (issue 31), the per-client figures beside the curves
     assert sorted(p.name for p in folder.iterdir()) == ["clients_by_round_acc_local.png", "clients_final_acc_local.png",
-                                                         "curves_acc_local_mean.png", "heatmap_final_acc_local_mean.png"]
+                                                         "curves_acc_local_mean.png"]
 
     plots = plot_experiment("plots_cli", uri, folder, log_artifacts=False)
     client = MlflowClient(uri)
@@ -206,3 +207,24 @@ def test_the_per_client_distribution_is_each_runs_last_evaluated_round():
     figure = draw_client_distribution(table, "t")
     assert [tick.get_text() for tick in figure.axes[0].get_xticklabels()] == ["x", "y"]
     assert len(draw_client_map(table, "t").axes) == 3  # two panels and the colour bar
+
+
+def test_heatmap_cells_carry_the_leaderboards_marks_best_and_ties():
+    """Issue 31, item 3: the heatmap marks each column's best (★) and the configurations whose seeds cannot be told
+    from it (≈), as the leaderboard's vs_best does."""
+    import pandas as pd
+
+    from fedbench.tracking.leaderboard import versus_best
+    from fedbench.tracking.plots import draw_heatmap, heatmap_table
+
+    labels = pd.DataFrame({"run_id": range(9), "group": ["g1"] * 6 + ["g2"] * 3,
+                           "configuration": ["a", "a", "a", "b", "b", "b", "a", "a", "a"]})
+    values = pd.Series([0.90, 0.91, 0.92, 0.10, 0.12, 0.11, 0.5, 0.6, 0.55])
+    marks = versus_best(labels.assign(value=values), "max")
+    figure = draw_heatmap(heatmap_table(labels, values), heatmap_table(labels, values, "std"), "t", "group", marks)
+    cells = {t.get_text() for t in figure.axes[0].texts}
+    assert "0.910\n± 0.010 ★" in cells and "0.110\n± 0.010" in cells  # b is clearly worse: no mark
+    assert "0.550\n± 0.050 ★" in cells and "-" in cells  # g2's only configuration is its best; b did not run there
+    tied = versus_best(pd.DataFrame({"group": ["g"] * 4, "configuration": ["a", "a", "b", "b"],
+                                     "value": [0.88, 0.80, 0.87, 0.86]}), "max")
+    assert tied[("g", "b")] == "best" and tied[("g", "a")].startswith("≈")  # 0.84 ± 0.06 against 0.865 ± 0.007
