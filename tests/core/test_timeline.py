@@ -8,6 +8,7 @@ import yaml
 from tests.conftest import TINY
 
 RUN_PHASES = ["cli_entered", "task_loaded", "tracking_ready", "run_started", "dataset_loaded", "scenario_built",
+              "worker_loading", "worker_warm",  # the worker's own marks: its load began, its warm-up ended
               "workers_loaded", "job_start", "first_step", "round_end", "round_end", "run_end"]
 
 
