@@ -215,7 +215,8 @@ def _tuner(plan: SweepPlan, done: set, recorded: dict[str, float], max_concurren
                                   reuse_actors=True,  # a trial's process and client workers serve the next trial
                                   trial_name_creator=_trial_name(spec_of), trial_dirname_creator=_trial_name(spec_of))
     ranked = M.FINAL_PREFIX + (plan.metric or M.ACC_LOCAL_MEAN).removeprefix(M.FINAL_PREFIX)
-    progress = SweepProgress(total, ranked, plan.mode, lambda config: spec_of(config).label, console)
+    progress = SweepProgress(total, ranked, plan.mode, lambda config: spec_of(config).label, console,
+                             rounds=lambda config: spec_of(config).rounds)
     # Tune's own console reporter would print its trial table and a TensorBoard hint (TensorBoard is not a
     # dependency); the lines of SweepProgress say what a user needs, one per ended trial
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")

@@ -12,14 +12,15 @@ from fedbench.tuning.trial import EVENT
 
 
 def trial(name: str, status: str = "RUNNING"):
-    return SimpleNamespace(config={"name": name}, status=status)
+    return SimpleNamespace(config={"name": name, "rounds": 4}, status=status, trial_id=name)
 
 
 def test_a_line_per_ended_trial_with_counts_best_and_eta():
     out = io.StringIO()
-    progress = SweepProgress(4, "final/acc_local_mean", "max", lambda config: config["name"], Console(file=out, width=300))
+    progress = SweepProgress(4, "final/acc_local_mean", "max", lambda config: config["name"], Console(file=out, width=300),
+                             rounds=lambda config: config["rounds"], status_every_s=3600)
     a, b, c, d = trial("a"), trial("b"), trial("c", "PENDING"), trial("d", "PENDING")
-    progress.on_trial_result(1, [a, b, c, d], a, {EVENT: "round", "acc_local_mean": 0.1})  # a round: no line
+    progress.on_trial_result(1, [a, b, c, d], a, {EVENT: "round", "round": 1, "acc_local_mean": 0.1})  # a round: no line
     assert out.getvalue() == ""
     progress.on_trial_result(2, [a, b, c, d], a, {EVENT: "end", "status": "FINISHED", "final/acc_local_mean": 0.8})
     a.status = "TERMINATED"
@@ -35,3 +36,24 @@ def test_a_line_per_ended_trial_with_counts_best_and_eta():
 
 def test_clock():
     assert clock(3725.2) == "1:02:05" and clock(float("nan")) == "-"
+
+
+def test_a_status_line_says_each_running_trials_round_and_the_eta_counts_rounds(monkeypatch):
+    """Issue 31, item 4: during long trials the sweep says where each one is, and the ETA comes from rounds."""
+    import fedbench.tuning.progress as progress_module
+
+    now = [0.0]
+    monkeypatch.setattr(progress_module.time, "monotonic", lambda: now[0])
+    out = io.StringIO()
+    progress = SweepProgress(3, "final/acc_local_mean", "max", lambda config: config["name"], Console(file=out, width=300),
+                             rounds=lambda config: 20, status_every_s=30)
+    a, b, c = trial("fedprox-s0"), trial("fedavg-s1"), trial("local-s0", "PENDING")
+    for round in range(1, 8):  # a runs 7 rounds, b 3, in 60 s: 10 rounds, 6 s a round
+        now[0] = round * 60 / 7
+        progress.on_trial_result(round, [a, b, c], a, {EVENT: "round", "round": round})
+        if round <= 3:
+            progress.on_trial_result(round, [a, b, c], b, {EVENT: "round", "round": round})
+    [line] = out.getvalue().splitlines()  # one line in 60 s, after the first 30
+    assert "running: fedprox-s0 round" in line and "fedavg-s1 round 3/20" in line
+    now[0] = 60.0
+    assert progress._eta(60.0) == (13 + 17 + 20) * 6.0  # rounds left in a and b, and all of c's, at 6 s a round
