@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 
 
 def run(task_or_spec: TaskLike | RunSpec, *, overrides: Sequence[str] = (), backend: str | None = None,
-        track: bool = True, rerun: bool = False, console: Console | None = None,
+        track: bool = True, rerun: bool = False, console: Console | None = None, checkpoint_every: int | None = None,
         **fields: Any) -> list[RunResult] | RunResult:
     """Run every RunSpec of a task one after another, as `fedbench run` does.
 
@@ -58,7 +58,10 @@ def run(task_or_spec: TaskLike | RunSpec, *, overrides: Sequence[str] = (), back
         overrides: `key.path=value` texts, as `fedbench run --set` takes them.
         backend: `serial` or `ray` (`resources.backend`); None keeps the task's.
         track: False runs without recording to MLflow (and so skips nothing).
-        rerun: run the finished runs again too (`--rerun`); a single RunSpec always runs.
+        rerun: run the finished runs again too (`--rerun`), every run from round 1; a single RunSpec always runs.
+        checkpoint_every: rounds between two checkpoints of a run, under `results/checkpoints/<task>/<run hash>/`
+            (the last 2 kept, removed when the run ends); a run killed before (Ctrl-C, a dead machine) goes on from
+            its last one, with the numbers an uninterrupted run has. 0: no checkpoints; None: every 5 rounds.
         console: where the progress, the result lines and what was skipped go; None: a new rich Console.
         **fields: overrides as keyword arguments, `__` for the dots: `optimizer__lr=0.01`, `seeds=[0, 1]`.
 
@@ -85,6 +88,7 @@ def run(task_or_spec: TaskLike | RunSpec, *, overrides: Sequence[str] = (), back
         specs = [with_overrides(task_or_spec, [*overrides, *keyword_overrides(fields), *backend_override(backend)])]
     else:
         specs = plan_run(task_or_spec, overrides=overrides, backend=backend, **fields).expand()
+    folders = checkpoint_folders(checkpoint_every, track, fresh=rerun)
     callbacks = run_callbacks(len(specs), console, track)  # checks the tracking server before the store is read
     if track and not rerun and not single:
         specs = unfinished(specs, console)
@@ -94,8 +98,29 @@ def run(task_or_spec: TaskLike | RunSpec, *, overrides: Sequence[str] = (), back
     backends = ", ".join(sorted({s.resources.backend for s in specs}))
     console.print(f"task [bold]{specs[0].task}[/]: {len(specs)} runs, backend {backends}, "
                   f"tracking {tracking_uri() if track else 'off'}")
-    results = run_specs(specs, callbacks)
+    results = run_specs(specs, callbacks, folders)
     return results[0] if single else results
+
+
+def checkpoint_folders(every: int | None, track: bool, fresh: bool):
+    """spec -> its checkpoint folder under `results/checkpoints/` (None without checkpoints); `fresh` forgets the
+    checkpoints a killed run left, so it starts from round 1."""
+    from fedbench.runtime.checkpoint import CHECKPOINT_EVERY, CheckpointFolder
+    from fedbench.tracking.paths import results_path
+
+    every = CHECKPOINT_EVERY if every is None else every
+    if isinstance(every, bool) or not isinstance(every, int) or every < 0:
+        raise ConfigError("--checkpoint-every", every, "a whole number of rounds >= 0 (0: no checkpoints)")
+
+    def folder(spec: RunSpec) -> CheckpointFolder | None:
+        if not every or not track:  # an untracked run's result goes nowhere a resumed run could continue
+            return None
+        checkpoints = CheckpointFolder(results_path("checkpoints", spec.task, spec.run_hash), every=every)
+        if fresh:
+            checkpoints.clear()
+        return checkpoints
+
+    return folder
 
 
 def plan_run(task: TaskLike, *, overrides: Sequence[str] = (), backend: str | None = None, **fields: Any) -> TaskSpec:

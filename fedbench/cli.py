@@ -40,7 +40,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         print_dry_run(task.name, task.expand(), args.all, "runs")
         return 0
     results = api.run(args.task, overrides=task_overrides(args), backend=args.backend, rerun=args.rerun,
-                      console=console)
+                      console=console, checkpoint_every=args.checkpoint_every)
     if not results:  # every run had finished before: the API said so
         return 0
     return 1 if print_results(results) else 0
@@ -299,6 +299,9 @@ def add_run_parser(sub) -> None:
     add_all_option(run)
     run.add_argument("--rerun", action="store_true",
                      help="run again the runs already finished in the tracking store (default: skip them)")
+    run.add_argument("--checkpoint-every", type=int, default=None, metavar="N",
+                     help="rounds between a run's checkpoints (default 5; 0: none); a run killed before goes on from "
+                          "its last one")
     run.set_defaults(func=cmd_run)
 
 

@@ -9,6 +9,9 @@ from fedbench.core.runspec import RunSpec
 
 RoundRecord = dict[str, float]
 
+RESUMED_TAG = "fedbench.resumed_from_round"
+"""The tag of a run that went on from a checkpoint (`fedbench.runtime.checkpoint`): the round it was written after."""
+
 
 @dataclass
 class RunResult:

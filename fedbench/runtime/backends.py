@@ -7,7 +7,7 @@ into the store and return results in client-id order (so aggregation sums in the
 
 from __future__ import annotations
 
-from typing import Iterator, Mapping
+from typing import Any, Iterator, Mapping
 
 from fedbench.core.errors import ConfigError
 from fedbench.core.runspec import ResourceSpec, RunSpec
@@ -39,6 +39,10 @@ class SerialBackend:
                 result, new_state = result
                 store.put(cid, new_state)
             yield result
+
+    def client_states(self, store: StateStore) -> dict[int, Any]:
+        """Every client's state itself (a checkpoint's)."""
+        return dict(store.items())
 
     def worker_pids(self) -> list[int]:
         return [self.worker.pid()]

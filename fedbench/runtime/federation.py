@@ -22,13 +22,14 @@ from fedbench.algorithms import make_algorithm
 from fedbench.algorithms.capabilities import PeerRelay, RoundReport, StreamedAggregation
 from fedbench.core import metrics as M
 from fedbench.core import timeline
-from fedbench.core.callbacks import Callback, RunResult
+from fedbench.core.callbacks import RESUMED_TAG, Callback, RunResult
 from fedbench.core.errors import ResultsUnwritableError
 from fedbench.core.runspec import RunSpec
 from fedbench.core.types import Payload, derive_seed
 from fedbench.data import load_dataset
 from fedbench.runtime.backends import make_backend
 from fedbench.runtime.byte_meter import ByteMeter
+from fedbench.runtime.checkpoint import CheckpointFolder, RunCheckpoint
 from fedbench.runtime.failures import failure_reason, failure_traceback
 from fedbench.runtime.gpu_sharing import SharedGpuCheck
 from fedbench.runtime.placement import placement_tags
@@ -44,7 +45,7 @@ class Federation:
     """Runs one RunSpec on the serial or the ray backend and reports to callbacks."""
 
     def __init__(self, spec: RunSpec, callbacks: Sequence[Callback] = (), backend: str | None = None, pool=None,
-                 gpu_check: SharedGpuCheck | None = None):
+                 gpu_check: SharedGpuCheck | None = None, checkpoints: CheckpointFolder | None = None):
         """Args:
             spec: the run.
             callbacks: called at run start, after every round and at run end.
@@ -52,12 +53,17 @@ class Federation:
             pool: a `RayWorkerPool` shared with other runs (ray backend); None starts one for this run.
             gpu_check: told where the workers train once they have started, before the first round, to warn of
                 workers sharing a GPU without MPS (a command's runs share one, so it warns once).
+            checkpoints: where the run writes a checkpoint every few rounds and, when it finds one of this run
+                there (it was killed), goes on from it; None: neither.
         """
         self.spec = spec
         self.callbacks = list(callbacks)
         self.backend_name = backend or spec.resources.backend
         self.pool = pool
         self.gpu_check = gpu_check
+        self.checkpoints = checkpoints
+        self.resumed_from = 0
+        """The round of the checkpoint this run went on from (0: it started at round 1)."""
         self.worker_pids: list[int] = []
         self.state = None
         """The server state after the last round run (the algorithm's `State`)."""
@@ -87,7 +93,8 @@ class Federation:
             placement = placement_tags(backend.worker_places(), self.spec.scenario.num_clients)
             if self.gpu_check is not None:
                 self.gpu_check.add(backend.worker_places())
-            self._loop(algorithm, backend, scenario, history, time.perf_counter() - startup)
+            state, first = self._resume(algorithm, history)
+            self._loop(algorithm, backend, scenario, history, time.perf_counter() - startup, state, first)
             final = summarize(history, time.perf_counter() - start)
             reason = meaningless(final)
             result = RunResult(self.spec, "FAILED" if reason else "FINISHED", history, final, reason)
@@ -100,21 +107,45 @@ class Federation:
         finally:
             if backend is not None:
                 backend.close()
+        if self.checkpoints is not None:  # it ended, finished or failed, and its result is recorded below
+            self.checkpoints.clear()
         result.tags.update(placement)
+        if self.resumed_from:
+            result.tags[RESUMED_TAG] = str(self.resumed_from)
         result.per_client = self.per_client.table()
         for cb in self.callbacks:
             cb.on_run_end(result)
         timeline.mark("run_end")
         return result
 
-    def _loop(self, algorithm, backend, scenario, history: list[dict[str, float]], startup_s: float) -> None:
-        """The rounds; `startup_s` (workers started, loaded and warmed up) is reported with round 1."""
+    def _resume(self, algorithm, history: list[dict[str, float]]) -> tuple[object, int]:
+        """The server state to start from and the first round to run: the algorithm's initial state and round 1, or,
+        where a checkpoint of this run exists, its state, its clients' states, records and rows, and the round after
+        it. The callbacks get the records of the rounds before, so a run's recorded curves are whole."""
+        checkpoint = self.checkpoints.latest(self.spec.run_hash) if self.checkpoints is not None else None
+        if checkpoint is None:
+            return algorithm.init_state(), 1
+        for client_id, state in checkpoint.clients.items():
+            self.store.put(client_id, state)
+        history.extend(checkpoint.history)
+        self.per_client = PerClientRecorder.from_table(checkpoint.per_client)
+        for record in checkpoint.history:
+            for cb in self.callbacks:
+                cb.on_round_end(self.spec, record)
+        self.resumed_from = checkpoint.round
+        timeline.mark("resumed", round=checkpoint.round)
+        return checkpoint.server, checkpoint.round + 1
+
+    def _loop(self, algorithm, backend, scenario, history: list[dict[str, float]], startup_s: float, state,
+              first: int) -> None:
+        """Rounds `first`..R from server state `state`; `startup_s` (workers started, loaded and warmed up) is
+        reported with the first of them."""
         spec = self.spec
         clients = list(range(spec.scenario.num_clients))
         store, meter = self.store, ByteMeter()
         evaluation = Evaluation(spec, algorithm, backend, scenario, store, meter)
-        state = self.state = algorithm.init_state()
-        for round in range(1, spec.rounds + 1):
+        self.state = state
+        for round in range(first, spec.rounds + 1):
             round_start = time.perf_counter()
             sampled = self._sample(round, algorithm.config.clients_per_round(spec.scenario.num_clients))
             payloads = algorithm.configure(round, state, sampled)
@@ -122,7 +153,7 @@ class Federation:
             state, results, aggregate_s = self._fit(algorithm, backend, scenario, round, state, payloads, store, meter)
             self.state = state
             record = {M.ROUND: float(round), M.TIME_AGGREGATE_S: aggregate_s,
-                      M.TIME_STARTUP_S: startup_s if round == 1 else 0.0}
+                      M.TIME_STARTUP_S: startup_s if round == first else 0.0}
             record.update(training_metrics(results))
             if isinstance(algorithm, RoundReport):
                 record.update(algorithm.round_metrics(state))
@@ -137,6 +168,9 @@ class Federation:
             record.update(meter.take_round())
             record[M.TIME_ROUND_S] = time.perf_counter() - round_start
             history.append(record)
+            if self.checkpoints is not None and self.checkpoints.due(round, spec.rounds):  # before the callbacks,
+                self.checkpoints.save(RunCheckpoint(spec.run_hash, round, state, backend.client_states(store),
+                                                    list(history), self.per_client.table()))  # which may ship it
             stop = [cb.on_round_end(spec, record) for cb in self.callbacks]
             timeline.mark("round_end")
             if any(stop):

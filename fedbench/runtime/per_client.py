@@ -39,6 +39,14 @@ class PerClientRecorder:
             for name, value in row.items():
                 self._columns[name].append(value)
 
+    @classmethod
+    def from_table(cls, table: PerClientTable) -> "PerClientRecorder":
+        """A recorder holding `table`'s rows (a resumed run's, from its checkpoint)."""
+        recorder = cls()
+        for name in COLUMNS:
+            recorder._columns[name] = list(table.get(name, ()))
+        return recorder
+
     def table(self) -> PerClientTable:
         return {name: np.asarray(values, dtype=COLUMNS[name]) for name, values in self._columns.items()}
 

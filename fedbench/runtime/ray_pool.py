@@ -18,7 +18,7 @@ import collections
 import logging
 import os
 import secrets
-from typing import Iterator, Mapping
+from typing import Any, Iterator, Mapping
 
 import ray
 
@@ -306,6 +306,14 @@ class RayBackend:
         if job.test_time:
             return [len(t.view.test) for t in self.scenario.test_clients]
         return self.scenario.train_sizes(round)
+
+    def client_states(self, store: StateStore) -> dict[int, Any]:
+        """Every client's state itself, fetched from the object store (a checkpoint's); a state a resumed run put
+        back as a value is one already."""
+        items = store.items()
+        refs = [state for _, state in items if isinstance(state, ray.ObjectRef)]
+        fetched = iter(ray.get(refs))
+        return {cid: next(fetched) if isinstance(state, ray.ObjectRef) else state for cid, state in items}
 
     def worker_pids(self) -> list[int]:
         return ray.get([w.pid.remote() for w in self.workers])

@@ -15,12 +15,15 @@ from fedbench.core import timeline
 from fedbench.core.callbacks import Callback, RunResult
 from fedbench.core.runspec import RunSpec
 from fedbench.runtime.backends import check_serial_fits
+from fedbench.runtime.checkpoint import CheckpointFolder
 from fedbench.runtime.federation import Federation
 from fedbench.runtime.gpu_sharing import SharedGpuCheck
 
 
-def run_specs(specs: Sequence[RunSpec], callbacks: Callable[[int, RunSpec], Sequence[Callback]]) -> list[RunResult]:
-    """Run `specs` in order, the i-th (from 1) with the callbacks `callbacks(i, spec)` makes for it; a failed
+def run_specs(specs: Sequence[RunSpec], callbacks: Callable[[int, RunSpec], Sequence[Callback]],
+              checkpoints: Callable[[RunSpec], CheckpointFolder | None] = lambda spec: None) -> list[RunResult]:
+    """Run `specs` in order, the i-th (from 1) with the callbacks `callbacks(i, spec)` makes for it and the checkpoint
+    folder `checkpoints(spec)` gives it (a run killed before goes on from its last checkpoint there); a failed
     run is reported in its result and the others go on."""
     ray_started_here, pools = False, None
     results, gpu_check = [], SharedGpuCheck()
@@ -44,7 +47,8 @@ def run_specs(specs: Sequence[RunSpec], callbacks: Callable[[int, RunSpec], Sequ
             pool = None
             if spec.resources.backend == "ray":
                 pool = pools.for_run(spec, max(s.scenario.num_clients for s in specs))
-            result = Federation(spec, callbacks(i, spec), pool=pool, gpu_check=gpu_check).run()
+            result = Federation(spec, callbacks(i, spec), pool=pool, gpu_check=gpu_check,
+                                checkpoints=checkpoints(spec)).run()
             results.append(result)
             if pool is not None:
                 pools.after(result.status)

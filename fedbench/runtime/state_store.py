@@ -23,5 +23,9 @@ class StateStore:
     def put(self, client_id: int, state: Any) -> None:
         self._states[client_id] = state
 
+    def items(self) -> list[tuple[int, Any]]:
+        """(client id, state or reference) for every client that has a state, in client-id order."""
+        return sorted(self._states.items())
+
     def __len__(self) -> int:
         return len(self._states)

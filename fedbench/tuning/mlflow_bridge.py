@@ -14,7 +14,7 @@ from ray import tune
 from ray.tune.result import AUTO_RESULT_KEYS
 
 from fedbench.core import metrics as M
-from fedbench.core.callbacks import RunResult
+from fedbench.core.callbacks import RESUMED_TAG, RunResult
 from fedbench.core.runspec import RunSpec
 from fedbench.runtime import per_client
 from fedbench.runtime.gpu_sharing import SharedGpuCheck
@@ -62,9 +62,9 @@ class MlflowBridge(tune.Callback):
         elif result.get(EVENT) == "end":
             final = {k: v for k, v in metrics.items() if k.startswith((M.FINAL_PREFIX, M.TOTAL_PREFIX))}
             callback.set_tags({k: str(v) for k, v in result.items() if k.startswith("trial.")})
-            places = {k: str(v) for k, v in result.items() if k.startswith(PLACEMENT_TAG_PREFIXES)}
-            self.gpu_check.add(places_from_tags(places))
-            outcome = RunResult(spec, result["status"], history, final, result.get("reason", ""), result.get("traceback", ""), places,
+            run_tags = {k: str(v) for k, v in result.items() if k.startswith(PLACEMENT_TAG_PREFIXES) or k == RESUMED_TAG}
+            self.gpu_check.add(places_from_tags(run_tags))
+            outcome = RunResult(spec, result["status"], history, final, result.get("reason", ""), result.get("traceback", ""), run_tags,
                                 per_client.decode(result[PER_CLIENT]) if result.get(PER_CLIENT) else {})
             self._finish(trial.trial_id, outcome)
 

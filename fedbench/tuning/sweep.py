@@ -178,6 +178,7 @@ def _tuner(plan: SweepPlan, done: set, recorded: dict[str, float], max_concurren
     from ray.tune.search import ConcurrencyLimiter
     from rich.console import Console
 
+    from fedbench.runtime.checkpoint import CHECKPOINTS_KEPT
     from fedbench.tuning.progress import SweepProgress
     from fedbench.tuning.resources import placement
     from fedbench.tuning.seed_averaged_search import SeedAveragedSearch
@@ -221,7 +222,8 @@ def _tuner(plan: SweepPlan, done: set, recorded: dict[str, float], max_concurren
     # dependency); the lines of SweepProgress say what a user needs, one per ended trial
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
     run_config = tune.RunConfig(name=folder, storage_path=storage, callbacks=[bridge, progress], verbose=0,
-                                failure_config=tune.FailureConfig(max_failures=max_failures))
+                                failure_config=tune.FailureConfig(max_failures=max_failures),
+                                checkpoint_config=tune.CheckpointConfig(num_to_keep=CHECKPOINTS_KEPT))
     tuner = tune.Tuner(trainable, param_space=param_space, tune_config=tune_config, run_config=run_config)
     return tuner, ending
 

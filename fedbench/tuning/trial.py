@@ -6,14 +6,17 @@ then never sees concurrent writers).
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Callable
 
 from ray import tune
 
+from fedbench.core import metrics as M
 from fedbench.core import timeline
 from fedbench.core.callbacks import Callback, RoundRecord, RunResult
 from fedbench.core.runspec import RunSpec
 from fedbench.runtime import per_client
+from fedbench.runtime.checkpoint import CheckpointFolder
 
 EVENT = "fedbench_event"
 """Key telling a round report ("round") from the run's final report ("end")."""
@@ -25,15 +28,20 @@ class TuneReporter(Callback):
     """Every round's record to `tune.report` (so ASHA can stop poor trials), then the run's outcome.
 
     Args:
+        checkpoints: the run's checkpoint folder (one file at a time: Tune copies the folder it is given).
         tags: strings about where the trial ran (placement groups, node), sent with the final report; asked
             for only then, so the trial does not wait for its client workers to start before it builds its run.
     """
 
-    def __init__(self, tags: Callable[[], dict[str, str]]):
-        self.tags = tags
+    def __init__(self, tags: Callable[[], dict[str, str]], checkpoints: CheckpointFolder | None = None):
+        self.tags, self.checkpoints = tags, checkpoints
 
     def on_round_end(self, spec: RunSpec, record: RoundRecord) -> None:
-        tune.report({**record, EVENT: "round"})
+        """The round's record, with the run's checkpoint when one was written after this round: Tune keeps it
+        (`CheckpointConfig`) and hands it back to the trial if its process dies and Tune starts it again."""
+        written = self.checkpoints.written(int(record[M.ROUND])) if self.checkpoints is not None else None
+        checkpoint = tune.Checkpoint.from_directory(str(written.parent)) if written is not None else None
+        tune.report({**record, EVENT: "round"}, checkpoint=checkpoint)
 
     def on_run_end(self, result: RunResult) -> None:
         last = result.history[-1] if result.history else {}
@@ -72,5 +80,11 @@ def run_trial(config: dict[str, Any], spec_of: Callable[[dict[str, Any]], RunSpe
             "trial.worker_placement_groups": workers,
         }
 
-    result = Federation(spec, callbacks=[TuneReporter(tags)], pool=pool).run()
+    # in the trial's own folder (Tune's working directory for it), one checkpoint at a time: Tune keeps its copies
+    checkpoints = CheckpointFolder(Path.cwd() / "fedbench-checkpoints", keep=1)
+    restored = tune.get_checkpoint()  # the last one this trial reported, when its process died and Tune restarted it
+    if restored is not None:
+        with restored.as_directory() as folder:
+            checkpoints.adopt(Path(folder))
+    result = Federation(spec, callbacks=[TuneReporter(tags, checkpoints)], pool=pool, checkpoints=checkpoints).run()
     _pools.after(result.status)  # a worker may be what failed: the next trial starts fresh ones

@@ -10,7 +10,9 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from fedbench.config import load_task
+from fedbench.core.callbacks import RESUMED_TAG
 from fedbench.runtime import Federation
+from fedbench.runtime.checkpoint import CHECKPOINT_EVERY
 from fedbench.tracking.leaderboard import build_leaderboard, read_runs
 from fedbench.tracking.sweep_runs import SweepRuns
 from fedbench.tracking.tags import RETRIED_TAG, TRIAL_KEY_TAG
@@ -35,23 +37,25 @@ def ray_processes(title: str) -> list[psutil.Process]:
     return found
 
 
-def running_trial(client: MlflowClient, experiment: str, not_key: str | None = None) -> str | None:
-    """The trial key of a RUNNING child run that has logged a round (other than trial `not_key`), if any."""
+def running_trial(client: MlflowClient, experiment: str, not_key: str | None = None, past_round: int = 0) -> str | None:
+    """The trial key of a RUNNING child run that has logged a round past `past_round` (other than trial `not_key`)."""
     exp = client.get_experiment_by_name(experiment)
     for run in client.search_runs([exp.experiment_id], "attributes.status = 'RUNNING'") if exp else []:
         key = run.data.tags.get(TRIAL_KEY_TAG)
-        if run.data.metrics and key is not None and key != not_key:
+        if run.data.metrics and key is not None and key != not_key and (
+                not past_round or len(client.get_metric_history(run.info.run_id, "train_loss_mean")) > past_round):
             return key
     return None
 
 
 def kill_a_trial_then_a_client_worker(client: MlflowClient, experiment: str, killed: dict) -> None:
-    """One trial at a time runs (max_concurrent=1). Once the first has logged a round, SIGKILL its process (the
-    trial dies with a partial run); once the other has, SIGKILL one of its two client workers."""
+    """One trial at a time runs (max_concurrent=1). Once the first is past its round-5 checkpoint, SIGKILL its
+    process (the trial dies with a partial run); once the other has logged a round, SIGKILL one of its two client
+    workers."""
     deadline = time.monotonic() + 300
-    for title in (TRIAL_PROCESS, CLIENT_WORKER):
+    for title, past_round in ((TRIAL_PROCESS, CHECKPOINT_EVERY), (CLIENT_WORKER, 0)):
         while time.monotonic() < deadline:
-            key = running_trial(client, experiment, not_key=killed.get(TRIAL_PROCESS, (None,))[0])
+            key = running_trial(client, experiment, not_key=killed.get(TRIAL_PROCESS, (None,))[0], past_round=past_round)
             if key is not None and (victims := ray_processes(title)):
                 victims[0].kill()
                 killed[title] = (key, victims[0].pid)
@@ -62,7 +66,7 @@ def kill_a_trial_then_a_client_worker(client: MlflowClient, experiment: str, kil
 def test_a_killed_trial_is_retried_once_and_recorded_once_and_a_killed_worker_replaced_in_its_trial(tmp_path, mlflow_store, ray_session):
     uri = f"sqlite:///{mlflow_store}"
     # rounds enough that a trial is still running when the killer (polling MLflow) sees its first round
-    task = load_task(write_task(tmp_path, name="sweep_faults", rounds=12, grid={"scenario.alpha": [0.3, 3.0]},
+    task = load_task(write_task(tmp_path, name="sweep_faults", rounds=20, grid={"scenario.alpha": [0.3, 3.0]},
                                 resources={"client_cpus": 0.5, "num_workers": 2}))
     plan = make_plan(task)
     killed: dict[str, tuple[str, int]] = {}
@@ -88,6 +92,10 @@ def test_a_killed_trial_is_retried_once_and_recorded_once_and_a_killed_worker_re
     assert board.table["n"].sum() == 2 and len(board.failed) == 0  # the retried attempt is neither ranked nor failed
 
     assert attempt.data.tags[TRIAL_KEY_TAG] == killed[TRIAL_PROCESS][0]
+    restarted = next(c for c in finished if c.data.tags[TRIAL_KEY_TAG] == killed[TRIAL_PROCESS][0])
+    # Tune handed the restarted trial its last checkpoint (issue 31, item 2): it went on from there, not round 1
+    assert int(restarted.data.tags[RESUMED_TAG]) >= CHECKPOINT_EVERY
+    assert len(client.get_metric_history(restarted.info.run_id, "acc_local_mean")) == 20  # every round recorded
     for run in finished:  # the restarted trial, and the one whose client worker was replaced, as if undisturbed
         spec = next(s for s in plan.specs if s.run_hash == run.data.tags[TRIAL_KEY_TAG])
         undisturbed = Federation(spec, backend="serial").run()  # the ray backend's numbers too (test_ray_backend)

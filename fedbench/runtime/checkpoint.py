@@ -1,0 +1,94 @@
+"""Checkpoints inside a run, so that a run killed in round 18 of 20 goes on from its last checkpoint, not round 1.
+
+After every `every`-th round a run writes what its next round starts from: the round reached, the server state,
+every client's state, the round records so far and the per-client rows (`fedbench.core.state_codec`: arrays and
+the tree as JSON, no pickled code). No random generator position needs keeping: every draw of a run is seeded
+by (run seed, round, client, purpose) (`fedbench.core.types.derive_seed`), so the round is the position, and a
+resumed run ends with the numbers of an uninterrupted one (tests/runtime/test_checkpoint.py kills runs to check).
+A folder keeps the last `keep` checkpoints (a kill while one is being written leaves the one before), written
+under a temporary name and renamed, so a checkpoint on disk is always whole; the folder goes once the run ends.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fedbench.core.state_codec import dumps, loads
+
+CHECKPOINT_EVERY = 5
+"""Rounds between two checkpoints of a run by default (`fedbench run --checkpoint-every`)."""
+CHECKPOINTS_KEPT = 2
+"""Checkpoints a run keeps: the newest, and the one before in case the newest was cut short."""
+
+
+@dataclass
+class RunCheckpoint:
+    """What a run's next round starts from."""
+
+    run_hash: str
+    round: int
+    """The last round run."""
+    server: Any
+    """The algorithm's server `State` after that round."""
+    clients: dict[int, Any]
+    """Each client's `ClientState` (clients that never ran a job have none)."""
+    history: list[dict[str, float]]
+    """The round records of rounds 1..round, as the callbacks got them."""
+    per_client: dict[str, Any] = field(default_factory=dict)
+    """The per-client rows so far (`fedbench.runtime.per_client`)."""
+
+
+class CheckpointFolder:
+    """One run's checkpoints, `round-0005.npz`, ..., in `folder`; written every `every` rounds, the last `keep` kept."""
+
+    def __init__(self, folder: Path, every: int = CHECKPOINT_EVERY, keep: int = CHECKPOINTS_KEPT):
+        if every < 1 or keep < 1:
+            raise ValueError(f"checkpoints every {every} rounds, {keep} kept: both must be at least 1")
+        self.folder, self.every, self.keep = Path(folder), every, keep
+
+    def due(self, round: int, last_round: int) -> bool:
+        """Whether `round` ends with a checkpoint (never the last: the run's result is recorded then)."""
+        return round % self.every == 0 and round < last_round
+
+    def save(self, checkpoint: RunCheckpoint) -> Path:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        path = self.folder / f"round-{checkpoint.round:04d}.npz"
+        partial = path.with_name(path.name + ".partial")
+        partial.write_bytes(dumps(checkpoint))
+        os.replace(partial, path)
+        for old in self._written()[:-self.keep]:
+            old.unlink(missing_ok=True)
+        return path
+
+    def written(self, round: int) -> Path | None:
+        """The checkpoint file written after `round`, None when there is none."""
+        path = self.folder / f"round-{round:04d}.npz"
+        return path if path.is_file() else None
+
+    def adopt(self, folder: Path) -> None:
+        """Take the checkpoint files of another folder (a Tune trial's, restored after its process died)."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        for path in Path(folder).glob("round-*.npz"):
+            shutil.copy2(path, self.folder / path.name)
+
+    def latest(self, run_hash: str) -> RunCheckpoint | None:
+        """The newest whole checkpoint of run `run_hash` here, None when there is none."""
+        for path in reversed(self._written()):
+            try:
+                checkpoint = loads(path.read_bytes())
+            except (OSError, ValueError, KeyError):  # cut short some other way than by our rename: the one before
+                continue
+            if isinstance(checkpoint, RunCheckpoint) and checkpoint.run_hash == run_hash:
+                return checkpoint
+        return None
+
+    def clear(self) -> None:
+        """Forget the run's checkpoints (it ended: its result is recorded)."""
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+    def _written(self) -> list[Path]:
+        return sorted(self.folder.glob("round-*.npz")) if self.folder.is_dir() else []
