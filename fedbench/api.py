@@ -80,7 +80,7 @@ def run(task_or_spec: TaskLike | RunSpec, *, overrides: Sequence[str] = (), back
     from fedbench.core.runspec import RunSpec
     from fedbench.runtime.session import run_specs
     from fedbench.tracking.paths import tracking_uri
-    from fedbench.tracking.run_callbacks import run_callbacks
+    from fedbench.tracking.run_callbacks import check_tracking, run_callbacks
 
     console = console or Console()
     single = isinstance(task_or_spec, RunSpec)
@@ -89,11 +89,12 @@ def run(task_or_spec: TaskLike | RunSpec, *, overrides: Sequence[str] = (), back
     else:
         specs = plan_run(task_or_spec, overrides=overrides, backend=backend, **fields).expand()
     folders = checkpoint_folders(checkpoint_every, track, fresh=rerun)
-    callbacks = run_callbacks(len(specs), console, track)  # checks the tracking server before the store is read
+    check_tracking(track)  # before the store is read
     if track and not rerun and not single:
         specs = unfinished(specs, console)
         if not specs:
             return []
+    callbacks = run_callbacks(len(specs), console, track)
     timeline.mark("tracking_ready")
     backends = ", ".join(sorted({s.resources.backend for s in specs}))
     console.print(f"task [bold]{specs[0].task}[/]: {len(specs)} runs, backend {backends}, "

@@ -39,8 +39,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         task = api.plan_run(args.task, overrides=task_overrides(args), backend=args.backend)
         print_dry_run(task.name, task.expand(), args.all, "runs")
         return 0
-    results = api.run(args.task, overrides=task_overrides(args), backend=args.backend, rerun=args.rerun,
-                      console=console, checkpoint_every=args.checkpoint_every)
+    try:
+        results = api.run(args.task, overrides=task_overrides(args), backend=args.backend, rerun=args.rerun,
+                          console=console, checkpoint_every=args.checkpoint_every)
+    except KeyboardInterrupt:
+        console.print("\ninterrupted: the finished runs are recorded; run the same command again to run the rest "
+                      "(a run that had written a checkpoint goes on from it)")
+        return 130
     if not results:  # every run had finished before: the API said so
         return 0
     return 1 if print_results(results) else 0

@@ -172,7 +172,9 @@ def test_run_skips_runs_already_finished_unless_rerun_and_has_a_dry_run(tmp_path
     capsys.readouterr()
     path.write_text(yaml.safe_dump({**task, "grid": {"optimizer.lr": [0.05, 0.2]}}))
     assert main(["run", str(path)]) == 0  # one done, one new
-    assert "skipping 1 of 2 runs already finished" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "skipping 1 of 2 runs already finished" in out
+    assert "[1/1] fedavg-l0.2-s0" in out  # counted among the runs that run, not the task's
     assert len(client.search_runs([experiment])) == 3
     assert main(["run", str(path), "--rerun"]) == 0
     assert len(client.search_runs([experiment])) == 5

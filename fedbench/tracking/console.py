@@ -14,7 +14,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from fedbench.core import metrics as M
-from fedbench.core.callbacks import Callback, RoundRecord, RunResult
+from fedbench.core.callbacks import RESUMED_TAG, Callback, RoundRecord, RunResult
 from fedbench.core.runspec import RunSpec, changed_params
 
 
@@ -64,7 +64,8 @@ class ResultLine(Callback):
     def on_run_end(self, result: RunResult) -> None:
         acc = result.final.get(M.FINAL_PREFIX + M.ACC_LOCAL_MEAN, float("nan"))
         status = "[green]ok" if result.status == "FINISHED" else f"[red]FAILED: {escape(result.reason)}"
-        self.console.print(f"{self.position}{result.spec.label}: {M.ACC_LOCAL_MEAN}={acc:.4f} {status}")
+        resumed = f" (went on from its round-{result.tags[RESUMED_TAG]} checkpoint)" if RESUMED_TAG in result.tags else ""
+        self.console.print(f"{self.position}{result.spec.label}: {M.ACC_LOCAL_MEAN}={acc:.4f} {status}[/]{resumed}")
 
 
 DRY_RUN_ROWS = 60

@@ -12,8 +12,8 @@ from fedbench.tracking.console import ProgressCallback, ResultLine
 from fedbench.tracking.paths import check_results_writable, check_tracking_uri, tracking_uri
 
 
-def run_callbacks(total: int, console: Console, track: bool = True) -> Callable[[int, RunSpec], list[Callback]]:
-    """For the i-th of `total` runs: MLflow (unless `track` is off), a progress bar and a result line on `console`.
+def check_tracking(track: bool = True) -> None:
+    """Before anything reads or writes the store.
 
     Raises:
         ConfigError: results/ cannot be written, or the tracking server does not answer (checked now: MLflow
@@ -22,6 +22,11 @@ def run_callbacks(total: int, console: Console, track: bool = True) -> Callable[
     if track:
         check_results_writable()
         check_tracking_uri(tracking_uri())
+
+
+def run_callbacks(total: int, console: Console, track: bool = True) -> Callable[[int, RunSpec], list[Callback]]:
+    """For the i-th of `total` runs (those that will run, counted after the finished ones are left out): MLflow
+    (unless `track` is off), a progress bar and a result line on `console`."""
 
     def make(i: int, spec: RunSpec) -> list[Callback]:
         from fedbench.tracking.mlflow_callback import MlflowCallback  # MLflow's import (~0.8 s) after Ray has started
