@@ -106,12 +106,10 @@ def run(task_or_spec: TaskLike | RunSpec, *, overrides: Sequence[str] = (), back
 def checkpoint_folders(every: int | None, track: bool, fresh: bool):
     """spec -> its checkpoint folder under `results/checkpoints/` (None without checkpoints); `fresh` forgets the
     checkpoints a killed run left, so it starts from round 1."""
-    from fedbench.runtime.checkpoint import CHECKPOINT_EVERY, CheckpointFolder
+    from fedbench.runtime.checkpoint import CheckpointFolder, checkpoint_interval
     from fedbench.tracking.paths import results_path
 
-    every = CHECKPOINT_EVERY if every is None else every
-    if isinstance(every, bool) or not isinstance(every, int) or every < 0:
-        raise ConfigError("--checkpoint-every", every, "a whole number of rounds >= 0 (0: no checkpoints)")
+    every = checkpoint_interval("--checkpoint-every", every)
 
     def folder(spec: RunSpec) -> CheckpointFolder | None:
         if not every or not track:  # an untracked run's result goes nowhere a resumed run could continue
@@ -135,7 +133,8 @@ def plan_run(task: TaskLike, *, overrides: Sequence[str] = (), backend: str | No
 def sweep(task: TaskLike, *, search: str | os.PathLike | SearchSpace | None = None, num_samples: int | None = None,
           metric: str | None = None, mode: str = "max", scheduler: str | None = None,
           max_concurrent: int | None = None, address: str | None = None, resume: bool = False,
-          max_failures: int | None = None, overrides: Sequence[str] = (), **fields: Any) -> SweepOutcome:
+          max_failures: int | None = None, checkpoint_every: int | None = None, overrides: Sequence[str] = (),
+          **fields: Any) -> SweepOutcome:
     """Sweep a task's RunSpecs (or Optuna samples of a search space) as Ray Tune trials, as `fedbench sweep` does.
 
     Args:
@@ -149,6 +148,8 @@ def sweep(task: TaskLike, *, search: str | os.PathLike | SearchSpace | None = No
         address: a Ray cluster (`auto` or HOST:PORT); None starts a local Ray.
         resume: continue the interrupted sweep of this task and configuration.
         max_failures: restarts of a trial whose process died (None: the task's `max_failures`, default 1).
+        checkpoint_every: rounds between a trial's checkpoints, which Tune keeps and gives back to a trial it
+            restarts (None: every 5; 0: none).
         overrides: `key.path=value` texts, as `--set` takes them.
         **fields: overrides as keyword arguments, `__` for the dots.
 
@@ -160,18 +161,21 @@ def sweep(task: TaskLike, *, search: str | os.PathLike | SearchSpace | None = No
         ConfigError: bad input (checked before any trial starts).
     """
     spec, plan = plan_sweep(task, search=search, num_samples=num_samples, metric=metric, mode=mode, scheduler=scheduler,
-                            max_concurrent=max_concurrent, max_failures=max_failures, overrides=overrides, **fields)
+                            max_concurrent=max_concurrent, max_failures=max_failures,
+                            checkpoint_every=checkpoint_every, overrides=overrides, **fields)
     return execute_sweep(spec, plan, max_concurrent=max_concurrent, address=address, resume=resume,
-                         max_failures=max_failures)
+                         max_failures=max_failures, checkpoint_every=checkpoint_every)
 
 
 def plan_sweep(task: TaskLike, *, search: str | os.PathLike | SearchSpace | None = None, num_samples: int | None = None,
                metric: str | None = None, mode: str = "max", scheduler: str | None = None,
-               max_concurrent: int | None = None, max_failures: int | None = None, overrides: Sequence[str] = (),
-               **fields: Any) -> tuple[TaskSpec, SweepPlan]:
+               max_concurrent: int | None = None, max_failures: int | None = None, checkpoint_every: int | None = None,
+               overrides: Sequence[str] = (), **fields: Any) -> tuple[TaskSpec, SweepPlan]:
     """The task and the sweep `sweep` would run (arguments as there), every input checked and no trial started:
-    what `fedbench sweep --dry-run` shows. `max_concurrent` and `max_failures` are checked, not planned."""
+    what `fedbench sweep --dry-run` shows. `max_concurrent`, `max_failures` and `checkpoint_every` are checked, not
+    planned."""
     from fedbench.config.task import check_max_failures
+    from fedbench.runtime.checkpoint import checkpoint_interval
     from fedbench.tuning.plan import plan_sweep as make_plan
 
     if max_concurrent is not None and max_concurrent < 1:
@@ -179,6 +183,7 @@ def plan_sweep(task: TaskLike, *, search: str | os.PathLike | SearchSpace | None
                           "resources allow")
     if max_failures is not None:
         check_max_failures("--max-failures", max_failures)
+    checkpoint_interval("--checkpoint-every", checkpoint_every)
     with warnings.catch_warnings():
         if search is not None:  # a search trains its samples, never the task's own run, and refuses a degenerate one
             warnings.simplefilter("ignore", DegenerateRunWarning)
@@ -187,12 +192,14 @@ def plan_sweep(task: TaskLike, *, search: str | os.PathLike | SearchSpace | None
 
 
 def execute_sweep(task: TaskSpec, plan: SweepPlan, *, max_concurrent: int | None = None, address: str | None = None,
-                  resume: bool = False, max_failures: int | None = None) -> SweepOutcome:
+                  resume: bool = False, max_failures: int | None = None, checkpoint_every: int | None = None) -> SweepOutcome:
     """Run what `plan_sweep` planned (options as in `sweep`): `sweep`'s second half, for a caller that shows the
     plan before its trials start, as the command does."""
+    from fedbench.runtime.checkpoint import checkpoint_interval
     from fedbench.tuning.launch import execute_sweep as launch
 
-    return launch(task, plan, max_concurrent=max_concurrent, address=address, resume=resume, max_failures=max_failures)
+    return launch(task, plan, max_concurrent=max_concurrent, address=address, resume=resume, max_failures=max_failures,
+                  checkpoint_every=checkpoint_interval("--checkpoint-every", checkpoint_every))
 
 
 def leaderboard(task_or_experiment: TaskLike, *, metric: str = M.FINAL_PREFIX + M.ACC_LOCAL_MEAN,

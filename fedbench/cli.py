@@ -57,7 +57,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     check_all_option(args)
     task, plan = api.plan_sweep(args.task, search=args.search, num_samples=args.num_samples, metric=args.metric,
                                 mode=args.mode, scheduler=args.scheduler, max_concurrent=args.max_concurrent,
-                                max_failures=args.max_failures, overrides=task_overrides(args))
+                                max_failures=args.max_failures, checkpoint_every=args.checkpoint_every,
+                                overrides=task_overrides(args))
     space = plan.space
     if args.dry_run and space is None:
         print_dry_run(task.name, plan.specs, args.all, "configurations")
@@ -69,7 +70,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     what = f"{plan.num_samples} Optuna samples of {space.name}" if space else f"{plan.trials} trials"
     console.print(f"task [bold]{task.name}[/]: sweeping {what} on Ray Tune, tracking {escape(tracking_uri())}")
     outcome = api.execute_sweep(task, plan, max_concurrent=args.max_concurrent, address=args.address,
-                                resume=args.resume, max_failures=args.max_failures)
+                                resume=args.resume, max_failures=args.max_failures,
+                                checkpoint_every=args.checkpoint_every)
     return print_sweep(plan, outcome)
 
 
@@ -325,6 +327,9 @@ def add_sweep_parser(sub) -> None:
     sweep.add_argument("--resume", action="store_true", help="continue the interrupted sweep of this task and configuration")
     sweep.add_argument("--max-failures", type=int, default=None, metavar="N",
                        help="restarts of a trial whose process died, e.g. a lost node (default: the task's max_failures, else 1)")
+    sweep.add_argument("--checkpoint-every", type=int, default=None, metavar="N",
+                       help="rounds between a trial's checkpoints, from which Tune restarts a trial whose process died "
+                            "(default 5; 0: none)")
     sweep.set_defaults(func=cmd_sweep)
 
 

@@ -17,12 +17,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fedbench.core.state_codec import dumps, loads
+from fedbench.core.errors import ConfigError
 
 CHECKPOINT_EVERY = 5
 """Rounds between two checkpoints of a run by default (`fedbench run --checkpoint-every`)."""
 CHECKPOINTS_KEPT = 2
 """Checkpoints a run keeps: the newest, and the one before in case the newest was cut short."""
+
+
+def checkpoint_interval(field: str, every: int | None) -> int:
+    """Rounds between checkpoints: `every`, or CHECKPOINT_EVERY for None; 0 means none. Refuses anything else,
+    naming `field` (the option it came from)."""
+    every = CHECKPOINT_EVERY if every is None else every
+    if isinstance(every, bool) or not isinstance(every, int) or every < 0:
+        raise ConfigError(field, every, "a whole number of rounds >= 0 (0: no checkpoints)")
+    return every
 
 
 @dataclass
@@ -55,6 +64,8 @@ class CheckpointFolder:
         return round % self.every == 0 and round < last_round
 
     def save(self, checkpoint: RunCheckpoint) -> Path:
+        from fedbench.core.state_codec import dumps  # torch: imported by the runs that checkpoint, not by the CLI
+
         self.folder.mkdir(parents=True, exist_ok=True)
         path = self.folder / f"round-{checkpoint.round:04d}.npz"
         partial = path.with_name(path.name + ".partial")
@@ -77,6 +88,8 @@ class CheckpointFolder:
 
     def latest(self, run_hash: str) -> RunCheckpoint | None:
         """The newest whole checkpoint of run `run_hash` here, None when there is none."""
+        from fedbench.core.state_codec import loads
+
         for path in reversed(self._written()):
             try:
                 checkpoint = loads(path.read_bytes())

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from fedbench.config.task import TaskSpec
+from fedbench.runtime.checkpoint import CHECKPOINT_EVERY
 from fedbench.tracking.paths import results_path, tracking_uri
 from fedbench.tracking.sweep_report import report_sweep
 from fedbench.tuning.best_task import write_best_task
@@ -13,11 +14,13 @@ from fedbench.tuning.sweep import SweepOutcome, run_sweep
 
 
 def execute_sweep(task: TaskSpec, plan: SweepPlan, max_concurrent: int | None = None, address: str | None = None,
-                  resume: bool = False, max_failures: int | None = None) -> SweepOutcome:
+                  resume: bool = False, max_failures: int | None = None,
+                  checkpoint_every: int = CHECKPOINT_EVERY) -> SweepOutcome:
     """Run `plan` (see `run_sweep`; `max_failures` None: the task's); a search's best sample is also written as a
     task file (`best_task`), and Optuna's views of its study go on the parent run beside the leaderboard."""
     restarts = task.max_failures if max_failures is None else max_failures
-    outcome = run_sweep(plan, max_concurrent=max_concurrent, address=address, resume=resume, max_failures=restarts)
+    outcome = run_sweep(plan, max_concurrent=max_concurrent, address=address, resume=resume, max_failures=restarts,
+                        checkpoint_every=checkpoint_every)
     if outcome.best is not None:
         outcome.best_task = write_best_task(task, outcome.best, plan)
     if not outcome.interrupted:

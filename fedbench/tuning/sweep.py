@@ -30,8 +30,14 @@ from fedbench.config.task import DEFAULT_MAX_FAILURES, check_max_failures
 from fedbench.core import metrics as M
 from fedbench.core.callbacks import RunResult
 from fedbench.core.errors import ConfigError
+from fedbench.runtime.checkpoint import CHECKPOINT_EVERY
 from fedbench.tracking.leaderboard import finished_scores
-from fedbench.tracking.paths import check_results_writable, check_tracking_uri, results_path, tracking_uri
+from fedbench.tracking.paths import (
+    check_results_writable,
+    check_tracking_uri,
+    results_path,
+    tracking_uri,
+)
 from fedbench.tracking.sweep_runs import SweepParent, SweepRuns
 from fedbench.tuning.mlflow_bridge import MlflowBridge
 from fedbench.tuning.plan import GRID_KEY, SweepPlan
@@ -67,9 +73,11 @@ def run_sweep(
     driver_cpus: float | None = None,
     resume: bool = False,
     max_failures: int = DEFAULT_MAX_FAILURES,
+    checkpoint_every: int = CHECKPOINT_EVERY,
 ) -> SweepOutcome:
     """Run the plan's trials on Tune, logging to MLflow from here; `resume` continues an interrupted sweep;
-    a trial whose process dies is restarted up to `max_failures` times."""
+    a trial whose process dies is restarted up to `max_failures` times, from its last checkpoint (one every
+    `checkpoint_every` rounds; 0: none)."""
     import ray
 
     from fedbench.runtime.ray_pool import ensure_ray
@@ -100,7 +108,8 @@ def run_sweep(
     outcome = SweepOutcome(plan.name, parent.run_id, str(results_path("ray_results", folder)), resumed_done=len(done))
     try:
         recorded = finished_scores(plan.task, uri, plan.metric) if plan.space is not None else {}
-        tuner, ending = _tuner(plan, done, recorded, max_concurrent, driver_cpus, bridge, storage, folder, max_failures)
+        tuner, ending = _tuner(plan, done, recorded, max_concurrent, driver_cpus, bridge, storage, folder, max_failures,
+                               checkpoint_every)
         if tuner is not None:
             with runs.heartbeat(parent.run_id), sigterm_as_ctrl_c():
                 tuner.fit()  # returns after Ctrl-C too (Tune stops gracefully): count what ended
@@ -171,7 +180,7 @@ def _parent_run(runs: SweepRuns, plan: SweepPlan, resume: bool) -> tuple[SweepPa
 
 
 def _tuner(plan: SweepPlan, done: set, recorded: dict[str, float], max_concurrent, driver_cpus, bridge, storage: str,
-           folder: str, max_failures: int):
+           folder: str, max_failures: int, checkpoint_every: int):
     """The Tune experiment for the trials not done yet (None: nothing left), and what says whether they all ended:
     a grid's count of trials, or a search's searcher."""
     from ray import tune
@@ -185,7 +194,7 @@ def _tuner(plan: SweepPlan, done: set, recorded: dict[str, float], max_concurren
     from fedbench.tuning.trial import run_trial
 
     spec_of, console = plan.spec_of, Console(highlight=False, soft_wrap=True)
-    trainable = tune.with_resources(tune.with_parameters(run_trial, spec_of=spec_of),
+    trainable = tune.with_resources(tune.with_parameters(run_trial, spec_of=spec_of, checkpoint_every=checkpoint_every),
                                     lambda config: placement(spec_of(config), driver_cpus or DRIVER_CPUS))
     if plan.metric is not None:
         # not every report carries the metric: rounds between evaluations (eval_every) have no accuracy, and

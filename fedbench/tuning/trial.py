@@ -56,8 +56,9 @@ group are reused too: starting a Python process with torch costs seconds per tri
 trial's own work (bench/sweep_overhead.py)."""
 
 
-def run_trial(config: dict[str, Any], spec_of: Callable[[dict[str, Any]], RunSpec]) -> None:
-    """Tune function trainable: `spec_of(config)` is the run (a grid point or an Optuna sample)."""
+def run_trial(config: dict[str, Any], spec_of: Callable[[dict[str, Any]], RunSpec], checkpoint_every: int) -> None:
+    """Tune function trainable: `spec_of(config)` is the run (a grid point or an Optuna sample), checkpointed every
+    `checkpoint_every` rounds (0: never)."""
     global _pools
     import ray
 
@@ -81,9 +82,10 @@ def run_trial(config: dict[str, Any], spec_of: Callable[[dict[str, Any]], RunSpe
         }
 
     # in the trial's own folder (Tune's working directory for it), one checkpoint at a time: Tune keeps its copies
-    checkpoints = CheckpointFolder(Path.cwd() / "fedbench-checkpoints", keep=1)
+    checkpoints = CheckpointFolder(Path.cwd() / "fedbench-checkpoints", every=checkpoint_every, keep=1) \
+        if checkpoint_every else None
     restored = tune.get_checkpoint()  # the last one this trial reported, when its process died and Tune restarted it
-    if restored is not None:
+    if restored is not None and checkpoints is not None:
         with restored.as_directory() as folder:
             checkpoints.adopt(Path(folder))
     result = Federation(spec, callbacks=[TuneReporter(tags, checkpoints)], pool=pool, checkpoints=checkpoints).run()

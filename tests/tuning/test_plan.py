@@ -85,3 +85,11 @@ def test_a_search_space_reaching_lr_zero_is_refused_by_the_fields_own_check(tmp_
                  "--metric", "final/acc_local_mean", "--dry-run"])
     out = capsys.readouterr().out
     assert code == 2 and "optimizer.lr" in out and "learning rate > 0" in out, out
+
+
+def test_a_bad_checkpoint_interval_is_refused_before_anything_runs(capsys):
+    from fedbench.cli import main
+
+    assert main(["sweep", "tasks/quickstart.yaml", "--checkpoint-every", "-2", "--dry-run"]) == 2
+    assert "--checkpoint-every: got -2; allowed: a whole number of rounds >= 0 (0: no checkpoints)" in capsys.readouterr().out
+    assert main(["run", "tasks/quickstart.yaml", "--checkpoint-every", "-1"]) == 2
