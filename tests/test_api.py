@@ -62,8 +62,8 @@ def test_sweep_goes_through_the_function_the_command_uses(tmp_path, monkeypatch,
 
     plans = []
 
-    def fake_run_sweep(plan, max_concurrent=None, address=None, resume=False, max_failures=None):
-        plans.append((plan, max_concurrent, resume, max_failures))
+    def fake_run_sweep(plan, max_concurrent=None, address=None, resume=False, max_failures=None, checkpoint_every=None):
+        plans.append((plan, max_concurrent, resume, max_failures, checkpoint_every))
         return SweepOutcome(plan.name, "parent", "storage")
 
     monkeypatch.setattr(launch, "run_sweep", fake_run_sweep)
@@ -73,9 +73,9 @@ def test_sweep_goes_through_the_function_the_command_uses(tmp_path, monkeypatch,
     path.write_text(yaml.safe_dump({**TASK, "grid": {"algorithm": ["fedavg", "local"]}, "max_failures": 2}))
     outcome = fedbench.sweep(path, max_concurrent=2, resume=True, rounds=3)
     assert main(["sweep", str(path), "--max-concurrent", "2", "--resume", "--set", "rounds=3"]) == 0
-    assert main(["sweep", str(path), "--max-failures", "0", "--set", "rounds=3"]) == 0
+    assert main(["sweep", str(path), "--max-failures", "0", "--checkpoint-every", "3", "--set", "rounds=3"]) == 0
     (api_plan, *api_options), (cli_plan, *cli_options), (_, *flag_options) = plans
-    assert api_plan == cli_plan and api_options == cli_options == [2, True, 2]  # the task's max_failures
-    assert flag_options == [None, False, 0]  # --max-failures wins over the task's
+    assert api_plan == cli_plan and api_options == cli_options == [2, True, 2, 5]  # the task's max_failures
+    assert flag_options == [None, False, 0, 3]  # --max-failures wins over the task's
     assert reports == ["parent", "parent", "parent"]  # each leaves the task, leaderboard and plots on the parent run
     assert outcome.name == api_plan.name and len(api_plan.specs) == 2 and api_plan.specs[0].rounds == 3
