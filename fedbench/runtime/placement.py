@@ -20,9 +20,6 @@ WorkerPlace = dict[str, str]
 """`{"node": Ray node id, "gpu_ids": "0,1" or "", "device": "cpu" or "cuda", "pid": the worker's process id}`, and on
 `cuda` `"mps": "yes" or "no"`."""
 
-PLACEMENT_TAG_PREFIXES = ("workers.", "clients.")
-"""The run tags `placement_tags` writes (a sweep's trial sends them to the driver in its final report)."""
-
 
 def worker_place(device: str) -> WorkerPlace:
     """This process's place: outside Ray, node `local` and no GPU ids. Asked once the worker's CUDA context exists

@@ -30,8 +30,7 @@ def long_metrics(experiment: str, uri: str, group_by: Sequence[str] = ("dataset"
     rows = []
     for (_, run), run_group, run_configuration in zip(runs.iterrows(), group, configuration):
         keys = [c.removeprefix("metrics.") for c in runs if c.startswith("metrics.") and pd.notna(run[c])]
-        described = {"run_hash": run["params.run_hash"], "seed": run.get("params.seed"), "group": run_group,
-                     "configuration": run_configuration, **{f: run[f"params.{f}"] for f in fields}}
+        described = run_description(run, run_group, run_configuration, fields)
         for key in keys:
             if key.startswith((M.FINAL_PREFIX, M.TOTAL_PREFIX)):
                 continue
@@ -40,6 +39,13 @@ def long_metrics(experiment: str, uri: str, group_by: Sequence[str] = ("dataset"
     columns = ["run_hash", "seed", "group", "configuration", *fields, "round", "metric", "value"]
     table = pd.DataFrame(rows, columns=columns)
     return table.sort_values(["run_hash", "metric", "round"]).reset_index(drop=True)
+
+
+def run_description(run: pd.Series, group: str, configuration: str, fields: Sequence[str]) -> dict:
+    """The columns that say which run a row of an export belongs to: its hash, seed, group, configuration and
+    varying fields."""
+    return {"run_hash": run["params.run_hash"], "seed": run.get("params.seed"), "group": group,
+            "configuration": configuration, **{f: run[f"params.{f}"] for f in fields}}
 
 
 def write_table(table: pd.DataFrame, path: Path) -> Path:

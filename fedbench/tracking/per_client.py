@@ -15,6 +15,7 @@ from typing import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from fedbench.tracking.export import run_description
 from fedbench.tracking.leaderboard import group_and_configuration, latest_finished, read_runs, varying_params
 
 ARTIFACT = "per_client.parquet"
@@ -62,9 +63,7 @@ def per_client_runs(experiment: str, uri: str, group_by: Sequence[str] = ("datas
         if rows is None:
             without += 1
             continue
-        described = {"run_hash": run["params.run_hash"], "seed": run.get("params.seed"), "group": run_group,
-                     "configuration": run_configuration, **{f: run[f"params.{f}"] for f in fields}}
-        parts.append(rows.assign(**described))
+        parts.append(rows.assign(**run_description(run, run_group, run_configuration, fields)))
         measured = measured or list(rows.columns)
     columns = ["run_hash", "seed", "group", "configuration", *fields, *(measured or ["round", "client"])]
     table = pd.concat(parts, ignore_index=True)[columns] if parts else pd.DataFrame(columns=columns)

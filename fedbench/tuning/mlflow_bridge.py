@@ -8,24 +8,25 @@ workers train is gathered across trials, to warn once of workers sharing a GPU w
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from ray import tune
 from ray.tune.result import AUTO_RESULT_KEYS
 
 from fedbench.core import metrics as M
-from fedbench.core.callbacks import RESUMED_TAG, RunResult
+from fedbench.core.callbacks import RunResult
 from fedbench.core.runspec import RunSpec
 from fedbench.runtime import per_client
 from fedbench.runtime.gpu_sharing import SharedGpuCheck
-from fedbench.runtime.placement import PLACEMENT_TAG_PREFIXES, places_from_tags
+from fedbench.runtime.placement import places_from_tags
 from fedbench.runtime.records import summarize
 from fedbench.tracking.mlflow_callback import MlflowCallback
 from fedbench.tracking.tags import REFERENCE_TAG, RETRIED_TAG, STOPPED_EARLY_TAG, TRIAL_KEY_TAG
 from fedbench.tuning.plan import TrialSpecs
-from fedbench.tuning.trial import EVENT, PER_CLIENT
+from fedbench.tuning.trial import EVENT, PER_CLIENT, RUN_TAGS
 
-TUNE_KEYS = {"status", "reason", "traceback", EVENT, PER_CLIENT}
+TUNE_KEYS = {"status", "reason", "traceback", EVENT, RUN_TAGS, PER_CLIENT}
 
 
 class MlflowBridge(tune.Callback):
@@ -62,7 +63,7 @@ class MlflowBridge(tune.Callback):
         elif result.get(EVENT) == "end":
             final = {k: v for k, v in metrics.items() if k.startswith((M.FINAL_PREFIX, M.TOTAL_PREFIX))}
             callback.set_tags({k: str(v) for k, v in result.items() if k.startswith("trial.")})
-            run_tags = {k: str(v) for k, v in result.items() if k.startswith(PLACEMENT_TAG_PREFIXES) or k == RESUMED_TAG}
+            run_tags = json.loads(result.get(RUN_TAGS, "{}"))
             self.gpu_check.add(places_from_tags(run_tags))
             outcome = RunResult(spec, result["status"], history, final, result.get("reason", ""), result.get("traceback", ""), run_tags,
                                 per_client.decode(result[PER_CLIENT]) if result.get(PER_CLIENT) else {})

@@ -6,6 +6,7 @@ then never sees concurrent writers).
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any, Callable
 
@@ -20,6 +21,9 @@ from fedbench.runtime.checkpoint import CheckpointFolder
 
 EVENT = "fedbench_event"
 """Key telling a round report ("round") from the run's final report ("end")."""
+RUN_TAGS = "fedbench_run_tags"
+"""Key of the final report's run tags (`RunResult.tags`: where the workers trained, a resumed run's round), as JSON,
+which the driver writes on the run as they are."""
 PER_CLIENT = "fedbench_per_client"
 """Key of the final report's per-client table (`fedbench.runtime.per_client.encode`), which the driver logs."""
 
@@ -45,8 +49,9 @@ class TuneReporter(Callback):
 
     def on_run_end(self, result: RunResult) -> None:
         last = result.history[-1] if result.history else {}
-        tune.report({**last, **result.final, **self.tags(), **result.tags, EVENT: "end", "status": result.status, "reason": result.reason,
-                     "traceback": result.traceback, PER_CLIENT: per_client.encode(result.per_client)})
+        tune.report({**last, **result.final, **self.tags(), EVENT: "end", "status": result.status, "reason": result.reason,
+                     "traceback": result.traceback, RUN_TAGS: json.dumps(result.tags),
+                     PER_CLIENT: per_client.encode(result.per_client)})
 
 
 _pools = None

@@ -1,5 +1,6 @@
 """The sweep's driver gathers where every trial's workers trained and warns once of a GPU shared without MPS."""
 
+import json
 import warnings
 from types import SimpleNamespace
 
@@ -8,7 +9,7 @@ from fedbench.runtime.placement import placement_tags
 from fedbench.tracking.paths import tracking_uri
 from fedbench.tuning.mlflow_bridge import MlflowBridge
 from fedbench.tuning.plan import GRID_KEY, TrialSpecs
-from fedbench.tuning.trial import EVENT
+from fedbench.tuning.trial import EVENT, RUN_TAGS
 from tests.conftest import tiny_spec
 
 
@@ -18,7 +19,7 @@ def ended_trial(bridge, trial_id, spec, pid):
                             placement_group_factory=SimpleNamespace(bundles=[{"CPU": 1}, {"CPU": 1, "GPU": 0.25}]))
     bridge.on_trial_start(0, [], trial)
     place = {"node": "n1", "gpu_ids": "0", "device": "cuda", "pid": str(pid), "mps": "no"}
-    bridge.on_trial_result(0, [], trial, {EVENT: "end", "status": "FINISHED", **placement_tags([place], 4)})
+    bridge.on_trial_result(0, [], trial, {EVENT: "end", "status": "FINISHED", RUN_TAGS: json.dumps(placement_tags([place], 4))})
 
 
 def test_workers_of_different_trials_on_one_gpu_are_warned_of_once(mlflow_store):
