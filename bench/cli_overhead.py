@@ -202,7 +202,7 @@ def fedbench_run(checkout: Path, env: dict, folder: Path) -> dict:
     env = {**env, "PYTHONPATH": str(checkout), "FEDBENCH_RESULTS": str(results)}
     run = measure([sys.executable, "-m", "fedbench", "run", str(TASK), "--backend", "ray"], env, folder)
     with sqlite3.connect(results / "mlflow.db") as db:
-        [(accuracy,)] = db.execute("SELECT value FROM latest_metrics WHERE key = 'final/acc_local_mean'").fetchall()
+        [(accuracy,)] = db.execute("SELECT value FROM latest_metrics WHERE key = 'final.acc_local_mean'").fetchall()
     return {**run, "accuracy": accuracy}
 
 

@@ -16,7 +16,7 @@ configuration (App. I.2 Table 14). 002 Table 2 is not that: it is the mean over 
 The table is read from the MLflow store the sweep records into (each method's latest run per seed at this
 scale), so `--methods` re-sweeps only those and `--report-only` rebuilds the table without running anything.
 Writes bench/results/feroma_baselines.{json,md}; `fedbench leaderboard --experiment feroma_baselines --metric
-final/acc_test_time` ranks the same runs.
+final.acc_test_time` ranks the same runs.
 """
 
 from __future__ import annotations

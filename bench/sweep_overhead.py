@@ -10,8 +10,8 @@ It measures, in one process and one temporary FEDBENCH_RESULTS folder:
       starts it) and shut down after it, both inside the sweep's wall time;
 and reports trials per minute, the time from the sweep's start to its first trial running (the earliest child
 run's MLflow start time), and the overhead per trial
-    (sweep wall time x K - sum of the trials' own `total/time_run_s`, read back from MLflow) / trials,
-next to the serial runs' (wall - sum of their `total/time_run_s`) / runs. A sweep pays a fixed start-up once
+    (sweep wall time x K - sum of the trials' own `total.time_run_s`, read back from MLflow) / trials,
+next to the serial runs' (wall - sum of their `total.time_run_s`) / runs. A sweep pays a fixed start-up once
 (Ray, then per slot a trial process and a client worker, each importing torch, and a first run's warm-up) and
 then a cost per trial; (c) a second sweep of `--large-seeds` seeds (48 trials by default) separates the two:
 the overhead of each further trial is

@@ -7,7 +7,7 @@ bench/sweep_overhead.py twice on it: 12 trials (2 seeds), then `--trials` (defau
 seeds of its 6 configurations). Each sweep is `bench/sweep_overhead.sweep` (the same timing and the same
 definition), connecting to the cluster instead of starting a local Ray:
 
-    overhead per trial = (sweep wall time x K - sum of the trials' own total/time_run_s) / trials
+    overhead per trial = (sweep wall time x K - sum of the trials' own total.time_run_s) / trials
 
 Target (issue 12): the large sweep's overhead per trial <= 1.5x the 12-trial figure. Also reported: the
 overhead of each further trial between the two sweeps (as bench/sweep_overhead.py does it), the 12-trial

@@ -141,7 +141,7 @@ def sweep(task: TaskLike, *, search: str | os.PathLike | SearchSpace | None = No
         task: a task file path, a task mapping or a TaskSpec.
         search: an Optuna search space or its YAML file (`search_spaces/feroma_tau.yaml`); None sweeps the grid.
         num_samples: Optuna samples to run (with `search`).
-        metric: the metric to optimise (with `search` or `scheduler`), e.g. `final/acc_test_time`.
+        metric: the metric to optimise (with `search` or `scheduler`), e.g. `final.acc_test_time`.
         mode: `max` or `min`, whether larger metric values are better.
         scheduler: `asha` stops poor trials early (needs a per-round `metric`).
         max_concurrent: trials at once (default: as resources allow).
@@ -287,7 +287,7 @@ def plot(task_or_experiment: TaskLike, *, metric: str = M.ACC_LOCAL_MEAN, group_
 
     Args:
         task_or_experiment: an MLflow experiment name or a task, as `leaderboard` takes it.
-        metric: the per-round metric to plot; the heatmap shows `final/<metric>`.
+        metric: the per-round metric to plot; the heatmap shows `final.<metric>`.
         group_by: the fields whose values form the panels and heatmap columns, as a list or comma-separated.
         out: the folder for the figures; None: `results/plots/<experiment>`.
         formats: figure formats among png, pdf and svg, as a list or comma-separated.

@@ -61,7 +61,7 @@ def test_run_records_the_same_runs_and_metrics(stores):
     assert [(h, s) for h, s, _ in cli] == [(h, s) for h, s, _ in from_api]
     assert len({h for h, _, _ in cli}) == 2 and {s for _, s, _ in cli} == {"FINISHED"}
     for (_, _, cli_metrics), (_, _, api_metrics) in zip(cli, from_api):
-        assert cli_metrics.keys() == api_metrics.keys() and "final/acc_local_mean" in cli_metrics
+        assert cli_metrics.keys() == api_metrics.keys() and "final.acc_local_mean" in cli_metrics
         assert cli_metrics == api_metrics  # the same seeds: the same numbers, bit for bit
 
 

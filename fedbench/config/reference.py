@@ -7,7 +7,7 @@ their `.name`) and gives the published value, or null where the paper prints non
     reference:
       - title: Test-time accuracy, MNIST label skew
         source: 002 Table 2, p. 8
-        metric: final/acc_test_time
+        metric: final.acc_test_time
         scale: 100                      # the paper prints percent; ours x 100
         where: {dataset: mnist}         # every cell of the table also matches these
         rows: [algorithm]
@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable
 
+from fedbench.core import metrics as M
 from fedbench.core.errors import ConfigError
 
 SHORTHANDS = {"algorithm": "algorithm.name", "dataset": "dataset.name", "model": "model.name"}
@@ -103,7 +104,7 @@ def _table(raw: Any, where: str, known: set[str] | None) -> ReferenceTable:
         raise ConfigError(f"{where}.cells", cells, "a non-empty list of {field: value, ..., value: number or null}")
     parsed = tuple(_cell(cell, f"{where}.cells[{i}]", known, common, layout["rows"] + layout["columns"])
                    for i, cell in enumerate(cells))
-    return ReferenceTable(raw["title"], raw["source"], raw["metric"], float(scale), layout["rows"], layout["columns"], parsed,
+    return ReferenceTable(raw["title"], raw["source"], M.canonical(raw["metric"]), float(scale), layout["rows"], layout["columns"], parsed,
                           cost)
 
 

@@ -1,4 +1,4 @@
-"""Metric keys, defined once. Per-round keys are logged with step=round; final/total keys once per run.
+"""Metric keys, defined once. Per-round keys are logged with step=round; `final.*`/`total.*` summaries once per run.
 
 Client-level keys are what a client job reports to the runtime, which turns them into the round's keys.
 """
@@ -60,16 +60,21 @@ COMM_EVAL_DOWN_BYTES = "comm_eval_down_bytes"
 COMM_EVAL_UP_BYTES = "comm_eval_up_bytes"
 """Personal models uploaded once after the last round only to be evaluated (system accuracy's vote)."""
 
-FINAL_PREFIX = "final/"
-TOTAL_PREFIX = "total/"
+FINAL_PREFIX = "final."
+TOTAL_PREFIX = "total."
+"""A summary's key carries no '/': MLflow's run page makes a chart section of every key prefix before a '/' and
+puts them all above the unprefixed per-round curves, so `final/acc_local_mean` opened a run on a wall of single
+bars titled like the curves. With a dot they share the curves' section, in key order, under their own titles."""
+LEGACY_PREFIXES = {"final/": FINAL_PREFIX, "total/": TOTAL_PREFIX}
+"""How stores and task files written before the dot spelled the summaries; `canonical` reads them."""
 TIME_RUN_S = "time_run_s"
 FAILED_ROUND = "failed_round"
 """The round a FAILED run stopped in (its records cover the rounds before it)."""
 
-#: per-round keys whose run total is reported as `total/<key>`
+#: per-round keys whose run total is reported as `total.<key>`
 SUMMED = (TIME_CLIENT_COMPUTE_S, TIME_STARTUP_S, TIME_AGGREGATE_S, TIME_ROUND_S, COMM_UP_BYTES, COMM_DOWN_BYTES,
           COMM_EVAL_DOWN_BYTES, COMM_EVAL_UP_BYTES)
-#: per-round keys whose last evaluated value is reported as `final/<key>`
+#: per-round keys whose last evaluated value is reported as `final.<key>`
 LAST = (ACC_LOCAL_MEAN, ACC_LOCAL_STD, ACC_LOCAL_MIN, ACC_LOCAL_WEIGHTED, ACC_LOCAL_PI_WEIGHTED, TRAIN_LOSS_MEAN,
         ACC_TEST_TIME, ACC_ASSOCIATION, ACC_ASSOCIATION_KNOWN, ACC_SYSTEM, ACC_ROUTING)
 
@@ -95,8 +100,22 @@ DISPLAY_NAMES = {
 """How figures and tables name a metric for readers; a metric without an entry shows its key."""
 
 
+def canonical(key: str) -> str:
+    """`key` in today's spelling: a summary written as `final/<key>` (stores and task files from before the dot)
+    reads as `final.<key>`, so an old store's runs rank beside new ones and an old `--metric` still works."""
+    for old, new in LEGACY_PREFIXES.items():
+        if key.startswith(old):
+            return new + key.removeprefix(old)
+    return key
+
+
+def is_summary(key: str) -> bool:
+    """Whether `key` is a run's summary (logged once at its end), not a per-round metric."""
+    return key.startswith((FINAL_PREFIX, TOTAL_PREFIX))
+
+
 def display_name(key: str) -> str:
-    """A readable name for metric `key` (`final/` and `total/` prefixes said in words)."""
+    """A readable name for metric `key` (`final.` and `total.` prefixes said in words)."""
     for prefix, words in ((FINAL_PREFIX, "final "), (TOTAL_PREFIX, "total ")):
         if key.startswith(prefix):
             return words + DISPLAY_NAMES.get(key.removeprefix(prefix), key.removeprefix(prefix))

@@ -69,7 +69,7 @@ def weighted_mean(values: np.ndarray, weights: Sequence[float]) -> float:
 
 
 def summarize(history: Sequence[RoundRecord], run_seconds: float) -> dict[str, float]:
-    """`final/<key>` (last value seen) and `total/<key>` (sum over rounds), plus the run's wall time."""
+    """`final.<key>` (last value seen) and `total.<key>` (sum over rounds), plus the run's wall time."""
     final: dict[str, float] = {}
     for key in M.LAST:
         values = [rec[key] for rec in history if key in rec]

@@ -19,7 +19,7 @@ FORMATS = ("csv", "parquet")
 
 
 def long_metrics(experiment: str, uri: str, group_by: Sequence[str] = ("dataset", "scenario")) -> pd.DataFrame:
-    """Every finished run's per-round metrics (`final/` and `total/` summaries left out: they are the leaderboard's),
+    """Every finished run's per-round metrics (`final.` and `total.` summaries left out: they are the leaderboard's),
     one row per (run, round, metric), each run hash once (its latest run)."""
     from fedbench.tracking.patient_store import PatientClient
 
@@ -32,7 +32,7 @@ def long_metrics(experiment: str, uri: str, group_by: Sequence[str] = ("dataset"
         keys = [c.removeprefix("metrics.") for c in runs if c.startswith("metrics.") and pd.notna(run[c])]
         described = run_description(run, run_group, run_configuration, fields)
         for key in keys:
-            if key.startswith((M.FINAL_PREFIX, M.TOTAL_PREFIX)):
+            if M.is_summary(key):
                 continue
             for point in client.get_metric_history(run["run_id"], key):
                 rows.append({**described, "round": point.step, "metric": key, "value": point.value})

@@ -67,7 +67,19 @@ def read_runs(experiment: str, uri: str) -> pd.DataFrame:
         runs = patiently(lambda: mlflow.search_runs(experiment_names=[experiment]), uri, "reading runs")
     if "params.run_hash" not in runs:
         return runs.iloc[0:0]
-    return runs[runs["params.run_hash"].notna()].reset_index(drop=True)
+    return with_canonical_metrics(runs[runs["params.run_hash"].notna()].reset_index(drop=True))
+
+
+def with_canonical_metrics(runs: pd.DataFrame) -> pd.DataFrame:
+    """`runs` with every summary column in today's spelling (`metrics.final/x` of an older store becomes
+    `metrics.final.x`, merged with the runs that already wrote it so), so that old and new runs rank together."""
+    for column in [c for c in runs if c.startswith("metrics.")]:
+        key = M.canonical(column.removeprefix("metrics."))
+        if f"metrics.{key}" != column:
+            new = f"metrics.{key}"
+            runs[new] = runs[new].combine_first(runs[column]) if new in runs else runs[column]
+            runs = runs.drop(columns=column)
+    return runs
 
 
 @contextlib.contextmanager
@@ -103,7 +115,7 @@ def finished_scores(experiment: str, uri: str, metric: str | None = None) -> dic
     except ConfigError:  # no such store or experiment yet
         return {}
     finished = latest_finished(runs) if len(runs) else runs
-    column = f"metrics.{metric}"
+    column = f"metrics.{M.canonical(metric or '')}"
     values = finished[column] if column in finished else pd.Series(np.nan, index=finished.index)
     return dict(zip(finished.get("params.run_hash", []), values.astype(float)))
 
@@ -131,6 +143,7 @@ def build_leaderboard(runs: pd.DataFrame, metric: str = DEFAULT_METRIC, group_by
     A configuration none of whose runs report the metric (`local` has no system accuracy) keeps its row,
     with the value missing and no rank.
     """
+    metric = M.canonical(metric)
     finished = latest_finished(runs)
     column = f"metrics.{metric}"
     if column not in runs or finished[column].isna().all():

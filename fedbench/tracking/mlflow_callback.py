@@ -1,7 +1,7 @@
 """MLflow callback: one MLflow run per RunSpec, written by one writer (the driver) via MlflowClient.
 
 Params are the flattened RunSpec, metrics are logged once per round with step=round (one `log_batch`
-call), final/total metrics at the end, and the RunSpec YAML and every client's numbers per evaluated round
+call), `final.*`/`total.*` summaries at the end, and the RunSpec YAML and every client's numbers per evaluated round
 (`per_client.parquet`) as artifacts. A failed run is terminated
 FAILED with its reason in the `failure_reason` tag and its traceback as an artifact.
 """

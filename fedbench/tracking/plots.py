@@ -3,7 +3,7 @@ runs kept per-client results, how accuracy spreads over clients (`fedbench.track
 
 Runs are read back as the leaderboard reads them (`read_runs`), and a configuration and a group mean the
 same thing here as there (`group_and_configuration`). Per-round values come from
-`MlflowClient.get_metric_history` (runs log them with step = round); the heatmap shows `final/<metric>`.
+`MlflowClient.get_metric_history` (runs log them with step = round); the heatmap shows `final.<metric>`.
 Only FINISHED runs are drawn; the others are returned apart so the caller can say how many were left out.
 The PNGs are also logged as artifacts (folder `plots`) of the experiment's most recent sweep parent run,
 when it has one.
@@ -42,7 +42,7 @@ class Plots:
     Attributes:
         curves: one row per (group, configuration, round): mean, std (ddof 1, 0 for one seed) and n over seeds.
         heatmap: configurations (rows) × groups (columns), the mean over seeds of `heatmap_metric`.
-        heatmap_metric: `final/<metric>`, or the bare metric's last logged value when no run reports a final one.
+        heatmap_metric: `final.<metric>`, or the bare metric's last logged value when no run reports a final one.
         failed: the runs left out (not FINISHED): run name, status and reason.
         files: the PNGs written.
         parent_run_id: the sweep parent run the PNGs were logged under, None when there is none.
@@ -80,7 +80,7 @@ def plot_experiment(experiment: str, uri: str, out: Path, metric: str = DEFAULT_
     if finished.empty:
         raise ConfigError("--experiment", experiment, f"an experiment with finished fedbench runs (it has {len(runs)} "
                           f"fedbench runs, none FINISHED)")
-    metric = metric.removeprefix(M.FINAL_PREFIX)
+    metric = M.canonical(metric).removeprefix(M.FINAL_PREFIX)
     check_metric(finished, metric)
     client = PatientClient(uri)
     group, configuration = group_and_configuration(finished, group_by)
@@ -94,15 +94,14 @@ def plot_experiment(experiment: str, uri: str, out: Path, metric: str = DEFAULT_
     heatmap, spread = heatmap_table(labels, values), heatmap_table(labels, values, "std")
     plots = Plots(curves, heatmap, heatmap_metric, failed_runs(runs))
     out.mkdir(parents=True, exist_ok=True)
-    name = metric.replace("/", "_")
     curves_figure = draw_curves(curves, f"{experiment}: {M.display_name(metric)} per round, mean ± std over seeds",
                                 M.display_name(metric), M.value_range(metric))
-    plots.files = save(curves_figure, out / f"curves_{name}", formats, dpi)
+    plots.files = save(curves_figure, out / f"curves_{metric}", formats, dpi)
     if len(heatmap.columns) > 1:  # one group is one column: the leaderboard says it better than a strip of colour
         marks = versus_best(labels.assign(value=values.to_numpy()), M.better(heatmap_metric))
         heatmap_figure = draw_heatmap(heatmap, spread, f"{experiment}: {M.display_name(heatmap_metric)}, mean ± std over seeds",
                                       xlabel=", ".join(dict.fromkeys(g.split("=")[0] for g in heatmap.columns)), marks=marks)
-        plots.files += save(heatmap_figure, out / f"heatmap_{heatmap_metric.replace('/', '_')}", formats, dpi)
+        plots.files += save(heatmap_figure, out / f"heatmap_{heatmap_metric.replace('.', '_')}", formats, dpi)
     plots.files += client_figures(experiment, uri, out, group_by, formats, dpi)
     parent = latest_sweep_run(client, client.get_experiment_by_name(experiment).experiment_id)
     plots.parent_run_id = parent.info.run_id if parent is not None else None
@@ -147,7 +146,7 @@ def check_metric(finished: pd.DataFrame, metric: str) -> None:
     column = f"metrics.{metric}"
     if column not in finished or finished[column].isna().all():
         known = sorted(c.removeprefix("metrics.") for c in finished
-                       if c.startswith("metrics.") and "/" not in c.removeprefix("metrics.") and finished[c].notna().any())
+                       if c.startswith("metrics.") and not M.is_summary(c.removeprefix("metrics.")) and finished[c].notna().any())
         raise ConfigError("--metric", metric, "a per-round metric the finished runs report: " + ", ".join(known))
 
 

@@ -61,7 +61,7 @@ class MlflowBridge(tune.Callback):
             history.append(metrics)
             callback.on_round_end(spec, metrics)
         elif result.get(EVENT) == "end":
-            final = {k: v for k, v in metrics.items() if k.startswith((M.FINAL_PREFIX, M.TOTAL_PREFIX))}
+            final = {k: v for k, v in metrics.items() if M.is_summary(k)}
             callback.set_tags({k: str(v) for k, v in result.items() if k.startswith("trial.")})
             run_tags = json.loads(result.get(RUN_TAGS, "{}"))
             self.gpu_check.add(places_from_tags(run_tags))

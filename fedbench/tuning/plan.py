@@ -29,7 +29,7 @@ TEST_TIME = (M.ACC_TEST_TIME, M.ACC_ASSOCIATION, M.ACC_ASSOCIATION_KNOWN)
 
 
 def known_metrics() -> list[str]:
-    """Names `--metric` accepts: every last-value metric, bare or as `final/<key>`."""
+    """Names `--metric` accepts: every last-value metric, bare or as `final.<key>`."""
     return [*M.LAST, *(M.FINAL_PREFIX + key for key in M.LAST)]
 
 
@@ -119,6 +119,7 @@ def make_plan(task: TaskSpec, space: SearchSpace | None = None, num_samples: int
               metric: str | None = None, mode: str = "max", scheduler: str | None = None) -> SweepPlan:
     """The sweep to run, with every problem reported now: unknown metric or scheduler, a search space field
     that does not exist or a value it cannot take, a metric no trial would report."""
+    metric = M.canonical(metric) if metric else metric
     if mode not in ("max", "min"):
         raise ConfigError("--mode", mode, "max or min")
     if scheduler is not None and scheduler not in SCHEDULERS:

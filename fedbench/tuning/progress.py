@@ -32,7 +32,7 @@ class SweepProgress(tune.Callback):
     Args:
         total: trials the sweep will run this time (finished ones of a resumed sweep excluded), or what says so as
             it changes (a search's samples answered from the store run no trial).
-        metric: the ranked metric, a final report's key (`final/acc_local_mean`).
+        metric: the ranked metric, a final report's key (`final.acc_local_mean`).
         mode: `max` or `min`, which values are better.
         describe: a trial's config -> a short label (the run's name).
         console: where the lines go.

@@ -198,13 +198,13 @@ def _tuner(plan: SweepPlan, done: set, recorded: dict[str, float], max_concurren
                                     lambda config: placement(spec_of(config), driver_cpus or DRIVER_CPUS))
     if plan.metric is not None:
         # not every report carries the metric: rounds between evaluations (eval_every) have no accuracy, and
-        # only the last report has the final/* values. The scheduler and the searcher skip such reports.
+        # only the last report has the final.* values. The scheduler and the searcher skip such reports.
         os.environ["TUNE_DISABLE_STRICT_METRIC_CHECKING"] = "1"
     scheduler = None
     if plan.scheduler == "asha":
         from ray.tune.schedulers import ASHAScheduler
 
-        # rounds report the bare name (acc_local_mean), the run's end final/acc_local_mean; time is the report
+        # rounds report the bare name (acc_local_mean), the run's end final.acc_local_mean; time is the report
         # count: one per round plus the final report
         scheduler = ASHAScheduler(metric=plan.metric.removeprefix(M.FINAL_PREFIX), mode=plan.mode,
                                   max_t=plan.max_rounds() + 1, grace_period=1)

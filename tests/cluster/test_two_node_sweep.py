@@ -13,7 +13,7 @@ from tests.conftest import TINY
 
 pytestmark = [pytest.mark.ray, pytest.mark.mlflow_server, pytest.mark.timeout(300)]
 
-FINAL_ACC = "final/acc_local_mean"
+FINAL_ACC = "final.acc_local_mean"
 
 
 def test_a_sweep_on_two_nodes_runs_trials_on_both_and_logs_them_to_postgres(tmp_path, two_node_cluster, mlflow_server,

@@ -5,7 +5,7 @@ from fedbench.config import load_task
 from fedbench.core.errors import ConfigError
 from tests.conftest import TINY
 
-TABLE = {"title": "Accuracy", "source": "001 Table II, p. 7", "metric": "final/acc_local_mean", "scale": 100,
+TABLE = {"title": "Accuracy", "source": "001 Table II, p. 7", "metric": "final.acc_local_mean", "scale": 100,
          "where": {"dataset": "digits"}, "rows": ["algorithm"], "columns": "scenario.alpha",
          "cells": [{"algorithm": "fedavg", "scenario.alpha": 0.1, "value": 81.5},
                    {"algorithm": "local", "scenario.alpha": 0.1, "value": None, "note": "not reported"}]}

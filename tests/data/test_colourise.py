@@ -78,7 +78,7 @@ def test_feddrm_runs_on_colourised_digits_with_the_photometric_clients():
     task = {"name": "colour", "dataset": {"name": "digits", "colourise": True}, "model": {"name": "feddrm_net", "backbone": "cnn"},
             "scenario": {"preset": "feddrm/dir0.3"}, "algorithm": "feddrm", "rounds": 1, "local_steps": 2, "batch_size": 16}
     [result] = run(task, track=False)
-    assert result.status == "FINISHED" and 0.0 <= result.final["final/acc_system"] <= 1.0
+    assert result.status == "FINISHED" and 0.0 <= result.final["final.acc_system"] <= 1.0
 
 
 @pytest.mark.parametrize("options, field", [

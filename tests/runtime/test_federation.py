@@ -118,5 +118,5 @@ def test_worker_start_up_is_its_own_cost_reported_once_not_client_compute():
 def test_a_run_whose_final_accuracy_is_nan_fails_with_the_reason():
     result = run_spec(tiny_spec(rounds=1, scenario={"partition": "iid", "num_clients": 4, "test_fraction": 0.0}))
     assert result.status == "FAILED", result.reason
-    assert result.reason.startswith("final/acc_local_mean is NaN: some client has no local test sample")
+    assert result.reason.startswith("final.acc_local_mean is NaN: some client has no local test sample")
     assert len(result.history) == 1  # the rounds ran; their records are kept

@@ -20,7 +20,7 @@ def test_every_logged_point_is_one_row_with_its_run_and_configuration(mlflow_sto
     table = long_metrics("export", uri)
     assert set(table["run_hash"]) == {s.run_hash for s in specs}
     assert set(table["configuration"]) == {"fedavg", "local"} and "algorithm.name" in table
-    assert not table["metric"].str.startswith(("final/", "total/")).any()
+    assert not table["metric"].str.startswith(("final.", "total.")).any()
     client = MlflowClient(uri)
     run = client.search_runs([client.get_experiment_by_name("export").experiment_id])[0]
     mine = table[table["run_hash"] == run.data.params["run_hash"]]

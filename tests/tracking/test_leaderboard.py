@@ -7,6 +7,7 @@ from mlflow.tracking import MlflowClient
 
 from fedbench.cli import main
 from fedbench.config.task import task_from_dict
+from fedbench.core import metrics as M
 from fedbench.core.errors import ConfigError
 from fedbench.runtime.session import run_specs
 from fedbench.tracking.leaderboard import build_leaderboard, read_runs, to_markdown
@@ -35,7 +36,7 @@ def test_leaderboard_numbers_equal_the_runs_metrics_read_back(recorded):
     for row in board.table.to_dict("records"):
         algorithm = row["configuration"].split(",")[0]
         alpha = float(row["group"].split("scenario.alpha=")[1])
-        values = [r.data.metrics["final/acc_local_mean"] for r in client.search_runs([experiment])
+        values = [r.data.metrics["final.acc_local_mean"] for r in client.search_runs([experiment])
                   if r.data.params.get("algorithm.name") == algorithm and float(r.data.params["scenario.alpha"]) == alpha
                   and r.info.status == "FINISHED"]
         assert len(values) == 2
@@ -69,15 +70,15 @@ def test_the_task_file_may_be_given_as_the_argument(recorded, isolated_results, 
 def test_a_metric_no_run_reports_is_refused_naming_the_known_ones(recorded):
     uri, _ = recorded
     with pytest.raises(ConfigError) as err:
-        build_leaderboard(read_runs("board", uri), metric="final/acc_nope")
-    assert "final/acc_local_mean" in str(err.value)
+        build_leaderboard(read_runs("board", uri), metric="final.acc_nope")
+    assert "final.acc_local_mean" in str(err.value)
 
 
 def test_an_unknown_group_by_is_refused_naming_what_is_allowed():
     """It used to group every run as "all" and rank across datasets and scenarios without a word."""
     runs = pd.DataFrame({
         "status": ["FINISHED"] * 4,
-        "metrics.final/acc_local_mean": [0.5, 0.6, 0.7, 0.8],
+        "metrics.final.acc_local_mean": [0.5, 0.6, 0.7, 0.8],
         "params.algorithm.name": ["fedavg", "local"] * 2,
         "params.scenario.alpha": ["0.3", "0.3", "3.0", "3.0"],
         "params.dataset.name": ["digits"] * 4,
@@ -98,11 +99,11 @@ def synthetic_runs(rows: list[dict]) -> pd.DataFrame:
 def test_labels_show_only_what_varies_and_applies_to_each_algorithm():
     runs = synthetic_runs([
         {"params.run_hash": "a", "params.algorithm.name": "fedavg", "params.algorithm.client_fraction": "1.0",
-         "metrics.final/acc_local_mean": 0.5},
+         "metrics.final.acc_local_mean": 0.5},
         {"params.run_hash": "b", "params.algorithm.name": "fedprox", "params.algorithm.client_fraction": "1.0",
-         "params.algorithm.mu": "0.1", "metrics.final/acc_local_mean": 0.6},
+         "params.algorithm.mu": "0.1", "metrics.final.acc_local_mean": 0.6},
         {"params.run_hash": "c", "params.algorithm.name": "feroma", "params.algorithm.client_fraction": "1.0",
-         "params.algorithm.tau": "mean", "params.algorithm.epsilon": "0.1", "metrics.final/acc_local_mean": 0.7},
+         "params.algorithm.tau": "mean", "params.algorithm.epsilon": "0.1", "metrics.final.acc_local_mean": 0.7},
     ])
     board = build_leaderboard(runs, group_by=[])
     # parameters at the method's default (client_fraction 1.0) say nothing; those set away from it do
@@ -112,10 +113,10 @@ def test_labels_show_only_what_varies_and_applies_to_each_algorithm():
 
 def test_a_metric_some_configurations_lack_is_shown_missing_not_a_crash():
     runs = synthetic_runs([
-        {"params.run_hash": "a", "params.algorithm.name": "fedavg", "metrics.final/acc_system": 0.8},
-        {"params.run_hash": "b", "params.algorithm.name": "local", "metrics.final/acc_system": np.nan},
+        {"params.run_hash": "a", "params.algorithm.name": "fedavg", "metrics.final.acc_system": 0.8},
+        {"params.run_hash": "b", "params.algorithm.name": "local", "metrics.final.acc_system": np.nan},
     ])
-    board = build_leaderboard(runs, metric="final/acc_system", group_by=[])
+    board = build_leaderboard(runs, metric="final.acc_system", group_by=[])
     local = board.table[board.table["configuration"] == "local"].iloc[0]
     assert pd.isna(local["mean"]) and pd.isna(local["rank"])
     assert "| all | – | local | – | 0 |" in to_markdown(board)  # no run of it reports the metric
@@ -123,9 +124,9 @@ def test_a_metric_some_configurations_lack_is_shown_missing_not_a_crash():
 
 def test_a_rerun_of_the_same_runspec_is_one_seed_not_two():
     runs = synthetic_runs([
-        {"params.run_hash": "a", "params.algorithm.name": "fedavg", "metrics.final/acc_local_mean": 0.5},
-        {"params.run_hash": "a", "params.algorithm.name": "fedavg", "metrics.final/acc_local_mean": 0.7},  # the rerun
-        {"params.run_hash": "b", "params.algorithm.name": "fedavg", "metrics.final/acc_local_mean": 0.6},
+        {"params.run_hash": "a", "params.algorithm.name": "fedavg", "metrics.final.acc_local_mean": 0.5},
+        {"params.run_hash": "a", "params.algorithm.name": "fedavg", "metrics.final.acc_local_mean": 0.7},  # the rerun
+        {"params.run_hash": "b", "params.algorithm.name": "fedavg", "metrics.final.acc_local_mean": 0.6},
     ])
     [row] = build_leaderboard(runs, group_by=[]).table.to_dict("records")
     assert row["n"] == 2 and row["mean"] == pytest.approx(0.65)  # the latest run of hash a, and hash b
@@ -141,8 +142,8 @@ def test_a_missing_store_is_named_and_not_created(tmp_path):
 
 def test_a_trial_stopped_early_neither_ranks_nor_replaces_the_complete_run():
     runs = synthetic_runs([
-        {"params.run_hash": "a", "params.algorithm.name": "fedavg", "metrics.final/acc_local_mean": 0.9},
-        {"params.run_hash": "a", "params.algorithm.name": "fedavg", "metrics.final/acc_local_mean": 0.3,
+        {"params.run_hash": "a", "params.algorithm.name": "fedavg", "metrics.final.acc_local_mean": 0.9},
+        {"params.run_hash": "a", "params.algorithm.name": "fedavg", "metrics.final.acc_local_mean": 0.3,
          "tags.fedbench.stopped_early": "after round 1"},  # a later ASHA sweep of the same RunSpec
     ])
     [row] = build_leaderboard(runs, group_by=[]).table.to_dict("records")
@@ -182,11 +183,11 @@ def test_a_search_reads_like_a_search_its_samples_by_what_was_sampled_and_its_re
 
     runs = synthetic_runs([
         {"params.run_hash": "a", "params.algorithm.name": "feroma", "params.algorithm.tau": "0.11236203565420874",
-         "params.algorithm.warmup_rounds": "3", "metrics.final/acc_local_mean": 0.81},
+         "params.algorithm.warmup_rounds": "3", "metrics.final.acc_local_mean": 0.81},
         {"params.run_hash": "b", "params.algorithm.name": "feroma", "params.algorithm.tau": "0.04680559213273095",
-         "params.algorithm.warmup_rounds": "2", "metrics.final/acc_local_mean": 0.86},
+         "params.algorithm.warmup_rounds": "2", "metrics.final.acc_local_mean": 0.86},
         {"params.run_hash": "c", "params.algorithm.name": "fedavg", "tags.fedbench.search_reference": "true",
-         "metrics.final/acc_local_mean": 0.78},
+         "metrics.final.acc_local_mean": 0.78},
     ])
     board = build_leaderboard(runs, group_by=[])
     markdown = to_markdown(board)
@@ -228,11 +229,11 @@ def test_a_searchs_results_table_names_its_samples_and_ranks_by_its_metric(tmp_p
     (tmp_path / "space.yaml").write_text(yaml.safe_dump({"name": "mu", "space": {"algorithm": {
         "fedprox": {"mu": {"loguniform": [0.001, 1.0]}}, "fedavg": {}}}}))
     plan = make_plan(load_task(tmp_path / "task.yaml"), load_search_space(tmp_path / "space.yaml"), 2,
-                     "final/acc_system")
+                     "final.acc_system")
     samples = [({"algorithm.name": "fedprox", "algorithm.mu": 0.0123456789}, 0.7),
                ({"algorithm.name": "fedprox", "algorithm.mu": 0.5}, 0.9), ({"algorithm.name": "fedavg"}, 0.8)]
     results = [RunResult(plan.spec_of({**config, "seed": 0}), "FINISHED", [],
-                         {"final/acc_system": score, "final/acc_local_mean": 0.1}) for config, score in samples]
+                         {"final.acc_system": score, "final.acc_local_mean": 0.1}) for config, score in samples]
     console = Console(width=120, record=True)
     console.print(results_table(results, plan.metric, plan.mode, plan.space.references))
     text = console.export_text()
@@ -251,7 +252,7 @@ def searched_runs(samples: list[tuple[dict, list[float]]]) -> pd.DataFrame:
             tags = {f"tags.search.algorithm.{k}": str(v) for k, v in algorithm.items()} if len(algorithm) > 1 else \
                 {"tags.fedbench.search_reference": "true"}
             rows.append({**{f"params.{k}": str(v) for k, v in spec.flat().items()}, "params.run_hash": spec.run_hash,
-                         **tags, "metrics.final/acc_test_time": score})
+                         **tags, "metrics.final.acc_test_time": score})
     return synthetic_runs(rows)
 
 
@@ -269,7 +270,7 @@ def test_a_conditional_search_ranks_its_samples_by_what_was_sampled_beside_its_r
         ({"name": "fedprox", "mu": 0.5}, [0.75, 0.77]),
         ({"name": "fedavg"}, [0.78, 0.78]),
     ])
-    board = build_leaderboard(runs, metric="final/acc_test_time", group_by=["dataset", "scenario"])
+    board = build_leaderboard(runs, metric="final.acc_test_time", group_by=["dataset", "scenario"])
     assert list(board.table.columns) == ["group", "rank", "configuration", "mean", "std", "n", "vs_best", "compute_s",
                                          "wall_s", "mb_up", "mb_down"]
     assert list(board.table["configuration"]) == [  # the full values stay in CSV and parquet
@@ -291,7 +292,7 @@ def test_configurations_the_seeds_cannot_tell_from_the_best_are_marked():
     rows = []
     for name, values in (("fedprox", [0.80, 0.88, 0.96]), ("fedavg", [0.79, 0.87, 0.956]), ("local", [0.50, 0.52, 0.51]),
                          ("ditto", [0.9])):
-        rows += [{"params.run_hash": f"{name}{i}", "params.algorithm.name": name, "metrics.final/acc_local_mean": v}
+        rows += [{"params.run_hash": f"{name}{i}", "params.algorithm.name": name, "metrics.final.acc_local_mean": v}
                  for i, v in enumerate(values)]
     board = build_leaderboard(synthetic_runs(rows), group_by=[])
     marks = dict(zip(board.table["configuration"], board.table["vs_best"]))
@@ -302,3 +303,16 @@ def test_configurations_the_seeds_cannot_tell_from_the_best_are_marked():
     assert marks["fedprox"] == "best" and marks["fedavg"].startswith("≈ p=") and marks["local"].startswith("worse p=")
     markdown = to_markdown(board)
     assert "| all | 2 | fedavg | 0.8720 ± 0.0830 | 3 | ≈ p=0.9" in markdown and "Welch's t-test" in markdown
+
+
+def test_a_store_written_before_the_dot_ranks_beside_new_runs_and_old_metric_names_still_work():
+    """Stores from before the summaries' rename hold `final/acc_local_mean`: read back, those runs carry
+    `final.acc_local_mean` like new ones, and `--metric final/acc_local_mean` names the same column."""
+    from fedbench.tracking.leaderboard import with_canonical_metrics
+
+    runs = pd.DataFrame({"metrics.final/acc_local_mean": [0.5, np.nan], "metrics.final.acc_local_mean": [np.nan, 0.7],
+                         "metrics.total/comm_up_bytes": [10.0, np.nan], "metrics.acc_local_mean": [0.5, 0.7]})
+    read = with_canonical_metrics(runs)
+    assert sorted(read) == ["metrics.acc_local_mean", "metrics.final.acc_local_mean", "metrics.total.comm_up_bytes"]
+    assert read["metrics.final.acc_local_mean"].tolist() == [0.5, 0.7]
+    assert M.canonical("final/acc_test_time") == "final.acc_test_time" == M.canonical("final.acc_test_time")

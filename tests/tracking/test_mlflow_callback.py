@@ -135,3 +135,38 @@ def test_a_run_on_many_workers_gets_every_placement_tag(mlflow_store):
     tags = MlflowClient(tracking_uri()).get_run(callback.run_id).data.tags
     assert tags["workers.63.gpu_ids"] == "7" and tags["workers.0.node"] == "node0"
     assert tags["clients.device"] == "cuda: 10000 clients on 64 workers (GPUs 0,1,2,3,4,5,6,7, MPS)"
+
+
+def mlflow_chart_order(keys) -> list[str]:
+    """The order MLflow 3's run page draws a run's metric charts in (its JS, `RunsChartsCard` state set up from
+    the metric keys): a section per prefix before a '/', those sections sorted, and then the unprefixed keys'
+    "Model metrics" section; the keys sorted within each section."""
+    prefixed = sorted(k for k in keys if "/" in k)
+    by_section = sorted(prefixed, key=lambda k: (k.split("/")[0], k))
+    return by_section + sorted(k for k in keys if "/" not in k)
+
+
+def test_a_runs_charts_open_on_its_accuracy_curves_and_its_summaries_stay_searchable(isolated_results, mlflow_store):
+    """MLflow's chart view used to open on single-bar charts of the `final/*` and `total/*` summaries, each titled
+    like the curve it summarises. Now the first charts are per-round curves and each summary has its own title,
+    and `metrics.final.<key>` still finds runs by their summary."""
+    spec = tiny_spec(rounds=2)
+    run_spec(spec, [MlflowCallback()])
+    uri = f"sqlite:///{isolated_results / 'mlflow.db'}"
+    client = MlflowClient(uri)
+    (run,) = client.search_runs([client.get_experiment_by_name("tiny").experiment_id])
+    keys = list(run.data.metrics)
+    summaries = [k for k in keys if M.is_summary(k)]
+    assert summaries and all("/" not in k for k in keys)
+    order = mlflow_chart_order(keys)
+    curves = [k for k in order if len(client.get_metric_history(run.info.run_id, k)) == spec.rounds]
+    assert order[0] == M.ACC_LOCAL_MEAN and order.index(M.ACC_LOCAL_MEAN) < min(order.index(k) for k in summaries)
+    assert all(order.index(k) < order.index(summaries[0]) for k in curves if k.startswith("acc"))
+    title = lambda key: key.split("/")[-1]  # MLflow titles a chart with its key less the section prefix
+    assert not {title(k) for k in summaries} & {title(k) for k in curves}
+    mlflow.set_tracking_uri(uri)
+    try:
+        found = mlflow.search_runs(experiment_names=["tiny"], filter_string=f"metrics.{M.FINAL_PREFIX}{M.ACC_LOCAL_MEAN} >= 0")
+    finally:
+        mlflow.set_tracking_uri(None)
+    assert len(found) == 1

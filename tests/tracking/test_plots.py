@@ -27,7 +27,7 @@ def log_run(client, experiment, parent, params, history, status="FINISHED", reas
     run = client.create_run(experiment, tags={"mlflow.parentRunId": parent}).info.run_id
     now = int(time.time() * 1000)
     metrics = [Metric("acc_local_mean", v, now, step) for step, v in history.items()]
-    metrics.append(Metric("final/acc_local_mean", list(history.values())[-1], now, len(history)))
+    metrics.append(Metric("final.acc_local_mean", list(history.values())[-1], now, len(history)))
     tags = [RunTag("failure_reason", reason)] if reason else []
     client.log_batch(run, metrics=metrics, params=[Param(k, str(v)) for k, v in params.items()], tags=tags)
     client.set_terminated(run, status)
@@ -73,7 +73,7 @@ def test_curves_and_heatmap_equal_the_logged_values_and_land_under_the_latest_sw
         assert row["n"] == len(values) == (2 if (algorithm, alpha, row["round"]) == ("local", "0.3", 2) else 3)
         assert row["mean"] == pytest.approx(np.mean(values)) and row["std"] == pytest.approx(np.std(values, ddof=1))
 
-    assert plots.heatmap_metric == "final/acc_local_mean"
+    assert plots.heatmap_metric == "final.acc_local_mean"
     assert plots.heatmap.shape == (len(ALGORITHMS), len(ALPHAS))
     for algorithm in ALGORITHMS:
         for alpha in ALPHAS:
@@ -174,7 +174,7 @@ def test_seed_bands_stay_inside_the_metrics_range():
     [band] = [c for c in figure.axes[0].collections if isinstance(c, PolyCollection)]
     ys = np.concatenate([path.vertices[:, 1] for path in band.get_paths()])
     assert ys.min() >= 0.0 and ys.max() <= 1.0
-    assert M.value_range("final/" + M.TRAIN_LOSS_MEAN) == (0.0, float("inf"))
+    assert M.value_range("final." + M.TRAIN_LOSS_MEAN) == (0.0, float("inf"))
 
 
 def test_figures_name_sampled_values_as_tables_do():

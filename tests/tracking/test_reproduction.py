@@ -18,7 +18,7 @@ from fedbench.tracking.sweep_runs import SweepRuns
 from tests.conftest import TINY
 
 REFERENCE = [{
-    "title": "Local accuracy", "source": "test Table 1, p. 1", "metric": "final/acc_local_mean", "scale": 100,
+    "title": "Local accuracy", "source": "test Table 1, p. 1", "metric": "final.acc_local_mean", "scale": 100,
     "rows": ["algorithm"], "columns": ["optimizer.lr"],
     "cells": [{"algorithm": "fedavg", "optimizer.lr": 0.05, "value": 90.0},
               {"algorithm": "local", "optimizer.lr": 0.05, "value": None, "note": "the paper has no local row"},
@@ -47,7 +47,7 @@ def stored(name, algorithm, lr):
     experiment = client.get_experiment_by_name(name).experiment_id
     runs = client.search_runs([experiment], f"params.`algorithm.name` = '{algorithm}' and params.`optimizer.lr` = '{lr}' "
                                             "and attributes.status = 'FINISHED'")
-    return np.array([r.data.metrics["final/acc_local_mean"] * 100 for r in runs])
+    return np.array([r.data.metrics["final.acc_local_mean"] * 100 for r in runs])
 
 
 def row(markdown, name):
@@ -213,7 +213,7 @@ def test_a_line_figure_runs_along_the_numeric_column_whose_panels_hold_most_poin
     from fedbench.tracking.reproduction.cells import TableResult
     from fedbench.tracking.reproduction.figures import numeric_axis
 
-    table = ReferenceTable("t", "s", "final/acc_local_mean", 1.0, ("algorithm.name",), columns, ())
+    table = ReferenceTable("t", "s", "final.acc_local_mean", 1.0, ("algorithm.name",), columns, ())
     assert numeric_axis(TableResult(table, [("fedavg",)], keys, {}, {}, {})) == axis
 
 

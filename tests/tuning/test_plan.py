@@ -21,7 +21,7 @@ def test_an_unreachable_tracking_server_is_refused_at_once():
 
 def test_a_search_dry_run_checks_the_space_and_runs_nothing(capsys):
     code = main(["sweep", "tasks/feddrm_tune.yaml", "--search", "search_spaces/feddrm_lambda.yaml", "--num-samples", "8",
-                 "--metric", "final/acc_system", "--dry-run"])
+                 "--metric", "final.acc_system", "--dry-run"])
     assert code == 0 and "8 Optuna samples of feddrm_lambda" in capsys.readouterr().out
 
 
@@ -53,7 +53,7 @@ def test_a_trial_is_told_grid_or_search_by_its_plan_alone(tmp_path):
     assert grid.sampled({"run": spec.to_dict()}) == {}
     space = tmp_path / "space.yaml"
     space.write_text(yaml.safe_dump({"name": "lr", "space": {"optimizer.lr": {"loguniform": [0.001, 0.1]}}}))
-    search = make_plan(task, load_search_space(space), num_samples=2, metric="final/acc_local_mean").spec_of
+    search = make_plan(task, load_search_space(space), num_samples=2, metric="final.acc_local_mean").spec_of
     sample = {"optimizer.lr": 0.01, "seed": 1}
     assert search.trial_key(sample, "trial_1") == search(sample).run_hash  # a sample is its run, in any attempt
     assert search.sampled(sample) == {"optimizer.lr": 0.01}  # the seed is the task's, not sampled
@@ -82,7 +82,7 @@ def test_a_search_space_reaching_lr_zero_is_refused_by_the_fields_own_check(tmp_
     space = tmp_path / "zero.yaml"
     space.write_text("name: zero\nspace:\n  optimizer.lr: {uniform: [0, 0.1]}\n")
     code = main(["sweep", "tasks/quickstart.yaml", "--search", str(space), "--num-samples", "2",
-                 "--metric", "final/acc_local_mean", "--dry-run"])
+                 "--metric", "final.acc_local_mean", "--dry-run"])
     out = capsys.readouterr().out
     assert code == 2 and "optimizer.lr" in out and "learning rate > 0" in out, out
 

@@ -78,7 +78,7 @@ def test_bad_spaces_are_rejected_before_any_trial_naming_the_problem(tmp_path, s
 
 
 @pytest.mark.parametrize("kwargs, hint", [
-    ({"metric": "accuracy"}, "final/acc_local_mean"),  # a metric no run reports: the known ones are listed
+    ({"metric": "accuracy"}, "final.acc_local_mean"),  # a metric no run reports: the known ones are listed
     ({"metric": None}, "a metric to search on"),
     ({"metric": "acc_test_time", "scheduler": "asha"}, "reported every round"),
     ({"metric": "acc_local_mean", "num_samples": 0}, "--num-samples"),
@@ -94,17 +94,17 @@ def test_bad_search_options_are_rejected(tmp_path, kwargs, hint):
 def test_a_test_time_metric_needs_test_time_clients(tmp_path):
     scenario = {**TINY["scenario"], "test_clients": {"mode": "none"}}
     with pytest.raises(ConfigError, match="no test-time clients"):
-        make_plan(task(tmp_path, scenario=scenario), metric="final/acc_test_time")
+        make_plan(task(tmp_path, scenario=scenario), metric="final.acc_test_time")
 
 
 @pytest.mark.parametrize("space, task_path, overrides, metric, algorithms", [
-    ("search_spaces/feroma_tau.yaml", "tasks/feroma_tune.yaml", [], "final/acc_test_time", {"feroma", "fedavg"}),
-    ("search_spaces/feddrm_lambda.yaml", "tasks/feddrm_tune.yaml", [], "final/acc_system", {"feddrm", "fedprox_ft"}),
-    ("search_spaces/ditto_lambda.yaml", "tasks/conditional_97.yaml", ["profile=reduced"], "final/acc_local_mean",
+    ("search_spaces/feroma_tau.yaml", "tasks/feroma_tune.yaml", [], "final.acc_test_time", {"feroma", "fedavg"}),
+    ("search_spaces/feddrm_lambda.yaml", "tasks/feddrm_tune.yaml", [], "final.acc_system", {"feddrm", "fedprox_ft"}),
+    ("search_spaces/ditto_lambda.yaml", "tasks/conditional_97.yaml", ["profile=reduced"], "final.acc_local_mean",
      {"ditto", "fedavg"}),
-    ("search_spaces/fedprox_mu.yaml", "tasks/quickstart.yaml", [], "final/acc_local_mean", {"fedprox", "fedavg"}),
+    ("search_spaces/fedprox_mu.yaml", "tasks/quickstart.yaml", [], "final.acc_local_mean", {"fedprox", "fedavg"}),
     ("search_spaces/moon_mu.yaml", "tasks/shift_mitigation.yaml",
-     ["profile=reduced", "scenario={preset: made/dirichlet, beta: 0.3}"], "final/acc_local_weighted", {"moon", "fedavg"}),
+     ["profile=reduced", "scenario={preset: made/dirichlet, beta: 0.3}"], "final.acc_local_weighted", {"moon", "fedavg"}),
 ])
 def test_shipped_spaces_check_out_on_their_tasks(space, task_path, overrides, metric, algorithms):
     plan = make_plan(load_task(task_path, overrides), load_search_space(space), 4, metric)  # every field and bound checked
@@ -151,23 +151,23 @@ def test_a_range_that_samples_a_degenerate_run_is_refused_naming_the_parameter_r
     """`warmup_rounds` up to 8 on a 4-round run sampled FEROMAs that are FedAvg (issue 33, item 5)."""
     feroma = load_task("tasks/feroma_tune.yaml", ["rounds=4"])
     with pytest.raises(ConfigError) as err:
-        make_plan(feroma, feroma_space(tmp_path, [2, 8]), 4, "final/acc_test_time")
+        make_plan(feroma, feroma_space(tmp_path, [2, 8]), 4, "final.acc_test_time")
     assert err.value.field == "search space fer: algorithm.warmup_rounds" and err.value.value == "int [2, 8]"
     assert "at 8: algorithm.warmup_rounds: 8 >= rounds (4)" in err.value.allowed and "rounds - 1" in err.value.allowed
 
 
 def test_a_bound_may_name_a_run_field_resolved_on_the_run_searched(tmp_path):
     feroma = load_task("tasks/feroma_tune.yaml", ["rounds=4"])
-    plan = make_plan(feroma, feroma_space(tmp_path, [2, "rounds - 1"]), 4, "final/acc_test_time")
+    plan = make_plan(feroma, feroma_space(tmp_path, [2, "rounds - 1"]), 4, "final.acc_test_time")
     [(name, own)] = plan.space.tuned
     assert name == "feroma" and [d.values for d in own if d.path == "warmup_rounds"] == [(2, 3)]
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
     for _ in range(20):
         assert 2 <= plan.space.sample(study.ask())["algorithm.warmup_rounds"] <= 3  # never a FedAvg in disguise
     longer = make_plan(load_task("tasks/feroma_tune.yaml", ["rounds=10"]), feroma_space(tmp_path, [2, "rounds - 1"]), 4,
-                       "final/acc_test_time")
+                       "final.acc_test_time")
     assert longer.name != plan.name  # another range, another search
-    shipped = make_plan(feroma, load_search_space("search_spaces/feroma_tau.yaml"), 4, "final/acc_test_time")
+    shipped = make_plan(feroma, load_search_space("search_spaces/feroma_tau.yaml"), 4, "final.acc_test_time")
     assert [d.values for d in dict(shipped.space.branches)["feroma"] if d.path == "warmup_rounds"] == [(2, 3)]
 
 
@@ -178,7 +178,7 @@ def test_a_bound_may_name_a_run_field_resolved_on_the_run_searched(tmp_path):
 def test_a_bound_that_is_not_a_run_field_and_offset_is_refused(tmp_path, bound, hint):
     with pytest.raises(ConfigError, match=re.escape(hint)):
         make_plan(load_task("tasks/feroma_tune.yaml", ["rounds=4"]), feroma_space(tmp_path, [2, bound]), 4,
-                  "final/acc_test_time")
+                  "final.acc_test_time")
 
 
 @pytest.mark.parametrize("space, field, shown", [
@@ -189,7 +189,7 @@ def test_a_bound_that_is_not_a_run_field_and_offset_is_refused(tmp_path, bound, 
 def test_a_degenerate_run_is_blamed_on_the_field_at_fault_not_the_one_probed(tmp_path, space, field, shown):
     path = write(tmp_path, "fer.yaml", {"name": "fer", "space": {"algorithm": {"feroma": space}}})
     with pytest.raises(ConfigError) as err:
-        make_plan(load_task("tasks/feroma_tune.yaml", ["rounds=4"]), load_search_space(path), 4, "final/acc_test_time")
+        make_plan(load_task("tasks/feroma_tune.yaml", ["rounds=4"]), load_search_space(path), 4, "final.acc_test_time")
     assert err.value.field == f"search space fer: {field}" and err.value.value == shown
     assert "5 >= rounds (4)" in err.value.allowed if shown == "not sampled" else "4 >= rounds (4)" in err.value.allowed
 
@@ -202,6 +202,6 @@ def test_a_search_does_not_warn_of_the_task_run_it_never_trains_but_the_task_run
     with warnings.catch_warnings():
         warnings.simplefilter("error", DegenerateRunWarning)
         _, plan = api.plan_sweep("tasks/feroma_tune.yaml", search="search_spaces/feroma_tau.yaml", num_samples=4,
-                                 metric="final/acc_test_time", overrides=["rounds=4"])
+                                 metric="final.acc_test_time", overrides=["rounds=4"])
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=1))
     assert {plan.space.sample(study.ask())["algorithm.warmup_rounds"] for _ in range(30)} == {2, 3}

@@ -11,7 +11,7 @@ from fedbench.tuning import load_search_space, make_plan
 from fedbench.tuning.seed_averaged_search import SeedAveragedSearch
 from tests.conftest import TINY
 
-METRIC = "final/acc_local_mean"
+METRIC = "final.acc_local_mean"
 
 
 def plan_of(tmp_path, mus, num_samples, seeds=(0, 1)):

@@ -42,14 +42,14 @@ def test_the_four_views_of_a_conditional_search_with_a_failed_sample(tmp_path):
     study = searched("prox_or_avg-0123abcd", complete=8)
     assert {frozenset(t.params) for t in study.trials if t.state == TrialState.COMPLETE} == {
         frozenset({"algorithm.name", "algorithm.mu"}), frozenset({"algorithm.name", "algorithm.client_fraction"})}
-    plots = plot_study("prox_or_avg-0123abcd", tmp_path / "optuna", metric="final/acc_local_mean")
+    plots = plot_study("prox_or_avg-0123abcd", tmp_path / "optuna", metric="final.acc_local_mean")
     assert plots.skipped == {}
     assert plots.files == [tmp_path / "optuna" / f"{view}.png" for view in VIEWS]
     for path in plots.files:
         assert path.read_bytes().startswith(PNG) and path.stat().st_size > 5000
     # the metric is kept in the study: a later `fedbench plot`, which does not know it, names the axis the same
     assert optuna.load_study(study_name="prox_or_avg-0123abcd", storage=study._storage).metric_names == [
-        "final/acc_local_mean"]
+        "final.acc_local_mean"]
 
 
 def test_importances_of_one_score_are_skipped_with_why_and_the_other_views_drawn(tmp_path):

@@ -45,7 +45,7 @@ def test_a_grid_runs_as_concurrent_trials_each_inside_its_own_placement_group(tm
     assert groups.nunique() >= 2 and "None" not in set(groups)
     assert (children["tags.trial.worker_placement_groups"] == groups).all()  # every client actor inside its trial's group
     assert set(children["tags.trial.client_cpus"]) == {"0.5"}
-    assert children["metrics.final/acc_local_mean"].notna().all()
+    assert children["metrics.final.acc_local_mean"].notna().all()
     from fedbench.tracking.per_client import read_per_client  # each trial's per-client table, logged by the driver
 
     per_client = read_per_client(mlflow.MlflowClient(f"sqlite:///{mlflow_store}"), children["run_id"].iloc[0])
@@ -71,7 +71,7 @@ def test_an_optuna_search_logs_one_child_per_sample_and_its_study_views_to_a_rea
     task = load_task(write_task(tmp_path, grid={}))
     space_path = tmp_path / "space.yaml"
     space_path.write_text(yaml.safe_dump(SPACE))
-    plan = make_plan(task, load_search_space(space_path), num_samples=4, metric="final/acc_local_mean")
+    plan = make_plan(task, load_search_space(space_path), num_samples=4, metric="final.acc_local_mean")
     outcome = execute_sweep(task, plan, max_concurrent=2)
 
     client = MlflowClient(mlflow_server)
@@ -83,7 +83,7 @@ def test_an_optuna_search_logs_one_child_per_sample_and_its_study_views_to_a_rea
         algorithm = child.data.params["algorithm.name"]
         searched = {k for k in child.data.tags if k.startswith("search.")}
         assert searched == {"search.algorithm.name"} | own[algorithm]  # only the active algorithm's parameters
-    best_value = max(c.data.metrics["final/acc_local_mean"] for c in children)
+    best_value = max(c.data.metrics["final.acc_local_mean"] for c in children)
     assert outcome.best_value == pytest.approx(best_value)
     best = load_task(outcome.best_task)  # the best sample, as a task file that loads
     assert best.expand()[0].algorithm.name == outcome.best["algorithm.name"]
@@ -129,25 +129,25 @@ def test_an_interrupted_sweep_resumes_without_running_or_logging_finished_trials
     children = runs[runs["tags.mlflow.parentRunId"] == outcome.parent_run_id]
     assert len(runs[runs["tags.fedbench.sweep"].notna()]) == 1  # one parent, reused
     assert len(children) == 6 and sorted(children["params.run_hash"]) == sorted(s.run_hash for s in plan.specs)
-    assert (children["status"] == "FINISHED").all() and children["metrics.final/acc_local_mean"].notna().all()
+    assert (children["status"] == "FINISHED").all() and children["metrics.final.acc_local_mean"].notna().all()
     assert finished_before <= set(children["run_id"])  # trials done before the interrupt kept their runs
     assert len(outcome.results) == 6 - outcome.resumed_done  # and were not run again
 
 
 def test_asha_schedules_on_the_per_round_metric_when_given_the_final_name(tmp_path, mlflow_store, ray_session):
-    """`--metric final/acc_local_mean` is what the leaderboard ranks by; the rounds report `acc_local_mean`, which
+    """`--metric final.acc_local_mean` is what the leaderboard ranks by; the rounds report `acc_local_mean`, which
     is what ASHA must compare (with the final name it never saw it and Tune failed the trials)."""
     import mlflow
 
     task = write_task(tmp_path, rounds=3, eval_every=2, grid={"optimizer.lr": [0.05, 0.0001]}, seeds=[0, 1])
-    plan = make_plan(load_task(task), metric="final/acc_local_mean", scheduler="asha")
+    plan = make_plan(load_task(task), metric="final.acc_local_mean", scheduler="asha")
     outcome = run_sweep(plan, max_concurrent=2)
     assert len(outcome.results) == 4 and not outcome.interrupted
     mlflow.set_tracking_uri(f"sqlite:///{mlflow_store}")
     runs = mlflow.search_runs(experiment_names=["sweep_test"])
     children = runs[runs["tags.mlflow.parentRunId"] == outcome.parent_run_id]
     assert len(children) == 4 and (children["status"] == "FINISHED").all()
-    assert children["metrics.final/acc_local_mean"].notna().all()
+    assert children["metrics.final.acc_local_mean"].notna().all()
 
 
 def test_two_sweeps_of_one_task_write_into_their_own_tune_folders(tmp_path, mlflow_store, ray_session):
@@ -168,7 +168,7 @@ def test_a_resumed_search_continues_its_study_and_never_repeats_a_sample(tmp_pat
     task_path = write_task(tmp_path, rounds=15, grid={})
     space_path = tmp_path / "space.yaml"
     space_path.write_text(yaml.safe_dump(SPACE))
-    search = ["--search", str(space_path), "--num-samples", "6", "--metric", "final/acc_local_mean"]
+    search = ["--search", str(space_path), "--num-samples", "6", "--metric", "final.acc_local_mean"]
     env = {**os.environ, "FEDBENCH_RESULTS": str(mlflow_store.parent), "RAY_AUTH_MODE": "disabled"}
     cli = subprocess.Popen([sys.executable, "-m", "fedbench", "sweep", str(task_path), *search, "--max-concurrent", "1"],
                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
@@ -185,7 +185,7 @@ def test_a_resumed_search_continues_its_study_and_never_repeats_a_sample(tmp_pat
 
     from fedbench.tuning import load_search_space
 
-    plan = make_plan(load_task(task_path), load_search_space(space_path), num_samples=6, metric="final/acc_local_mean")
+    plan = make_plan(load_task(task_path), load_search_space(space_path), num_samples=6, metric="final.acc_local_mean")
     outcome = run_sweep(plan, max_concurrent=1, resume=True)
     assert not outcome.interrupted and outcome.resumed_done >= 2
     runs = mlflow.search_runs(experiment_names=["sweep_test"])
@@ -221,7 +221,7 @@ def test_a_search_runs_references_scores_samples_over_seeds_and_never_trains_a_c
     space_path = tmp_path / "space.yaml"
     space_path.write_text(yaml.safe_dump({"name": "mu", "space": {"algorithm": {
         "fedprox": {"mu": {"categorical": [0.01, 0.1]}}, "fedavg": {}}}}))
-    plan = make_plan(task, load_search_space(space_path), num_samples=3, metric="final/acc_local_mean")
+    plan = make_plan(task, load_search_space(space_path), num_samples=3, metric="final.acc_local_mean")
     first = run_sweep(plan, max_concurrent=2)
     assert not first.interrupted and all(r.status == "FINISHED" for r in first.results)
 
@@ -237,9 +237,9 @@ def test_a_search_runs_references_scores_samples_over_seeds_and_never_trains_a_c
         optuna.storages.journal.JournalFileBackend(str(study_journal(plan.name)))))
     for trial in study.trials:  # each proposal's value is the mean of its configuration's two seeds
         mine = samples[samples["params.algorithm.mu"].astype(float) == trial.params["algorithm.mu"]]
-        assert trial.value == pytest.approx(mine["metrics.final/acc_local_mean"].mean())
+        assert trial.value == pytest.approx(mine["metrics.final.acc_local_mean"].mean())
 
-    again = make_plan(task, load_search_space(space_path), num_samples=4, metric="final/acc_local_mean")
+    again = make_plan(task, load_search_space(space_path), num_samples=4, metric="final.acc_local_mean")
     second = run_sweep(again, max_concurrent=2)  # a new study: its first proposals are the first search's
     assert second.reused >= 1
     everything = mlflow.search_runs(experiment_names=["sweep_test"])

@@ -99,7 +99,7 @@ def test_a_killed_trial_is_retried_once_and_recorded_once_and_a_killed_worker_re
     for run in finished:  # the restarted trial, and the one whose client worker was replaced, as if undisturbed
         spec = next(s for s in plan.specs if s.run_hash == run.data.tags[TRIAL_KEY_TAG])
         undisturbed = Federation(spec, backend="serial").run()  # the ray backend's numbers too (test_ray_backend)
-        expected = {k: v for k, v in undisturbed.final.items() if k.startswith("final/") and "time_" not in k}
+        expected = {k: v for k, v in undisturbed.final.items() if k.startswith("final.") and "time_" not in k}
         assert expected and {k: run.data.metrics[k] for k in expected} == expected, spec.label
     # the replacement client worker landed in its trial's placement group, like the worker it replaced
     replaced = next(c for c in finished if c.data.tags[TRIAL_KEY_TAG] == killed[CLIENT_WORKER][0])
