@@ -31,7 +31,7 @@ SHORTHANDS = {"algorithm": "algorithm.name", "dataset": "dataset.name", "model":
 """Component fields a cell may name by the component alone."""
 
 TABLE_KEYS = {"title", "source", "metric", "scale", "where", "rows", "columns", "cells", "cost"}
-COSTS = ("compute_s", "wall_s", "mb_up", "mb_down")
+COSTS = ("compute_s", "wall_s", "startup_s", "mb_up", "mb_down")
 """Costs a table may plot beside its metric (the leaderboard's cost columns)."""
 CELL_KEYS = {"value", "note"}
 

@@ -197,7 +197,7 @@ def test_a_smaller_profiles_report_keeps_the_rows_and_columns_it_runs_and_names_
     markdown = small.path.read_text()
     assert "Tables it runs no cell of, left out: Diverging only." in markdown
     assert "1 more columns of the paper's table are not in this profile" in markdown
-    assert row(markdown, "fedavg")[1] == "no run yet vs 90.0" and len(row(markdown, "fedavg")) == 2 + 4  # + costs
+    assert row(markdown, "fedavg")[1] == "no run yet vs 90.0" and len(row(markdown, "fedavg")) == 2 + 5  # + costs
 
 
 @pytest.mark.parametrize("columns, keys, axis", [

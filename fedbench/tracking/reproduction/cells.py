@@ -18,7 +18,7 @@ import pandas as pd
 
 from fedbench.config.reference import ReferenceTable
 from fedbench.core.runspec import RunSpec
-from fedbench.tracking.leaderboard import COSTS, IGNORED, latest_finished
+from fedbench.tracking.leaderboard import COSTS, IGNORED, latest_finished, run_costs
 from fedbench.tracking.tags import FAILURE_REASON_TAG
 
 SPREAD = 2.0
@@ -124,6 +124,7 @@ def run_states(specs: Sequence[RunSpec], runs: pd.DataFrame, metric: str, scale:
     states: dict[str, RunState] = {}
     finished = latest_finished(runs) if len(runs) else runs
     by_hash = finished.set_index("params.run_hash") if len(finished) else None
+    costs_by_hash = run_costs(by_hash) if by_hash is not None else None
     failed = runs[runs["status"] == "FAILED"].sort_values("start_time") if len(runs) else runs
     tag = f"tags.{FAILURE_REASON_TAG}"
     reasons = dict(zip(failed["params.run_hash"], failed[tag] if tag in failed else [None] * len(failed))) \
@@ -134,7 +135,7 @@ def run_states(specs: Sequence[RunSpec], runs: pd.DataFrame, metric: str, scale:
         if by_hash is not None and key in by_hash.index:
             row = by_hash.loc[key]
             value = row.get(column, math.nan)
-            costs = {name: float(row.get(f"metrics.{m}", math.nan)) * s for name, (m, s) in COSTS.items()}
+            costs = {name: float(value) for name, value in costs_by_hash.loc[key].items()}
             states[key] = RunState(None if pd.isna(value) else float(value) * scale, costs, finished=True)
         elif key in reasons:
             states[key] = RunState(failed="no reason recorded" if pd.isna(reasons[key]) else str(reasons[key]))

@@ -13,7 +13,7 @@ from fedbench.tracking.reproduction.cells import SPREAD, Cell, TableResult
 FLAG = "⚠"
 """Marks a cell whose ours is beyond the spread from the published number."""
 
-COST_HEADERS = {"compute_s": "compute s", "wall_s": "wall s", "mb_up": "MB up", "mb_down": "MB down"}
+COST_HEADERS = {"compute_s": "compute s", "wall_s": "wall s", "startup_s": "start-up s", "mb_up": "MB up", "mb_down": "MB down"}
 
 
 def fmt(value: float, like: float | None = None) -> str:
