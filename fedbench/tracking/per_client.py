@@ -47,6 +47,8 @@ class PerClientRuns:
     table: pd.DataFrame
     without: int
     """Finished runs that have no per-client table (recorded before fedbench kept one)."""
+    fields: list[str]
+    """The fields that vary across the runs (a column each)."""
 
 
 def per_client_runs(experiment: str, uri: str, group_by: Sequence[str] = ("dataset", "scenario")) -> PerClientRuns:
@@ -67,4 +69,4 @@ def per_client_runs(experiment: str, uri: str, group_by: Sequence[str] = ("datas
         measured = measured or list(rows.columns)
     columns = ["run_hash", "seed", "group", "configuration", *fields, *(measured or ["round", "client"])]
     table = pd.concat(parts, ignore_index=True)[columns] if parts else pd.DataFrame(columns=columns)
-    return PerClientRuns(table.sort_values(["run_hash", "round", "client"]).reset_index(drop=True), without)
+    return PerClientRuns(table.sort_values(["run_hash", "round", "client"]).reset_index(drop=True), without, fields)

@@ -27,8 +27,8 @@ from rich.table import Table
 
 from fedbench.core import metrics as M
 from fedbench.core.errors import ConfigError
-from fedbench.tracking.leaderboard import (TIE_ALPHA, failed_runs, group_and_configuration, latest_finished, read_runs,
-                                           readable, seed_stats, versus_best)
+from fedbench.tracking.leaderboard import (TIE_ALPHA, failed_runs, for_figures, group_and_configuration, latest_finished,
+                                           read_runs, readable, seed_stats, varying_params, versus_best)
 from fedbench.tracking.sweep_runs import latest_sweep_run
 
 DEFAULT_METRIC = M.ACC_LOCAL_MEAN
@@ -84,7 +84,9 @@ def plot_experiment(experiment: str, uri: str, out: Path, metric: str = DEFAULT_
     check_metric(finished, metric)
     client = PatientClient(uri)
     group, configuration = group_and_configuration(finished, group_by)
-    labels = pd.DataFrame({"run_id": finished["run_id"], "group": group, "configuration": configuration})
+    fields = varying_params(finished)
+    labels = pd.DataFrame({"run_id": finished["run_id"], "group": for_figures(group, fields),
+                           "configuration": for_figures(configuration, fields)})
     histories = {run_id: metric_history(client, run_id, metric) for run_id in labels["run_id"]}
     curves = curve_table(labels, histories)
     heatmap_metric = M.FINAL_PREFIX + metric
@@ -94,12 +96,12 @@ def plot_experiment(experiment: str, uri: str, out: Path, metric: str = DEFAULT_
     heatmap, spread = heatmap_table(labels, values), heatmap_table(labels, values, "std")
     plots = Plots(curves, heatmap, heatmap_metric, failed_runs(runs))
     out.mkdir(parents=True, exist_ok=True)
-    curves_figure = draw_curves(curves, f"{experiment}: {M.display_name(metric)} per round, mean ± std over seeds",
+    curves_figure = draw_curves(curves, f"{M.display_name(metric)} per round, mean ± std over seeds",
                                 M.display_name(metric), M.value_range(metric))
     plots.files = save(curves_figure, out / f"curves_{metric}", formats, dpi)
     if len(heatmap.columns) > 1:  # one group is one column: the leaderboard says it better than a strip of colour
         marks = versus_best(labels.assign(value=values.to_numpy()), M.better(heatmap_metric))
-        heatmap_figure = draw_heatmap(heatmap, spread, f"{experiment}: {M.display_name(heatmap_metric)}, mean ± std over seeds",
+        heatmap_figure = draw_heatmap(heatmap, spread, f"{M.display_name(heatmap_metric)}, mean ± std over seeds",
                                       xlabel=", ".join(dict.fromkeys(g.split("=")[0] for g in heatmap.columns)), marks=marks)
         plots.files += save(heatmap_figure, out / f"heatmap_{heatmap_metric.replace('.', '_')}", formats, dpi)
     plots.files += client_figures(experiment, uri, out, group_by, formats, dpi)
@@ -117,15 +119,18 @@ def client_figures(experiment: str, uri: str, out: Path, group_by: Sequence[str]
     from fedbench.tracking.client_plots import draw_client_distribution, draw_client_map
     from fedbench.tracking.per_client import per_client_runs
 
-    table = per_client_runs(experiment, uri, group_by).table
+    runs = per_client_runs(experiment, uri, group_by)
+    table = runs.table
     if table.empty:
         return []
+    table = table.assign(group=for_figures(table["group"], runs.fields),
+                         configuration=for_figures(table["configuration"], runs.fields))
     seeds = table.groupby(["group", "configuration"])["run_hash"].nunique().max()
     over = f"{seeds} seeds pooled" if seeds > 1 else "one seed"
     distribution = draw_client_distribution(
-        table, f"{experiment}: each client's local test accuracy at the final round ({over}; a dot per client)")
+        table, f"each client's local test accuracy at the final round ({over}; a dot per client)")
     clients_map = draw_client_map(
-        table, f"{experiment}: each client's local test accuracy per round" + (", mean over seeds" if seeds > 1 else ""))
+        table, "each client's local test accuracy per round" + (", mean over seeds" if seeds > 1 else ""))
     return [*save(distribution, out / "clients_final_acc_local", formats, dpi),
             *save(clients_map, out / "clients_by_round_acc_local", formats, dpi)]
 

@@ -3,6 +3,7 @@
 import time
 
 import numpy as np
+import pandas as pd
 import pytest
 from mlflow.entities import Metric, Param, RunTag
 from mlflow.tracking import MlflowClient
@@ -68,7 +69,7 @@ def test_curves_and_heatmap_equal_the_logged_values_and_land_under_the_latest_sw
     assert len(plots.curves) == len(ALGORITHMS) * len(ALPHAS) * ROUNDS
     for row in plots.curves.to_dict("records"):
         algorithm = row["configuration"]
-        alpha = row["group"].removeprefix("scenario.alpha=")
+        alpha = row["group"].removeprefix("alpha=")  # figures name fields without their section
         values = [logged[(algorithm, alpha, s)][row["round"]] for s in SEEDS if row["round"] in logged[(algorithm, alpha, s)]]
         assert row["n"] == len(values) == (2 if (algorithm, alpha, row["round"]) == ("local", "0.3", 2) else 3)
         assert row["mean"] == pytest.approx(np.mean(values)) and row["std"] == pytest.approx(np.std(values, ddof=1))
@@ -78,7 +79,7 @@ def test_curves_and_heatmap_equal_the_logged_values_and_land_under_the_latest_sw
     for algorithm in ALGORITHMS:
         for alpha in ALPHAS:
             finals = [list(logged[(algorithm, alpha, s)].values())[-1] for s in SEEDS]
-            assert plots.heatmap.loc[algorithm, f"scenario.alpha={alpha}"] == pytest.approx(np.mean(finals))
+            assert plots.heatmap.loc[algorithm, f"alpha={alpha}"] == pytest.approx(np.mean(finals))
 
     assert len(plots.failed) == 1 and plots.failed["status"][0] == "FAILED"
     assert [p.name for p in plots.files] == ["curves_acc_local_mean.png", "heatmap_final_acc_local_mean.png"]
@@ -228,3 +229,13 @@ def test_heatmap_cells_carry_the_leaderboards_marks_best_and_ties():
     tied = versus_best(pd.DataFrame({"group": ["g"] * 4, "configuration": ["a", "a", "b", "b"],
                                      "value": [0.88, 0.80, 0.87, 0.86]}), "max")
     assert tied[("g", "b")] == "best" and tied[("g", "a")].startswith("≈")  # 0.84 ± 0.06 against 0.865 ± 0.007
+
+
+def test_figures_name_fields_without_their_section_unless_two_fields_share_a_name():
+    from fedbench.tracking.leaderboard import for_figures
+
+    labels = pd.Series(["scenario.alpha=0.1, dataset.num_clients=10", "fedavg client_fraction=0.5, scenario.alpha=1.0"])
+    assert for_figures(labels, ["scenario.alpha", "dataset.num_clients", "algorithm.client_fraction"]).tolist() == [
+        "alpha=0.1, num_clients=10", "fedavg client_fraction=0.5, alpha=1.0"]
+    clash = pd.Series(["apfl alpha=0.25, scenario.alpha=0.1"])  # APFL's own alpha beside the scenario's
+    assert for_figures(clash, ["algorithm.alpha", "scenario.alpha"]).tolist() == clash.tolist()
