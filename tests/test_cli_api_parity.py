@@ -19,7 +19,7 @@ from tests.conftest import TINY
 TASK = {**{k: v for k, v in TINY.items() if k != "task"}, "name": "parity", "rounds": 1,
         "grid": {"optimizer.lr": [0.05, 0.1]}}
 
-TIMES = ("compute_s", "wall_s")
+TIMES = ("compute_s", "wall_s", "startup_s")
 """Leaderboard columns in seconds: never the same twice."""
 
 
