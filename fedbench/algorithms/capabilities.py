@@ -4,6 +4,8 @@ inheriting their type. The runtime asks `isinstance(algorithm, TestTimeAssignmen
 - `StreamedAggregation`: aggregates as a fold over the results, one at a time (FedAvg), so a round never holds
   every client's model.
 - `RoundReport`: the server half computes numbers of its own each round (cluster sizes, FEROMA's kinds).
+- `DescribedRound`: before `configure`, each sampled client describes the data it holds this round, and the server
+  builds its downlink for that data (FEROMA's profile exchange, 002 Sec. 3.2).
 - `TestTimeAssignment`: unseen test clients (002 Sec. 3.3) get a model chosen for them, after optionally
   describing themselves (FEROMA's profile).
 - `SystemVote`: the federation answers a pooled test set with every client's personal model (004 Sec. 5).
@@ -59,6 +61,37 @@ class RoundReport(ABC):
         """Numbers computed in the `aggregate` that returned `state`; the runtime adds them to the round record."""
 
 
+class DescribedRound(ABC):
+    """A round in two exchanges (002 Sec. 3.2, Algorithm 1): every sampled client first describes the data it holds
+    this round, the server turns the descriptions into the state `configure` builds the downlinks from, and the
+    clients then train what they were sent on that same data. Without it a method can only fit a client's model to
+    the data the client described the round before, one drift stage behind."""
+
+    @abstractmethod
+    def round_describe_payloads(self, round: int, state: Any, sampled: Sequence[int]) -> dict[int, Payload]:
+        """What each sampled client needs to describe its data this round (FEROMA: the frozen extractor, to a client
+        that does not hold it yet). Empty: no description this round (a warm-up), `configure` runs as usual."""
+
+    @abstractmethod
+    def client_describe_round(self, payload: Payload, state: Any, data: ClientData,
+                              ctx: RoundContext) -> tuple[Payload, Any]:
+        """A training client's description of this round's data (`data.train`), and its new client state."""
+
+    @abstractmethod
+    def receive_descriptions(self, round: int, state: Any, descriptions: Sequence[ClientResult]) -> Any:
+        """The server state `configure` reads this round, from the clients' descriptions (in client-id order)."""
+
+
+@dataclass(frozen=True)
+class TrainedOn:
+    """What a model given to a test client was trained on: `client`'s data of `round`; None: of the last round
+    (a model its client kept training to the end). Association accuracy compares that data's distribution, not the
+    client's current one, with the test client's."""
+
+    client: int
+    round: int | None = None
+
+
 @dataclass(frozen=True)
 class Ensemble:
     """Test time for a method with no rule to pick one model for an unseen client (002 App. I.3's rule for its
@@ -79,14 +112,14 @@ class Assignment:
 
     Attributes:
         payloads: test client id -> the payload its `client_evaluate` runs; a test client left out is not evaluated.
-        matched: test client id -> the training client whose model it was given, for methods that pick one
-            (FEROMA); the runtime scores these associations against the scenario's ground truth.
+        matched: test client id -> what the model it was given was trained on (`TrainedOn`), for methods that pick
+            one (FEROMA); the runtime scores these associations against the scenario's ground truth.
         ensemble: instead of `payloads`, one size-weighted ensemble every described test client downloads whole
             and predicts with (`Assignment.size_weighted`).
     """
 
     payloads: dict[int, Payload]
-    matched: dict[int, int] = field(default_factory=dict)
+    matched: dict[int, TrainedOn] = field(default_factory=dict)
     ensemble: Ensemble | None = None
 
     @classmethod

@@ -29,7 +29,7 @@ from torch import nn
 from fedbench.algorithms.base import (
     Algorithm, AlgorithmConfig, GlobalState, ModelBuilder, average_uplinks, counted, sample_counts,
 )
-from fedbench.algorithms.capabilities import Assignment, SystemVote, TestTimeAssignment
+from fedbench.algorithms.capabilities import Assignment, SystemVote, TestTimeAssignment, TrainedOn
 from fedbench.core import metrics as M
 from fedbench.core.errors import ConfigError
 from fedbench.core.fields import signature_fields
@@ -185,7 +185,8 @@ class FedDRM(Algorithm, TestTimeAssignment, SystemVote):
         """Each test client gets the model of the client most of its samples route to (ties: smallest id)."""
         matched = {tid: int(np.argmax(d[ROUTES]["counts"])) for tid, d in descriptions.items()}
         models = self.evaluation_payloads(state, sorted(set(matched.values())))
-        return Assignment({tid: models[j] for tid, j in matched.items()}, matched)
+        return Assignment({tid: models[j] for tid, j in matched.items()},
+                          {tid: TrainedOn(j) for tid, j in matched.items()})
 
     def answer(
         self, model: nn.Module, log_pi: np.ndarray, data: ClientData, ctx: RoundContext

@@ -7,23 +7,19 @@ models returned by the clients, each weighted by how close i's current profile i
 that model was trained on (DPM, 002 eq. 3-5). Whether that is clustered, personalized or global aggregation
 emerges from the weights; the counts are reported every round (`round_metrics`).
 
-Round timing. The paper's round has two exchanges: a client first sends the profile of its current data,
-then receives the model the server built for that profile and trains it (the released code runs two Flower
-fit calls per round). The runtime has one exchange per round, so a client job of round t carries the second
-half of round t-1 and the first half of round t, as in docs/methods.md ("each client sends back its model trained
-on last round's data together with a profile of its current data"):
+Round timing. A mapping round has the paper's two exchanges (002 Sec. 3.2, Algorithm 1; the released code runs
+two Flower fit calls per round), which the runtime runs as a `DescribedRound`:
 
-    job t:        train the received model on the data of the client's previous round (kept in its
-                  client state), profile the current data, keep the current data for the next job
-    aggregate t:  for every client i, weights from i's current profile to each returned model's profile
-                  (the profile j sent with the data that model was trained on), average -> i's model
+    describe t:   every sampled client profiles the data it holds in round t with the frozen extractor
+    map t:        for every client i, weights from i's profile to the profile of the data each model returned
+                  in round t-1 was trained on, average -> the model built for i's round-t data
+    fit t:        client i trains that model on its round-t data and returns it
 
-so every model is initialised for the data it then trains on, drifts included. Consequences: round W+1 only
-profiles (nothing to train yet: its models are the uniform average, i.e. the warm-up global model, and its
-`train_loss` is NaN); a job's `train_loss` is on the client's previous-round data; a run of R rounds does
-R - W - 1 mapping trainings, not R - W (the last round's models are built but not trained). Evaluation uses
-each client's personalised model for its current data. Test time (002 Sec. 3.2.2) matches a test client's
-profile to the profiles of the latest locally trained models and hands over the matched model.
+so every model is built for the data it then trains on, in the same round, drifts included. Round W+1 has only
+the warm-up's global model to map from (uniform weights); profile-based weights start at round W+2 (the
+released code's round 7). A run of R rounds does R - W mapping trainings. Local evaluation uses each client's
+model trained on its current data; test time (002 Sec. 3.3) matches a test client's profile to the profiles
+of the final round's training data and hands over the model trained on that data.
 
 Profiles describe a client's training split (the released code profiles its 20% validation split, which here
 is the client's local test split, kept for evaluation); DP sensitivities use that split's size.
@@ -32,7 +28,6 @@ is the client's local test split, kept for evaluation); DP sensitivities use tha
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass, field
 from typing import Iterator, Literal, Sequence
 
@@ -41,10 +36,11 @@ import torch
 
 from fedbench.algorithms import feroma_profile as dpe
 from fedbench.algorithms.base import (
-    SAMPLES, Algorithm, AlgorithmConfig, GlobalState, average_uplinks, counted, sample_counts, warn_if_phase_covers_run,
+    Algorithm, AlgorithmConfig, GlobalState, average_uplinks, counted, samples_of, warn_if_phase_covers_run,
 )
-from fedbench.algorithms.capabilities import Assignment, RoundReport, SystemVote, TestTimeAssignment
-from fedbench.core import metrics as M
+from fedbench.algorithms.capabilities import (
+    Assignment, DescribedRound, RoundReport, SystemVote, TestTimeAssignment, TrainedOn,
+)
 from fedbench.core.errors import ConfigError
 from fedbench.core.registry import register_algorithm
 from fedbench.core.runspec import RunSpec
@@ -135,10 +131,13 @@ class FrozenExtractor:
 
 @dataclass(frozen=True)
 class TrainedModel:
-    """A model a client trained locally, and the profile of the data it was trained on (test time's candidates)."""
+    """A model a client trained locally, the profile of the data it was trained on, the round of that data and
+    how many samples it had: what the next round maps from, and test time's candidates."""
 
     profile: np.ndarray
     model: Payload
+    round: int = 0
+    samples: int = 1
 
 
 @dataclass(frozen=True)
@@ -151,11 +150,15 @@ class FeromaState(GlobalState):
     extractor: FrozenExtractor | None = None
     """None until the warm-up's last round."""
     profiles: dict[int, np.ndarray] = field(default_factory=dict)
-    """Each client's latest profile: that of the data it trains on in its next job."""
+    """Each client's latest profile: that of the data it holds in the round it described."""
     personal: dict[int, Payload] = field(default_factory=dict)
-    """Each client's model built for its latest profile."""
+    """Each client's model built for its latest profile (what it trains in that round)."""
     trained: dict[int, TrainedModel] = field(default_factory=dict)
     """Each client's latest locally trained model."""
+    returned: tuple[int, ...] = ()
+    """The clients whose trained models came back in the last round: the models the next round maps from."""
+    equipped: tuple[int, ...] = ()
+    """The clients holding the frozen extractor (sent once, with a client's first profile request)."""
     scaler: dpe.BlockScaler | None = None
     """The released variant's profile scaling, fitted in the first mapping round; None before and in the paper's."""
 
@@ -166,8 +169,6 @@ class FeromaClientState:
 
     extractor: FrozenExtractor | None = None
     """Its copy of the frozen extractor, kept from its first mapping round on (never sent again)."""
-    pending: ClientData | None = None
-    """The training split of its last job's data, which its next job trains the model built for it on."""
 
 
 def distances(current: np.ndarray, previous: np.ndarray, metric: Literal["cosine", "euclidean"]) -> np.ndarray:
@@ -225,20 +226,13 @@ def association_weights(
     return w / w.sum(axis=1, keepdims=True), kinds
 
 
-def _train_part(data: ClientData) -> ClientData:
-    """The client's training rows only (its test split emptied): what it keeps to train on next round."""
-    return dataclasses.replace(
-        data, test_x=data.test_x[:0].clone(), test_y=data.test_y[:0].clone(), test_source_y=data.test_source_y[:0].clone()
-    )
-
-
 def _train_inputs(data: ClientData, device: str) -> Iterator[torch.Tensor]:
     for start in range(0, data.num_train, BATCH):
         yield data.train_batch(torch.arange(start, min(start + BATCH, data.num_train)), device)[0]
 
 
 @register_algorithm("feroma")
-class Feroma(Algorithm, RoundReport, TestTimeAssignment, SystemVote):
+class Feroma(Algorithm, DescribedRound, RoundReport, TestTimeAssignment, SystemVote):
     """Profile-mapped aggregation after a FedAvg warm-up; nearest-profile model assignment at test time."""
 
     Config = FeromaConfig
@@ -253,13 +247,47 @@ class Feroma(Algorithm, RoundReport, TestTimeAssignment, SystemVote):
         self._projections: dict[tuple, dpe.Projection] = {}
 
     # -- server half ---------------------------------------------------------------------------------
+    def round_describe_payloads(self, round: int, state: FeromaState, sampled: Sequence[int]) -> dict[int, Payload]:
+        """After the warm-up, every sampled client profiles its data; one that does not hold the frozen extractor
+        yet gets it (and the box) with the request, one shared payload shipped once."""
+        if round <= self.config.warmup_rounds:
+            return {}
+        intro, known = state.extractor.payload(), Payload()
+        return {cid: known if cid in state.equipped else intro for cid in sampled}
+
+    def receive_descriptions(self, round: int, state: FeromaState, descriptions: Sequence[ClientResult]) -> FeromaState:
+        """DPM (002 eq. 3-5): each described client's model for this round's data, from the models returned last
+        round, by the distance of its profile to the profiles of the data they were trained on."""
+        current = {r.client_id: r.uplink[PROFILE][FULL].astype(np.float64) for r in descriptions}
+        scaler = state.scaler
+        if scaler is None and self.config.variant == "released":  # fitted once, on the first mapping round
+            profiles = np.stack(list(current.values()))
+            scaler = dpe.BlockScaler.fit(profiles, dpe.components_of(profiles.shape[1], self.builder.num_classes))
+        personal = dict(state.personal)
+        if not state.returned:  # round W+1: only the warm-up's global model to map from (uniform weights)
+            personal.update({cid: state.global_model for cid in current})
+            kinds = ["global"] * len(current)
+        else:
+            sources = [state.trained[j] for j in state.returned]
+            previous = np.stack([m.profile for m in sources])
+            sizes = np.array([m.samples for m in sources], dtype=np.float64)
+            receivers = sorted(current)
+            now = np.stack([current[i] for i in receivers])
+            if scaler is not None:
+                previous, now = scaler(previous), scaler(now)
+            c = self.config
+            weights, kinds = association_weights(now, previous, sizes, c.variant, c.tau, self.size_weighting)
+            for i, row in zip(receivers, weights):
+                used = np.flatnonzero(row > 0)
+                personal[i] = Payload(average_weights([sources[j].model.weights for j in used], row[used]))
+        return dataclasses.replace(state, personal=personal, profiles={**state.profiles, **current}, scaler=scaler,
+                                   kinds=tuple(kinds), equipped=tuple(sorted({*state.equipped, *current})))
+
     def configure(self, round: int, state: FeromaState, sampled: Sequence[int]) -> dict[int, Payload]:
-        """Warm-up: the global model. After it: a client's personalised model, or, at its first mapping
-        round, the frozen extractor and bounds (one shared payload, shipped once)."""
+        """Warm-up: the global model. After it: the model built for the client's profile of this round."""
         if round <= self.config.warmup_rounds:
             return {cid: state.global_model for cid in sampled}
-        intro = state.extractor.payload()
-        return {cid: state.personal.get(cid, intro) for cid in sampled}
+        return {cid: state.personal[cid] for cid in sampled}
 
     def aggregate(self, round: int, state: FeromaState, results: Sequence[ClientResult]) -> FeromaState:
         if round <= self.config.warmup_rounds:
@@ -270,46 +298,21 @@ class Feroma(Algorithm, RoundReport, TestTimeAssignment, SystemVote):
                 extractor = FrozenExtractor(averaged.weights, np.array([lower, upper]))
             kinds = ("global",) * len(results)
             return dataclasses.replace(state, global_model=averaged, kinds=kinds, extractor=extractor)
-        return self._map(state, results)
-
-    def _map(self, state: FeromaState, results: Sequence[ClientResult]) -> FeromaState:
-        """DPM: each participant's model from the models returned this round, by profile distance."""
-        current = {r.client_id: r.uplink[PROFILE][FULL].astype(np.float64) for r in results}
-        pool = [r for r in results if SAMPLES in r.uplink]  # models trained on the sender's previous data
-        scaler = state.scaler
-        if scaler is None and self.config.variant == "released":  # fitted once, on the first mapping round
-            profiles = np.stack(list(current.values()))
-            scaler = dpe.BlockScaler.fit(profiles, dpe.components_of(profiles.shape[1], self.builder.num_classes))
-        personal, trained, new_global = dict(state.personal), dict(state.trained), state.global_model
-        if not pool:  # no previous profiles yet (round W+1): uniform weights, i.e. the warm-up global model
-            personal.update({cid: state.global_model for cid in current})
-            kinds = ["global"] * len(current)
-        else:
-            ids = [r.client_id for r in pool]
-            models = [r.uplink.weights for r in pool]
-            sizes = np.array(sample_counts(pool), dtype=np.float64)
-            previous = np.stack([state.profiles[j] for j in ids])
-            receivers = sorted(current)
-            now = np.stack([current[i] for i in receivers])
-            if scaler is not None:
-                previous, now = scaler(previous), scaler(now)
-            c = self.config
-            weights, kinds = association_weights(now, previous, sizes, c.variant, c.tau, self.size_weighting)
-            for i, row in zip(receivers, weights):
-                used = np.flatnonzero(row > 0)
-                personal[i] = Payload(average_weights([models[j] for j in used], row[used]))
-            new_global = Payload(average_weights(models, sizes))
-            trained.update({j: TrainedModel(state.profiles[j], Payload(m)) for j, m in zip(ids, models)})
-        return dataclasses.replace(state, global_model=new_global, personal=personal, trained=trained, scaler=scaler,
-                                   profiles={**state.profiles, **current}, kinds=tuple(kinds))
+        trained = dict(state.trained)
+        for r in results:  # each trained on its client's data of this round, which it profiled
+            trained[r.client_id] = TrainedModel(state.profiles[r.client_id], Payload(r.uplink.weights), round,
+                                                samples_of(r.uplink))
+        return dataclasses.replace(state, global_model=Payload(average_uplinks(results)), trained=trained,
+                                   returned=tuple(r.client_id for r in results))
 
     def round_metrics(self, state: FeromaState) -> Metrics:
         """How many of this round's participants got a clustered, personalized or global model (`kinds`)."""
         return {f"feroma_{kind}": float(state.kinds.count(kind)) for kind in ("clustered", "personalized", "global")}
 
     def evaluation_payloads(self, state: FeromaState, clients: Sequence[int]) -> dict[int, Payload]:
-        """Each client's personalised model for its current data (what it trains from next)."""
-        return {cid: state.personal.get(cid, state.global_model) for cid in clients}
+        """Each client's latest locally trained model (trained on its current data where it took part this round);
+        the global model for a client that has not trained one since the warm-up."""
+        return {cid: state.trained[cid].model if cid in state.trained else state.global_model for cid in clients}
 
     def describe_payloads(self, state: FeromaState, test_clients: Sequence[int]) -> dict[int, Payload]:
         """The frozen extractor and bounds (the projection is rebuilt locally from the shared seed); nothing
@@ -323,11 +326,11 @@ class Feroma(Algorithm, RoundReport, TestTimeAssignment, SystemVote):
         """Each test client gets the locally trained model whose training-data profile is nearest to its own
         (Euclidean, 002 I.10 "C.E."), compared on the parts it sent: the label-free part, plus the
         class-conditional part when it had labelled samples (002 App. E). Without trained models (a run that
-        ended in warm-up or at round W+1) or without a profile, the global model."""
+        ended in warm-up) or without a profile, the global model."""
         trained, scaler = state.trained, state.scaler
         ids = sorted(trained)
         payloads: dict[int, Payload] = {}
-        matched: dict[int, int] = {}
+        matched: dict[int, TrainedOn] = {}
         if ids:
             profiles = np.stack([trained[j].profile for j in ids])
             if scaler is not None:
@@ -344,36 +347,32 @@ class Feroma(Algorithm, RoundReport, TestTimeAssignment, SystemVote):
                 query = scaler(query[None])[0]
             best = ids[int(np.argmin(distances(query[None], profiles[:, : len(query)], "euclidean")[0]))]
             payloads[tid] = trained[best].model
-            matched[tid] = best
+            matched[tid] = TrainedOn(best, trained[best].round)
         return Assignment(payloads, matched)
 
     # -- client half ---------------------------------------------------------------------------------
+    def client_describe_round(self, payload: Payload, state: FeromaClientState, data: ClientData,
+                              ctx: RoundContext) -> tuple[Payload, FeromaClientState]:
+        """The full profile of this round's training data; the extractor, when it comes with the request, is kept."""
+        if EXTRACTOR in payload:  # the first profile request: keep the extractor, it is never sent again
+            state = dataclasses.replace(state, extractor=FrozenExtractor.sent_in(payload))
+        labels = data.train_y.numpy()
+        full = self._describe(state.extractor, _train_inputs(data, ctx.device), labels, data.num_train, ctx, "profile")
+        return Payload(extras={PROFILE: {FULL: full}}), state
+
     def client_update(
         self, payload: Payload, state: FeromaClientState, data: ClientData, ctx: RoundContext
     ) -> tuple[Payload, FeromaClientState, Metrics]:
-        if ctx.round <= self.config.warmup_rounds:
-            model = self.model_with(payload.weights)
-            metrics = train_local(model, data, ctx)
-            uplink = counted(get_weights(model), data.num_train)
-            if ctx.round == self.config.warmup_rounds:  # S1, on the client's own round-W model as released
-                # (the frozen extractor is the average of these models and does not exist yet)
-                latents = dpe.extract_latents(model, _train_inputs(data, ctx.device))
-                uplink = uplink.replace({LATENTS: {"min_max": dpe.latent_range(latents)}})
-            return uplink, state, metrics
-        if EXTRACTOR in payload:  # the first mapping round: keep the extractor, it is never sent again
-            state = dataclasses.replace(state, extractor=FrozenExtractor.sent_in(payload))
-        trained = None
-        if state.pending is not None:  # train the model built for last round's profile on last round's data
-            model = self.model_with(payload.weights)
-            metrics = train_local(model, state.pending, ctx)
-            trained = counted(get_weights(model), state.pending.num_train)
-        else:
-            metrics = {M.TRAIN_LOSS: math.nan, M.TRAIN_STEPS: 0.0, M.TRAIN_SAMPLES: 0.0}
-        labels = data.train_y.numpy()
-        full = self._describe(state.extractor, _train_inputs(data, ctx.device), labels, data.num_train, ctx, "profile")
-        profile = {PROFILE: {FULL: full}}
-        uplink = Payload(extras=profile) if trained is None else trained.replace(profile)
-        return uplink, dataclasses.replace(state, pending=_train_part(data)), metrics
+        """Train the received model (the global one in the warm-up, then the one built for this round's profile) on
+        this round's data; the warm-up's last round also sends the range of the client's latents (S1)."""
+        model = self.model_with(payload.weights)
+        metrics = train_local(model, data, ctx)
+        uplink = counted(get_weights(model), data.num_train)
+        if ctx.round == self.config.warmup_rounds:  # S1, on the client's own round-W model as released
+            # (the frozen extractor is the average of these models and does not exist yet)
+            latents = dpe.extract_latents(model, _train_inputs(data, ctx.device))
+            uplink = uplink.replace({LATENTS: {"min_max": dpe.latent_range(latents)}})
+        return uplink, state, metrics
 
     def client_describe(self, payload: Payload, data: ClientData, ctx: RoundContext) -> Payload:
         """The label-free profile of all the test client's inputs (labels of `data.test` are never read),

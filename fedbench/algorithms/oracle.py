@@ -24,7 +24,7 @@ from typing import Sequence
 from fedbench.algorithms.base import (
     Algorithm, NoClientState, cluster_averages, cluster_section, counted, reported_cluster,
 )
-from fedbench.algorithms.capabilities import Assignment, SystemVote, TestTimeAssignment
+from fedbench.algorithms.capabilities import Assignment, SystemVote, TestTimeAssignment, TrainedOn
 from fedbench.core.registry import register_algorithm
 from fedbench.core.types import ClientResult, Metrics, Payload, RoundContext
 from fedbench.training import ClientData, get_weights, train_local
@@ -71,7 +71,7 @@ class Oracle(Algorithm, TestTimeAssignment, SystemVote):
             cluster = reported_cluster(uplink)
             payloads[tid] = state.models.get(cluster, state.initial)
             if cluster in first_member:
-                matched[tid] = first_member[cluster]
+                matched[tid] = TrainedOn(first_member[cluster])
         return Assignment(payloads, matched)
 
     def _models_for(self, state: OracleState, clients: Sequence[int]) -> dict[int, Payload]:

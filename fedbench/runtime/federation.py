@@ -1,6 +1,7 @@
 """Federation: one RunSpec, run round by round. The round loop lives here and nowhere else.
 
-Each round: sample clients, `configure`, meter the downlink, run fit jobs, meter the uplink, `aggregate`
+Each round: sample clients, let them describe their data where the method asks (`DescribedRound`), `configure`,
+meter the downlink, run fit jobs, meter the uplink, `aggregate`
 (or fold each result as it arrives: `StreamedAggregation`), evaluate on every client's local test split
 when due (or on the round's sampled clients: `eval_clients`), build the round record, call the callbacks.
 After the last round, system accuracy (unless the run turns it off) and the test-time clients are evaluated too
@@ -19,7 +20,7 @@ from typing import Sequence
 import numpy as np
 
 from fedbench.algorithms import make_algorithm
-from fedbench.algorithms.capabilities import PeerRelay, RoundReport, StreamedAggregation
+from fedbench.algorithms.capabilities import DescribedRound, PeerRelay, RoundReport, StreamedAggregation
 from fedbench.core import metrics as M
 from fedbench.core import timeline
 from fedbench.core.callbacks import RESUMED_TAG, Callback, RunResult
@@ -34,7 +35,7 @@ from fedbench.runtime.failures import failure_reason, failure_traceback
 from fedbench.runtime.gpu_sharing import SharedGpuCheck
 from fedbench.runtime.placement import placement_tags
 from fedbench.runtime.evaluation import Evaluation
-from fedbench.runtime.jobs import FIT
+from fedbench.runtime.jobs import DESCRIBE_DATA, FIT
 from fedbench.runtime.per_client import PerClientRecorder
 from fedbench.runtime.records import meaningless, summarize, training_metrics
 from fedbench.runtime.state_store import StateStore
@@ -148,6 +149,7 @@ class Federation:
         for round in range(first, spec.rounds + 1):
             round_start = time.perf_counter()
             sampled = self._sample(round, algorithm.config.clients_per_round(spec.scenario.num_clients))
+            state, describe_s = self._describe(algorithm, backend, round, state, sampled, store, meter)
             payloads = algorithm.configure(round, state, sampled)
             meter.downlink(payloads)
             state, results, aggregate_s = self._fit(algorithm, backend, scenario, round, state, payloads, store, meter)
@@ -155,6 +157,7 @@ class Federation:
             record = {M.ROUND: float(round), M.TIME_AGGREGATE_S: aggregate_s,
                       M.TIME_STARTUP_S: startup_s if round == first else 0.0}
             record.update(training_metrics(results))
+            record[M.TIME_CLIENT_COMPUTE_S] += describe_s
             if isinstance(algorithm, RoundReport):
                 record.update(algorithm.round_metrics(state))
             if round % spec.eval_every == 0 or round == spec.rounds:
@@ -175,6 +178,19 @@ class Federation:
             timeline.mark("round_end")
             if any(stop):
                 break
+
+    def _describe(self, algorithm, backend, round: int, state, sampled: list[int], store, meter) -> tuple[object, float]:
+        """A `DescribedRound` method's first exchange: the sampled clients describe this round's data and the server
+        takes the descriptions into its state. Returns that state and the jobs' compute seconds (0 where none ran)."""
+        if not isinstance(algorithm, DescribedRound):
+            return state, 0.0
+        requests = algorithm.round_describe_payloads(round, state, sampled)
+        if not requests:
+            return state, 0.0
+        meter.downlink(requests)
+        described = backend.run(DESCRIBE_DATA, round, requests, store)
+        meter.uplink(described)
+        return algorithm.receive_descriptions(round, state, described), sum(r.compute_s for r in described)
 
     def _fit(self, algorithm, backend, scenario, round: int, state, payloads, store, meter) -> tuple[object, list, float]:
         """The round's fit jobs and their aggregation: (next server state, results, seconds spent aggregating).

@@ -1,8 +1,9 @@
 """Client jobs as types: what a worker runs for one client, and what the backends need to know to dispatch it.
 
 A job is a small picklable object the backends hand to a worker with (round, client id, payload, client state);
-`run` calls the algorithm's client half on the client's data (`ClientWorker.on_data`). Training is `FIT`; the
-evaluation protocols' jobs live with their protocols in `fedbench.runtime.evaluation`.
+`run` calls the algorithm's client half on the client's data (`ClientWorker.on_data`). Training is `FIT`, a round's
+description of the data before it `DESCRIBE_DATA` (`DescribedRound`); the evaluation protocols' jobs live with their
+protocols in `fedbench.runtime.evaluation`.
 """
 
 from __future__ import annotations
@@ -45,4 +46,17 @@ class Fit(Job):
         return ClientResult(client_id, uplink, metrics, seconds), new_state
 
 
-FIT = Fit()
+class DescribeData(Job):
+    """A training client's description of this round's data, before the server configures the round
+    (`DescribedRound.client_describe_round`)."""
+
+    name = "describe_data"
+    keeps_state = True
+
+    def run(self, worker: Any, round: int, client_id: int, payload: Payload, state: Any) -> tuple[ClientResult, Any]:
+        (uplink, new_state), seconds = worker.on_data(
+            self, round, client_id, lambda data, ctx: worker.algorithm.client_describe_round(payload, state, data, ctx))
+        return ClientResult(client_id, uplink, {}, seconds), new_state
+
+
+FIT, DESCRIBE_DATA = Fit(), DescribeData()

@@ -7,6 +7,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
+from fedbench.algorithms.capabilities import TrainedOn
 from fedbench.core import metrics as M
 from fedbench.core.callbacks import RoundRecord
 from fedbench.core.types import ClientResult
@@ -39,16 +40,17 @@ def evaluation_metrics(results: Sequence[ClientResult]) -> RoundRecord:
     }
 
 
-def test_time_metrics(results: Sequence[ClientResult], matched: Mapping[int, int], scenario: Scenario, round: int) -> RoundRecord:
-    """Mean accuracy over test-time clients and, for methods that pick a training client's model, how often
-    that client held the test client's distribution (002 Sec. 5's association accuracy; "known": over test
-    clients whose distribution occurred in training)."""
+def test_time_metrics(results: Sequence[ClientResult], matched: Mapping[int, TrainedOn], scenario: Scenario,
+                      round: int) -> RoundRecord:
+    """Mean accuracy over test-time clients and, for methods that pick a training client's model, how often that
+    model was trained on the test client's distribution (002 Sec. 5's association accuracy; "known": over test
+    clients whose distribution occurred in training). `round` is the last round, where a match names none."""
     if not results:
         return {}
     record = {M.ACC_TEST_TIME: float(np.mean([r.metrics[M.ACCURACY] for r in results]))}
     if matched:
-        hits = {tid: scenario.view(round, j).distribution_id == scenario.test_clients[tid].view.distribution_id
-                for tid, j in matched.items()}
+        hits = {tid: scenario.view(round if on.round is None else on.round, on.client).distribution_id
+                == scenario.test_clients[tid].view.distribution_id for tid, on in matched.items()}
         record[M.ACC_ASSOCIATION] = float(np.mean(list(hits.values())))
         known = [hit for tid, hit in hits.items() if scenario.test_clients[tid].seen]
         if known:

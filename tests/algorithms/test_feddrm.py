@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from fedbench.algorithms.base import counted, make_algorithm
+from fedbench.algorithms.capabilities import TrainedOn
 from fedbench.algorithms.feddrm import (
     HEAD, ROUTES, ROUTING, FedDRM, FedDRMClientState, FedDRMState, local_part, shared_part,
 )
@@ -163,7 +164,7 @@ def test_test_clients_get_the_model_their_samples_route_to():
     descriptions = {0: Payload(extras={ROUTES: {"counts": np.array([1, 0, 5])}}),
                     1: Payload(extras={ROUTES: {"counts": np.array([2, 2, 0])}})}
     assignment = alg.assign(state, descriptions)
-    assert assignment.matched == {0: 2, 1: 0}  # a tie goes to the smallest client id
+    assert assignment.matched == {0: TrainedOn(2), 1: TrainedOn(0)}  # a tie goes to the smallest client id
     assert np.array_equal(assignment.payloads[0].weights["head.weight"], state.heads[2]["head.weight"])
 
 

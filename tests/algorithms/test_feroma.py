@@ -9,6 +9,7 @@ import torch
 
 from fedbench.algorithms import feroma_profile as dpe
 from fedbench.algorithms.base import ModelBuilder
+from fedbench.algorithms.capabilities import TrainedOn
 from fedbench.algorithms.feroma import (
     CONDITIONAL,
     EXTRACTOR,
@@ -66,6 +67,29 @@ def frozen_state(alg: Feroma, groups: dict[int, str]) -> FeromaState:
     return alg.aggregate(1, state, results)
 
 
+def mapping_round(alg: Feroma, r: int, state: FeromaState, client_states: dict, data_of: dict[int, ClientData],
+                  mark=None) -> tuple[FeromaState, dict[int, Payload], dict[int, Payload]]:
+    """Round `r` after the warm-up as the runtime runs it: the clients profile their data, the server maps, each
+    trains the model built for it on that same data (`mark` may stamp the returned weights), the server aggregates.
+    Returns the state and what was sent: the profile requests and the models."""
+    clients = sorted(data_of)
+    requests, described = alg.round_describe_payloads(r, state, clients), []
+    for cid in clients:
+        uplink, client_states[cid] = alg.client_describe_round(requests[cid], client_states[cid], data_of[cid], ctx(r, cid))
+        described.append(ClientResult(cid, uplink))
+    state = alg.receive_descriptions(r, state, described)
+    payloads, results = alg.configure(r, state, clients), []
+    for cid in clients:
+        uplink, client_states[cid], _ = alg.client_update(payloads[cid], client_states[cid], data_of[cid], ctx(r, cid))
+        results.append(ClientResult(cid, mark(cid, uplink) if mark else uplink))
+    return alg.aggregate(r, state, results), requests, payloads
+
+
+def stamped(fill_of: dict[int, float]):
+    """A `mark` that fills client cid's returned weights with `fill_of[cid]`, to tell later which model is whose."""
+    return lambda cid, uplink: uplink.replace({WEIGHTS: {k: np.full_like(v, fill_of[cid]) for k, v in uplink.weights.items()}})
+
+
 # -- the profile extractor ------------------------------------------------------------------------------
 def test_warmup_end_freezes_the_global_model_and_a_box_from_the_clients_maxima():
     alg = algorithm()
@@ -87,13 +111,16 @@ def test_profile_has_2c_plus_2c2_values_and_costs_under_one_percent_of_a_lenet5_
     state = alg.init_state()
     uplink, _, _ = alg.client_update(state.global_model, FeromaClientState(), data, ctx(1))
     state = alg.aggregate(1, state, [ClientResult(0, uplink)])
-    first, client_state, metrics = alg.client_update(alg.configure(2, state, [0])[0], FeromaClientState(), data, ctx(2))
-    assert set(first.sections) == {PROFILE} and np.isnan(metrics["train_loss"])  # round W+1 only profiles
-    state = alg.aggregate(2, state, [ClientResult(0, first)])
-    uplink, _, _ = alg.client_update(alg.configure(3, state, [0])[0], client_state, data, ctx(3))
-    profile = uplink[PROFILE][FULL]
+    client_states = {0: FeromaClientState()}
+    state, _, _ = mapping_round(alg, 2, state, client_states, {0: data})
+    request = alg.round_describe_payloads(3, state, [0])[0]
+    described, client_states[0] = alg.client_describe_round(request, client_states[0], data, ctx(3))
+    assert set(described.sections) == {PROFILE}
+    state = alg.receive_descriptions(3, state, [ClientResult(0, described)])
+    uplink, _, _ = alg.client_update(alg.configure(3, state, [0])[0], client_states[0], data, ctx(3))
+    profile = described[PROFILE][FULL]
     assert profile.shape == (2 * 10 + 2 * 10**2,) and profile.dtype == np.float32
-    overhead = (uplink.nbytes - Payload(uplink.weights).nbytes) / Payload(uplink.weights).nbytes
+    overhead = described.nbytes / uplink.nbytes  # the round's profile beside its model and sample count
     assert overhead < 0.01
 
 
@@ -192,33 +219,41 @@ def test_no_surviving_weight_falls_back_to_the_plain_average_and_sizes_weigh_in(
 
 
 def test_drifted_client_gets_the_model_trained_on_its_new_distribution():
-    """Round 2 profiles: 0 on A, 1 and 2 on B. Round 3: 0 returns a model trained on A, 1 and 2 on B, and
-    client 2 now holds A: its new model is client 0's. Profiles come from the real extractor."""
+    """Round 2 (the first mapping round): 0 on A, 1 and 2 on B, all given the warm-up model, each returns a model
+    trained on its data. Round 3: client 2 now holds A, and its profile of this round maps it to client 0's A
+    model, which it then trains on A in the same round. Profiles come from the real extractor."""
     alg = algorithm(tau="mean")
-    groups_before, groups_now = {0: "A", 1: "B", 2: "B"}, {0: "A", 1: "B", 2: "A"}
-    state = frozen_state(alg, groups_before)
-    intro = alg.configure(2, state, [0, 1, 2])
-    results, client_states = [], {}
-    for cid, group in groups_before.items():
-        uplink, client_states[cid], _ = alg.client_update(intro[cid], FeromaClientState(), client_data(group, seed=cid),
-                                                          ctx(2, cid))
-        results.append(ClientResult(cid, uplink))
-    state = alg.aggregate(2, state, results)
+    before, now = {0: "A", 1: "B", 2: "B"}, {0: "A", 1: "B", 2: "A"}
+    state, client_states = frozen_state(alg, before), {cid: FeromaClientState() for cid in before}
+    data = {cid: client_data(group, seed=cid) for cid, group in before.items()}
+    state, requests, payloads = mapping_round(alg, 2, state, client_states, data,
+                                              stamped({cid: float(g == "A") for cid, g in before.items()}))
+    assert all(EXTRACTOR in requests[cid] for cid in before)  # the extractor comes with the first profile request
+    assert all(payloads[cid] is state.global_model or payloads[cid] == payloads[0] for cid in before)
     assert alg.round_metrics(state) == {"feroma_clustered": 0.0, "feroma_personalized": 0.0, "feroma_global": 3.0}
-    payloads = alg.configure(3, state, [0, 1, 2])
-    assert EXTRACTOR not in payloads[0]  # the extractor is sent once
-    results = []
-    for cid, group in groups_now.items():
-        uplink, _, _ = alg.client_update(payloads[cid], client_states[cid], client_data(group, seed=10 + cid), ctx(3, cid))
-        fill = 1.0 if groups_before[cid] == "A" else 0.0  # mark each returned model by the data it trained on
-        uplink = uplink.replace({WEIGHTS: {k: np.full_like(v, fill) for k, v in uplink.weights.items()}})
-        results.append(ClientResult(cid, uplink))
-    state = alg.aggregate(3, state, results)
-    assert (state.personal[2].weights["head.weight"] == 1.0).all()  # client 0's model
-    assert (state.personal[1].weights["head.weight"] == 0.0).all()  # the B models
+    assert {j: state.trained[j].round for j in before} == {0: 2, 1: 2, 2: 2} and state.returned == (0, 1, 2)
+
+    data = {cid: client_data(group, seed=10 + cid) for cid, group in now.items()}
+    state, requests, payloads = mapping_round(alg, 3, state, client_states, data)
+    assert all(EXTRACTOR not in requests[cid] for cid in now)  # the extractor is sent once
+    assert (payloads[2].weights["head.weight"] == 1.0).all()  # client 0's A model, for client 2's A data now
+    assert (payloads[1].weights["head.weight"] == 0.0).all()  # the B models
     metrics = alg.round_metrics(state)
     assert metrics["feroma_personalized"] == 2.0 and metrics["feroma_clustered"] == 1.0
-    assert alg.evaluation_payloads(state, [2])[2] is state.personal[2]
+    assert alg.evaluation_payloads(state, [2])[2] is state.trained[2].model  # trained on A in round 3
+
+
+def test_a_test_client_of_a_distribution_that_appears_only_in_the_last_round_gets_the_model_trained_on_it():
+    """Round 2 every client holds A; in round 3, the last, client 0 drifts to B. A test client holding B is given
+    client 0's model trained on B in round 3 (002: test clients match the final round's profiles and models), not a
+    model of the stage before, which no client trained on B."""
+    alg = algorithm()
+    state, client_states = frozen_state(alg, {0: "A", 1: "A"}), {0: FeromaClientState(), 1: FeromaClientState()}
+    state, _, _ = mapping_round(alg, 2, state, client_states, {0: client_data("A", seed=1), 1: client_data("A", seed=2)})
+    state, _, _ = mapping_round(alg, 3, state, client_states, {0: client_data("B", seed=3), 1: client_data("A", seed=4)})
+    request = alg.describe_payloads(state, [10])[10]
+    out = alg.assign(state, {10: alg.client_describe(request, client_data("B", seed=5), ctx(3))})
+    assert out.matched == {10: TrainedOn(0, 3)} and out.payloads[10] is state.trained[0].model
 
 
 # -- test time ------------------------------------------------------------------------------------------
@@ -230,7 +265,7 @@ def test_assign_gives_the_model_of_the_nearest_profile_on_the_parts_sent():
     pb = np.r_[marginal + 5.0, np.full(2 * CLASSES * k, 1.0)]
     pc = np.r_[marginal, np.full(2 * CLASSES * k, -1.0)]  # same marginal as a, other conditional part
     models = {j: Payload({"head.weight": np.full((1,), float(j))}) for j in range(3)}
-    state = FeromaState(Payload(), trained={j: TrainedModel(p, models[j]) for j, p in enumerate((pa, pb, pc))})
+    state = FeromaState(Payload(), trained={j: TrainedModel(p, models[j], round=5) for j, p in enumerate((pa, pb, pc))})
     descriptions = {
         10: Payload(extras={PROFILE: {MARGINAL: (marginal + 4.5).astype(np.float32)}}),
         11: Payload(extras={PROFILE: {MARGINAL: marginal.astype(np.float32),
@@ -238,7 +273,7 @@ def test_assign_gives_the_model_of_the_nearest_profile_on_the_parts_sent():
         12: Payload(),
     }
     out = alg.assign(state, descriptions)
-    assert out.matched == {10: 1, 11: 2}
+    assert out.matched == {10: TrainedOn(1, 5), 11: TrainedOn(2, 5)}
     assert out.payloads[10] is models[1] and out.payloads[11] is models[2] and out.payloads[12] is state.global_model
 
 
@@ -250,12 +285,8 @@ def test_the_mapping_state_loads_back_from_a_checkpoint_and_assigns_the_same_mod
     groups = {0: "A", 1: "B"}
     state, client_states = frozen_state(alg, groups), {cid: FeromaClientState() for cid in groups}
     for r in (2, 3):
-        payloads, results = alg.configure(r, state, list(groups)), []
-        for cid, group in groups.items():
-            uplink, client_states[cid], _ = alg.client_update(payloads[cid], client_states[cid],
-                                                              client_data(group, seed=10 * r + cid), ctx(r, cid))
-            results.append(ClientResult(cid, uplink))
-        state = alg.aggregate(r, state, results)
+        data = {cid: client_data(group, seed=10 * r + cid) for cid, group in groups.items()}
+        state, _, _ = mapping_round(alg, r, state, client_states, data)
     assert state.scaler is not None and sorted(state.trained) == [0, 1]
     back = loads(dumps(state))
     assert isinstance(back, FeromaState) and isinstance(back.scaler, dpe.BlockScaler)
@@ -264,7 +295,8 @@ def test_the_mapping_state_loads_back_from_a_checkpoint_and_assigns_the_same_mod
     np.testing.assert_array_equal(back.trained[1].profile, state.trained[1].profile)
     request = alg.describe_payloads(back, [10])[10]
     descriptions = {10: alg.client_describe(request, client_data("B", seed=7), ctx(4))}
-    assert alg.assign(back, descriptions).matched == alg.assign(state, descriptions).matched == {10: 1}
+    assert alg.assign(back, descriptions).matched == alg.assign(state, descriptions).matched == {10: TrainedOn(1, 3)}
+    assert back.returned == state.returned == (0, 1) and back.equipped == (0, 1)
 
 
 def test_client_describe_profiles_test_inputs_without_their_labels_and_labelled_samples_when_given():
@@ -303,7 +335,9 @@ def test_short_drifting_run_finishes_and_reports_mapping_and_test_time(variant, 
     result = run_spec(spec)
     assert result.status == "FINISHED", result.reason
     profile_bytes = 4 * dpe.profile_size(10, 10)
-    assert result.history[1][M.COMM_UP_BYTES] == 4 * profile_bytes  # round W+1: profiles only
+    models = result.history[0][M.COMM_UP_BYTES] - 4 * 2 * 8  # round W: models, samples and the latents' ranges (2 float64)
+    assert [rec[M.COMM_UP_BYTES] for rec in result.history[1:]] == [models + 4 * profile_bytes] * 3  # model + profile
+    assert all(np.isfinite(rec[M.TRAIN_LOSS_MEAN]) for rec in result.history)  # round W+1 trains too
     counts = [sum(rec[f"feroma_{k}"] for k in ("clustered", "personalized", "global")) for rec in result.history]
     assert counts == [4.0] * 4
     assert 0.0 <= result.final[M.FINAL_PREFIX + M.ACC_TEST_TIME] <= 1.0

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from fedbench.algorithms.base import CLUSTER, SAMPLES, ModelBuilder, NoClientState, reported_cluster
+from fedbench.algorithms.capabilities import TrainedOn
 from fedbench.algorithms.oracle import Oracle
 from fedbench.config.task import resolve_run
 from fedbench.core import metrics as M
@@ -76,7 +77,7 @@ def test_test_clients_get_their_clusters_model_and_unseen_ones_the_initial_model
     descriptions = {0: alg.client_describe(Payload(), clients[3], ctx_for(0, 1)),
                     1: alg.client_describe(Payload(), clients[0], ctx_for(1, 7))}
     assignment = alg.assign(state, descriptions)
-    assert assignment.payloads[0] is state.models[1] and assignment.matched == {0: 2}
+    assert assignment.payloads[0] is state.models[1] and assignment.matched == {0: TrainedOn(2)}
     assert assignment.payloads[1] is state.initial
 
 

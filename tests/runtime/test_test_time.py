@@ -3,6 +3,7 @@
 import numpy as np
 
 from fedbench.algorithms import Assignment
+from fedbench.algorithms.capabilities import TrainedOn
 from fedbench.algorithms.fedavg import FedAvg
 from fedbench.core import metrics as M
 from fedbench.core.registry import ALGORITHMS
@@ -23,7 +24,7 @@ class Matchmaker(FedAvg):
         return Payload(extras={"id": {"id": np.array([ctx.client_id])}})
 
     def assign(self, state, descriptions):
-        matched = {tid: int(d["id"]["id"][0]) for tid, d in descriptions.items()}  # own distribution under mode "own"
+        matched = {tid: TrainedOn(int(d["id"]["id"][0])) for tid, d in descriptions.items()}  # "own": the right one
         return Assignment({tid: state.global_model for tid in descriptions}, matched)
 
 
@@ -47,11 +48,44 @@ def test_wrong_matches_lower_association_accuracy(monkeypatch):
     class Shifted(Matchmaker):
         def assign(self, state, descriptions):
             out = super().assign(state, descriptions)
-            return Assignment(out.payloads, {tid: (j + 1) % 4 for tid, j in out.matched.items()})
+            return Assignment(out.payloads, {tid: TrainedOn((on.client + 1) % 4) for tid, on in out.matched.items()})
 
     monkeypatch.setitem(ALGORITHMS._entries, "matchmaker", Shifted)
     final = run_spec(own_spec()).history[-1]
     assert final[M.ACC_ASSOCIATION] < 1.0  # Dirichlet clients hold distinct distributions
+
+
+def test_association_compares_the_distribution_a_model_was_trained_on_not_its_clients_current_one(monkeypatch):
+    """Each test client holds its training client's last distribution ("own") but is given that client's model
+    from round 1, two drift stages earlier: the match is right only where round 1's distribution was the same."""
+    from fedbench.config.task import resolve_run
+    from fedbench.data import load_dataset
+    from fedbench.scenarios import build_scenario
+
+    class Stale(Matchmaker):
+        trained_round = 1
+
+        def client_describe(self, payload, data, ctx):  # a test client of 2 classes holds few samples here
+            return Payload(extras={"id": {"id": np.array([ctx.client_id])}})
+
+        def assign(self, state, descriptions):
+            out = super().assign(state, descriptions)
+            return Assignment(out.payloads, {tid: TrainedOn(on.client, self.trained_round) for tid, on in out.matched.items()})
+
+    monkeypatch.setitem(ALGORITHMS._entries, "matchmaker", Stale)
+    spec = resolve_run({**TINY, "algorithm": "matchmaker", "rounds": 3, "dataset": {"name": "synthetic_images",
+                        "train_samples": 1200, "test_samples": 400}, "model": "lenet5",
+                        "scenario": {"preset": "feroma/label_skew/high", "num_clients": 4, "drift_every": 1,
+                                     "test_clients": {"mode": "own", "labelled_per_class": 2}}})
+    dataset = load_dataset(spec.dataset.name, None, **spec.dataset.kwargs)
+    scenario = build_scenario(dataset, spec.scenario, spec.seed, spec.rounds)
+    same = [scenario.view(1, t).distribution_id == scenario.test_clients[t].view.distribution_id for t in range(4)]
+    assert not all(same)  # some clients drifted away from their round-1 distribution: the case that tells
+    result = run_spec(spec)
+    assert result.status == "FINISHED", result.reason
+    assert result.history[-1][M.ACC_ASSOCIATION] == np.mean(same)
+    Stale.trained_round = None  # the same clients' final models: every match right
+    assert run_spec(spec).history[-1][M.ACC_ASSOCIATION] == 1.0
 
 
 def test_without_test_clients_there_is_no_test_time_accuracy():
