@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Protocol, Sequence
+from typing import Any, ClassVar, Mapping, Protocol, Sequence
 
 import numpy as np
 
@@ -136,6 +136,11 @@ class TestTimeAssignment(ABC):
 
     __test__ = False  # not a pytest test class, despite its name
 
+    picks_by_description: ClassVar[bool] = False
+    """True for a method whose `assign` picks a model from what the test client tells (FEROMA's profile, FedDRM's
+    routes, the Oracle's distribution id): it keeps its rule under `test_time: known`, which gives the methods
+    without one the known association instead (002 App. E)."""
+
     def describe_payloads(self, state: Any, test_clients: Sequence[int]) -> dict[int, Payload]:
         """What each test client needs to describe itself before `assign` (FEROMA: the frozen profile extractor).
         Empty (the default): test clients send nothing, and `assign` gets an empty description from each."""
@@ -191,8 +196,8 @@ class PeerRelay(ABC):
     at the relay); what peers send each other travels in `Payload.peers` of the downlinks, charged to both ends."""
 
 
-CAPABILITIES: tuple[type, ...] = (StreamedAggregation, RoundReport, TestTimeAssignment, SystemVote, PersonalModels,
-                                  PeerRelay)
+CAPABILITIES: tuple[type, ...] = (StreamedAggregation, RoundReport, DescribedRound, TestTimeAssignment, SystemVote,
+                                  PersonalModels, PeerRelay)
 
 
 def capabilities_of(cls: type) -> list[str]:

@@ -95,6 +95,8 @@ class FedDRM(Algorithm, TestTimeAssignment, SystemVote):
     The task's model must have a client path (`feddrm_net`); its `num_clients` is set to the run's.
     """
 
+    picks_by_description = True  # a test client's samples route to a client's model
+
     @dataclass(frozen=True)
     class Config(AlgorithmConfig):
         variant: Literal["paper", "released"] = "paper"

@@ -238,6 +238,7 @@ class Feroma(Algorithm, DescribedRound, RoundReport, TestTimeAssignment, SystemV
     Config = FeromaConfig
     State = FeromaState
     ClientState = FeromaClientState
+    picks_by_description = True  # a test client's profile is matched to the training profiles
     config: FeromaConfig
 
     def __init__(self, *args, **kwargs):

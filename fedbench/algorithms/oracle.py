@@ -44,6 +44,7 @@ class Oracle(Algorithm, TestTimeAssignment, SystemVote):
     """FedAvg per ground-truth cluster."""
 
     State = OracleState
+    picks_by_description = True  # a test client tells its distribution id
 
     def init_state(self) -> OracleState:
         return OracleState(Payload(self.initial_weights()))

@@ -1,5 +1,6 @@
 """The evaluation protocols, in one place: local accuracy every evaluated round, and after the last round system
-accuracy (004 Sec. 5) and the unseen test-time clients (002 Sec. 3.3).
+accuracy (004 Sec. 5) and the unseen test-time clients (002 Sec. 3.3), each given a model by the method's own rule
+or, under `test_time: known`, by 002 App. E's known association.
 
 Each protocol runs typed jobs (below) through the backend and asks the algorithm only what its capabilities
 (`fedbench.algorithms.capabilities`) say it can answer: a method without `SystemVote` has no system accuracy, one
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from fedbench.algorithms.base import Algorithm
-from fedbench.algorithms.capabilities import PersonalModels, SystemVote, TestTimeAssignment
+from fedbench.algorithms.capabilities import PersonalModels, SystemVote, TestTimeAssignment, TrainedOn
 from fedbench.core import metrics as M
 from fedbench.core.runspec import RunSpec
 from fedbench.core.types import ClientResult, Payload
@@ -101,7 +102,26 @@ class Test(Job):
         return ClientResult(client_id, Payload(), metrics, seconds)
 
 
-EVALUATE, PREDICT, SHARE, DESCRIBE, TEST = Evaluate(), Predict(), Share(), Describe(), Test()
+class KnownTest(Job):
+    """A test-time client's accuracy with the personal model of the training client whose distribution it holds
+    (002 App. E's known association), answered as that model answers in system accuracy's vote (`client_predict`,
+    which reads a personal model's uploaded part from the payload, not from a client state the test client lacks)."""
+
+    name = "known_test"
+    test_time = True
+
+    def run(self, worker: Any, round: int, client_id: int, payload: Payload, state: Any) -> ClientResult:
+        def score(data, ctx) -> dict[str, float]:
+            labels = data.test_y.numpy()
+            predicted = worker.algorithm.client_predict(payload, state, data, ctx)[M.PRED]
+            accuracy = float((predicted == labels).mean()) if len(labels) else float("nan")
+            return {M.ACCURACY: accuracy, M.TEST_SAMPLES: float(len(labels))}
+
+        metrics, seconds = worker.on_data(self, round, client_id, score)
+        return ClientResult(client_id, Payload(), metrics, seconds)
+
+
+EVALUATE, PREDICT, SHARE, DESCRIBE, TEST, KNOWN_TEST = Evaluate(), Predict(), Share(), Describe(), Test(), KnownTest()
 
 
 # -- protocols ---------------------------------------------------------------------------------------------
@@ -118,6 +138,8 @@ class Evaluation:
     meter: ByteMeter
     compute_s: float = 0.0
     """Compute seconds of the jobs run since the last `take_compute_s`."""
+    personal: dict[int, Payload] | None = None
+    """The training clients' completed personal models after the last round, once gathered (`personal_models`)."""
 
     def take_compute_s(self) -> float:
         """The evaluation jobs' compute seconds since the last call."""
@@ -144,23 +166,52 @@ class Evaluation:
         """`acc_system` (and `acc_routing`) from every training client's personal model. Where every client answers
         with the one model it was just evaluated with, the last evaluation already holds the answer (no job)."""
         algorithm = self.algorithm
-        personal = algorithm.system_payloads(state, list(range(self.spec.scenario.num_clients)))
-        if answered_by_evaluation(algorithm, personal, last.payloads):
+        held = algorithm.system_payloads(state, list(range(self.spec.scenario.num_clients)))
+        if answered_by_evaluation(algorithm, held, last.payloads):
             return pooled_accuracy(last.results)
-        if isinstance(algorithm, PersonalModels) and personal:  # each client uploads its own part, for the vote only
-            completed = self._run(SHARE, round, personal, downloaded=False)
-            self.meter.uplink(completed, channel=M.COMM_EVAL_UP_BYTES)
-            personal = {r.client_id: personal[r.client_id].merged(r.uplink) for r in completed}
-        if not personal or any(p.is_empty for p in personal.values()):  # models living on clients: no answer
+        personal = self.personal_models(round, state)
+        if not personal:  # models living on clients: no answer
             return {}
         shared = bundle(personal)
         return system_metrics(self._run(PREDICT, round, {cid: shared for cid in personal}))
 
+    def personal_models(self, round: int, state: Any) -> dict[int, Payload]:
+        """Every training client's personal model as the server holds it (`system_payloads`), completed by what only
+        the client holds (`PersonalModels`: each uploads its part once, metered as evaluation traffic); empty where
+        part of them never reaches the server. Gathered once after the last round, for the vote and for the known
+        association."""
+        if self.personal is None:
+            algorithm = self.algorithm
+            personal = algorithm.system_payloads(state, list(range(self.spec.scenario.num_clients)))
+            if isinstance(algorithm, PersonalModels) and personal:
+                completed = self._run(SHARE, round, personal, downloaded=False)
+                self.meter.uplink(completed, channel=M.COMM_EVAL_UP_BYTES)
+                personal = {r.client_id: personal[r.client_id].merged(r.uplink) for r in completed}
+            self.personal = {} if not personal or any(p.is_empty for p in personal.values()) else personal
+        return self.personal
+
     def test_time(self, round: int, state: Any) -> dict[str, float]:
-        """The test-time clients: each describes itself where the method asks, the server assigns each a model (or
-        the size-weighted ensemble), and each is scored with it."""
-        algorithm = self.algorithm
+        """The test-time clients: under the known association (`test_time: known`, for a method without a rule of its
+        own) each test client whose distribution a training client held in the last round gets that client's
+        personal model; the others describe themselves where the method asks, the server assigns each a model (or
+        the size-weighted ensemble), and each is scored with what it got."""
         test_ids = list(range(len(self.scenario.test_clients)))
+        known: dict[int, int] = {}
+        if self.spec.test_time == "known" and not self.algorithm.picks_by_description \
+                and isinstance(self.algorithm, SystemVote) and self.personal_models(round, state):
+            known = {tid: c.origin for tid, c in enumerate(self.scenario.test_clients) if c.origin >= 0}
+        tested, matched = self._assigned(round, state, [tid for tid in test_ids if tid not in known])
+        if known:
+            personal = self.personal_models(round, state)
+            tested += self._run(KNOWN_TEST, round, {tid: personal[o] for tid, o in known.items()}, StateStore())
+            matched.update({tid: TrainedOn(o) for tid, o in known.items()})
+        return test_time_metrics(sorted(tested, key=lambda r: r.client_id), matched, self.scenario, round)
+
+    def _assigned(self, round: int, state: Any, test_ids: list[int]) -> tuple[list[ClientResult], dict[int, TrainedOn]]:
+        """The method's own rule for `test_ids`: their results and what their models were trained on, where known."""
+        if not test_ids:
+            return [], {}
+        algorithm = self.algorithm
         no_state = StateStore()  # test-time clients never trained: they have no client state
         descriptions = {tid: Payload() for tid in test_ids}
         requests = algorithm.describe_payloads(state, test_ids)
@@ -173,9 +224,8 @@ class Evaluation:
             shared = ensemble_bundle(assignment.ensemble.models, assignment.ensemble.weights)
             payloads = {tid: shared for tid in payloads}
         if not payloads:
-            return {}
-        tested = self._run(TEST, round, payloads, no_state)
-        return test_time_metrics(tested, assignment.matched, self.scenario, round)
+            return [], {}
+        return self._run(TEST, round, payloads, no_state), dict(assignment.matched)
 
     def _run(self, job: Job, round: int, payloads: Mapping[int, Payload], store: StateStore | None = None,
              downloaded: bool = True) -> list[ClientResult]:

@@ -1,6 +1,7 @@
 """Test-time clients: describe -> assign -> evaluate after the last round, and association accuracy."""
 
 import numpy as np
+import pytest
 
 from fedbench.algorithms import Assignment
 from fedbench.algorithms.capabilities import TrainedOn
@@ -137,3 +138,58 @@ def test_an_ensemble_weighs_its_models_by_size(monkeypatch):
     assert zeros != ones  # else the test below could not tell the weights apart
     assert run({0: 3.0, 1: 1.0}) == zeros
     assert run({0: 1.0, 1: 3.0}) == ones
+
+
+class Marked(FedAvg):
+    """FedAvg whose personal models are marked with their owner: a model answers every sample with its owner's id
+    (mod the number of classes), so a test client's accuracy says whose model it was given."""
+
+    def system_payloads(self, state, clients):
+        return {cid: Payload(state.global_model.weights, {"owner": {"id": np.array([cid])}}) for cid in clients}
+
+    def client_predict(self, payload, state, data, ctx):
+        return {M.PRED: np.full(data.num_test, int(payload["owner"]["id"][0]) % ctx.num_classes)}
+
+
+def test_known_association_gives_each_test_client_the_model_of_the_client_whose_distribution_it_holds(monkeypatch):
+    """002 App. E: baselines are scored under the (optimal) known association. Test client t holds the last
+    distribution of training client origin(t) (a random one, the preset's FEROMA mode): under `test_time: known` it
+    is given origin(t)'s personal model, which here answers origin(t) mod 10 for every sample."""
+    from fedbench.data import load_dataset
+    from fedbench.scenarios import build_scenario
+
+    monkeypatch.setitem(ALGORITHMS._entries, "marked", Marked)
+    spec = tiny_spec(algorithm="marked", rounds=1, test_time="known")
+    final = run_spec(spec).history[-1]
+    dataset = load_dataset(spec.dataset.name, None, **spec.dataset.kwargs)
+    scenario = build_scenario(dataset, spec.scenario, spec.seed, spec.rounds)
+    labels = dataset.y.numpy() if hasattr(dataset.y, "numpy") else np.asarray(dataset.y)
+    expected = [np.mean(labels[c.view.test] == c.origin % 10) for c in scenario.test_clients]
+    assert {c.origin for c in scenario.test_clients} != set(range(4))  # some hold another client's distribution
+    assert final[M.ACC_TEST_TIME] == pytest.approx(np.mean(expected))
+    assert final[M.ACC_ASSOCIATION] == 1.0  # known, by construction
+    own = run_spec(tiny_spec(algorithm="marked", rounds=1)).history[-1]
+    assert M.ACC_ASSOCIATION not in own  # its own rule (the global model) names no training client
+
+
+def test_apfl_equals_fedavg_at_test_time_under_its_own_rule_and_not_under_the_known_association():
+    """APFL's shared model trains exactly as FedAvg's, and its own rule gives test clients that model; under the
+    known association they get the personalised mixture of the client whose distribution they hold."""
+    runs = {(name, protocol): run_spec(tiny_spec(algorithm=name, rounds=2, test_time=protocol)).final
+            for name in ("fedavg", "apfl") for protocol in ("own", "known")}
+    key = M.FINAL_PREFIX + M.ACC_TEST_TIME
+    assert runs["apfl", "own"][key] == runs["fedavg", "own"][key] == runs["fedavg", "known"][key]
+    assert runs["apfl", "known"][key] != runs["apfl", "own"][key]
+
+
+def test_a_method_with_its_own_rule_keeps_it_under_the_known_association():
+    key = M.FINAL_PREFIX + M.ACC_TEST_TIME
+    assert run_spec(tiny_spec(algorithm="oracle", rounds=2, test_time="known")).final[key] == \
+        run_spec(tiny_spec(algorithm="oracle", rounds=2)).final[key]
+
+
+def test_an_unknown_test_time_protocol_is_refused():
+    from fedbench.core.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="^test_time: "):
+        tiny_spec(test_time="ensemble")

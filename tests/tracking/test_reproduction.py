@@ -15,7 +15,7 @@ from fedbench.tracking.mlflow_callback import MlflowCallback
 from fedbench.tracking.paths import tracking_uri
 from fedbench.tracking.reproduction import write_report
 from fedbench.tracking.sweep_runs import SweepRuns
-from tests.conftest import TINY
+from tests.conftest import TINY, tiny_spec
 
 REFERENCE = [{
     "title": "Local accuracy", "source": "test Table 1, p. 1", "metric": "final.acc_local_mean", "scale": 100,
@@ -245,3 +245,25 @@ def test_an_ours_only_table_names_the_fields_that_tell_its_runs_apart_and_no_oth
     flats = [{"a": 1, "b": "x", "c": 1}, {"a": 2, "b": "y", "c": 1}, {"a": 2, "b": "z", "c": 1}]
     assert telling_columns(["c", "a", "b"], flats) == ("a", "b")  # c never varies; b splits a's second value
     assert telling_columns(["b", "a"], flats) == ("b",)  # b fixes a
+
+
+def test_a_test_time_tables_rows_say_how_their_test_clients_got_a_model(tmp_path, mlflow_store):
+    """002 scores its baselines under the known association and FEROMA under its own profile match: a report
+    on a test-time metric says, per row, which protocol its runs used."""
+    from fedbench.tracking.reproduction.tables import test_time_protocol
+
+    assert test_time_protocol(tiny_spec(algorithm="ifca", test_time="known")) == "known association (002 App. E)"
+    assert test_time_protocol(tiny_spec(algorithm="feroma", test_time="known")) == "own match"
+    assert test_time_protocol(tiny_spec(algorithm="ifca")) == "own rule (ensemble or global model)"
+    assert test_time_protocol(tiny_spec(algorithm="local", test_time="known")) == "none (no test-time clients)"
+    reference = [{**REFERENCE[0], "metric": "final.acc_test_time",
+                  "cells": [{"algorithm": "fedavg", "optimizer.lr": 0.05, "value": 90.0},
+                            {"algorithm": "oracle", "optimizer.lr": 0.05, "value": 95.0}]}]
+    path = write_task(tmp_path, "tt", reference=reference, grid={"algorithm": ["fedavg", "oracle"]}, seeds=[0],
+                      test_time="known")
+    task = load_task(path)
+    run(task.expand())
+    markdown = write_report(task, tracking_uri(), tmp_path / "out").path.read_text()
+    assert any(line.startswith("| algorithm.name |") and "test-time model" in line for line in markdown.splitlines())
+    assert row(markdown, "fedavg")[2] == "known association (002 App. E)" and row(markdown, "oracle")[2] == "own match"
+    assert "Test-time model: how the row's test-time clients got a model" in markdown

@@ -102,6 +102,8 @@ class TableResult:
     column_costs: dict[tuple[Any, ...], dict[tuple[Any, ...], dict[str, float]]]
     """Per row, per column: each cost's mean per finished run (for plots along a numeric column)."""
     ours_only: bool = False
+    row_protocols: dict[tuple[Any, ...], str] = dataclasses.field(default_factory=dict)
+    """Per row, how its test-time clients got their models (`test_time_protocol`), for a test-time metric."""
     left_out_columns: int = 0
     """Columns of the paper's table left out because the task runs none of their cells (`in_task`)."""
 

@@ -65,15 +65,23 @@ def render_table(result: TableResult, tolerance: float, figures: Iterable[str]) 
     measured = f"`{ref.metric}`" + (f" × {ref.scale:g}" if ref.scale != 1 else "")
     lines += [f"Source: {ref.source}. Ours: {measured} ({M.display_name(ref.metric)}), mean ± std over seeds (n). "
               f"Rows: {', '.join(ref.rows)}; columns: {', '.join(ref.columns) or '(one)'}.", ""]
-    header = [*ref.rows, *(key_text(c) for c in result.column_keys), *COST_HEADERS.values()]
+    protocol = ["test-time model"] if result.row_protocols else []
+    header = [*ref.rows, *(key_text(c) for c in result.column_keys), *protocol, *COST_HEADERS.values()]
     lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for row in result.row_keys:
         cells = [cell_text(result.cells.get((row, column)), tolerance, not result.ours_only) for column in result.column_keys]
+        cells += [result.row_protocols.get(row) or MISSING] if protocol else []
         costs = [fmt(result.row_costs[row][name]) for name in COSTS]
         lines.append("| " + " | ".join([*(str(v) for v in row), *cells, *costs]) + " |")
-    lines += ["", f"Cost columns: mean per finished run of the row (client compute and wall seconds, MB sent up and "
-              "down)." + (f" {result.left_out_columns} more columns of the paper's table are not in this profile."
+    lines += ["", f"Cost columns: mean per finished run of the row (client compute seconds, wall seconds less the "
+              "workers' start-up, that start-up, MB sent up and down)." + (f" {result.left_out_columns} more columns of the paper's table are not in this profile."
                           if result.left_out_columns else ""), ""]
+    if protocol:
+        lines += ["Test-time model: how the row's test-time clients got a model (`test_time` in the task): known "
+                  "association = the personal model of the training client whose last distribution the test client "
+                  "holds (002 App. E's protocol for its baselines); own match = the method picks one from what the "
+                  "test client tells (FEROMA's profile, FedDRM's routes, the Oracle's distribution id); own rule = "
+                  "the size-weighted ensemble of a clustered method's models (002 App. I.3) or the global model.", ""]
     lines += [f"![{ref.title}]({name})" for name in figures] or ["(No figure: no finished run of ours yet.)"]
     lines += [""]
     lines += _listed("Notes from the task file", [(c, c.note) for c in _cells(result) if c.note])

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from fedbench.config.reference import ReferenceTable
+from fedbench.core import metrics as M
 from fedbench.core.runspec import RunSpec
 from fedbench.tracking.leaderboard import IGNORED
 from fedbench.tracking.reproduction.cells import (RunState, TableResult, cost_means, make_cell, matches, sort_keys, value_order)
@@ -27,7 +28,8 @@ def reference_table(table: ReferenceTable, specs: Sequence[RunSpec], flats: Flat
         members[(row, column)] = mine
     rows = sort_keys([r for r, _ in cells], table.rows, order)
     columns = sort_keys([c for _, c in cells], table.columns, order)
-    return TableResult(table, rows, columns, cells, *_costs(members, states, rows))
+    return TableResult(table, rows, columns, cells, *_costs(members, states, rows),
+                       row_protocols=_protocols(members, rows, table.metric))
 
 
 def ours_only_table(specs: Sequence[RunSpec], flats: Flats, axes: Sequence[str], covered: set[str],
@@ -53,7 +55,8 @@ def ours_only_table(specs: Sequence[RunSpec], flats: Flats, axes: Sequence[str],
     column_keys = sort_keys([c for _, c in cells], columns, order)
     table = ReferenceTable("Ours only: runs of the task no published number covers", "no published numbers", metric, scale,
                            ("algorithm",), columns, ())
-    return TableResult(table, rows, column_keys, cells, *_costs(members, states, rows), ours_only=True)
+    return TableResult(table, rows, column_keys, cells, *_costs(members, states, rows), ours_only=True,
+                       row_protocols=_protocols(members, rows, metric))
 
 
 def telling_columns(fields: Sequence[str], flats: Sequence[dict[str, Any]]) -> tuple[str, ...]:
@@ -106,6 +109,32 @@ def covered_hashes(tables: Sequence[ReferenceTable], flats: Flats) -> set[str]:
 
 def _plain(value: Any) -> Any:
     return value if isinstance(value, (int, float, str)) or value is None else str(value)
+
+
+TEST_TIME_METRICS = (M.ACC_TEST_TIME, M.ACC_ASSOCIATION, M.ACC_ASSOCIATION_KNOWN)
+
+
+def test_time_protocol(spec: RunSpec) -> str:
+    """How `spec`'s test-time clients get a model, in the report's words (`RunSpec.test_time`)."""
+    from fedbench.algorithms.capabilities import TestTimeAssignment
+    from fedbench.core.registry import ALGORITHMS
+
+    method = ALGORITHMS.get(spec.algorithm.name, field="algorithm.name")
+    if not issubclass(method, TestTimeAssignment):
+        return "none (no test-time clients)"
+    picks = method.picks_by_description
+    if spec.test_time == "known" and not picks:
+        return "known association (002 App. E)"
+    return "own match" if picks else "own rule (ensemble or global model)"
+
+
+def _protocols(members: dict, rows: list, metric: str) -> dict[tuple[Any, ...], str]:
+    """Per row, the test-time protocol of its runs (several joined where they differ); empty unless `metric` is
+    a test-time one."""
+    if M.canonical(metric).removeprefix(M.FINAL_PREFIX) not in TEST_TIME_METRICS:
+        return {}
+    return {r: " / ".join(dict.fromkeys(test_time_protocol(s) for (row, _), m in members.items() if row == r for s in m))
+            for r in rows}
 
 
 def _costs(members: dict, states: dict[str, RunState], rows: list) -> tuple[dict, dict]:
