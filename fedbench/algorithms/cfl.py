@@ -18,6 +18,10 @@ which one runs:
   count (Algorithm 2: |D_i| / |D_c|), and any cluster of two or more clients may split.
 - released: agglomerative clustering with complete linkage on the similarities, plain means of the updates,
   only clusters of more than two clients split, and no split before round 21 (the notebook's `c_round > 20`).
+- fedrc: the `clustered` baseline of FedRC's code (github LINs-lab/FedRC, `ClusteredAggregator`), which 002 ran
+  for its CFL rows: as released (complete linkage, plain mean of the updates for the norms, more than two
+  clients to split), but with no warm-up, eps_2 = 0.6 (its `tol_2`; eps_1 = 0.4 as everywhere) and each
+  cluster's model the sample-weighted average of its members' models.
 
 Choices and omissions:
 - The uplink is the trained model: the server subtracts the model it sent, which gives the same bytes as
@@ -130,19 +134,22 @@ class CFL(FedAvg, RoundReport):
 
     @dataclass(frozen=True)
     class Config(AlgorithmConfig):
-        variant: Literal["paper", "released"] = "paper"
+        variant: Literal["paper", "released", "fedrc"] = "paper"
         """paper: Algorithm 1's bipartition and sample-weighted updates; released: the authors' notebook
-        (complete linkage, plain means, more than two clients to split, a warm-up). See the module docstring."""
+        (complete linkage, plain means, more than two clients to split, a warm-up); fedrc: the code 002 ran
+        (FedRC's `clustered`: as released without the warm-up, eps2 0.6). See the module docstring."""
         eps1: float = 0.4
         """eps_1: a cluster splits only while the norm of its mean update is below this (its federation is
         near a stationary point). The default is the released notebook's EPS_1; Algorithm 2 leaves it to the
         user. It depends on the learning rate, the local epochs and the model size."""
-        eps2: float = 1.6
+        eps2: float | None = None
         """eps_2: ... and some member's update norm is above this (that client is not near a stationary point).
-        The default is the released notebook's EPS_2. 002 ran CFL from FedRC's code, where it is 0.6."""
+        None: the variant's, 1.6 (the released notebook's EPS_2, for paper and released) or 0.6 (FedRC's
+        `tol_2`, for fedrc)."""
         warmup_rounds: int | None = None
         """Rounds of plain FedAvg before the first split may happen. None: the variant's, 0 for paper
-        (Algorithm 2 waits only for eps1) and 20 for released (the notebook splits from round 21)."""
+        (Algorithm 2 waits only for eps1) and fedrc (FedRC's code checks every round), 20 for released (the
+        notebook splits from round 21)."""
 
         def __post_init__(self) -> None:
             super().__post_init__()
@@ -152,10 +159,12 @@ class CFL(FedAvg, RoundReport):
                                   "(Algorithm 2)")
             if not self.eps1 > 0:
                 raise ConfigError("eps1", self.eps1, "a number > 0")
+            if self.eps2 is None:
+                object.__setattr__(self, "eps2", 0.6 if self.variant == "fedrc" else 1.6)
             if not self.eps2 > 0:
-                raise ConfigError("eps2", self.eps2, "a number > 0")
+                raise ConfigError("eps2", self.eps2, "a number > 0, or null for the variant's")
             if self.warmup_rounds is None:
-                object.__setattr__(self, "warmup_rounds", 0 if self.variant == "paper" else 20)
+                object.__setattr__(self, "warmup_rounds", 20 if self.variant == "released" else 0)
             if self.warmup_rounds < 0:
                 raise ConfigError("warmup_rounds", self.warmup_rounds, "an integer >= 0, or null for the variant's")
 
@@ -180,14 +189,14 @@ class CFL(FedAvg, RoundReport):
             if len(group) >= 2:
                 updates = [r.uplink.weights for r in group]
                 gram = inner_products(updates, updates, self.parameter_names, origin=model.weights)
-                mean_norm, max_norm = norms[members] = update_norms(gram, self._weights(group))
+                mean_norm, max_norm = norms[members] = update_norms(gram, self._norm_weights(group))
                 if self._may_split(round, len(group)) and mean_norm < self.config.eps1 and max_norm > self.config.eps2:
                     linkage = "single" if self.config.variant == "paper" else "complete"
                     halves = [[group[i] for i in half] for half in bipartition(cosine_similarities(gram), linkage)]
                     splits += 1
             for half in halves:
                 clusters.append(tuple(r.client_id for r in half))
-                models.append(Payload(average_weights([r.uplink.weights for r in half], self._weights(half))))
+                models.append(Payload(average_weights([r.uplink.weights for r in half], self._model_weights(half))))
         order = sorted(range(len(clusters)), key=lambda k: clusters[k][0])
         largest = max(state.clusters, key=len)
         return dataclasses.replace(state, clusters=tuple(clusters[k] for k in order),
@@ -217,10 +226,15 @@ class CFL(FedAvg, RoundReport):
         model_of = {c: state.models[k] for k, members in enumerate(state.clusters) for c in members}
         return {cid: model_of[cid] for cid in clients}
 
-    def _weights(self, group: Sequence[ClientResult]) -> list[float]:
-        """Averaging weights: sample counts (paper, |D_i| / |D_c|) or equal (released)."""
+    def _norm_weights(self, group: Sequence[ClientResult]) -> list[float]:
+        """Weights of the mean update whose norm meets eps1: sample counts (paper, |D_i| / |D_c|), else equal."""
         return [float(n) for n in sample_counts(group)] if self.config.variant == "paper" else [1.0] * len(group)
 
+    def _model_weights(self, group: Sequence[ClientResult]) -> list[float]:
+        """Weights of a cluster's model average: sample counts (paper; fedrc's `clients_weights`), equal (released)."""
+        return [1.0] * len(group) if self.config.variant == "released" else [float(n) for n in sample_counts(group)]
+
     def _may_split(self, round: int, size: int) -> bool:
-        """Past the warm-up, and enough clients: 2 for the paper's bipartition, more than 2 in the released code."""
+        """Past the warm-up, and enough clients: 2 for the paper's bipartition, more than 2 in the released code
+        and FedRC's."""
         return round > self.config.warmup_rounds and size >= (2 if self.config.variant == "paper" else 3)

@@ -175,6 +175,23 @@ def test_the_paper_variant_splits_by_single_linkage_and_the_released_one_by_comp
         assert round_of(alg, alg.init_state(), deltas, [10] * 5).clusters == halves
 
 
+def test_the_fedrc_variant_is_the_code_002_ran_plain_norms_sample_weighted_models_no_warm_up():
+    """FedRC's `clustered` (LINs-lab/FedRC ClusteredAggregator): tol_1 0.4, tol_2 0.6, checked from round 1, the
+    norm of the plain mean update, complete linkage, cluster models averaged by the clients' sample shares."""
+    alg = cfl(variant="fedrc")
+    assert (alg.config.eps1, alg.config.eps2, alg.config.warmup_rounds) == (0.4, 0.6, 0)
+    assert (cfl().config.eps2, cfl(variant="released").config.eps2) == (1.6, 1.6)
+    state = alg.init_state()
+    new = round_of(alg, state, *opposed_updates(1.0))  # plain mean 0 < 0.4, largest norm 3 > 0.6: split in round 1
+    assert new.clusters == ((0, 1), (2, 3))
+    start = state.models[0].weights["head.bias"][0]  # each half: (10 * 1 + 30 * 3) / 40, as FedRC's weights give
+    assert np.allclose(new.models[0].weights["head.bias"][0], start + 2.5, atol=1e-6)
+    e0 = np.eye(10, dtype=np.float32)[0]
+    lopsided = [2 * e0, 2 * e0, -2 * e0, -2 * e0], (10, 50, 10, 10)  # weighted mean norm 1.0, plain mean 0
+    assert round_of(alg, state, *lopsided).clusters == ((0, 1), (2, 3))
+    assert round_of(cfl(eps2=0.6), state, *lopsided).clusters == ((0, 1, 2, 3),)  # the paper's weighted mean: no split
+
+
 def test_variant_defaults_and_bad_values():
     assert cfl().config.warmup_rounds == 0 and cfl(variant="released").config.warmup_rounds == 20
     with pytest.warns(UserWarning, match="never splits"):
