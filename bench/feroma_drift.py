@@ -24,6 +24,7 @@ from pathlib import Path
 from fedbench.config.task import resolve_run
 from fedbench.core import metrics as M
 from fedbench.runtime import run_spec
+import provenance
 from tables import RESULTS, markdown_table
 
 KEYS = (M.ACC_TEST_TIME, M.ACC_LOCAL_MEAN, M.ACC_ASSOCIATION)
@@ -73,12 +74,18 @@ def summary(rows: list[dict], methods: list[str]) -> dict:
     return out
 
 
-def markdown(args: argparse.Namespace, rows: list[dict], stats: dict, methods: list[str]) -> str:
+def command(args: argparse.Namespace) -> str:
+    return (f"python bench/feroma_drift.py --seeds {' '.join(map(str, args.seeds))} --rounds {args.rounds} "
+            f"--clients {args.clients} --drift-every {args.drift_every} --preset {args.preset} "
+            f"--variants {' '.join(args.variants)}")
+
+
+def markdown(args: argparse.Namespace, rows: list[dict], stats: dict, methods: list[str], commit: str) -> str:
     lines = [
         "# FEROMA vs FedAvg under label skew with drift (real MNIST)",
         "",
-        f"`python bench/feroma_drift.py --seeds {' '.join(map(str, args.seeds))} --rounds {args.rounds} --clients {args.clients} "
-        f"--drift-every {args.drift_every} --preset {args.preset} --variants {' '.join(args.variants)}`",
+        f"`{command(args)}` at {commit} (the runs' hashes, scenario keys and fingerprints: "
+        "provenance/feroma_drift.json)",
         "",
         f"LeNet-5, SGD lr 0.005 momentum 0.9, batch 64, 2 local epochs; seeds {args.seeds}.",
         "",
@@ -121,8 +128,12 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     config = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
     (args.out / "feroma_drift.json").write_text(json.dumps({"config": config, "summary": stats, "runs": rows}, indent=2))
-    text = markdown(args, rows, stats, methods)
+    commit = provenance.head_commit()
+    text = markdown(args, rows, stats, methods, commit)
     (args.out / "feroma_drift.md").write_text(text)
+    if args.out == RESULTS:  # the committed result: record what it came from
+        provenance.record("feroma_drift.md", command(args),
+                          [spec_for(algorithms[name], args, seed) for seed in args.seeds for name in methods], commit)
     print(text)
 
 

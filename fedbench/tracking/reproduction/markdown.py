@@ -73,9 +73,10 @@ def render_table(result: TableResult, tolerance: float, figures: Iterable[str]) 
         cells += [result.row_protocols.get(row) or MISSING] if protocol else []
         costs = [fmt(result.row_costs[row][name]) for name in COSTS]
         lines.append("| " + " | ".join([*(str(v) for v in row), *cells, *costs]) + " |")
-    lines += ["", f"Cost columns: mean per finished run of the row (client compute seconds, wall seconds less the "
-              "workers' start-up, that start-up, MB sent up and down)." + (f" {result.left_out_columns} more columns of the paper's table are not in this profile."
-                          if result.left_out_columns else ""), ""]
+    left_out = f" {result.left_out_columns} more columns of the paper's table are not in this profile." \
+        if result.left_out_columns else ""
+    lines += ["", "Cost columns: mean per finished run of the row (client compute seconds, wall seconds less the "
+              "workers' start-up, that start-up, MB sent up and down)." + left_out, ""]
     if protocol:
         lines += ["Test-time model: how the row's test-time clients got a model (`test_time` in the task): known "
                   "association = the personal model of the training client whose last distribution the test client "

@@ -1,0 +1,86 @@
+"""Where a committed result came from, and whether today's code still draws the same runs.
+
+A result in bench/results/ names the commit and command that made it. Its provenance file
+(bench/results/provenance/<result>.json) adds, for every run behind it, the RunSpec, its run hash, the key of its
+scenario and the scenario's fingerprint (who holds which samples in every stage). `check` recomputes those from
+the recorded RunSpec with today's code, without training: a changed run hash means the configuration reads
+differently now, a changed key or fingerprint that the same configuration draws other data, so the result
+no longer describes what the command computes and must be re-run. tests/test_committed_results.py runs it over
+every provenance file.
+
+A bench script records its runs with `record(result, command, specs)` as it writes the result.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+from pathlib import Path
+from typing import Sequence
+
+from fedbench.config.task import resolve_run
+from fedbench.core.runspec import RunSpec
+from fedbench.data import load_dataset
+from fedbench.scenarios import build_scenario
+from fedbench.scenarios.generator import num_stages, scenario_key
+
+RESULTS = Path(__file__).resolve().parent / "results"
+PROVENANCE = RESULTS / "provenance"
+
+
+@dataclasses.dataclass(frozen=True)
+class RunRecord:
+    """One run behind a result, as the code that made the result saw it."""
+
+    spec: dict
+    run_hash: str
+    scenario_key: str
+    fingerprint: str
+
+
+def describe(spec: RunSpec) -> RunRecord:
+    """`spec`'s record: its RunSpec (without the machine's data path), run hash, scenario key and fingerprint."""
+    dataset = load_dataset(spec.dataset.name, spec.dataset.data_root, **spec.dataset.kwargs)
+    scenario = build_scenario(dataset, spec.scenario, spec.seed, spec.rounds)
+    plain = spec.to_dict()
+    plain["dataset"] = {k: v for k, v in plain["dataset"].items() if k != "data_root"}
+    stages = num_stages(spec.scenario, spec.rounds)
+    return RunRecord(plain, spec.run_hash, scenario_key(dataset, spec.scenario, spec.seed, stages), scenario.fingerprint())
+
+
+def head_commit() -> str:
+    """The checkout's commit, `+` appended where it has uncommitted changes (a result made from those names the
+    commit it was made on top of, and says so)."""
+    run = lambda *args: subprocess.run(["git", *args], capture_output=True, text=True, cwd=RESULTS, check=True).stdout
+    return run("rev-parse", "--short", "HEAD").strip() + ("+" if run("status", "--porcelain", "--untracked-files=no").strip() else "")
+
+
+def record(result: str, command: str, specs: Sequence[RunSpec], commit: str | None = None,
+           folder: Path = PROVENANCE) -> Path:
+    """Write the provenance of bench/results/`result` (made by `command` at `commit`, default HEAD) from `specs`
+    into `folder`."""
+    commit = commit or head_commit()
+    runs = [dataclasses.asdict(describe(spec)) for spec in dict((s.run_hash, s) for s in specs).values()]
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{Path(result).stem}.json"
+    path.write_text(json.dumps({"result": result, "commit": commit, "command": command, "runs": runs}, indent=1) + "\n")
+    return path
+
+
+def check(path: Path) -> list[str]:
+    """What no longer matches in the provenance file `path` (empty: the result still describes today's code)."""
+    saved = json.loads(path.read_text())
+    problems = []
+    for run in saved["runs"]:
+        name = run["spec"].get("run_name") or run["run_hash"]
+        try:
+            spec = resolve_run(run["spec"])
+        except Exception as exc:  # the recorded configuration no longer reads: that is staleness too
+            problems.append(f"{name}: today's code cannot read its RunSpec ({exc})")
+            continue
+        now = describe(spec)
+        for field, label in (("run_hash", "run hash"), ("scenario_key", "scenario key"), ("fingerprint", "scenario")):
+            if getattr(now, field) != run[field]:
+                problems.append(f"{name}: {label} {run[field]} then, {getattr(now, field)} now")
+    return problems
