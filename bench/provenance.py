@@ -1,7 +1,7 @@
 """Where a committed result came from, and whether today's code still draws the same runs.
 
 A result in bench/results/ names the commit and command that made it. Its provenance file
-(bench/results/provenance/<result>.json) adds, for every run behind it, the RunSpec, its run hash, the key of its
+(bench/results/provenance/<result's path, '/' as '-'>.json) adds, for every run behind it, the RunSpec, its run hash, the key of its
 scenario and the scenario's fingerprint (who holds which samples in every stage). `check` recomputes those from
 the recorded RunSpec with today's code, without training: a changed run hash means the configuration reads
 differently now, a changed key or fingerprint that the same configuration draws other data, so the result
@@ -14,10 +14,13 @@ A bench script records its runs with `record(result, command, specs)` as it writ
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import subprocess
 from pathlib import Path
 from typing import Sequence
+
+import numpy as np
 
 from fedbench.config.task import resolve_run
 from fedbench.core.runspec import RunSpec
@@ -39,6 +42,20 @@ class RunRecord:
     fingerprint: str
 
 
+def fingerprint(scenario) -> str:
+    """A digest of who holds what in `scenario`: every stage's client indices and distribution ids, the
+    round-to-stage table and the test-time clients. Two scenarios with one fingerprint give runs the same data.
+    Read from the artifact's fields only, so that it also fingerprints a scenario built by an older checkout."""
+    digest = hashlib.sha1()
+    views = [view for stage in scenario.stages for view in stage] + [c.view for c in scenario.test_clients]
+    for view in views:
+        for part in (view.train, view.test, np.array([view.distribution_id])):
+            digest.update(np.ascontiguousarray(part, dtype=np.int64).tobytes())
+    digest.update(np.asarray(scenario.round_stage, dtype=np.int64).tobytes())
+    digest.update(np.asarray([c.origin for c in scenario.test_clients], dtype=np.int64).tobytes())
+    return digest.hexdigest()[:16]
+
+
 def describe(spec: RunSpec) -> RunRecord:
     """`spec`'s record: its RunSpec (without the machine's data path), run hash, scenario key and fingerprint."""
     dataset = load_dataset(spec.dataset.name, spec.dataset.data_root, **spec.dataset.kwargs)
@@ -46,7 +63,7 @@ def describe(spec: RunSpec) -> RunRecord:
     plain = spec.to_dict()
     plain["dataset"] = {k: v for k, v in plain["dataset"].items() if k != "data_root"}
     stages = num_stages(spec.scenario, spec.rounds)
-    return RunRecord(plain, spec.run_hash, scenario_key(dataset, spec.scenario, spec.seed, stages), scenario.fingerprint())
+    return RunRecord(plain, spec.run_hash, scenario_key(dataset, spec.scenario, spec.seed, stages), fingerprint(scenario))
 
 
 def head_commit() -> str:
@@ -63,7 +80,7 @@ def record(result: str, command: str, specs: Sequence[RunSpec], commit: str | No
     commit = commit or head_commit()
     runs = [dataclasses.asdict(describe(spec)) for spec in dict((s.run_hash, s) for s in specs).values()]
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{Path(result).stem}.json"
+    path = folder / f"{Path(result).with_suffix('').as_posix().replace('/', '-')}.json"
     path.write_text(json.dumps({"result": result, "commit": commit, "command": command, "runs": runs}, indent=1) + "\n")
     return path
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -88,19 +87,6 @@ class Scenario:
     def distribution_ids(self, rounds: int) -> np.ndarray:
         """Ground truth [rounds, clients]: the distribution id of every client in every round (1-based rows)."""
         return np.array([[self.view(r, c).distribution_id for c in range(self.num_clients)] for r in range(1, rounds + 1)])
-
-    def fingerprint(self) -> str:
-        """A digest of who holds what: every stage's client indices and distribution ids, the round-to-stage table
-        and the test-time clients. Two scenarios with one fingerprint give runs the same data; a committed result
-        records it, so a change of the generator that draws other samples shows (bench/provenance.py)."""
-        digest = hashlib.sha1()
-        views = [view for stage in self.stages for view in stage] + [c.view for c in self.test_clients]
-        for view in views:
-            for part in (view.train, view.test, np.array([view.distribution_id])):
-                digest.update(np.ascontiguousarray(part, dtype=np.int64).tobytes())
-        digest.update(np.asarray(self.round_stage, dtype=np.int64).tobytes())
-        digest.update(np.asarray([c.origin for c in self.test_clients], dtype=np.int64).tobytes())
-        return digest.hexdigest()[:16]
 
     def trained_distributions(self, rounds: int) -> int:
         """How many distinct distributions the clients train on in `rounds` rounds: the true number of clusters
