@@ -118,11 +118,11 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[2025, 2026, 2027])
     parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args()
+    commit = provenance.head_commit()  # the code that runs is the code of now, before anything is written
     runs = specs_of(args.seeds)
     with ProcessPoolExecutor(args.workers) as pool:
         rows = list(pool.map(run_one, *zip(*runs)))
     command = f"python bench/feddrm_colour.py --seeds {' '.join(map(str, args.seeds))} --workers {args.workers}"
-    commit = provenance.head_commit()
     (RESULTS / "feddrm_colour.json").write_text(json.dumps({"command": command, "commit": commit, "runs": rows},
                                                            indent=1) + "\n")
     text = markdown(rows, args.seeds, command, commit)

@@ -121,6 +121,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
 
+    commit = provenance.head_commit()  # the code that runs is the code of now, before anything is written
     methods = ["fedavg"] + [f"feroma_{v}" for v in args.variants]
     algorithms = {"fedavg": {"name": "fedavg"}, **{f"feroma_{v}": {"name": "feroma", "variant": v} for v in args.variants}}
     rows = [run_one(name, algorithms[name], args, seed) for seed in args.seeds for name in methods]
@@ -128,7 +129,6 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     config = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
     (args.out / "feroma_drift.json").write_text(json.dumps({"config": config, "summary": stats, "runs": rows}, indent=2))
-    commit = provenance.head_commit()
     text = markdown(args, rows, stats, methods, commit)
     (args.out / "feroma_drift.md").write_text(text)
     if args.out == RESULTS:  # the committed result: record what it came from
