@@ -127,9 +127,9 @@ def main() -> None:
                                                            indent=1) + "\n")
     text = markdown(rows, args.seeds, command, commit)
     print(text)
-    reading = RESULTS / "feddrm_colour.md"
-    kept = reading.read_text().split("\n## Reading", 1)[1] if reading.exists() and "\n## Reading" in reading.read_text() else ""
-    reading.write_text(text + ("\n## Reading" + kept if kept else ""))
+    report = RESULTS / "feddrm_colour.md"
+    _, reading, written = (report.read_text() if report.exists() else "").partition("\n## Reading")
+    report.write_text(text + reading + written)  # the hand-written reading after the tables is kept, to be revised
     provenance.record("feddrm_colour.md", command, [spec for _, spec in runs], commit)
 
 

@@ -196,6 +196,14 @@ class PeerRelay(ABC):
     at the relay); what peers send each other travels in `Payload.peers` of the downlinks, charged to both ends."""
 
 
+def gets_known_association(method: type, test_time: str) -> bool:
+    """Whether `method`'s test-time clients get 002 App. E's known association under the RunSpec's `test_time`: only
+    with `known`, and only for a method with test-time clients and personal models for the vote (what a test client
+    is then given) but no rule of its own to pick one (`TestTimeAssignment.picks_by_description`)."""
+    return (test_time == "known" and issubclass(method, TestTimeAssignment) and issubclass(method, SystemVote)
+            and not method.picks_by_description)
+
+
 CAPABILITIES: tuple[type, ...] = (StreamedAggregation, RoundReport, DescribedRound, TestTimeAssignment, SystemVote,
                                   PersonalModels, PeerRelay)
 

@@ -71,6 +71,8 @@ TIME_RUN_S = "time_run_s"
 FAILED_ROUND = "failed_round"
 """The round a FAILED run stopped in (its records cover the rounds before it)."""
 
+#: the test-time clients' metrics (002 Sec. 3.3), reported after the last round only
+TEST_TIME = (ACC_TEST_TIME, ACC_ASSOCIATION, ACC_ASSOCIATION_KNOWN)
 #: per-round keys whose run total is reported as `total.<key>`
 SUMMED = (TIME_CLIENT_COMPUTE_S, TIME_STARTUP_S, TIME_AGGREGATE_S, TIME_ROUND_S, COMM_UP_BYTES, COMM_DOWN_BYTES,
           COMM_EVAL_DOWN_BYTES, COMM_EVAL_UP_BYTES)

@@ -15,7 +15,9 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from fedbench.algorithms.base import Algorithm
-from fedbench.algorithms.capabilities import PersonalModels, SystemVote, TestTimeAssignment, TrainedOn
+from fedbench.algorithms.capabilities import (
+    PersonalModels, SystemVote, TestTimeAssignment, TrainedOn, gets_known_association,
+)
 from fedbench.core import metrics as M
 from fedbench.core.runspec import RunSpec
 from fedbench.core.types import ClientResult, Payload
@@ -197,12 +199,12 @@ class Evaluation:
         the size-weighted ensemble), and each is scored with what it got."""
         test_ids = list(range(len(self.scenario.test_clients)))
         known: dict[int, int] = {}
-        if self.spec.test_time == "known" and not self.algorithm.picks_by_description \
-                and isinstance(self.algorithm, SystemVote) and self.personal_models(round, state):
+        personal = self.personal_models(round, state) \
+            if gets_known_association(type(self.algorithm), self.spec.test_time) else {}
+        if personal:
             known = {tid: c.origin for tid, c in enumerate(self.scenario.test_clients) if c.origin >= 0}
         tested, matched = self._assigned(round, state, [tid for tid in test_ids if tid not in known])
         if known:
-            personal = self.personal_models(round, state)
             tested += self._run(KNOWN_TEST, round, {tid: personal[o] for tid, o in known.items()}, StateStore())
             matched.update({tid: TrainedOn(o) for tid, o in known.items()})
         return test_time_metrics(sorted(tested, key=lambda r: r.client_id), matched, self.scenario, round)

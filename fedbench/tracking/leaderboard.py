@@ -340,20 +340,6 @@ def label_runs(runs: pd.DataFrame, fields: list[str]) -> pd.Series:
 
 ALGORITHM_PARAM = "params.algorithm.name"
 
-SECTIONED = re.compile(r"\b(?:scenario|dataset|model|optimizer)\.([A-Za-z0-9_]+)=")
-"""A field named with its section in a label (`scenario.alpha=`); algorithm parameters are already bare."""
-
-
-def for_figures(labels: pd.Series, fields: Sequence[str]) -> pd.Series:
-    """`labels` as a figure names them: each field without its section (`scenario.alpha=0.1` -> `alpha=0.1`), unless
-    another varying field has the same bare name (APFL's `alpha` beside `scenario.alpha`), which keeps both whole.
-    Tables and exports keep the full names, which say where a field lives in a task file."""
-    bare = [f.rsplit(".", 1)[-1] for f in fields]
-    clashing = {name for name in bare if bare.count(name) > 1}
-    return labels.map(lambda text: SECTIONED.sub(lambda m: m.group(0) if m.group(1) in clashing else f"{m.group(1)}=",
-                                                 str(text)))
-
-
 def _telling_params(group: pd.DataFrame, fields: list[str]) -> set[str]:
     """The algorithm parameters among `fields` that say something about this algorithm's runs: recorded, and
     either varying among them or away from the method's default (every recorded one when it is unknown)."""

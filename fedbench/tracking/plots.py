@@ -15,6 +15,7 @@ matplotlib is imported inside the drawing functions and draws on an Agg canvas w
 from __future__ import annotations
 
 import math
+import re
 import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,8 +28,8 @@ from rich.table import Table
 
 from fedbench.core import metrics as M
 from fedbench.core.errors import ConfigError
-from fedbench.tracking.leaderboard import (TIE_ALPHA, failed_runs, for_figures, group_and_configuration, latest_finished,
-                                           read_runs, readable, seed_stats, varying_params, versus_best)
+from fedbench.tracking.leaderboard import (TIE_ALPHA, failed_runs, group_and_configuration, latest_finished, read_runs,
+                                           readable, seed_stats, varying_params, versus_best)
 from fedbench.tracking.sweep_runs import latest_sweep_run
 
 DEFAULT_METRIC = M.ACC_LOCAL_MEAN
@@ -144,6 +145,20 @@ def heatmap_console_table(plots: Plots, title: str) -> Table:
     for configuration, row in plots.heatmap.iterrows():
         table.add_row(escape(str(configuration)), *("-" if math.isnan(value) else f"{value:.4f}" for value in row))
     return table
+
+
+SECTIONED = re.compile(r"\b(?:scenario|dataset|model|optimizer)\.([A-Za-z0-9_]+)=")
+"""A field named with its section in a label (`scenario.alpha=`); algorithm parameters are already bare."""
+
+
+def for_figures(labels: pd.Series, fields: Sequence[str]) -> pd.Series:
+    """`labels` as a figure names them: each field without its section (`scenario.alpha=0.1` -> `alpha=0.1`), unless
+    another varying field has the same bare name (APFL's `alpha` beside `scenario.alpha`), which keeps both whole.
+    Tables and exports keep the full names, which say where a field lives in a task file."""
+    bare = [f.rsplit(".", 1)[-1] for f in fields]
+    clashing = {name for name in bare if bare.count(name) > 1}
+    return labels.map(lambda text: SECTIONED.sub(lambda m: m.group(0) if m.group(1) in clashing else f"{m.group(1)}=",
+                                                 str(text)))
 
 
 def check_metric(finished: pd.DataFrame, metric: str) -> None:

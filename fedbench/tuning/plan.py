@@ -25,7 +25,6 @@ SCHEDULERS = ("asha",)
 EVERY_ROUND = (M.TRAIN_LOSS_MEAN, M.ACC_LOCAL_MEAN, M.ACC_LOCAL_STD, M.ACC_LOCAL_MIN, M.ACC_LOCAL_WEIGHTED,
                M.ACC_LOCAL_PI_WEIGHTED)
 """Metrics a trial reports every round (with `eval_every: 1`): the only ones a scheduler can compare early."""
-TEST_TIME = (M.ACC_TEST_TIME, M.ACC_ASSOCIATION, M.ACC_ASSOCIATION_KNOWN)
 
 
 def known_metrics() -> list[str]:
@@ -146,7 +145,7 @@ def make_plan(task: TaskSpec, space: SearchSpace | None = None, num_samples: int
         plan = SweepPlan(task.name, space=space, base=base, num_samples=num_samples, metric=metric, mode=mode,
                          scheduler=scheduler, seeds=tuple(seeds))
         runs = (apply(base, {}),)
-    if bare in TEST_TIME and all(run.scenario.test_clients.mode == "none" for run in runs):
+    if bare in M.TEST_TIME and all(run.scenario.test_clients.mode == "none" for run in runs):
         raise ConfigError("--metric", metric, "a metric these runs report: their scenarios have no test-time clients "
                           "(scenario.test_clients.mode: none)")
     return plan

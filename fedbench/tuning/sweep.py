@@ -32,12 +32,7 @@ from fedbench.core.callbacks import RunResult
 from fedbench.core.errors import ConfigError
 from fedbench.runtime.checkpoint import CHECKPOINT_EVERY
 from fedbench.tracking.leaderboard import finished_scores
-from fedbench.tracking.paths import (
-    check_results_writable,
-    check_tracking_uri,
-    results_path,
-    tracking_uri,
-)
+from fedbench.tracking.paths import check_results_writable, check_tracking_uri, results_path, tracking_uri
 from fedbench.tracking.sweep_runs import SweepParent, SweepRuns
 from fedbench.tuning.mlflow_bridge import MlflowBridge
 from fedbench.tuning.plan import GRID_KEY, SweepPlan

@@ -232,7 +232,7 @@ def test_heatmap_cells_carry_the_leaderboards_marks_best_and_ties():
 
 
 def test_figures_name_fields_without_their_section_unless_two_fields_share_a_name():
-    from fedbench.tracking.leaderboard import for_figures
+    from fedbench.tracking.plots import for_figures
 
     labels = pd.Series(["scenario.alpha=0.1, dataset.num_clients=10", "fedavg client_fraction=0.5, scenario.alpha=1.0"])
     assert for_figures(labels, ["scenario.alpha", "dataset.num_clients", "algorithm.client_fraction"]).tolist() == [

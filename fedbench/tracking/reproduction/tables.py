@@ -111,27 +111,23 @@ def _plain(value: Any) -> Any:
     return value if isinstance(value, (int, float, str)) or value is None else str(value)
 
 
-TEST_TIME_METRICS = (M.ACC_TEST_TIME, M.ACC_ASSOCIATION, M.ACC_ASSOCIATION_KNOWN)
-
-
 def test_time_protocol(spec: RunSpec) -> str:
     """How `spec`'s test-time clients get a model, in the report's words (`RunSpec.test_time`)."""
-    from fedbench.algorithms.capabilities import TestTimeAssignment
+    from fedbench.algorithms.capabilities import TestTimeAssignment, gets_known_association
     from fedbench.core.registry import ALGORITHMS
 
     method = ALGORITHMS.get(spec.algorithm.name, field="algorithm.name")
     if not issubclass(method, TestTimeAssignment):
         return "none (no test-time clients)"
-    picks = method.picks_by_description
-    if spec.test_time == "known" and not picks:
+    if gets_known_association(method, spec.test_time):
         return "known association (002 App. E)"
-    return "own match" if picks else "own rule (ensemble or global model)"
+    return "own match" if method.picks_by_description else "own rule (ensemble or global model)"
 
 
 def _protocols(members: dict, rows: list, metric: str) -> dict[tuple[Any, ...], str]:
     """Per row, the test-time protocol of its runs (several joined where they differ); empty unless `metric` is
     a test-time one."""
-    if M.canonical(metric).removeprefix(M.FINAL_PREFIX) not in TEST_TIME_METRICS:
+    if M.canonical(metric).removeprefix(M.FINAL_PREFIX) not in M.TEST_TIME:
         return {}
     return {r: " / ".join(dict.fromkeys(test_time_protocol(s) for (row, _), m in members.items() if row == r for s in m))
             for r in rows}
