@@ -8,11 +8,15 @@ differently now, a changed key or fingerprint that the same configuration draws 
 no longer describes what the command computes and must be re-run. tests/test_committed_results.py runs it over
 every provenance file.
 
-A bench script records its runs with `record(result, command, specs)` as it writes the result.
+A bench script records its runs with `record(result, command, specs)` as it writes the result; a committed
+`fedbench report` of a task's profile is recorded from the command line, after the report is written:
+
+    FEDBENCH_DATA=... python bench/provenance.py tasks/feroma_drift.yaml --profile reduced
 """
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import hashlib
 import json
@@ -22,7 +26,8 @@ from typing import Sequence
 
 import numpy as np
 
-from fedbench.config.task import resolve_run
+from fedbench.config import load_task
+from fedbench.config.task import PAPER_PROFILE, resolve_run
 from fedbench.core.runspec import RunSpec
 from fedbench.data import load_dataset
 from fedbench.scenarios import build_scenario
@@ -101,3 +106,20 @@ def check(path: Path) -> list[str]:
             if getattr(now, field) != run[field]:
                 problems.append(f"{name}: {label} {run[field]} then, {getattr(now, field)} now")
     return problems
+
+
+def record_report(task_file: str, profile: str = PAPER_PROFILE) -> Path:
+    """Record the runs behind bench/results/reports/<experiment>/report.md, the report of `task_file`'s `profile`."""
+    task = load_task(task_file, [f"profile={profile}"])
+    folder = f"reports/{task.name}"
+    command = (f"fedbench sweep {task_file} --profile {profile}; "
+               f"fedbench report {task_file} --profile {profile} --out bench/results/{folder}")
+    return record(f"{folder}/report.md", command, task.expand())
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description="Record the runs behind a committed `fedbench report`.")
+    parser.add_argument("task", help="the task file, e.g. tasks/feroma_drift.yaml")
+    parser.add_argument("--profile", default=PAPER_PROFILE, help="the profile the report is of, e.g. reduced")
+    cli = parser.parse_args()
+    print(record_report(cli.task, cli.profile))

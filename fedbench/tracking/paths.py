@@ -71,6 +71,16 @@ def tracking_uri() -> str:
     return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{results_dir() / 'mlflow.db'}"
 
 
+def shown_uri(uri: str) -> str:
+    """`uri` as a report prints it: an sqlite store under the working directory by its relative path, so that a
+    committed report names no machine's folders."""
+    if uri.startswith("sqlite:///"):
+        path = Path(uri.removeprefix("sqlite:///"))
+        if path.is_absolute() and path.is_relative_to(Path.cwd()):
+            return f"sqlite:///{path.relative_to(Path.cwd()).as_posix()}"
+    return uri
+
+
 def store_missing(uri: str) -> bool:
     """An embedded sqlite store that does not exist yet: reading from it must not create an empty one."""
     return uri.startswith("sqlite:///") and not Path(uri.removeprefix("sqlite:///")).is_file()

@@ -14,6 +14,7 @@ from fedbench.config.task import PAPER_PROFILE, TaskSpec
 from fedbench.core.errors import ConfigError
 from fedbench.core.runspec import RunSpec
 from fedbench.tracking.leaderboard import DEFAULT_METRIC, read_runs
+from fedbench.tracking.paths import shown_uri
 from fedbench.tracking.reproduction.cells import TableResult, run_states
 from fedbench.tracking.reproduction.figures import draw_table
 from fedbench.tracking.reproduction.markdown import how_to_read, render_table
@@ -118,7 +119,7 @@ def header(task: TaskSpec, uri: str, report: Report, stored: int, planned: int, 
     where = (f"attached to sweep parent run `{parent}` (artifacts under `{ARTIFACT_FOLDER}/`)" if parent else
              "not attached to any run: the experiment has no sweep parent run (plain `fedbench run` runs)")
     return [f"# Reproduction report: {task.name}", "", *([task.description, ""] if task.description else []),
-            f"Profile `{task.profile}`; experiment `{task.name}` in `{uri}` ({stored} runs stored); "
+            f"Profile `{task.profile}`; experiment `{task.name}` in `{shown_uri(uri)}` ({stored} runs stored); "
             f"{planned} runs in the task; written {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC; {where}.",
             "", "Summary: " + ", ".join(f"{n} {what}" for what, n in counts.items()) + ".", "",
             *not_run_text(task, report), how_to_read(report.tolerance), ""]
