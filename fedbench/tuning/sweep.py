@@ -36,7 +36,7 @@ from fedbench.tracking.paths import check_results_writable, check_tracking_uri, 
 from fedbench.tracking.sweep_runs import SweepParent, SweepRuns
 from fedbench.tuning.mlflow_bridge import MlflowBridge
 from fedbench.tuning.plan import GRID_KEY, SweepPlan
-from fedbench.tuning.resources import DRIVER_CPUS, check_trial_fits, for_trial
+from fedbench.tuning.resources import DRIVER_CPUS, check_trial_fits, concurrency_note, for_trial, trials_at_once
 from fedbench.tuning.study_plots import study_journal
 
 
@@ -178,9 +178,11 @@ def _tuner(plan: SweepPlan, done: set, recorded: dict[str, float], max_concurren
            folder: str, max_failures: int, checkpoint_every: int):
     """The Tune experiment for the trials not done yet (None: nothing left), and what says whether they all ended:
     a grid's count of trials, or a search's searcher."""
+    import ray
     from ray import tune
     from ray.tune.search import ConcurrencyLimiter
     from rich.console import Console
+    from rich.markup import escape
 
     from fedbench.runtime.checkpoint import CHECKPOINTS_KEPT
     from fedbench.tuning.progress import SweepProgress
@@ -189,6 +191,7 @@ def _tuner(plan: SweepPlan, done: set, recorded: dict[str, float], max_concurren
     from fedbench.tuning.trial import run_trial
 
     spec_of, console = plan.spec_of, Console(highlight=False, soft_wrap=True)
+    cpus = ray.cluster_resources().get("CPU", 1)
     trainable = tune.with_resources(tune.with_parameters(run_trial, spec_of=spec_of, checkpoint_every=checkpoint_every),
                                     lambda config: placement(spec_of(config), driver_cpus or DRIVER_CPUS))
     if plan.metric is not None:
@@ -214,7 +217,12 @@ def _tuner(plan: SweepPlan, done: set, recorded: dict[str, float], max_concurren
         if search.finished:
             return None, search
         param_space, samples, ending, total = {}, -1, search, search.trials_planned  # -1: until the searcher ends
-        search_alg = ConcurrencyLimiter(search, max_concurrent=max_concurrent or _fitting_trials(plan, driver_cpus or DRIVER_CPUS))
+        # a search's default concurrency: its trials are the base run with their own samples
+        search_alg = ConcurrencyLimiter(search, max_concurrent=max_concurrent or trials_at_once([spec_of({})], cpus, driver_cpus or DRIVER_CPUS))
+    note = concurrency_note(max_concurrent, [for_trial(s) for s in plan.specs or (spec_of({}),)], cpus,
+                            driver_cpus or DRIVER_CPUS, trials=total() if callable(total) else total)
+    if note is not None:
+        console.print(f"note: {escape(note)}")
     tune_config = tune.TuneConfig(search_alg=search_alg, scheduler=scheduler, num_samples=samples,
                                   max_concurrent_trials=max_concurrent if search_alg is None else None,
                                   reuse_actors=True,  # a trial's process and client workers serve the next trial
@@ -274,16 +282,6 @@ def _best_sample(plan: SweepPlan) -> tuple[dict[str, Any] | None, float | None]:
         return None, None
     best = (max if plan.mode == "max" else min)(complete, key=lambda t: t.value)
     return plan.space.complete(best.params), float(best.value)
-
-
-def _fitting_trials(plan: SweepPlan, driver_cpus: float) -> int:
-    """How many trials of a search (each the base run with its own samples) the cluster's CPUs hold at once:
-    the search's default concurrency."""
-    import ray
-
-    spec = plan.spec_of({})
-    need = driver_cpus + spec.resources.client_cpus * spec.resources.num_workers
-    return max(1, int(ray.cluster_resources().get("CPU", 1) // need))
 
 
 def _trial_name(spec_of):

@@ -9,6 +9,7 @@ from fedbench.core.errors import ConfigError
 from fedbench.tracking.paths import check_tracking_uri
 from fedbench.tracking.ui import free_port
 from fedbench.tuning.sweep import check_ray_address
+from tests.conftest import tiny_spec
 
 
 def test_an_unreachable_tracking_server_is_refused_at_once():
@@ -93,3 +94,17 @@ def test_a_bad_checkpoint_interval_is_refused_before_anything_runs(capsys):
     assert main(["sweep", "tasks/quickstart.yaml", "--checkpoint-every", "-2", "--dry-run"]) == 2
     assert "--checkpoint-every: got -2; allowed: a whole number of rounds >= 0 (0: no checkpoints)" in capsys.readouterr().out
     assert main(["run", "tasks/quickstart.yaml", "--checkpoint-every", "-1"]) == 2
+
+
+def test_a_max_concurrent_the_cpus_cannot_hold_is_named_with_the_setting_that_would_fit_it():
+    from fedbench.tuning.resources import concurrency_note, for_trial, trials_at_once
+
+    spec = for_trial(tiny_spec())  # 0.5 CPU for the driver, one client worker of 1 CPU: 1.5 a trial
+    assert trials_at_once([spec], cpus=2) == 1 and trials_at_once([spec], cpus=3) == 2
+    note = concurrency_note(2, [spec], cpus=2)
+    assert note.startswith("--max-concurrent 2: 1 trial at a time fits 2 CPUs") and "resources.client_cpus" in note
+    assert concurrency_note(2, [spec], cpus=3) is None and concurrency_note(None, [spec], cpus=2) is None
+    assert concurrency_note(4, [spec], cpus=2, trials=1) is None  # one trial: nothing runs beside it anyway
+    assert concurrency_note(4, [spec], cpus=2, trials=3).startswith("--max-concurrent 4: 1 trial")
+    halved = for_trial(tiny_spec(resources={"client_cpus": 0.5}))
+    assert concurrency_note(2, [halved], cpus=2) is None  # the setting it names does fit two
