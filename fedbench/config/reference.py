@@ -13,7 +13,10 @@ their `.name`) and gives the published value, or null where the paper prints non
         rows: [algorithm]
         columns: [scenario.preset, scenario.drift_every]
         cells:
-          - {algorithm: feroma, scenario.preset: feroma/label_skew/medium, scenario.drift_every: 2, value: 90.0}
+          - {algorithm: feroma, scenario.preset: feroma/label_skew/medium, scenario.drift_every: 2, value: 97.94, std: 2.01}
+
+A cell may give the published `std` (over the paper's seeds): the report prints it and widens the spread its
+verdict allows by it. `note` is free text the report lists under the table.
 
 A table may name a `cost` (compute_s, wall_s, mb_up or mb_down): the report's line plot along a numeric
 column (clients, K) draws it per run on a second axis, as 002 Fig. 4 draws wall time beside accuracy.
@@ -21,6 +24,7 @@ column (clients, K) draws it per run on a second axis, as 002 Fig. 4 draws wall 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Iterable
 
@@ -33,7 +37,7 @@ SHORTHANDS = {"algorithm": "algorithm.name", "dataset": "dataset.name", "model":
 TABLE_KEYS = {"title", "source", "metric", "scale", "where", "rows", "columns", "cells", "cost"}
 COSTS = ("compute_s", "wall_s", "startup_s", "mb_up", "mb_down")
 """Costs a table may plot beside its metric (the leaderboard's cost columns)."""
-CELL_KEYS = {"value", "note"}
+CELL_KEYS = {"value", "std", "note"}
 
 
 @dataclass(frozen=True)
@@ -43,6 +47,8 @@ class ReferenceCell:
     value: float | None
     """The published number; None where the paper prints none."""
     note: str = ""
+    std: float | None = None
+    """The published std over the paper's seeds; None where it prints none."""
 
 
 @dataclass(frozen=True)
@@ -132,11 +138,15 @@ def _cell(raw: Any, where: str, known: set[str] | None, common: dict[str, Any], 
     value = raw["value"]
     if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
         raise ConfigError(f"{where}.value", value, "a number, or null where the paper prints none")
+    std = raw.get("std")
+    if std is not None and (isinstance(std, bool) or not isinstance(std, (int, float)) or not math.isfinite(std) or std < 0):
+        raise ConfigError(f"{where}.std", std, "a number >= 0 (the published std over the paper's seeds), or no entry")
     fields = {**common, **_values({k: v for k, v in raw.items() if k not in CELL_KEYS}, where, known)}
     missing = [f for f in layout if f not in fields]
     if missing:
         raise ConfigError(f"{where}.{missing[0]}", None, "a value: every cell names its row and column fields")
-    return ReferenceCell(tuple(sorted(fields.items())), None if value is None else float(value), str(raw.get("note", "")))
+    return ReferenceCell(tuple(sorted(fields.items())), None if value is None else float(value), str(raw.get("note", "")),
+                         None if std is None else float(std))
 
 
 def _check_known(name: str, where: str, known: set[str] | None) -> None:

@@ -25,6 +25,13 @@ def test_a_reference_table_names_its_cells_by_dotted_fields_with_the_tables_filt
     first, second = table.cells
     assert dict(first.where) == {"algorithm.name": "fedavg", "scenario.alpha": 0.1, "dataset.name": "digits"}
     assert first.value == 81.5 and second.value is None and second.note == "not reported"
+    assert first.std is None  # the paper printed none
+
+
+def test_a_cell_may_give_the_published_std_over_the_papers_seeds(tmp_path):
+    cells = [{**TABLE["cells"][0], "std": 2.01}, TABLE["cells"][1]]
+    [table] = load(tmp_path, [{**TABLE, "cells": cells}]).reference
+    assert table.cells[0].std == 2.01 and table.cells[0].note == ""
 
 
 @pytest.mark.parametrize("change, field", [
@@ -35,6 +42,8 @@ def test_a_reference_table_names_its_cells_by_dotted_fields_with_the_tables_filt
     ({"metric": ""}, "reference[0].metric"),
     ({"colour": "red"}, "reference[0].colour"),
     ({"cost": "dollars"}, "reference[0].cost"),
+    ({"cells": [{"algorithm": "fedavg", "scenario.alpha": 0.1, "value": 81.5, "std": -1}]}, "reference[0].cells[0].std"),
+    ({"cells": [{"algorithm": "fedavg", "scenario.alpha": 0.1, "value": 81.5, "std": "+- 2"}]}, "reference[0].cells[0].std"),
 ])
 def test_a_bad_reference_is_refused_naming_the_entry(tmp_path, change, field):
     with pytest.raises(ConfigError) as info:

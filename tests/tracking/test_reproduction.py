@@ -267,3 +267,17 @@ def test_a_test_time_tables_rows_say_how_their_test_clients_got_a_model(tmp_path
     assert any(line.startswith("| algorithm.name |") and "test-time model" in line for line in markdown.splitlines())
     assert row(markdown, "fedavg")[2] == "known association (002 App. E)" and row(markdown, "oracle")[2] == "own match"
     assert "Test-time model: how the row's test-time clients got a model" in markdown
+
+
+def test_the_verdict_counts_the_published_std_where_the_paper_prints_one():
+    from fedbench.tracking.reproduction.cells import Cell
+    from fedbench.tracking.reproduction.markdown import cell_text, how_to_read
+
+    ours = dict(row=("fedavg",), column=(2,), published=90.0, values=(85.0, 86.0), specs=2)  # 85.5 ± 0.7, Δ -4.5
+    alone, spread = Cell(**ours), Cell(**ours, published_std=3.0)
+    assert alone.agrees(2.0) is False  # 4.5 > 2 x 0.71 + 2
+    assert spread.agrees(2.0) is True  # 4.5 <= 2 x sqrt(0.71^2 + 3^2) + 2
+    assert Cell(**{**ours, "values": (80.0, 81.0)}, published_std=3.0).agrees(2.0) is False  # 9.5 is beyond even that
+    assert cell_text(spread, 2.0) == "85.5 ± 0.7 (n=2) vs 90.0 ± 3.0: -4.5"
+    assert cell_text(alone, 2.0) == "85.5 ± 0.7 (n=2) vs 90.0: -4.5 ⚠"
+    assert "published std" in how_to_read(0.02, published_std=True) and "published std" not in how_to_read(0.02)

@@ -16,13 +16,15 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from fedbench.config.reference import ReferenceTable
+from fedbench.config.reference import ReferenceCell, ReferenceTable
 from fedbench.core.runspec import RunSpec
 from fedbench.tracking.leaderboard import COSTS, IGNORED, latest_finished, run_costs
 from fedbench.tracking.tags import FAILURE_REASON_TAG
 
 SPREAD = 2.0
-"""A cell agrees with the paper when |ours - published| <= SPREAD x ours' std + the tolerance."""
+"""A cell agrees with the paper when |ours - published| <= SPREAD x the combined std + the tolerance, the combined
+std being sqrt(ours' std^2 + the published std^2) (the spread of the difference of two independent draws; ours'
+alone where the paper prints no std)."""
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,8 @@ class Cell:
     column: tuple[Any, ...]
     published: float | None
     note: str = ""
+    published_std: float | None = None
+    """The paper's std over its seeds; None where it prints none."""
     values: tuple[float, ...] = ()
     """Ours on the paper's scale, one per finished seed that reports the metric."""
     specs: int = 0
@@ -68,11 +72,11 @@ class Cell:
         return None if self.published is None or not self.values else self.mean - self.published
 
     def agrees(self, tolerance: float) -> bool | None:
-        """Whether ours is within SPREAD std (plus `tolerance`, on the paper's scale) of the published
+        """Whether ours is within SPREAD combined std (plus `tolerance`, on the paper's scale) of the published
         number; None when there is nothing to compare."""
         if self.diff is None:
             return None
-        return abs(self.diff) <= SPREAD * self.std + tolerance + 1e-9
+        return abs(self.diff) <= SPREAD * math.hypot(self.std, self.published_std or 0.0) + tolerance + 1e-9
 
     @property
     def state(self) -> str:
@@ -159,11 +163,13 @@ def same(ours: Any, theirs: Any) -> bool:
     return float(ours) == float(theirs) if numbers else str(ours) == str(theirs)
 
 
-def make_cell(row, column, published, note, specs: list[RunSpec], states: dict[str, RunState],
+def make_cell(row, column, reference: ReferenceCell | None, specs: list[RunSpec], states: dict[str, RunState],
               flats: dict[str, dict[str, Any]]) -> Cell:
+    """The cell at (row, column) of the published `reference` (None in a table of ours only) and its runs `specs`."""
     found = [states.get(s.run_hash, RunState()) for s in specs]
     configurations = len({configuration_key(flats[s.run_hash]) for s in specs})
-    return Cell(row, column, published, note,  # runs of several configurations are never pooled into one value
+    published = (reference.value, reference.note, reference.std) if reference is not None else (None, "", None)
+    return Cell(row, column, *published,  # runs of several configurations are never pooled into one value
                 values=tuple(st.value for st in found if st.value is not None) if configurations <= 1 else (),
                 specs=len(specs), finished=sum(st.finished for st in found),
                 failed=tuple(st.failed for st in found if st.failed),

@@ -25,6 +25,13 @@ def fmt(value: float, like: float | None = None) -> str:
     return f"{value:.1f}" if size >= 10 else f"{value:.3f}"
 
 
+def published_text(cell: Cell) -> str:
+    """The published value, with the paper's std where it prints one."""
+    if cell.published is None:
+        return MISSING
+    return fmt(cell.published) + (f" ± {fmt(cell.published_std, cell.published)}" if cell.published_std is not None else "")
+
+
 def signed(cell: Cell) -> str:
     """ours − published, to the published value's places."""
     return f"{cell.diff:+.1f}" if abs(cell.published) >= 10 else f"{cell.diff:+.3f}"
@@ -50,7 +57,7 @@ def cell_text(cell: Cell | None, tolerance: float, compared: bool = True) -> str
             text += f", {len(cell.failed)} failed"
     if not compared:
         return text.replace("|", "/")
-    text += f" vs {MISSING if cell.published is None else fmt(cell.published)}"
+    text += f" vs {published_text(cell)}"
     if cell.diff is not None:
         text += f": {signed(cell)}"
         if not cell.agrees(tolerance):
@@ -87,7 +94,7 @@ def render_table(result: TableResult, tolerance: float, figures: Iterable[str]) 
     lines += [""]
     lines += _listed("Notes from the task file", [(c, c.note) for c in _cells(result) if c.note])
     lines += _listed(f"Beyond the spread ({FLAG})", [(c, f"ours {fmt(c.mean)} ± {fmt(c.std, c.mean)} (n={c.n}) vs "
-                                                      f"{fmt(c.published)}, Δ {signed(c)}" + (f"; {c.note}" if c.note else ""))
+                                                      f"{published_text(c)}, Δ {signed(c)}" + (f"; {c.note}" if c.note else ""))
                                                    for c in _cells(result) if c.agrees(tolerance) is False])
     lines += _listed("Failed runs", [(c, reason) for c in _cells(result) for reason in c.failed])
     return lines
@@ -103,13 +110,20 @@ def _listed(title: str, items: list[tuple[Cell, str]]) -> list[str]:
     return [f"{title}:", ""] + [f"- {key_text(c.row)} @ {key_text(c.column)}: {text}" for c, text in items] + [""]
 
 
-def how_to_read(tolerance: float) -> str:
+def how_to_read(tolerance: float, published_std: bool = False) -> str:
+    """The report's legend; `published_std`: some cell gives the paper's std, which the verdict then counts."""
+    spread = (f"a difference beyond {SPREAD:g} × the combined std (√(ours' std² + the published std²), the spread "
+              "of the difference of two independent draws; ours' alone where the paper prints no std)"
+              if published_std else f"a difference beyond {SPREAD:g} × ours' std")
+    tolerance_for = ("rounding and the spread of published numbers printed without a std" if published_std else
+                     "the spread of the published number, which the reference does not record")
     return (f"Each cell: ours as mean ± sample std over seeds (ddof 1, 0 for one seed) with n, `vs` the published "
-            f"value ({MISSING} where the paper prints none), then the difference ours − published. {FLAG} marks "
-            f"a difference beyond {SPREAD:g} × ours' std + a tolerance of {tolerance:g} on the metric's own scale "
-            "(times the table's scale: 2 points of a percentage for 0.02). The tolerance stands in for the spread "
-            "of the published number, which the reference does not record; with one seed only the tolerance "
-            "applies. `no run yet`: the task has the run, the store does not; `not in this task`: the task (or "
+            f"value{' (± its std over the paper’s seeds where it prints one)' if published_std else ''} "
+            f"({MISSING} where the paper prints none), then the difference ours − published. {FLAG} marks "
+            f"{spread} + a tolerance of {tolerance:g} on the metric's own scale "
+            f"(times the table's scale: 2 points of a percentage for 0.02). The tolerance stands in for "
+            f"{tolerance_for}; with one seed only the tolerance applies"
+            f"{' besides the published std' if published_std else ''}. `no run yet`: the task has the run, the store does not; `not in this task`: the task (or "
             "its profile) does not run that configuration; `ambiguous`: the cell's fields match several "
             "configurations (nothing pooled); `failed (reason)`: every run of the cell failed; "
             "`not reported`: the runs finished without the metric.")

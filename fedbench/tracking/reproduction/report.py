@@ -40,6 +40,10 @@ class Report:
     files: list[Path] = field(default_factory=list)
     parent_run_id: str | None = None
 
+    def has_published_std(self) -> bool:
+        """Whether some compared cell gives the paper's std (the legend then says how the verdict counts it)."""
+        return any(cell.published_std is not None for table in self.tables for cell in table.cells.values())
+
     def summary(self) -> dict[str, int]:
         """The paper's cells: compared with their published number (within or beyond the spread), without runs,
         failed, and not in this task, or outside a smaller profile (so a profile's report never makes the paper's
@@ -122,7 +126,7 @@ def header(task: TaskSpec, uri: str, report: Report, stored: int, planned: int, 
             f"Profile `{task.profile}`; experiment `{task.name}` in `{shown_uri(uri)}` ({stored} runs stored); "
             f"{planned} runs in the task; written {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC; {where}.",
             "", "Summary: " + ", ".join(f"{n} {what}" for what, n in counts.items()) + ".", "",
-            *not_run_text(task, report), how_to_read(report.tolerance), ""]
+            *not_run_text(task, report), how_to_read(report.tolerance, report.has_published_std()), ""]
 
 
 def not_run_text(task: TaskSpec, report: Report) -> list[str]:

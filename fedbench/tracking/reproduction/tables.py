@@ -24,7 +24,7 @@ def reference_table(table: ReferenceTable, specs: Sequence[RunSpec], flats: Flat
         where = dict(ref.where)
         row, column = tuple(where[f] for f in table.rows), tuple(where[f] for f in table.columns)
         mine = [s for s in specs if matches(flats[s.run_hash], ref.where)]
-        cells[(row, column)] = make_cell(row, column, ref.value, ref.note, mine, states, flats)
+        cells[(row, column)] = make_cell(row, column, ref, mine, states, flats)
         members[(row, column)] = mine
     rows = sort_keys([r for r, _ in cells], table.rows, order)
     columns = sort_keys([c for _, c in cells], table.columns, order)
@@ -49,7 +49,7 @@ def ours_only_table(specs: Sequence[RunSpec], flats: Flats, axes: Sequence[str],
         key = ((labels[spec.run_hash],), tuple(_plain(flats[spec.run_hash].get(f)) for f in columns))
         members.setdefault(key, []).append(spec)
     for (row, column), mine in members.items():
-        cells[(row, column)] = make_cell(row, column, None, "", mine, states, flats)
+        cells[(row, column)] = make_cell(row, column, None, mine, states, flats)
     order["algorithm"] = list(dict.fromkeys(labels.values()))
     rows = sort_keys([r for r, _ in cells], ("algorithm",), order)
     column_keys = sort_keys([c for _, c in cells], columns, order)
