@@ -220,14 +220,18 @@ class RunSpec:
     distinct model (clients holding part of their model upload it first); where every client answers with the one
     model it was just evaluated with (FedAvg's global model), the vote is that model's answer, so `acc_system` is
     the last evaluation's pooled accuracy, taken from it without a pass. False: neither metric, and no pass."""
-    test_time: Literal["own", "known"] = field(default="own", metadata=IDENTITY_UNLESS_DEFAULT)
+    test_time: Literal["own", "known", "index"] = field(default="own", metadata=IDENTITY_UNLESS_DEFAULT)
     """How the test-time clients (002 Sec. 3.3) get a model. `own`: each method's own rule: FEROMA's profile match,
     FedDRM's routing, the Oracle's cluster, and for a method with no rule to pick one model, the size-weighted
     ensemble of its models (clustered methods, 002 App. I.3) or its global model. `known`: 002's protocol (App. E,
     "baseline methods are evaluated under (optimal) known association"): a method with no rule of its own gives
     each test client the personal model of the training client whose last-round distribution it holds (its
     cluster's model, its personalised model, the global model); methods with a rule keep it, and a test client of
-    a distribution no training client held gets the method's own answer."""
+    a distribution no training client held gets the method's own answer. `index`: the association of the code 002's
+    baselines come from (the LINs-lab/FedRC and microsoft/FedDrift adaptations score client i's test set with client
+    i's own final pi, cluster or personal model): test client i gets training client i's personal model, whatever
+    distribution it holds, which is the right one only where each test client keeps its own last distribution
+    (P(Y|X), 002 App. I.2) and for global-model methods; methods with a rule keep it (docs/methods.md, FEROMA)."""
     resources: ResourceSpec = field(default_factory=ResourceSpec, metadata=NOT_IDENTITY)
     run_name: str | None = field(default=None, metadata=NOT_IDENTITY)
     """The run's display name (MLflow run name, progress lines); a task names its runs by what varies in its
@@ -241,9 +245,10 @@ class RunSpec:
             raise ConfigError("rounds", self.rounds, f"at most {MAX_ROUNDS:,} (a sane maximum: the papers run up to 800)")
         if not isinstance(self.system_accuracy, bool):
             raise ConfigError("system_accuracy", self.system_accuracy, "true or false")
-        if self.test_time not in ("own", "known"):
-            raise ConfigError("test_time", self.test_time, "own (each method's rule) or known (002 App. E's known "
-                              "association for methods without one)")
+        if self.test_time not in ("own", "known", "index"):
+            raise ConfigError("test_time", self.test_time, "own (each method's rule), known (002 App. E's known "
+                              "association for methods without one) or index (test client i gets training client i's "
+                              "model, as 002's baseline code did)")
         if self.local_steps is not None and self.local_steps < 1:
             raise ConfigError("local_steps", self.local_steps, "an integer >= 1, or null for local_epochs epochs")
 

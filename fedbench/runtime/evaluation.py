@@ -16,7 +16,7 @@ from typing import Any, Mapping
 
 from fedbench.algorithms.base import Algorithm
 from fedbench.algorithms.capabilities import (
-    PersonalModels, SystemVote, TestTimeAssignment, TrainedOn, gets_known_association,
+    PersonalModels, SystemVote, TestTimeAssignment, TrainedOn, gets_given_association,
 )
 from fedbench.core import metrics as M
 from fedbench.core.runspec import RunSpec
@@ -193,15 +193,18 @@ class Evaluation:
         return self.personal
 
     def test_time(self, round: int, state: Any) -> dict[str, float]:
-        """The test-time clients: under the known association (`test_time: known`, for a method without a rule of its
-        own) each test client whose distribution a training client held in the last round gets that client's
-        personal model; the others describe themselves where the method asks, the server assigns each a model (or
-        the size-weighted ensemble), and each is scored with what it got."""
+        """The test-time clients: where the run's `test_time` gives the association (for a method without a rule of
+        its own), each test client gets a training client's personal model: under `known` the one whose last-round
+        distribution it holds (if any did), under `index` the one of its own index. The others describe themselves
+        where the method asks, the server assigns each a model (or the size-weighted ensemble), and each is scored
+        with what it got."""
         test_ids = list(range(len(self.scenario.test_clients)))
         known: dict[int, int] = {}
         personal = self.personal_models(round, state) \
-            if gets_known_association(type(self.algorithm), self.spec.test_time) else {}
-        if personal:
+            if gets_given_association(type(self.algorithm), self.spec.test_time) else {}
+        if personal and self.spec.test_time == "index":
+            known = {tid: tid for tid in test_ids if tid in personal}
+        elif personal:
             known = {tid: c.origin for tid, c in enumerate(self.scenario.test_clients) if c.origin >= 0}
         tested, matched = self._assigned(round, state, [tid for tid in test_ids if tid not in known])
         if known:

@@ -172,6 +172,29 @@ def test_known_association_gives_each_test_client_the_model_of_the_client_whose_
     assert M.ACC_ASSOCIATION not in own  # its own rule (the global model) names no training client
 
 
+def test_the_index_association_gives_test_client_i_training_client_is_model_whatever_it_holds(monkeypatch):
+    """002's baseline code scores client i's test set with client i's own final model: under `test_time: index`
+    test client t gets training client t's personal model (answering t mod 10), not origin(t)'s, and the
+    association accuracy counts how often that client's last distribution is the one t holds."""
+    from fedbench.data import load_dataset
+    from fedbench.scenarios import build_scenario
+
+    monkeypatch.setitem(ALGORITHMS._entries, "marked", Marked)
+    spec = tiny_spec(algorithm="marked", rounds=1, test_time="index")
+    final = run_spec(spec).history[-1]
+    dataset = load_dataset(spec.dataset.name, None, **spec.dataset.kwargs)
+    scenario = build_scenario(dataset, spec.scenario, spec.seed, spec.rounds)
+    labels = dataset.y.numpy() if hasattr(dataset.y, "numpy") else np.asarray(dataset.y)
+    expected = [np.mean(labels[c.view.test] == t % 10) for t, c in enumerate(scenario.test_clients)]
+    same = [scenario.view(spec.rounds, t).distribution_id == c.view.distribution_id
+            for t, c in enumerate(scenario.test_clients)]
+    assert not all(same)  # some test clients hold another distribution than their index's client
+    assert final[M.ACC_TEST_TIME] == pytest.approx(np.mean(expected))
+    assert final[M.ACC_ASSOCIATION] == pytest.approx(np.mean(same))
+    assert final[M.ACC_TEST_TIME] != run_spec(tiny_spec(algorithm="marked", rounds=1, test_time="known")).final[
+        M.FINAL_PREFIX + M.ACC_TEST_TIME]
+
+
 def test_apfl_equals_fedavg_at_test_time_under_its_own_rule_and_not_under_the_known_association():
     """APFL's shared model trains exactly as FedAvg's, and its own rule gives test clients that model; under the
     known association they get the personalised mixture of the client whose distribution they hold."""

@@ -113,14 +113,14 @@ def _plain(value: Any) -> Any:
 
 def test_time_protocol(spec: RunSpec) -> str:
     """How `spec`'s test-time clients get a model, in the report's words (`RunSpec.test_time`)."""
-    from fedbench.algorithms.capabilities import TestTimeAssignment, gets_known_association
+    from fedbench.algorithms.capabilities import TestTimeAssignment, gets_given_association
     from fedbench.core.registry import ALGORITHMS
 
     method = ALGORITHMS.get(spec.algorithm.name, field="algorithm.name")
     if not issubclass(method, TestTimeAssignment):
         return "none (no test-time clients)"
-    if gets_known_association(method, spec.test_time):
-        return "known association (002 App. E)"
+    if gets_given_association(method, spec.test_time):
+        return "known association (002 App. E)" if spec.test_time == "known" else "same-index client (002's baseline code)"
     return "own match" if method.picks_by_description else "own rule (ensemble or global model)"
 
 
