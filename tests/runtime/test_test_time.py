@@ -151,19 +151,23 @@ class Marked(FedAvg):
         return {M.PRED: np.full(data.num_test, int(payload["owner"]["id"][0]) % ctx.num_classes)}
 
 
-def test_known_association_gives_each_test_client_the_model_of_the_client_whose_distribution_it_holds(monkeypatch):
-    """002 App. E: baselines are scored under the (optimal) known association. Test client t holds the last
-    distribution of training client origin(t) (a random one, the preset's FEROMA mode): under `test_time: known` it
-    is given origin(t)'s personal model, which here answers origin(t) mod 10 for every sample."""
+def marked_run(monkeypatch, test_time: str):
+    """A one-round run of `Marked` under `test_time`: its last round's record, its scenario and the dataset's labels."""
     from fedbench.data import load_dataset
     from fedbench.scenarios import build_scenario
 
     monkeypatch.setitem(ALGORITHMS._entries, "marked", Marked)
-    spec = tiny_spec(algorithm="marked", rounds=1, test_time="known")
-    final = run_spec(spec).history[-1]
+    spec = tiny_spec(algorithm="marked", rounds=1, test_time=test_time)
     dataset = load_dataset(spec.dataset.name, None, **spec.dataset.kwargs)
-    scenario = build_scenario(dataset, spec.scenario, spec.seed, spec.rounds)
     labels = dataset.y.numpy() if hasattr(dataset.y, "numpy") else np.asarray(dataset.y)
+    return run_spec(spec).history[-1], build_scenario(dataset, spec.scenario, spec.seed, spec.rounds), labels
+
+
+def test_known_association_gives_each_test_client_the_model_of_the_client_whose_distribution_it_holds(monkeypatch):
+    """002 App. E: baselines are scored under the (optimal) known association. Test client t holds the last
+    distribution of training client origin(t) (a random one, the preset's FEROMA mode): under `test_time: known` it
+    is given origin(t)'s personal model, which here answers origin(t) mod 10 for every sample."""
+    final, scenario, labels = marked_run(monkeypatch, "known")
     expected = [np.mean(labels[c.view.test] == c.origin % 10) for c in scenario.test_clients]
     assert {c.origin for c in scenario.test_clients} != set(range(4))  # some hold another client's distribution
     assert final[M.ACC_TEST_TIME] == pytest.approx(np.mean(expected))
@@ -176,17 +180,9 @@ def test_the_index_association_gives_test_client_i_training_client_is_model_what
     """002's baseline code scores client i's test set with client i's own final model: under `test_time: index`
     test client t gets training client t's personal model (answering t mod 10), not origin(t)'s, and the
     association accuracy counts how often that client's last distribution is the one t holds."""
-    from fedbench.data import load_dataset
-    from fedbench.scenarios import build_scenario
-
-    monkeypatch.setitem(ALGORITHMS._entries, "marked", Marked)
-    spec = tiny_spec(algorithm="marked", rounds=1, test_time="index")
-    final = run_spec(spec).history[-1]
-    dataset = load_dataset(spec.dataset.name, None, **spec.dataset.kwargs)
-    scenario = build_scenario(dataset, spec.scenario, spec.seed, spec.rounds)
-    labels = dataset.y.numpy() if hasattr(dataset.y, "numpy") else np.asarray(dataset.y)
+    final, scenario, labels = marked_run(monkeypatch, "index")
     expected = [np.mean(labels[c.view.test] == t % 10) for t, c in enumerate(scenario.test_clients)]
-    same = [scenario.view(spec.rounds, t).distribution_id == c.view.distribution_id
+    same = [scenario.view(1, t).distribution_id == c.view.distribution_id
             for t, c in enumerate(scenario.test_clients)]
     assert not all(same)  # some test clients hold another distribution than their index's client
     assert final[M.ACC_TEST_TIME] == pytest.approx(np.mean(expected))
