@@ -197,12 +197,13 @@ class PeerRelay(ABC):
 
 
 def gets_given_association(method: type, test_time: str) -> bool:
-    """Whether `method`'s test-time clients are given a training client's personal model by the RunSpec's `test_time`
-    rather than by the method's rule: with `known` (002 App. E's known association) or `index` (the same-index
-    client, 002's baseline code), and only for a method with test-time clients and personal models for the vote
-    (what a test client is then given) but no rule of its own to pick one (`TestTimeAssignment.picks_by_description`)."""
-    return (test_time in ("known", "index") and issubclass(method, TestTimeAssignment) and issubclass(method, SystemVote)
-            and not method.picks_by_description)
+    """Whether `method`'s test-time clients are given a training client's personal model by the RunSpec's
+    `test_time` rather than by the method's rule: with `known` (002 App. E's known association) or `index` (the
+    same-index client, 002's baseline code), and only for a method with test-time clients and personal models for
+    the vote (what a test client is then given) but no rule of its own to pick one
+    (`TestTimeAssignment.picks_by_description`)."""
+    return (test_time in ("known", "index") and issubclass(method, TestTimeAssignment)
+            and issubclass(method, SystemVote) and not method.picks_by_description)
 
 
 CAPABILITIES: tuple[type, ...] = (StreamedAggregation, RoundReport, DescribedRound, TestTimeAssignment, SystemVote,

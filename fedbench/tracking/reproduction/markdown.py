@@ -87,10 +87,10 @@ def render_table(result: TableResult, tolerance: float, figures: Iterable[str]) 
     if protocol:
         lines += ["Test-time model: how the row's test-time clients got a model (`test_time` in the task): known "
                   "association = the personal model of the training client whose last distribution the test client "
-                  "holds (002 App. E's protocol for its baselines); same-index client = the personal model of the training "
-                  "client with the test client's index, whatever distribution it holds (what 002's baseline code "
-                  "scored); own match = the method picks one from what the "
-                  "test client tells (FEROMA's profile, FedDRM's routes, the Oracle's distribution id); own rule = "
+                  "holds (002 App. E's protocol for its baselines); same-index client = the personal model of the "
+                  "training client with the test client's index, whatever distribution it holds (what 002's baseline "
+                  "code scored); own match = the method picks one from what the test client tells (FEROMA's "
+                  "profile, FedDRM's routes, the Oracle's distribution id); own rule = "
                   "the size-weighted ensemble of a clustered method's models (002 App. I.3) or the global model.", ""]
     lines += [f"![{ref.title}]({name})" for name in figures] or ["(No figure: no finished run of ours yet.)"]
     lines += [""]
