@@ -48,12 +48,13 @@ def specs_of(seeds: list[int], drift_every: int, test_time: str, profile: str = 
 
 def known_results(seeds: list[int], drift_every: int, uri: str) -> dict[tuple[str, int], float]:
     """(method, seed) -> test-time accuracy of the reduced profile's runs (`test_time: known`) in the store at `uri`."""
+    from fedbench.core.errors import ConfigError
     from fedbench.tracking.leaderboard import read_runs
 
     specs = {s.run_hash: s for s in specs_of(seeds, drift_every, "known", profile="reduced")}
     try:
         runs = read_runs("feroma_drift-reduced", uri)
-    except Exception as exc:  # no store or no such experiment: the table says so
+    except ConfigError as exc:  # no store or no such experiment: the table says so
         print(f"no known-association runs read from {uri}: {exc}")
         return {}
     key = "metrics." + M.FINAL_PREFIX + M.ACC_TEST_TIME

@@ -199,17 +199,17 @@ class Evaluation:
         where the method asks, the server assigns each a model (or the size-weighted ensemble), and each is scored
         with what it got."""
         test_ids = list(range(len(self.scenario.test_clients)))
-        known: dict[int, int] = {}
+        given: dict[int, int] = {}
         personal = self.personal_models(round, state) \
             if gets_given_association(type(self.algorithm), self.spec.test_time) else {}
         if personal and self.spec.test_time == "index":
-            known = {tid: tid for tid in test_ids if tid in personal}
+            given = {tid: tid for tid in test_ids if tid in personal}
         elif personal:
-            known = {tid: c.origin for tid, c in enumerate(self.scenario.test_clients) if c.origin >= 0}
-        tested, matched = self._assigned(round, state, [tid for tid in test_ids if tid not in known])
-        if known:
-            tested += self._run(KNOWN_TEST, round, {tid: personal[o] for tid, o in known.items()}, StateStore())
-            matched.update({tid: TrainedOn(o) for tid, o in known.items()})
+            given = {tid: c.origin for tid, c in enumerate(self.scenario.test_clients) if c.origin >= 0}
+        tested, matched = self._assigned(round, state, [tid for tid in test_ids if tid not in given])
+        if given:
+            tested += self._run(KNOWN_TEST, round, {tid: personal[o] for tid, o in given.items()}, StateStore())
+            matched.update({tid: TrainedOn(o) for tid, o in given.items()})
         return test_time_metrics(sorted(tested, key=lambda r: r.client_id), matched, self.scenario, round)
 
     def _assigned(self, round: int, state: Any, test_ids: list[int]) -> tuple[list[ClientResult], dict[int, TrainedOn]]:
