@@ -105,8 +105,9 @@ class Test(Job):
 
 
 class KnownTest(Job):
-    """A test-time client's accuracy with the personal model of the training client whose distribution it holds
-    (002 App. E's known association), answered as that model answers in system accuracy's vote (`client_predict`,
+    """A test-time client's accuracy with the personal model of the training client it is given: the one whose
+    distribution it holds (002 App. E's known association) or the same-index one (`test_time: index`, 002's baseline
+    code), answered as that model answers in system accuracy's vote (`client_predict`,
     which reads a personal model's uploaded part from the payload, not from a client state the test client lacks)."""
 
     name = "known_test"
