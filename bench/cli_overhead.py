@@ -43,7 +43,6 @@ from pathlib import Path
 
 import numpy as np
 import psutil
-
 from process_tree import TreePeak
 from tables import RESULTS, markdown_table
 
@@ -255,7 +254,7 @@ def cell(values: list, digits: int = 2) -> str:
 
 def report(runs: dict[str, list[dict]], cli: dict[str, dict], meta: dict) -> list[str]:
     names = list(runs)
-    lines = [f"# cli_overhead: `fedbench run` as a user starts it, beside hand-written Ray code", "",
+    lines = ["# cli_overhead: `fedbench run` as a user starts it, beside hand-written Ray code", "",
              f"{meta['note']}", "", f"- date: {meta['date']}; machine: {meta['machine']}",
              f"- load average (1 min) before / after: {meta['load_before']:.2f} / {meta['load_after']:.2f}",
              f"- command: `{meta['command']}`; variants: " + ", ".join(f"{k} = {v}" for k, v in meta["variants"].items()), "",
@@ -309,7 +308,7 @@ def report(runs: dict[str, list[dict]], cli: dict[str, dict], meta: dict) -> lis
     lines += ["", "## Peak PSS by process (MB, median over repeats of the parts at each run's peak)", "",
               *markdown_table(["process", *names], [[p, *(cell([r["pss_parts_mb"].get(p, 0) for r in runs[n]], 0) for n in names)]
                                                     for p in parts])]
-    lines += ["", f"Workers that marked a first job (of 2): " + ", ".join(
+    lines += ["", "Workers that marked a first job (of 2): " + ", ".join(
         f"{n} {'/'.join(str(r['workers_marking']) for r in runs[n])}" for n in names)]
     lines += ["", "Notes: the hand-written script reads torchvision's MNIST from an extracted copy of FEDBENCH_DATA's .gz "
               "files (as torchvision leaves them after a download); fedbench decodes the .gz itself, from its cache when "

@@ -29,10 +29,11 @@ import argparse
 import json
 import time
 
+from tables import RESULTS, markdown_table
+
 from fedbench.config.task import resolve_run
 from fedbench.core import metrics as M
 from fedbench.runtime import run_spec
-from tables import RESULTS, markdown_table
 
 METHODS = ("conditional", "oracle", "fedavg")
 POOLED = "conditional_pooled"

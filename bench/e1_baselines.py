@@ -21,9 +21,10 @@ import json
 import time
 
 from conditional_e1 import POOLED, spec_for
+from tables import RESULTS, markdown_table
+
 from fedbench.core import metrics as M
 from fedbench.runtime import run_spec
-from tables import RESULTS, markdown_table
 
 METHODS = ("local", "fedavg", "gossip", "oracle", "ifca", "dac", "ditto", POOLED)
 TABLE_II = {

@@ -9,14 +9,18 @@ shift alone gives a router, independent of FedDRM's training. Prints one line; u
     FEDBENCH_DATA=... nice -n 10 python bench/feddrm_client_probe.py colour   # or: gray
 """
 import sys
-import numpy as np, torch
+
+import numpy as np
+import torch
 from sklearn.linear_model import LogisticRegression
 from sklearn.model_selection import train_test_split
 from sklearn.preprocessing import StandardScaler
+
 from fedbench.config.task import resolve_run
 from fedbench.data import load_dataset
 from fedbench.scenarios.generator import build_scenario
 from fedbench.scenarios.transforms import BatchTransform
+
 
 def features(x):  # x float [B, 3, H, W] in [0, 1]
     v = x.max(1).values

@@ -28,11 +28,12 @@ import argparse
 import json
 import time
 
+from tables import RESULTS, markdown_table
+
 from fedbench.config.task import resolve_run
 from fedbench.core import metrics as M
 from fedbench.core.callbacks import Callback
 from fedbench.runtime import run_spec
-from tables import RESULTS, markdown_table
 
 METHODS = ("feddrm", "fedavg_ft")
 KEYS = (M.ACC_SYSTEM, M.ACC_ROUTING, M.ACC_LOCAL_PI_WEIGHTED, M.ACC_LOCAL_MEAN)

@@ -27,12 +27,12 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
+import provenance
+from tables import RESULTS, markdown_table
+
 from fedbench.config.task import load_task
 from fedbench.core import metrics as M
 from fedbench.core.runspec import RunSpec
-
-import provenance
-from tables import RESULTS, markdown_table
 
 TASK = Path(__file__).resolve().parents[1] / "tasks" / "feroma_drift.yaml"
 PRESET = "feroma/label_skew/medium"

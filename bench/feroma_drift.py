@@ -21,11 +21,12 @@ import statistics
 import time
 from pathlib import Path
 
+import provenance
+from tables import RESULTS, markdown_table
+
 from fedbench.config.task import resolve_run
 from fedbench.core import metrics as M
 from fedbench.runtime import run_spec
-import provenance
-from tables import RESULTS, markdown_table
 
 KEYS = (M.ACC_TEST_TIME, M.ACC_LOCAL_MEAN, M.ACC_ASSOCIATION)
 COUNTS = ("feroma_clustered", "feroma_personalized", "feroma_global")

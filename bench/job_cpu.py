@@ -42,9 +42,8 @@ def main() -> None:
     os.environ["FEDBENCH_TIMELINE"] = str(timeline)  # read by the workers Ray starts from this process
     os.environ["PYTHONPATH"] = os.pathsep.join([str(BENCH), os.environ.get("PYTHONPATH", "")])
     sys.path.insert(0, str(BENCH))
-    import ray
     import handwritten_fedavg as hand
-
+    import ray
     from cli_overhead import workload
 
     from fedbench.core.types import Payload

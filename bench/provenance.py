@@ -21,8 +21,8 @@ import dataclasses
 import hashlib
 import json
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 

@@ -23,18 +23,18 @@ import time
 
 import torch
 import torch.nn.functional as F
+from process_tree import TreePeak
 
 from fedbench.algorithms.base import ModelBuilder
+from fedbench.config import parse_run
 from fedbench.core import metrics as M
 from fedbench.core.errors import DataMissingError
-from fedbench.config import parse_run
 from fedbench.core.runspec import RunSpec
 from fedbench.core.types import derive_seed
 from fedbench.data import load_dataset
 from fedbench.runtime import Federation
 from fedbench.scenarios import build_scenario
 from fedbench.tracking.paths import results_dir
-from process_tree import TreePeak
 
 
 def choose_dataset() -> tuple[dict, str]:

@@ -284,10 +284,10 @@ def main() -> None:
         import ray.tune  # noqa: F401  what `fedbench sweep` imports before any trial: not scheduling, timed apart
         from mlflow.tracking import MlflowClient
 
+        import fedbench.tuning  # noqa: F401
         from fedbench.config import load_task
         from fedbench.data import load_dataset
         from fedbench.tracking.paths import tracking_uri
-        import fedbench.tuning  # noqa: F401
         imports_s = time.perf_counter() - start
         start = time.perf_counter()
         MlflowClient(tracking_uri()).search_experiments()  # a fresh store's migrations, once, in the driver

@@ -5,8 +5,8 @@ Scripts run as `python bench/<name>.py`, so this folder is on sys.path and `from
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Iterable, Sequence
 
 RESULTS = Path(__file__).resolve().parent / "results"
 """Where every bench script writes its JSON and markdown."""

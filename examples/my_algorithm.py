@@ -14,9 +14,9 @@ Run from the repository root, this script runs `examples/my_algorithm.yaml` and 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 

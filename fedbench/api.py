@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import os
 import warnings
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from fedbench.core import metrics as M
 from fedbench.core import timeline

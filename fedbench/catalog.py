@@ -28,9 +28,10 @@ import os
 import re
 import sys
 import textwrap
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from fedbench.core.cache import cache_dir
 from fedbench.core.errors import UnknownNameError

@@ -61,9 +61,10 @@ The paper's text could not be read offline when this was written: the defaults c
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from typing import Iterable, Iterator, Literal, Sequence
+from typing import Literal
 
 import numpy as np
 import torch
@@ -72,7 +73,11 @@ from torch import nn
 from torch.func import functional_call
 
 from fedbench.algorithms.base import (
-    AlgorithmConfig, GlobalState, NoClientState, average_uplinks, warn_if_phase_covers_run,
+    AlgorithmConfig,
+    GlobalState,
+    NoClientState,
+    average_uplinks,
+    warn_if_phase_covers_run,
 )
 from fedbench.algorithms.capabilities import RoundReport
 from fedbench.algorithms.fedavg import FedAvg

@@ -20,8 +20,9 @@ The protocols that use them live in `fedbench.runtime.evaluation`.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Mapping, Protocol, Sequence
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
@@ -196,13 +197,13 @@ class PeerRelay(ABC):
     at the relay); what peers send each other travels in `Payload.peers` of the downlinks, charged to both ends."""
 
 
-def gets_given_association(method: type, test_time: str) -> bool:
+def gets_given_association(method: type, association: str) -> bool:
     """Whether `method`'s test-time clients are given a training client's personal model by the RunSpec's
-    `test_time` rather than by the method's rule: with `known` (002 App. E's known association) or `index` (the
+    `test_time` (`association`) rather than by the method's rule: with `known` (002 App. E's known association) or `index` (the
     same-index client, 002's baseline code), and only for a method with test-time clients and personal models for
     the vote (what a test client is then given) but no rule of its own to pick one
     (`TestTimeAssignment.picks_by_description`)."""
-    return (test_time in ("known", "index") and issubclass(method, TestTimeAssignment)
+    return (association in ("known", "index") and issubclass(method, TestTimeAssignment)
             and issubclass(method, SystemVote) and not method.picks_by_description)
 
 

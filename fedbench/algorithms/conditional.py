@@ -42,15 +42,21 @@ from __future__ import annotations
 import hashlib
 import inspect
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Callable, Literal, Sequence
+from typing import Literal
 
 import numpy as np
 import torch
 from torch import nn
 
 from fedbench.algorithms.base import (
-    Algorithm, AlgorithmConfig, GlobalModelAtTestTime, GlobalState, average_uplinks, counted,
+    Algorithm,
+    AlgorithmConfig,
+    GlobalModelAtTestTime,
+    GlobalState,
+    average_uplinks,
+    counted,
 )
 from fedbench.algorithms.capabilities import RoundReport, SystemVote
 from fedbench.algorithms.conditional_stats import (

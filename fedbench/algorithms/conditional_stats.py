@@ -16,7 +16,8 @@ builds the same encoder.
 from __future__ import annotations
 
 import math
-from typing import Iterable, Literal
+from collections.abc import Iterable
+from typing import Literal
 
 import torch
 import torch.nn.functional as F

@@ -27,8 +27,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from fedbench.algorithms.base import AlgorithmConfig, counted
 from fedbench.algorithms.fedavg import FedAvg

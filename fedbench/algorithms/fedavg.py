@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from fedbench.algorithms.base import (
-    Algorithm, GlobalModelAtTestTime, GlobalState, NoClientState, UplinkAverage, average_uplinks, counted,
+    Algorithm,
+    GlobalModelAtTestTime,
+    GlobalState,
+    NoClientState,
+    UplinkAverage,
+    average_uplinks,
+    counted,
 )
 from fedbench.algorithms.capabilities import StreamedAggregation, SystemVote
 from fedbench.core.registry import register_algorithm

@@ -10,8 +10,8 @@ downlink; one that does not (first fine-tuning round, or never sampled before) g
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Sequence
 
 from fedbench.algorithms.base import AlgorithmConfig, GlobalState
 from fedbench.algorithms.fedavg import FedAvg

@@ -53,15 +53,23 @@ names "FedDrift (ours)", `softcluster` + `H_A_F_1_06_0`, which is also what 002 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Literal, Sequence
+from typing import Literal
 
 import numpy as np
 import torch
 from torch import nn
 
 from fedbench.algorithms.base import (
-    CLUSTER, Algorithm, AlgorithmConfig, cluster_averages, counted, reported_cluster, sample_counts, samples_of,
+    CLUSTER,
+    Algorithm,
+    AlgorithmConfig,
+    cluster_averages,
+    counted,
+    reported_cluster,
+    sample_counts,
+    samples_of,
 )
 from fedbench.algorithms.capabilities import Assignment, RoundReport, SystemVote, TestTimeAssignment
 from fedbench.core.errors import ConfigError

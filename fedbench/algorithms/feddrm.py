@@ -18,8 +18,9 @@ counts where its unlabelled samples route and gets the model of the client most 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Literal, Sequence
+from typing import Literal
 
 import numpy as np
 import torch
@@ -27,7 +28,13 @@ import torch.nn.functional as F
 from torch import nn
 
 from fedbench.algorithms.base import (
-    Algorithm, AlgorithmConfig, GlobalState, ModelBuilder, average_uplinks, counted, sample_counts,
+    Algorithm,
+    AlgorithmConfig,
+    GlobalState,
+    ModelBuilder,
+    average_uplinks,
+    counted,
+    sample_counts,
 )
 from fedbench.algorithms.capabilities import Assignment, SystemVote, TestTimeAssignment, TrainedOn
 from fedbench.core import metrics as M

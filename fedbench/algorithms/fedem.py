@@ -38,8 +38,8 @@ Choices where the paper is silent or fedbench differs:
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import numpy as np
 import torch
@@ -52,8 +52,17 @@ from fedbench.core import metrics as M
 from fedbench.core.errors import ConfigError
 from fedbench.core.registry import register_algorithm
 from fedbench.core.types import Arrays, ClientResult, Metrics, Payload, RoundContext
-from fedbench.training import (ClientData, TrainHooks, average_weights, evaluate, get_weights, predict, set_weights,
-                               train_local, training_losses)
+from fedbench.training import (
+    ClientData,
+    TrainHooks,
+    average_weights,
+    evaluate,
+    get_weights,
+    predict,
+    set_weights,
+    train_local,
+    training_losses,
+)
 
 MIXTURE = "mixture"
 """Payload section `{"pi": float64 [M]}`: a client's mixture weights (its uplink and its shared mixture)."""

@@ -30,8 +30,8 @@ Where Algorithm 2 leaves room, or fedbench departs from it (each also in docs/me
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Iterable, Sequence
 
 import numpy as np
 

@@ -50,8 +50,8 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import numpy as np
 import torch
@@ -64,7 +64,13 @@ from fedbench.core.errors import ConfigError
 from fedbench.core.registry import register_algorithm
 from fedbench.core.types import ClientResult, Metrics, Payload, RoundContext
 from fedbench.training import (
-    ClientData, TrainHooks, average_weights, get_weights, probabilities, train_local, training_losses,
+    ClientData,
+    TrainHooks,
+    average_weights,
+    get_weights,
+    probabilities,
+    train_local,
+    training_losses,
 )
 
 MARGINAL = "fedrc_label_marginal"

@@ -28,18 +28,30 @@ is the client's local test split, kept for evaluation); DP sensitivities use tha
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Iterator, Literal, Sequence
+from typing import Literal
 
 import numpy as np
 import torch
 
 from fedbench.algorithms import feroma_profile as dpe
 from fedbench.algorithms.base import (
-    Algorithm, AlgorithmConfig, GlobalState, average_uplinks, counted, samples_of, warn_if_phase_covers_run,
+    Algorithm,
+    AlgorithmConfig,
+    GlobalState,
+    average_uplinks,
+    counted,
+    samples_of,
+    warn_if_phase_covers_run,
 )
 from fedbench.algorithms.capabilities import (
-    Assignment, DescribedRound, RoundReport, SystemVote, TestTimeAssignment, TrainedOn,
+    Assignment,
+    DescribedRound,
+    RoundReport,
+    SystemVote,
+    TestTimeAssignment,
+    TrainedOn,
 )
 from fedbench.core.errors import ConfigError
 from fedbench.core.registry import register_algorithm

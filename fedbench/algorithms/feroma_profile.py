@@ -18,8 +18,9 @@ algorithm sends profiles as float32.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable, Literal
+from typing import Literal
 
 import numpy as np
 import torch

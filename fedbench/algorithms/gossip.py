@@ -22,7 +22,7 @@ each partner sends exactly one model, metered as one transfer.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 

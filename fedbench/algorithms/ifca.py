@@ -32,13 +32,19 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import numpy as np
 
 from fedbench.algorithms.base import (
-    Algorithm, AlgorithmConfig, NoClientState, cluster_averages, cluster_section, counted, reported_cluster,
+    Algorithm,
+    AlgorithmConfig,
+    NoClientState,
+    cluster_averages,
+    cluster_section,
+    counted,
+    reported_cluster,
 )
 from fedbench.algorithms.capabilities import Assignment, RoundReport, SystemVote, TestTimeAssignment
 from fedbench.core.errors import ConfigError

@@ -7,8 +7,8 @@ give an unseen test client.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from fedbench.algorithms.base import Algorithm
 from fedbench.core.registry import register_algorithm

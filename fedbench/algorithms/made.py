@@ -48,8 +48,9 @@ cache folder must be one the driver and all workers see (one machine, or a share
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Literal, Sequence
+from typing import Literal
 
 import numpy as np
 import torch
@@ -57,15 +58,21 @@ import torch.nn.functional as F
 from torch import nn
 
 from fedbench.algorithms.base import (
-    Algorithm, AlgorithmConfig, GlobalModelAtTestTime, GlobalState, ModelBuilder, average_uplinks, counted,
+    Algorithm,
+    AlgorithmConfig,
+    GlobalModelAtTestTime,
+    GlobalState,
+    ModelBuilder,
+    average_uplinks,
+    counted,
 )
 from fedbench.algorithms.capabilities import SystemVote
 from fedbench.algorithms.made_cache import DensityCache, Weighting, digest
 from fedbench.core import metrics as M
+from fedbench.core.cache import cache_dir
 from fedbench.core.errors import ConfigError
 from fedbench.core.registry import register_algorithm
 from fedbench.core.types import Arrays, ClientResult, Metrics, OptimizerSpec, Payload, RoundContext, derive_seed
-from fedbench.core.cache import cache_dir
 from fedbench.models.made import MADE
 from fedbench.training import ClientData, TrainHooks, get_weights, set_weights, train_local
 

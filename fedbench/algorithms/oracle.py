@@ -18,11 +18,16 @@ the initial model and no match.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 from fedbench.algorithms.base import (
-    Algorithm, NoClientState, cluster_averages, cluster_section, counted, reported_cluster,
+    Algorithm,
+    NoClientState,
+    cluster_averages,
+    cluster_section,
+    counted,
+    reported_cluster,
 )
 from fedbench.algorithms.capabilities import Assignment, SystemVote, TestTimeAssignment, TrainedOn
 from fedbench.core.registry import register_algorithm

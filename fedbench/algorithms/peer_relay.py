@@ -25,8 +25,9 @@ the same arrays the clients have just uploaded for the vote, so that upload is n
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import ClassVar, Sequence
+from typing import ClassVar
 
 from fedbench.algorithms.base import Algorithm
 from fedbench.algorithms.capabilities import Assignment, PeerRelay, PersonalModels, SystemVote, TestTimeAssignment

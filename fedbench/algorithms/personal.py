@@ -7,8 +7,8 @@ trained uses the global model for both.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from fedbench.algorithms.base import GlobalState
 from fedbench.algorithms.capabilities import PersonalModels

@@ -30,8 +30,8 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Sequence
 
 import torch
 from torch import nn

@@ -11,7 +11,8 @@ import contextlib
 import contextvars
 import dataclasses
 import typing
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from fedbench.core.errors import ConfigError
 from fedbench.core.fields import coerce, resolve_params, type_hints, without_later_defaults

@@ -25,8 +25,9 @@ column (clients, K) draws it per run on a second axis, as 002 Fig. 4 draws wall 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
 
 from fedbench.core import metrics as M
 from fedbench.core.errors import ConfigError

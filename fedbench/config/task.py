@@ -38,17 +38,18 @@ import itertools
 import math
 import os
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import yaml
 
 from fedbench.config.parse import components_parsed_once, parse_dataset, parse_run
 from fedbench.config.reference import ReferenceTable, parse_reference
-from fedbench.core.runspec import RunSpec, changed_params
 from fedbench.core.errors import ConfigError
 from fedbench.core.names import check_name
+from fedbench.core.runspec import RunSpec, changed_params
 
 TASK_KEYS = ("name", "description", "seeds", "grid", "profile", "profiles", "reference", "max_failures", "max_runs")
 

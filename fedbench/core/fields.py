@@ -12,10 +12,10 @@ import functools
 import inspect
 import math
 import typing
-from typing import Any, Callable, Literal
+from collections.abc import Callable
+from typing import Any, Literal
 
 from fedbench.core.errors import ConfigError
-
 
 ADDED_LATER = "options_added_later"
 """Attribute naming the options of a registered callable that were added after runs were recorded."""

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import importlib
 import sys
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 
 def lazy_exports(package: str, module_of: Mapping[str, str]) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:

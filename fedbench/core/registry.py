@@ -18,7 +18,8 @@ import inspect
 import os
 import pkgutil
 import sys
-from typing import Any, Callable, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from fedbench.core.errors import ConfigError, UnknownNameError
 

@@ -324,7 +324,7 @@ def _fields(value: Any, identity_only: bool, skip: tuple[str, ...] = ()) -> dict
     return out
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _field_facts(cls: type) -> tuple[tuple[str, Any, Any, bool], ...]:
     """(name, identity, default, inline) of each dataclass field, read once per class: a paper suite's plan
     turns thousands of specs into plain values."""

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import hashlib
 import math
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Iterator, Literal, Mapping
+from typing import Literal
 
 import numpy as np
 

@@ -6,6 +6,13 @@ meta['split']) that scenarios index into; images stay uint8 until `to_float_batc
 it, so that tasks are checked when they are loaded.
 """
 
-from fedbench.data.base import BaseDataset, DatasetFacts, dataset_facts, load_dataset, normalization_values, to_float_batch
+from fedbench.data.base import (
+    BaseDataset,
+    DatasetFacts,
+    dataset_facts,
+    load_dataset,
+    normalization_values,
+    to_float_batch,
+)
 
 __all__ = ["BaseDataset", "DatasetFacts", "dataset_facts", "load_dataset", "normalization_values", "to_float_batch"]

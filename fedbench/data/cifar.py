@@ -12,8 +12,9 @@ and refuses every other global a pickle names before anything of it runs.
 from __future__ import annotations
 
 import pickle
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, Literal
+from typing import Any, Literal
 
 import numpy as np
 

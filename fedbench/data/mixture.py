@@ -14,7 +14,7 @@ import yaml
 
 from fedbench.core.errors import ConfigError
 from fedbench.core.registry import DATASETS, register_dataset
-from fedbench.data.base import BaseDataset, DatasetFacts, resolve_options, dataset_facts, with_facts
+from fedbench.data.base import BaseDataset, DatasetFacts, dataset_facts, resolve_options, with_facts
 
 FIELD = "dataset.parts"
 SYNTAX = "a list of at least 2 dataset names, each optionally with options as 'name:key=value,key=value'"

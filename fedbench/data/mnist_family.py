@@ -13,8 +13,9 @@ import dataclasses
 import gzip
 import math
 import zlib
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import functools
 import os
-from typing import Any, Mapping, TypeVar
+from collections.abc import Mapping
+from typing import Any, TypeVar
 
 import torch
 from torch import nn

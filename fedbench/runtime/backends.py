@@ -7,7 +7,8 @@ into the store and return results in client-id order (so aggregation sums in the
 
 from __future__ import annotations
 
-from typing import Any, Iterator, Mapping
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 from fedbench.core.errors import ConfigError
 from fedbench.core.runspec import ResourceSpec, RunSpec
@@ -18,6 +19,7 @@ from fedbench.runtime.placement import WorkerPlace
 from fedbench.runtime.state_store import StateStore
 from fedbench.runtime.worker import ClientWorker
 from fedbench.scenarios import Scenario
+
 
 class SerialBackend:
     """Runs every job in the driver process, in client-id order."""

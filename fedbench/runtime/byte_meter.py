@@ -8,11 +8,10 @@ there (not metered: no real network carries it), and what a receiver gets from a
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 from fedbench.core import metrics as M
 from fedbench.core.types import ClientResult, Payload
-
 
 CHANNELS = (M.COMM_UP_BYTES, M.COMM_DOWN_BYTES, M.COMM_EVAL_DOWN_BYTES, M.COMM_EVAL_UP_BYTES)
 

@@ -11,12 +11,17 @@ Adding a protocol means a job here, a step in `Evaluation`, and a capability the
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from fedbench.algorithms.base import Algorithm
 from fedbench.algorithms.capabilities import (
-    PersonalModels, SystemVote, TestTimeAssignment, TrainedOn, gets_given_association,
+    PersonalModels,
+    SystemVote,
+    TestTimeAssignment,
+    TrainedOn,
+    gets_given_association,
 )
 from fedbench.core import metrics as M
 from fedbench.core.runspec import RunSpec
@@ -26,7 +31,14 @@ from fedbench.runtime.jobs import Job
 from fedbench.runtime.records import evaluation_metrics, test_time_metrics
 from fedbench.runtime.state_store import StateStore
 from fedbench.runtime.system_eval import (
-    ENSEMBLE, bundle, ensemble_bundle, ensemble_metrics, pooled_accuracy, system_counts, system_metrics, unbundle,
+    ENSEMBLE,
+    bundle,
+    ensemble_bundle,
+    ensemble_metrics,
+    pooled_accuracy,
+    system_counts,
+    system_metrics,
+    unbundle,
 )
 from fedbench.scenarios import Scenario
 
@@ -75,7 +87,7 @@ class Describe(Job):
     """A test-time client's uplink for `assign` (FEROMA's label-free profile)."""
 
     name = "describe"
-    test_time = True
+    on_test_clients = True
 
     def run(self, worker: Any, round: int, client_id: int, payload: Payload, state: Any) -> ClientResult:
         uplink, seconds = worker.on_data(
@@ -88,7 +100,7 @@ class Test(Job):
 
     __test__ = False  # not a pytest test class, despite its name
     name = "test"
-    test_time = True
+    on_test_clients = True
 
     def run(self, worker: Any, round: int, client_id: int, payload: Payload, state: Any) -> ClientResult:
         algorithm = worker.algorithm
@@ -111,7 +123,7 @@ class KnownTest(Job):
     which reads a personal model's uploaded part from the payload, not from a client state the test client lacks)."""
 
     name = "known_test"
-    test_time = True
+    on_test_clients = True
 
     def run(self, worker: Any, round: int, client_id: int, payload: Payload, state: Any) -> ClientResult:
         def score(data, ctx) -> dict[str, float]:
@@ -162,7 +174,7 @@ class Evaluation:
         if self.spec.system_accuracy and isinstance(self.algorithm, SystemVote):
             record.update(self.system_accuracy(round, state, last))
         if self.scenario.test_clients and isinstance(self.algorithm, TestTimeAssignment):
-            record.update(self.test_time(round, state))
+            record.update(self.score_test_clients(round, state))
         return record
 
     def system_accuracy(self, round: int, state: Any, last: LocalResults) -> dict[str, float]:
@@ -193,7 +205,7 @@ class Evaluation:
             self.personal = {} if not personal or any(p.is_empty for p in personal.values()) else personal
         return self.personal
 
-    def test_time(self, round: int, state: Any) -> dict[str, float]:
+    def score_test_clients(self, round: int, state: Any) -> dict[str, float]:
         """The test-time clients: where the run's `test_time` gives the association (for a method without a rule of
         its own), each test client gets a training client's personal model: under `known` the one whose last-round
         distribution it holds (if any did), under `index` the one of its own index. The others describe themselves

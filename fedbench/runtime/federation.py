@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -31,12 +31,12 @@ from fedbench.data import load_dataset
 from fedbench.runtime.backends import make_backend
 from fedbench.runtime.byte_meter import ByteMeter
 from fedbench.runtime.checkpoint import CheckpointFolder, RunCheckpoint
+from fedbench.runtime.evaluation import Evaluation
 from fedbench.runtime.failures import failure_reason, failure_traceback
 from fedbench.runtime.gpu_sharing import SharedGpuCheck
-from fedbench.runtime.placement import placement_tags
-from fedbench.runtime.evaluation import Evaluation
 from fedbench.runtime.jobs import DESCRIBE_DATA, FIT
 from fedbench.runtime.per_client import PerClientRecorder
+from fedbench.runtime.placement import placement_tags
 from fedbench.runtime.records import meaningless, summarize, training_metrics
 from fedbench.runtime.state_store import StateStore
 from fedbench.scenarios import build_scenario

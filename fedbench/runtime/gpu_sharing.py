@@ -18,8 +18,8 @@ import os
 import socket
 import warnings
 from collections import defaultdict
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Iterable, Mapping
 
 DEFAULT_PIPE_DIRECTORY = "/tmp/nvidia-mps"
 """Where CUDA looks for the MPS control daemon when CUDA_MPS_PIPE_DIRECTORY is unset (NVIDIA's MPS guide)."""

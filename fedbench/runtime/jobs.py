@@ -22,7 +22,7 @@ class Job(ABC):
     """For messages and timings: `fit`, `evaluate`, ..."""
     keeps_state: ClassVar[bool] = False
     """True where the job returns the client's new state beside its result (training): the backends store it."""
-    test_time: ClassVar[bool] = False
+    on_test_clients: ClassVar[bool] = False
     """True where client ids index `Scenario.test_clients` (unseen clients with no training state)."""
 
     @abstractmethod

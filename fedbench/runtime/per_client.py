@@ -11,7 +11,7 @@ from __future__ import annotations
 import base64
 import io
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -40,7 +40,7 @@ class PerClientRecorder:
                 self._columns[name].append(value)
 
     @classmethod
-    def from_table(cls, table: PerClientTable) -> "PerClientRecorder":
+    def from_table(cls, table: PerClientTable) -> PerClientRecorder:
         """A recorder holding `table`'s rows (a resumed run's, from its checkpoint)."""
         recorder = cls()
         for name in COLUMNS:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import sys
 from collections import Counter
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from fedbench.runtime.gpu_sharing import mps_daemon_listening
 

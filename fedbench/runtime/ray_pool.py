@@ -18,7 +18,8 @@ import collections
 import logging
 import os
 import secrets
-from typing import Any, Iterator, Mapping
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 import ray
 
@@ -303,7 +304,7 @@ class RayBackend:
 
     def _sizes(self, job: Job, round: int) -> list[int]:
         """Job sizes to hand out largest first: training rows, or a test-time client's samples."""
-        if job.test_time:
+        if job.on_test_clients:
             return [len(t.view.test) for t in self.scenario.test_clients]
         return self.scenario.train_sizes(round)
 

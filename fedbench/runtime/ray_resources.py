@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from fedbench.core.errors import ConfigError
 from fedbench.core.runspec import ResourceSpec

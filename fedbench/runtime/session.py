@@ -9,7 +9,7 @@ caller is left running.
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from fedbench.core import timeline
 from fedbench.core.callbacks import Callback, RunResult

@@ -13,7 +13,7 @@ accuracy comes from the last evaluation's counts, with no second pass (`evaluati
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 

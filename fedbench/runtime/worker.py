@@ -11,7 +11,8 @@ import contextlib
 import os
 import time
 import warnings
-from typing import Any, Callable, Iterator, TypeVar
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 import torch
 
@@ -150,11 +151,11 @@ class ClientWorker:
         """Run `call` on the client's data for `round` in a scope seeded by (run seed, round, client, job name) with
         a fixed thread count; returns (its output, seconds).
 
-        A test-time client (`job.test_time`) trains on nothing: its training rows are its few labelled samples.
+        A test-time client (`job.on_test_clients`) trains on nothing: its training rows are its few labelled samples.
         """
         purpose = job.name
         start, cpu_start, faults_start = time.perf_counter(), time.process_time(), timeline.page_faults()
-        if job.test_time:
+        if job.on_test_clients:
             client = self.scenario.test_clients[client_id]
             view, labelled = client.view, client.labelled
         else:

@@ -7,8 +7,8 @@ without pyplot, so no global backend is switched and no window ever opens.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 

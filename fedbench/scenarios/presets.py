@@ -8,7 +8,8 @@ dataset it does not fit, saying which would.
 from __future__ import annotations
 
 import inspect
-from typing import Any, Callable, Literal
+from collections.abc import Callable
+from typing import Any, Literal
 
 from fedbench.core.errors import ConfigError, UnknownNameError
 from fedbench.core.fields import resolve_params

@@ -7,9 +7,8 @@ relabelled client shows up as a different class mix. `fedbench.scenarios.plot` d
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-
-from typing import Sequence
 
 import numpy as np
 from rich.console import RenderableType

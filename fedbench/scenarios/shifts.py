@@ -12,17 +12,20 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator, Literal
+from typing import Literal
 
 import numpy as np
 
 from fedbench.core.errors import ConfigError
 from fedbench.core.registry import register_shift
-from fedbench.scenarios.partition import second_concept, superclass_of
 from fedbench.data import DatasetFacts
+from fedbench.scenarios.partition import second_concept, superclass_of
 from fedbench.scenarios.pool import PoolContext
-from fedbench.scenarios.transforms import Canvas, Colour, Noise as NoiseOp, Op, Photometric as PhotometricOp, Rotate, describe_ops
+from fedbench.scenarios.transforms import Canvas, Colour, Op, Rotate, describe_ops
+from fedbench.scenarios.transforms import Noise as NoiseOp
+from fedbench.scenarios.transforms import Photometric as PhotometricOp
 
 Assign = Literal["random", "blocks", "cycle"]
 OpSource = tuple[str, object, Op]

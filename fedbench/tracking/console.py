@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 from collections import defaultdict
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 from rich.console import Console

@@ -7,8 +7,8 @@ reading MLflow's per-run metric pages.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import pandas as pd
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Sequence
 
 import numpy as np
 import pandas as pd

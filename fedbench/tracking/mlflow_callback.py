@@ -9,8 +9,8 @@ FAILED with its reason in the `failure_reason` tag and its traceback as an artif
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 from mlflow.entities import Metric, Param, RunTag
 from mlflow.exceptions import MlflowException

@@ -14,7 +14,8 @@ import errno
 import logging
 import os
 import time
-from typing import Any, Callable, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from fedbench.core.errors import ConfigError, FedbenchError, ResultsUnwritableError
 

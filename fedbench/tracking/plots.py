@@ -17,9 +17,9 @@ from __future__ import annotations
 import math
 import re
 import textwrap
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 import pandas as pd
@@ -28,8 +28,17 @@ from rich.table import Table
 
 from fedbench.core import metrics as M
 from fedbench.core.errors import ConfigError
-from fedbench.tracking.leaderboard import (TIE_ALPHA, failed_runs, group_and_configuration, latest_finished, read_runs,
-                                           readable, seed_stats, varying_params, versus_best)
+from fedbench.tracking.leaderboard import (
+    TIE_ALPHA,
+    failed_runs,
+    group_and_configuration,
+    latest_finished,
+    read_runs,
+    readable,
+    seed_stats,
+    varying_params,
+    versus_best,
+)
 from fedbench.tracking.sweep_runs import latest_sweep_run
 
 DEFAULT_METRIC = M.ACC_LOCAL_MEAN

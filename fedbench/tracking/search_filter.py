@@ -7,9 +7,10 @@ written at all and is refused rather than silently matching nothing.
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 from fedbench.core.errors import ConfigError
+
 
 def where(conditions: Mapping[str, str | None]) -> str:
     """A `filter_string` for `search_runs`: every key (`tags.NAME`, `params.NAME`) equals its value, or is set

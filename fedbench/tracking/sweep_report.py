@@ -8,12 +8,12 @@ from pathlib import Path
 from typing import Any
 
 from mlflow.entities import Param
-from fedbench.tracking.patient_store import PatientClient
 
 from fedbench.core.errors import FedbenchError
 from fedbench.core.runspec import flatten
 from fedbench.tracking.leaderboard import build_leaderboard, read_runs, to_markdown
 from fedbench.tracking.mlflow_callback import MAX_PARAM_LENGTH
+from fedbench.tracking.patient_store import PatientClient
 from fedbench.tracking.plots import plot_experiment
 
 log = logging.getLogger(__name__)

@@ -8,9 +8,9 @@ The sweep (tuning/) asks for these steps by name and never talks to MLflow itsel
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 from mlflow.entities import Run
 from mlflow.exceptions import MlflowException
@@ -22,8 +22,15 @@ from fedbench.tracking.patient_store import PatientClient
 from fedbench.tracking.search_filter import where
 from fedbench.tracking.store_template import prepare_store
 from fedbench.tracking.sweep_lease import Heartbeat, Lease
-from fedbench.tracking.tags import (ATTEMPTS_TAG, LEASE_TAG, PARENT_RUN_TAG, RETRIED_TAG, SWEEP_TAG, TRIAL_KEY_TAG,
-                                    TRIALS_TAG)
+from fedbench.tracking.tags import (
+    ATTEMPTS_TAG,
+    LEASE_TAG,
+    PARENT_RUN_TAG,
+    RETRIED_TAG,
+    SWEEP_TAG,
+    TRIAL_KEY_TAG,
+    TRIALS_TAG,
+)
 
 ENDED = ("FINISHED", "FAILED")
 """Statuses of a child run whose trial is done: it failed for a reason a rerun would not change."""

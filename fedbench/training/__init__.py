@@ -2,7 +2,13 @@
 
 from fedbench.training.client_data import ClientData, materialize
 from fedbench.training.loop import (
-    TrainHooks, evaluate, predict, probabilities, train_local, training_loss, training_losses,
+    TrainHooks,
+    evaluate,
+    predict,
+    probabilities,
+    train_local,
+    training_loss,
+    training_losses,
 )
 from fedbench.training.weights import RunningAverage, average_weights, get_weights, set_weights
 

@@ -6,9 +6,9 @@ applied to each batch then, so the scenario never stores transformed copies.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Callable, Iterator
 
 import numpy as np
 import torch

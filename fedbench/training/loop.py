@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import collections
 import math
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Callable, Iterator, TypeVar
+from typing import TypeVar
 
 import torch
 import torch.nn.functional as F

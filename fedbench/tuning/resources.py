@@ -7,7 +7,8 @@ an actor beyond the last bundle would wait forever, so the RunSpec's `num_worker
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from fedbench.core.runspec import RunSpec
 from fedbench.runtime.ray_resources import check_fits, check_worker_fits, cluster_total

@@ -14,9 +14,9 @@ from __future__ import annotations
 import glob
 import sys
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
 
 from fedbench.tracking.paths import results_path
 from fedbench.tracking.sweep_runs import SweepRuns

@@ -22,9 +22,10 @@ import secrets
 import signal
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from fedbench.config.task import DEFAULT_MAX_FAILURES, check_max_failures
 from fedbench.core import metrics as M

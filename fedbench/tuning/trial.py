@@ -7,8 +7,9 @@ then never sees concurrent writers).
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from ray import tune
 

@@ -11,7 +11,15 @@ from sklearn.metrics import adjusted_rand_score
 
 from fedbench.algorithms.base import ModelBuilder, NoClientState, counted
 from fedbench.algorithms.cfl import (
-    CFL, CLUSTER_OF, CLUSTERS, MAX_NORM, MEAN_NORM, SPLITS, bipartition, cosine_similarities, inner_products,
+    CFL,
+    CLUSTER_OF,
+    CLUSTERS,
+    MAX_NORM,
+    MEAN_NORM,
+    SPLITS,
+    bipartition,
+    cosine_similarities,
+    inner_products,
     update_norms,
 )
 from fedbench.algorithms.fedavg import FedAvg

@@ -19,7 +19,13 @@ from torch import nn
 
 from fedbench.algorithms.base import SAMPLES, ModelBuilder, NoClientState
 from fedbench.algorithms.conditional import (
-    POOL, Conditional, ConditionalClientState, ConditionalConfig, ConditionalState, data_key, with_cond,
+    POOL,
+    Conditional,
+    ConditionalClientState,
+    ConditionalConfig,
+    ConditionalState,
+    data_key,
+    with_cond,
 )
 from fedbench.algorithms.conditional_stats import (
     client_statistics,
@@ -35,9 +41,9 @@ from fedbench.core import metrics as M
 from fedbench.core.errors import ConfigError
 from fedbench.core.registry import MODELS
 from fedbench.core.types import WEIGHTS, ClientResult, LocalTraining, OptimizerSpec, RoundContext
+from fedbench.data import load_dataset
 from fedbench.models.base import FedModel
 from fedbench.runtime import run_spec
-from fedbench.data import load_dataset
 from fedbench.scenarios import ClientView, build_scenario
 from fedbench.training import ClientData, evaluate, get_weights, materialize
 from tests.conftest import tiny_spec

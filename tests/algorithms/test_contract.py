@@ -7,7 +7,6 @@ from fedbench.core.registry import ALGORITHMS
 from fedbench.runtime import run_spec
 from tests.conftest import tiny_spec
 
-
 CHANGES = {
     "feddrm": {"model": {"name": "feddrm_net", "backbone": "cnn", "hidden": 32}},
     "scaffold": {"optimizer": {"name": "sgd", "lr": 0.05, "momentum": 0.0}},

@@ -12,7 +12,15 @@ import pytest
 
 from fedbench.algorithms.base import CLUSTER, ModelBuilder, counted, samples_of
 from fedbench.algorithms.feddrift import (
-    CLUSTER_OF, DRIFTED, LOSSES, MERGES, MODELS, FedDrift, FedDriftClientState, FedDriftState, cluster_distances,
+    CLUSTER_OF,
+    DRIFTED,
+    LOSSES,
+    MERGES,
+    MODELS,
+    FedDrift,
+    FedDriftClientState,
+    FedDriftState,
+    cluster_distances,
     merge_groups,
 )
 from fedbench.core import metrics as M

@@ -12,7 +12,14 @@ import torch
 from fedbench.algorithms.base import counted, make_algorithm
 from fedbench.algorithms.capabilities import TrainedOn
 from fedbench.algorithms.feddrm import (
-    HEAD, ROUTES, ROUTING, FedDRM, FedDRMClientState, FedDRMState, local_part, shared_part,
+    HEAD,
+    ROUTES,
+    ROUTING,
+    FedDRM,
+    FedDRMClientState,
+    FedDRMState,
+    local_part,
+    shared_part,
 )
 from fedbench.core import metrics as M
 from fedbench.core.errors import ConfigError

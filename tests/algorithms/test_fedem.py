@@ -20,8 +20,8 @@ from fedbench.core.errors import ConfigError
 from fedbench.core.types import ClientResult, OptimizerSpec, Payload, RoundContext
 from fedbench.runtime import run_spec
 from fedbench.training import get_weights
-from tests.algorithms.test_ifca import two_groups
 from tests.algorithms.conftest import assert_rounds_equal_fedavgs
+from tests.algorithms.test_ifca import two_groups
 from tests.conftest import tiny_spec
 
 BUILDER = ModelBuilder("mlp", (1, 8, 8), 10, (("hidden", (32,)),))

@@ -13,8 +13,18 @@ from sklearn.metrics import adjusted_rand_score
 from fedbench.algorithms.base import SAMPLES, ModelBuilder, NoClientState, counted
 from fedbench.algorithms.fedavg import FedAvg
 from fedbench.algorithms.fedrc import (
-    ENTROPY, FLOOR, LABELS, MARGINAL, MIXTURE, SIZE, FedRC, FedRCClientState, label_counts, label_marginal,
-    mixture_of, responsibilities,
+    ENTROPY,
+    FLOOR,
+    LABELS,
+    MARGINAL,
+    MIXTURE,
+    SIZE,
+    FedRC,
+    FedRCClientState,
+    label_counts,
+    label_marginal,
+    mixture_of,
+    responsibilities,
 )
 from fedbench.config.task import resolve_run
 from fedbench.core import metrics as M

@@ -15,7 +15,6 @@ from fedbench.runtime import Federation
 from tests.algorithms.test_contract import CHANGES
 from tests.conftest import tiny_spec
 
-
 PAST_FIRST_PHASE = {
     "feroma": {"algorithm": {"name": "feroma", "warmup_rounds": 1}},
     "made": {"algorithm": {"name": "made", "density_rounds": 1, "classifier_epochs": 2}},

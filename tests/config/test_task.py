@@ -8,7 +8,6 @@ import yaml
 from fedbench.config import load_task, parse_run
 from fedbench.config.task import resolve_run
 from fedbench.core.errors import ConfigError, UnknownNameError
-from fedbench.core.runspec import RunSpec
 from tests.conftest import TINY, tiny_spec
 
 

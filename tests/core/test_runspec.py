@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import typing
-from typing import Any, Iterator, Literal
+from collections.abc import Iterator
+from typing import Any, Literal
 
 import pytest
 import yaml

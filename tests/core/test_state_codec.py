@@ -1,8 +1,7 @@
 """The state codec: what a checkpoint holds of an algorithm's state, written without pickle and read back whole."""
 
-from dataclasses import dataclass, field
-
 from collections import OrderedDict
+from dataclasses import dataclass, field
 
 import numpy as np
 import pytest

@@ -7,9 +7,9 @@ import pandas as pd
 import pytest
 import torch
 
+from fedbench.core.cache import cache_dir
 from fedbench.core.errors import ConfigError, DataMissingError, UnknownNameError
 from fedbench.data import BaseDataset, load_dataset, to_float_batch
-from fedbench.core.cache import cache_dir
 from fedbench.data.base import read_or_download, resolve_root
 
 

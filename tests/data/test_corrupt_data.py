@@ -4,7 +4,6 @@ instead of an EOFError, BadGzipFile or out-of-bounds target rounds into training
 from __future__ import annotations
 
 import gzip
-import json
 import struct
 from pathlib import Path
 

@@ -14,9 +14,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from fedbench.core.cache import cache_dir
 from fedbench.core.registry import DATASETS
 from fedbench.data import mnist_family
-from fedbench.core.cache import cache_dir
 from fedbench.data.base import BaseDataset
 from tests.data.test_cifar import write_cifar10, write_cifar100
 from tests.data.test_femnist import LEAF_FILES, write_leaf

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import torchvision.datasets
 
+from fedbench.core.cache import cache_dir
 from fedbench.core.errors import DataMissingError
 from fedbench.data import load_dataset
-from fedbench.core.cache import cache_dir
 from fedbench.data.mnist_family import read_idx_gz
 
 MNIST_NAMES = ["train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"]

@@ -1,7 +1,7 @@
-from fedbench.core import metrics as M
-from fedbench.runtime import run_spec
 from fedbench.algorithms import make_algorithm
+from fedbench.core import metrics as M
 from fedbench.data import load_dataset
+from fedbench.runtime import run_spec
 from fedbench.runtime.jobs import FIT
 from tests.conftest import TINY, tiny_spec
 

@@ -7,8 +7,8 @@ import numpy as np
 from fedbench.config.task import resolve_run
 from fedbench.data import load_dataset
 from fedbench.scenarios import build_scenario
-from fedbench.scenarios.report import mean_pairwise_js  # noqa: F401  (re-exported for the tests)
 from fedbench.scenarios.generator import _generate, num_stages, scenario_key
+from fedbench.scenarios.report import mean_pairwise_js  # noqa: F401  (re-exported for the tests)
 
 MNIST_LIKE = {"name": "synthetic_images", "train_samples": 6000, "test_samples": 1000}
 CIFAR100_LIKE = {"name": "synthetic_images", "channels": 3, "size": 32, "num_classes": 100, "train_samples": 20000,

@@ -151,8 +151,7 @@ def test_same_name_and_length_but_other_labels_get_another_scenario():
 
 def test_the_scenario_cache_is_bounded_and_keeps_the_most_recent():
     from fedbench.data import load_dataset
-    from fedbench.scenarios import build_scenario
-    from fedbench.scenarios import generator
+    from fedbench.scenarios import build_scenario, generator
     from tests.conftest import tiny_spec
 
     data = load_dataset("digits")

@@ -11,7 +11,15 @@ import torch
 from fedbench.core.errors import ConfigError
 from fedbench.data.base import to_float_batch
 from fedbench.scenarios.transforms import (
-    OPS, BatchTransform, Canvas, Colour, Noise, Photometric, Rotate, describe_ops, shift_hue,
+    OPS,
+    BatchTransform,
+    Canvas,
+    Colour,
+    Noise,
+    Photometric,
+    Rotate,
+    describe_ops,
+    shift_hue,
 )
 
 

@@ -9,7 +9,14 @@ from torch import nn
 from fedbench.core.errors import ClientDivergedError
 from fedbench.core.types import OptimizerSpec, RoundContext
 from fedbench.training import (
-    ClientData, TrainHooks, average_weights, evaluate, get_weights, set_weights, train_local, training_loss,
+    ClientData,
+    TrainHooks,
+    average_weights,
+    evaluate,
+    get_weights,
+    set_weights,
+    train_local,
+    training_loss,
     training_losses,
 )
 from fedbench.training.loop import batch_indices, scheduled_lr

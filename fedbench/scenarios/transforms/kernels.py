@@ -7,7 +7,7 @@ and this module as how it is done fast (at 28x28 the photometric change is memor
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F

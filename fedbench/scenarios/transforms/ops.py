@@ -20,15 +20,22 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from numbers import Real
-from typing import Any, ClassVar, Sequence
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
 
 from fedbench.core.errors import ConfigError
-from fedbench.scenarios.transforms.kernels import HueShift, adjust_gamma, adjust_saturation, rotation_grid, saturation_matrix
+from fedbench.scenarios.transforms.kernels import (
+    HueShift,
+    adjust_gamma,
+    adjust_saturation,
+    rotation_grid,
+    saturation_matrix,
+)
 
 OPS: dict[str, type[Op]] = {}
 """Op name (the `op` key of `to_dict`) -> its class."""

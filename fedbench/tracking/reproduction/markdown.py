@@ -4,7 +4,8 @@ columns per row, the figures, then the cell notes, the cells beyond the spread a
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from fedbench.core import metrics as M
 from fedbench.tracking.leaderboard import COSTS, MISSING

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pandas as pd
@@ -124,7 +124,7 @@ def header(task: TaskSpec, uri: str, report: Report, stored: int, planned: int, 
              "not attached to any run: the experiment has no sweep parent run (plain `fedbench run` runs)")
     return [f"# Reproduction report: {task.name}", "", *([task.description, ""] if task.description else []),
             f"Profile `{task.profile}`; experiment `{task.name}` in `{shown_uri(uri)}` ({stored} runs stored); "
-            f"{planned} runs in the task; written {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC; {where}.",
+            f"{planned} runs in the task; written {datetime.now(UTC):%Y-%m-%d %H:%M} UTC; {where}.",
             "", "Summary: " + ", ".join(f"{n} {what}" for what, n in counts.items()) + ".", "",
             *not_run_text(task, report), how_to_read(report.tolerance, report.has_published_std()), ""]
 
@@ -149,9 +149,8 @@ def stored_runs(experiment: str, uri: str) -> pd.DataFrame:
 
 
 def sweep_parent(experiment: str, uri: str) -> str | None:
-    from fedbench.tracking.patient_store import PatientClient
-
     from fedbench.tracking.paths import store_missing
+    from fedbench.tracking.patient_store import PatientClient
     from fedbench.tracking.sweep_runs import latest_sweep_run
 
     if store_missing(uri):

@@ -3,14 +3,22 @@ runs no published cell covers (so a suite without a reference still gets a repor
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from fedbench.config.reference import ReferenceTable
 from fedbench.core import metrics as M
 from fedbench.core.runspec import RunSpec
 from fedbench.tracking.leaderboard import IGNORED
-from fedbench.tracking.reproduction.cells import (RunState, TableResult, cost_means, make_cell, matches, sort_keys, value_order)
-
+from fedbench.tracking.reproduction.cells import (
+    RunState,
+    TableResult,
+    cost_means,
+    make_cell,
+    matches,
+    sort_keys,
+    value_order,
+)
 
 Flats = dict[str, dict[str, Any]]
 """Each run hash's flat fields (`RunSpec.flat`, computed once: it is the slow part of a big suite)."""
