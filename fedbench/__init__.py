@@ -7,8 +7,9 @@ From Python, as in a notebook:
     fedbench.leaderboard("tasks/quickstart.yaml")
     fedbench.report("tasks/feroma_drift.yaml", profile="smoke")   # beside the published numbers
 
-`run`, `sweep`, `leaderboard`, `export`, `plot`, `report`, `ui`, `listing` and `show_scenario` (see `fedbench.api`, which
-every `fedbench` command calls) are imported on first use, so `import fedbench` loads neither torch, Ray nor MLflow.
+`run`, `sweep`, `leaderboard`, `export`, `plot`, `report`, `ui`, `listing` and `show_scenario` (see `fedbench.api`,
+which every `fedbench` command calls) are imported on first use, so `import fedbench` loads neither torch, Ray nor
+MLflow.
 """
 
 from __future__ import annotations

@@ -193,7 +193,8 @@ def plan_sweep(task: TaskLike, *, search: str | os.PathLike | SearchSpace | None
 
 
 def execute_sweep(task: TaskSpec, plan: SweepPlan, *, max_concurrent: int | None = None, address: str | None = None,
-                  resume: bool = False, max_failures: int | None = None, checkpoint_every: int | None = None) -> SweepOutcome:
+                  resume: bool = False, max_failures: int | None = None,
+                  checkpoint_every: int | None = None) -> SweepOutcome:
     """Run what `plan_sweep` planned (options as in `sweep`): `sweep`'s second half, for a caller that shows the
     plan before its trials start, as the command does."""
     from fedbench.runtime.checkpoint import checkpoint_interval

@@ -139,7 +139,7 @@ def field_docs(cls: type) -> dict[str, str]:
         except (OSError, TypeError):
             continue
         body = tree.body[0].body
-        for node, after in zip(body, body[1:]):
+        for node, after in zip(body, body[1:], strict=False):
             if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and _is_string(after):
                 docs[node.target.id] = " ".join(after.value.value.split())
     return docs
@@ -192,7 +192,8 @@ def _build(declared: dict[str, set[str]]) -> dict[str, Any]:
     """fedbench's own entries and the presets as JSON-ready lists (a name an entry point declares is left out)."""
     from fedbench.scenarios.presets import PRESETS
 
-    kinds = {kind: [[item.name, item.summary, [dataclasses.astuple(p) for p in item.parameters], list(item.capabilities)]
+    kinds = {kind: [[item.name, item.summary, [dataclasses.astuple(p) for p in item.parameters],
+                     list(item.capabilities)]
                     for item in (_listed(kind, name) for name in registry.names() if name not in declared[kind])]
              for kind, (registry, _) in KINDS.items()}
     return {"kinds": kinds, "presets": [[name, summary(fn)] for name, fn in sorted(PRESETS.items())]}

@@ -82,12 +82,12 @@ def print_sweep(plan: SweepPlan, outcome: SweepOutcome) -> int:
         console.print(f"resumed: {outcome.resumed_done} trials were already done and were not run again")
     failed = print_results(outcome.results, plan)
     if outcome.reused:
-        console.print(f"{outcome.reused} of the {plan.num_samples} samples proposed a configuration that had already run "
-                      "on every seed (in the store, or earlier in this search) and were answered with its scores, with no "
-                      "trial (they count against --num-samples)")
+        console.print(f"{outcome.reused} of the {plan.num_samples} samples proposed a configuration that had already "
+                      "run on every seed (in the store, or earlier in this search) and were answered with its scores, "
+                      "with no trial (they count against --num-samples)")
     if outcome.best is not None:
-        console.print(f"best of {plan.space.name}: {plan.metric} = {outcome.best_value:.4f} (mean over {len(plan.seeds)} "
-                      f"seed{'s' * (len(plan.seeds) != 1)}) with {outcome.best}; "
+        console.print(f"best of {plan.space.name}: {plan.metric} = {outcome.best_value:.4f} "
+                      f"(mean over {len(plan.seeds)} seed{'s' * (len(plan.seeds) != 1)}) with {outcome.best}; "
                       f"as a task file: {outcome.best_task}")
     console.print(f"sweep {outcome.name}: MLflow parent run {outcome.parent_run_id}; Tune folder "
                   f"{escape(str(outcome.storage))}")
@@ -146,12 +146,13 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
 
 def cmd_export(args: argparse.Namespace) -> int:
     """Every per-round metric (or every client's numbers per round) of the experiment's runs as one long table."""
-    table = api.export(experiment_of(args), fmt=args.format, group_by=args.group_by, out=args.out, per_client=args.per_client)
+    table = api.export(experiment_of(args), fmt=args.format, group_by=args.group_by, out=args.out,
+                       per_client=args.per_client)
     if args.per_client:
         without = table.attrs["without"]
         note = f"; {without} finished run(s) recorded before per-client results were kept have none" if without else ""
-        console.print(f"{len(table)} rows ({table['run_hash'].nunique()} runs, {table['client'].nunique()} clients){note} "
-                      f"written: {escape(str(table.attrs['path']))}")
+        console.print(f"{len(table)} rows ({table['run_hash'].nunique()} runs, {table['client'].nunique()} clients)"
+                      f"{note} written: {escape(str(table.attrs['path']))}")
         return 0
     console.print(f"{len(table)} rows ({table['run_hash'].nunique()} runs, {table['metric'].nunique()} metrics) "
                   f"written: {escape(str(table.attrs['path']))}")
@@ -173,7 +174,8 @@ def cmd_plot(args: argparse.Namespace) -> int:
     if plots.parent_run_id:
         console.print(f"logged as artifacts under '{escape('plots/')}' of sweep parent run {plots.parent_run_id}")
     else:
-        console.print(f"no sweep parent run in experiment {escape(experiment)} (plain `fedbench run`): files written only")
+        console.print(f"no sweep parent run in experiment {escape(experiment)} (plain `fedbench run`): "
+                      "files written only")
     return 0
 
 
@@ -184,7 +186,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     counts = report.summary()
     console.print(f"task [bold]{escape(task.name)}[/]: {len(report.tables)} tables; "
                   + ", ".join(f"{n} {what}" for what, n in counts.items()) + " (cells)")
-    console.print(f"written: {escape(str(report.path))} and {len(report.files)} PNGs in {escape(str(report.path.parent))}")
+    console.print(f"written: {escape(str(report.path))} and {len(report.files)} PNGs in "
+                  f"{escape(str(report.path.parent))}")
     if report.parent_run_id:
         console.print(f"logged as artifacts under 'report/' of sweep parent run {report.parent_run_id}")
     else:
@@ -228,7 +231,8 @@ def cmd_list(args: argparse.Namespace) -> int:
             table.add_column(column, overflow="fold")
         for p in entry.parameters:
             table.add_row(p.name, escape(p.type), escape(p.default), escape(p.doc))
-        console.print(table if entry.parameters else f"{kind[:-1]} {args.name}: {escape(entry.summary)} (no parameters)")
+        console.print(table if entry.parameters
+                      else f"{kind[:-1]} {args.name}: {escape(entry.summary)} (no parameters)")
         if kind == "algorithms":
             console.print(f"capabilities: {', '.join(entry.capabilities) or 'none, the core only'}")
         return 0
@@ -287,7 +291,8 @@ def task_overrides(args: argparse.Namespace) -> list[str]:
 
 def check_all_option(args: argparse.Namespace) -> None:
     if args.all and not args.dry_run:
-        raise ConfigError("--all", True, "only with --dry-run: it lists every run of the plan instead of its first and last")
+        raise ConfigError("--all", True,
+                          "only with --dry-run: it lists every run of the plan instead of its first and last")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -318,16 +323,24 @@ def add_sweep_parser(sub) -> None:
     add_task_arguments(sweep)
     sweep.add_argument("--dry-run", action="store_true", help="list the configurations and their count, run nothing")
     add_all_option(sweep)
-    sweep.add_argument("--max-concurrent", type=int, default=None, metavar="K", help="trials at once (default: as resources allow)")
+    sweep.add_argument("--max-concurrent", type=int, default=None, metavar="K",
+                       help="trials at once (default: as resources allow)")
     sweep.add_argument("--address", default=None, help="Ray cluster address (auto or HOST:PORT); default: a local Ray")
-    sweep.add_argument("--search", default=None, metavar="SPACE.yaml", help="Optuna (TPE) search space, e.g. search_spaces/feroma_tau.yaml")
-    sweep.add_argument("--num-samples", type=int, default=None, metavar="N", help="Optuna samples to run (with --search)")
-    sweep.add_argument("--metric", default=None, help=f"metric to optimise (with --search or --scheduler), e.g. {M.FINAL_PREFIX}{M.ACC_TEST_TIME}")
+    sweep.add_argument("--search", default=None, metavar="SPACE.yaml",
+                       help="Optuna (TPE) search space, e.g. search_spaces/feroma_tau.yaml")
+    sweep.add_argument("--num-samples", type=int, default=None, metavar="N",
+                       help="Optuna samples to run (with --search)")
+    sweep.add_argument("--metric", default=None,
+                       help="metric to optimise (with --search or --scheduler), "
+                            f"e.g. {M.FINAL_PREFIX}{M.ACC_TEST_TIME}")
     sweep.add_argument("--mode", choices=["max", "min"], default="max", help="whether larger metric values are better")
-    sweep.add_argument("--scheduler", default=None, choices=["asha"], help="stop poor trials early (needs a per-round --metric)")
-    sweep.add_argument("--resume", action="store_true", help="continue the interrupted sweep of this task and configuration")
+    sweep.add_argument("--scheduler", default=None, choices=["asha"],
+                       help="stop poor trials early (needs a per-round --metric)")
+    sweep.add_argument("--resume", action="store_true",
+                       help="continue the interrupted sweep of this task and configuration")
     sweep.add_argument("--max-failures", type=int, default=None, metavar="N",
-                       help="restarts of a trial whose process died, e.g. a lost node (default: the task's max_failures, else 1)")
+                       help="restarts of a trial whose process died, e.g. a lost node "
+                            "(default: the task's max_failures, else 1)")
     sweep.add_argument("--checkpoint-every", type=int, default=None, metavar="N",
                        help="rounds between a trial's checkpoints, from which Tune restarts a trial whose process died "
                             "(default 5; 0: none)")
@@ -343,7 +356,8 @@ def add_leaderboard_parser(sub) -> None:
     board.add_argument("--group-by", default="dataset,scenario",
                        help="comma-separated fields whose values form groups (dataset, scenario, or dotted fields)")
     board.add_argument("--format", choices=["table", "markdown", "csv", "parquet"], default="table",
-                       help="also write this format (markdown and parquet are always written under results/leaderboards)")
+                       help="also write this format "
+                            "(markdown and parquet are always written under results/leaderboards)")
     board.add_argument("--out", default=None, help="path for --format's file")
     board.set_defaults(func=cmd_leaderboard)
 
@@ -356,8 +370,9 @@ def add_export_parser(sub) -> None:
     export.add_argument("--group-by", default="dataset,scenario", help="fields whose values form the group column")
     export.add_argument("--per-client", action="store_true",
                         help="every client's accuracy, sample counts and training loss at every evaluated round")
-    export.add_argument("--out", default=None, help="file to write (default results/exports/<experiment>-rounds.<format>, "
-                                                    "-clients.<format> with --per-client)")
+    export.add_argument("--out", default=None,
+                        help="file to write (default results/exports/<experiment>-rounds.<format>, "
+                             "-clients.<format> with --per-client)")
     export.set_defaults(func=cmd_export)
 
 
@@ -365,10 +380,12 @@ def add_plot_parser(sub) -> None:
     plot = sub.add_parser("plot", help="plot a metric per round and a final-metric heatmap from the runs in MLflow")
     add_experiment_arguments(plot)
     plot.add_argument("--metric", default=M.ACC_LOCAL_MEAN,
-                      help=f"per-round metric to plot (default {M.ACC_LOCAL_MEAN}); the heatmap shows {M.FINAL_PREFIX}<metric>")
+                      help=f"per-round metric to plot (default {M.ACC_LOCAL_MEAN}); "
+                           f"the heatmap shows {M.FINAL_PREFIX}<metric>")
     plot.add_argument("--group-by", default="scenario",
                       help="comma-separated fields whose values form the panels and heatmap columns (default scenario)")
-    plot.add_argument("--out", default=None, metavar="DIR", help="folder for the figures (default: results/plots/<experiment>)")
+    plot.add_argument("--out", default=None, metavar="DIR",
+                      help="folder for the figures (default: results/plots/<experiment>)")
     plot.add_argument("--format", default="png", help="comma-separated figure formats: png, pdf, svg (default png)")
     plot.add_argument("--dpi", type=int, default=110, help="resolution of PNGs (default 110; 300 for print)")
     plot.set_defaults(func=cmd_plot)
@@ -390,7 +407,8 @@ def add_list_parser(sub) -> None:
     lst = sub.add_parser("list", help="list datasets, models, algorithms, partitions, shifts and presets, "
                          "or one entry's parameters (fedbench list algorithms feroma)")
     lst.add_argument("kind", nargs="?", help="datasets, models, algorithms, partitions or shifts")
-    lst.add_argument("name", nargs="?", help="one entry of that kind: its parameters, defaults and their papers' sections")
+    lst.add_argument("name", nargs="?",
+                     help="one entry of that kind: its parameters, defaults and their papers' sections")
     lst.set_defaults(func=cmd_list)
 
 

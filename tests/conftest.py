@@ -94,3 +94,15 @@ def mlflow_server(tmp_path, migrated_store):
     shutil.copy(migrated_store, tmp_path / "server.db")
     with serving_mlflow(f"sqlite:///{tmp_path / 'server.db'}", tmp_path / "artifacts") as url:
         yield url
+
+
+SLOW_BY_NATURE = ("ray", "mlflow_server")
+"""Markers whose tests start Ray or an MLflow server (seconds each): the fast lane leaves them out like `slow`."""
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark as `slow` what the fast lane (`pytest -m "not slow"`) skips: tests marked `slow` by hand, those that
+    start Ray or an MLflow server, and the cluster tests (PostgreSQL, several Ray nodes)."""
+    for item in items:
+        if any(item.get_closest_marker(m) for m in SLOW_BY_NATURE) or "tests/cluster/" in item.nodeid:
+            item.add_marker(pytest.mark.slow)

@@ -6,6 +6,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from examples.my_algorithm import ServerLrFedAvg
 from fedbench import catalog
 from fedbench.algorithms.capabilities import capabilities_of
@@ -42,6 +44,7 @@ def test_a_broken_cache_file_is_built_again():
     assert path.read_text().startswith('{"kinds": {')
 
 
+@pytest.mark.slow
 def test_an_installed_packages_entry_is_listed_live_and_installing_one_rebuilds_the_cache(tmp_path):
     """A package declaring `[fedbench.algorithms]` entry points, as `pip install` leaves it: its entry is listed
     with its own docstring and parameters; a built-in name it also declares keeps the built-in's listing; and once

@@ -17,6 +17,7 @@ def fedbench(*args, env_results):
     return subprocess.run([sys.executable, "-m", "fedbench.cli", *args], capture_output=True, text=True, env=env, timeout=600)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["serial", pytest.param("ray", marks=pytest.mark.ray)])
 def test_run_continues_past_a_failing_run_and_prints_a_table(tmp_path, isolated_results, mlflow_store, backend):
     task = {k: v for k, v in TINY.items() if k != "task"}
@@ -47,6 +48,7 @@ def test_list_shows_every_registry(isolated_results):
         assert name in proc.stdout
 
 
+@pytest.mark.slow
 def test_scenario_show_prints_tables_and_writes_a_png(tmp_path, isolated_results):
     task = {
         "name": "show_task",

@@ -20,6 +20,7 @@ EXPECTED = {
 """Per script, patterns that must each match a line of its output; a new example adds its own."""
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_example_runs_and_prints_what_it_promises(script, isolated_results, mlflow_store):
     assert script in EXPECTED, f"examples/{script} needs its expected output lines in EXPECTED"

@@ -45,8 +45,8 @@ def parse_spec(cls: type, raw: Any, path: str) -> Any:
     if inline is not None:
         extra = {k: v for k, v in section.items() if k not in fields}
         if "name" in extra:  # it would silently replace the component's own name
-            raise ConfigError(_join(path, "name"), extra["name"], f"no such field: write {inline.name}: {extra['name']} "
-                              f"to choose the {inline.name}")
+            raise ConfigError(_join(path, "name"), extra["name"],
+                              f"no such field: write {inline.name}: {extra['name']} to choose the {inline.name}")
         own = {k: v for k, v in section.items() if k in fields and k != inline.name}
         own[inline.name] = {**_section(section.get(inline.name, _default(inline)), _join(path, inline.name)), **extra}
         section = own
@@ -73,7 +73,8 @@ def _parse_value(f: dataclasses.Field, annotation: Any, value: Any, path: str) -
     if "registry" in f.metadata:
         if typing.get_origin(annotation) is tuple:
             if not isinstance(value, (list, tuple)):
-                raise ConfigError(path, value, f"a list of {f.metadata['registry'].kind} names or mappings with a 'name' key")
+                raise ConfigError(path, value,
+                                  f"a list of {f.metadata['registry'].kind} names or mappings with a 'name' key")
             item_type = typing.get_args(annotation)[0]
             return tuple(_parse_component(f, item_type, item, f"{path}[{i}]") for i, item in enumerate(value))
         return _parse_component(f, annotation, value, path)

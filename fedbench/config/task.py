@@ -116,7 +116,8 @@ class TaskSpec:
                 for point in itertools.product(*(values for _, values in grid)):
                     for spec in self._seeded(resolve_run(self.run_dict(point, None, block))):
                         if spec.run_name is None:
-                            spec = spec.replace(run_name=run_name(spec, {axis: v for (axis, _), v in zip(grid, point)}))
+                            axes = {axis: v for (axis, _), v in zip(grid, point, strict=True)}
+                            spec = spec.replace(run_name=run_name(spec, axes))
                         specs.setdefault(spec.run_hash, spec)
         return tuple(specs.values())
 
@@ -150,7 +151,7 @@ class TaskSpec:
         grid = self.grid[block]
         point = [values[0] for _, values in grid] if point is None else point
         raw = copy.deepcopy(self.base)
-        for (path, _), value in zip(grid, point):
+        for (path, _), value in zip(grid, point, strict=True):
             set_path(raw, path, copy.deepcopy(value))
         for path, value in self.overrides:
             set_path(raw, path, copy.deepcopy(value))
@@ -174,7 +175,8 @@ class TaskLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
             key, line = self.construct_object(key_node, deep=True), key_node.start_mark.line + 1
             try:
                 if key in lines:
-                    raise DuplicateKeyError(None, None, f"the key {key!r} is written twice (lines {lines[key]} and {line})")
+                    raise DuplicateKeyError(None, None,
+                                            f"the key {key!r} is written twice (lines {lines[key]} and {line})")
             except TypeError:  # an unhashable key: the base constructor says what is wrong with it
                 break
             lines[key] = line
@@ -207,7 +209,8 @@ def run_name(spec: RunSpec, point: dict[str, Any]) -> str:
         if axis in ("seed", "seeds") or axis.split(".")[0] == "algorithm":
             continue
         if isinstance(value, dict):  # a component (its name says it) or a section (its preset, else its values)
-            value = value.get("name") or value.get("preset") or "_".join(f"{initials(k)}{short(v)}" for k, v in value.items())
+            value = (value.get("name") or value.get("preset")
+                     or "_".join(f"{initials(k)}{short(v)}" for k, v in value.items()))
         parts.append(short(value) if isinstance(value, str) else f"{initials(axis)}{short(value)}")
     parts.append(f"s{spec.seed}")
     return re.sub(r"[^A-Za-z0-9._=+-]", "_", "-".join(parts))
@@ -358,7 +361,8 @@ def parse_grid(raw: Any, overridden: set[str]) -> tuple[Grid, ...]:
     for i, block in enumerate(blocks):
         where = "grid" if len(blocks) == 1 and not isinstance(raw, list) else f"grid[{i}]"
         if not isinstance(block, dict):
-            raise ConfigError(where, block, "a mapping of dotted field paths to lists of values, or a list of such mappings")
+            raise ConfigError(where, block,
+                              "a mapping of dotted field paths to lists of values, or a list of such mappings")
         axes = []
         for axis, values in block.items():
             if not isinstance(values, list) or not values:
@@ -392,7 +396,8 @@ def profile_overrides(profiles: Any, profile: Any) -> list[tuple[str, Any]]:
     if profile == PAPER_PROFILE:
         return []
     if profile not in profiles:
-        raise ConfigError("profile", profile, f"one of {', '.join([PAPER_PROFILE, *profiles])} (the task file's profiles)")
+        raise ConfigError("profile", profile,
+                          f"one of {', '.join([PAPER_PROFILE, *profiles])} (the task file's profiles)")
     return list(profiles[profile].items())
 
 

@@ -9,11 +9,11 @@ Where: `cache_dir() / "decoded"` (env `FEDBENCH_CACHE`, else ~/.cache/fedbench/d
 entry, `<dataset>-<key>/` holding x.npy, y.npy, one meta.<i>.npy per meta column and manifest.json.
 
 Key: a sha256 of the dataset name, its loader options, each source file's name, folder name and sha256 of
-its content (in order), and the sha256 of fedbench/data's own code, so a changed or replaced file, other options, or an edited decoder never
-find an old entry. A file's content digest is remembered in `decoded/digests/` under its (path, inode,
-size, mtime_ns, ctime_ns): rewriting or replacing a file changes its ctime, which no user call can set back,
-so it is hashed again, and an unchanged file costs one stat instead of a full read (sha256 reads ~1 GB/s
-here: 6 ms for MNIST's 12 MB, 40 ms for Fashion-MNIST's, seconds for a full FEMNIST).
+its content (in order), and the sha256 of fedbench/data's own code, so a changed or replaced file, other options,
+or an edited decoder never find an old entry. A file's content digest is remembered in `decoded/digests/` under
+its (path, inode, size, mtime_ns, ctime_ns): rewriting or replacing a file changes its ctime, which no user call
+can set back, so it is hashed again, and an unchanged file costs one stat instead of a full read (sha256 reads
+~1 GB/s here: 6 ms for MNIST's 12 MB, 40 ms for Fashion-MNIST's, seconds for a full FEMNIST).
 
 Writing: each file goes to a temporary name in the entry's folder, then `os.replace`; the manifest last,
 so an entry is read only once every file of it is complete, and processes filling the same entry at once
@@ -48,7 +48,8 @@ if TYPE_CHECKING:
 MANIFEST = "manifest.json"
 
 
-def cached_dataset(name: str, sources: Sequence[Path], decode: Callable[[], BaseDataset], **options: Any) -> BaseDataset:
+def cached_dataset(name: str, sources: Sequence[Path], decode: Callable[[], BaseDataset],
+                   **options: Any) -> BaseDataset:
     """The dataset `decode()` builds from `sources`, read from the cache when an entry exists, else decoded and cached.
 
     Args:
@@ -124,7 +125,8 @@ def _read_entry(entry: Path, name: str) -> BaseDataset | None:
     try:
         manifest = json.loads((entry / MANIFEST).read_text())
         x, y = (_load(entry / f"{key}.npy", mmap=True) for key in ("x", "y"))
-        meta = pd.DataFrame({c: _load(entry / f"meta.{i}.npy", mmap=False) for i, c in enumerate(manifest["meta_columns"])})
+        meta = pd.DataFrame({c: _load(entry / f"meta.{i}.npy", mmap=False)
+                             for i, c in enumerate(manifest["meta_columns"])})
         return BaseDataset(name, x, y, meta, len(manifest["classes"]), tuple(manifest["classes"]))
     except (OSError, ValueError, KeyError, TypeError):
         return None

@@ -52,8 +52,9 @@ def _facts(parts: tuple[str, ...]) -> DatasetFacts:
         shapes = [(f.channels, f.image_size) for f in found]
         raise ConfigError(FIELD, parts, f"parts with equal (channels, image size), got {shapes}")
     same_groups = all(f.superclasses == first.superclasses for f in found)
-    return DatasetFacts(first.num_classes, first.channels, first.image_size, ("domain",), first.superclasses if same_groups else None,
-                        train_size=_total(f.train_size for f in found), test_size=_total(f.test_size for f in found))
+    return DatasetFacts(first.num_classes, first.channels, first.image_size, ("domain",),
+                        first.superclasses if same_groups else None, train_size=_total(f.train_size for f in found),
+                        test_size=_total(f.test_size for f in found))
 
 
 def _total(sizes) -> int | None:
@@ -94,11 +95,11 @@ def mixture(root: Path, parts: tuple[str, ...] = ("mnist", "fmnist")) -> BaseDat
     def rows(split: str) -> dict[str, np.ndarray]:
         masks = [d.meta["split"].to_numpy() == split for d in loaded]
         return {
-            "x": np.concatenate([d.x[m] for d, m in zip(loaded, masks)]),
-            "y": np.concatenate([d.y[m] for d, m in zip(loaded, masks)]),
+            "x": np.concatenate([d.x[m] for d, m in zip(loaded, masks, strict=True)]),
+            "y": np.concatenate([d.y[m] for d, m in zip(loaded, masks, strict=True)]),
             "domain": np.concatenate([np.full(int(m.sum()), i, np.int64) for i, m in enumerate(masks)]),
         }
 
-    names = list(zip(*(d.classes for d in loaded)))
+    names = list(zip(*(d.classes for d in loaded), strict=True))
     classes = [group[0] if len(set(group)) == 1 else "|".join(group) for group in names]
     return BaseDataset.from_splits("mixture", classes, rows("train"), rows("test"))

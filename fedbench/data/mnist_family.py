@@ -64,8 +64,9 @@ def fmnist(root: Path, colourise: bool = False, colour_seed: int = 0) -> BaseDat
     as for mnist."""
     colour_facts(FMNIST_FACTS, colourise, colour_seed)
     options = {"colourise": colourise, "colour_seed": colour_seed}
-    return _idx_dataset("fmnist", root, "FashionMNIST", _MNIST_FILES, options, lambda train, test, read_from: colourised(
-        BaseDataset.from_splits("fmnist", FASHION, train, test, read_from), **options))
+    return _idx_dataset("fmnist", root, "FashionMNIST", _MNIST_FILES, options,
+                        lambda train, test, read_from: colourised(
+                            BaseDataset.from_splits("fmnist", FASHION, train, test, read_from), **options))
 
 
 @register_dataset("emnist")
@@ -126,7 +127,8 @@ def _idx_dataset(
         return None
 
     expected = ", ".join(f"{n}.gz" for n in names) + " (or the same files extracted, without .gz)"
-    where, gz = read_or_download(name, root, f"{folder}/raw", expected, locate, lambda to: open_torchvision(to, True, True))
+    where, gz = read_or_download(name, root, f"{folder}/raw", expected, locate,
+                                 lambda to: open_torchvision(to, True, True))
 
     def path(file: str) -> Path:
         return where / folder / "raw" / (f"{file}.gz" if gz else file)

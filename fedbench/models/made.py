@@ -56,7 +56,7 @@ def made_masks(dim: int, hidden: tuple[int, ...], seed: int) -> list[torch.Tenso
     d > m^L(k) (Germain et al. 2015, eq. 12-13), so output d depends on inputs 1..d-1 only."""
     degrees = made_degrees(dim, hidden, seed)
     masks = [torch.from_numpy((out[:, None] >= inp[None, :]).astype(np.float32))
-             for inp, out in zip(degrees, degrees[1:])]
+             for inp, out in zip(degrees, degrees[1:], strict=False)]
     masks.append(torch.from_numpy((degrees[0][:, None] > degrees[-1][None, :]).astype(np.float32)))
     return masks
 
@@ -75,7 +75,7 @@ class MADE(nn.Module):
         self.dim = dim
         masks = made_masks(dim, hidden, seed)
         widths = [dim, *hidden, dim]
-        self.layers = nn.ModuleList(MaskedLinear(a, b, m) for a, b, m in zip(widths, widths[1:], masks))
+        self.layers = nn.ModuleList(MaskedLinear(a, b, m) for a, b, m in zip(widths, widths[1:], masks, strict=False))
 
     def logits(self, x: torch.Tensor) -> torch.Tensor:
         """Pre-sigmoid outputs [B, D] for inputs [B, ...] (flattened here)."""

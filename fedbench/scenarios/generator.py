@@ -118,12 +118,15 @@ class Parts:
                 shift.check(facts, spec.num_clients)
                 if canvas is not None:
                     shift.check_ops(canvas, spec.num_clients)
-        if spec.test_clients.unseen_rate > 0 and not (self.partition.offers_unseen or any(s.offers_unseen for s in self.shifts)):
+        if spec.test_clients.unseen_rate > 0 and not (self.partition.offers_unseen
+                                                      or any(s.offers_unseen for s in self.shifts)):
             raise ConfigError("scenario.test_clients.unseen_rate", spec.test_clients.unseen_rate,
                               "0 for this scenario, or a partition or shift with distributions outside training "
-                              "(class_bank, dirichlet, feature_bank, rotation, noise, label_permutation, conditional_transform)")
+                              "(class_bank, dirichlet, feature_bank, rotation, noise, label_permutation, "
+                              "conditional_transform)")
         if spec.local_test == "official" and spec.source == "all":
-            raise ConfigError("scenario.local_test", "official", "split when source is all (no official test data is left over)")
+            raise ConfigError("scenario.local_test", "official",
+                              "split when source is all (no official test data is left over)")
 
     def canvas(self, facts: DatasetFacts) -> Canvas | None:
         """The images the shifts' ops apply to (RGB once any shift colours them); None for vector data."""
@@ -148,7 +151,8 @@ def check_client_sizes(partition: Partition, spec: ScenarioSpec, facts: DatasetF
     if facts.train_size is None or (spec.source == "all" and facts.test_size is None):
         return
     pool = facts.train_size + (facts.test_size if spec.source == "all" else 0)
-    data = f"{facts.dataset or 'the dataset'} has {pool} {'training' if spec.source == 'train' else 'training and test'} samples"
+    data = (f"{facts.dataset or 'the dataset'} has {pool} "
+            f"{'training' if spec.source == 'train' else 'training and test'} samples")
     if spec.local_test == "split" and spec.test_fraction > 0:
         needed = smallest_split(spec.test_fraction)
         need = f"a client needs {needed} to keep a training and a test sample at test_fraction {spec.test_fraction}"
@@ -209,14 +213,15 @@ def _generate(dataset: BaseDataset, spec: ScenarioSpec, seed: int, key: str, sta
         if fresh:
             split = parts.split(ctx, spec, rng)
         modes = [bank.draw(spec.num_clients, rng) if stage == 0 or bank.drifts else previous
-                 for bank, previous in zip(banks, records[-1][1] if records else [None] * len(banks))]
+                 for bank, previous in zip(banks, records[-1][1] if records else [None] * len(banks), strict=True)]
         views = _stage_views(dataset, ctx, spec, split, banks, modes, registry, official_test, rng,
                              None if fresh else stage_views[-1])
         records.append(([DistributionRecord.of(v, dataset.y, dataset.num_classes) for v in views], modes))
         stage_views.append(tuple(views))
 
     rng = np.random.default_rng(derive_seed(seed, "test_clients", key))
-    test_pool = official_test if len(official_test) else np.concatenate([v.test for s in stage_views[:stages] for v in s])
+    test_pool = (official_test if len(official_test)
+                 else np.concatenate([v.test for s in stage_views[:stages] for v in s]))
     trained_ids = {v.distribution_id for views in stage_views[:stages] for v in views}
     test_clients = make_test_clients(
         spec.test_clients, records[stages - 1][0], records[stages][0], split, banks, registry, dataset.y,
@@ -230,7 +235,8 @@ def _generate(dataset: BaseDataset, spec: ScenarioSpec, seed: int, key: str, sta
         num_classes=dataset.num_classes,
         input_shape=tuple(int(d) for d in input_shape),
         stages=tuple(stage_views[:stages]),
-        round_stage=() if spec.drift_every is None else tuple(s for s in range(stages) for _ in range(spec.drift_every)),
+        round_stage=(() if spec.drift_every is None
+                     else tuple(s for s in range(stages) for _ in range(spec.drift_every))),
         test_clients=test_clients,
         duplicated=spec.copies > 1,
         distributions=tuple(registry.descriptions),
@@ -258,7 +264,7 @@ def _stage_views(dataset, ctx, spec, split: Split, banks: list[Bank], modes, reg
     official = spec.local_test == "official"
     test_parts = _official_test_parts(dataset, ctx, split, official_test, rng) if official and kept is None else None
     for c in range(spec.num_clients):
-        chosen = [bank.modes[m[c]] for bank, m in zip(banks, modes)]
+        chosen = [bank.modes[m[c]] for bank, m in zip(banks, modes, strict=True)]
         label_map = split.label_maps[c] if split.label_maps else None
         for mode in chosen:
             if mode.label_map is not None:

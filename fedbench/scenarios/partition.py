@@ -47,7 +47,7 @@ def blocks(num_clients: int, num_groups: int) -> np.ndarray:
 def _split_members(members: np.ndarray, clients: np.ndarray, rng: np.random.Generator) -> dict[int, np.ndarray]:
     """A group's positions shared iid among its clients (sizes differ by at most one)."""
     pieces = np.array_split(rng.permutation(members), len(clients))
-    return {int(c): np.sort(p) for c, p in zip(clients, pieces)}
+    return {int(c): np.sort(p) for c, p in zip(clients, pieces, strict=True)}
 
 
 def _grouped_split(
@@ -98,7 +98,8 @@ class IID(Partition):
 
     def split(self, ctx, num_clients, rng):
         parts = [np.sort(p) for p in np.array_split(rng.permutation(len(ctx.labels)), num_clients)]
-        return Split(parts, [0] * num_clients, ["iid"] * num_clients, class_weights={0: histogram(ctx.labels, ctx.num_classes)})
+        return Split(parts, [0] * num_clients, ["iid"] * num_clients,
+                     class_weights={0: histogram(ctx.labels, ctx.num_classes)})
 
 
 @register_partition("dirichlet")
@@ -138,11 +139,14 @@ class Dirichlet(Partition):
             parts = [np.sort(np.concatenate(s)) for s in shares]
             if min(len(p) for p in parts) >= self.min_samples:
                 weights = {c: histogram(ctx.labels[p], ctx.num_classes) for c, p in enumerate(parts)}
-                unseen = [(rng.dirichlet(np.full(ctx.num_classes, self.alpha)), f"new Dir({self.alpha}) draw") for _ in range(num_clients)]
-                return Split(parts, list(range(num_clients)), [f"Dir({self.alpha}) client {c}" for c in range(num_clients)],
+                unseen = [(rng.dirichlet(np.full(ctx.num_classes, self.alpha)), f"new Dir({self.alpha}) draw")
+                          for _ in range(num_clients)]
+                return Split(parts, list(range(num_clients)),
+                             [f"Dir({self.alpha}) client {c}" for c in range(num_clients)],
                              class_weights=weights, unseen=unseen)
         raise ConfigError(
-            "alpha", self.alpha, f"a value for which every client gets >= {self.min_samples} samples (raise alpha or lower min_samples)"
+            "alpha", self.alpha,
+            f"a value for which every client gets >= {self.min_samples} samples (raise alpha or lower min_samples)"
         )
 
 
@@ -159,8 +163,8 @@ class Shards(Partition):
         if self.shards_per_client < 1 or total % facts.num_classes:
             raise ConfigError(
                 "shards_per_client", self.shards_per_client,
-                f"a value with num_clients x shards_per_client divisible by the {facts.num_classes} classes, so every shard holds "
-                f"one class ({num_clients} x {self.shards_per_client} = {total})",
+                f"a value with num_clients x shards_per_client divisible by the {facts.num_classes} classes, "
+                f"so every shard holds one class ({num_clients} x {self.shards_per_client} = {total})",
             )
 
     def split(self, ctx, num_clients, rng):
@@ -172,7 +176,8 @@ class Shards(Partition):
         parts = [np.sort(np.concatenate([shards[s] for s in row])) for row in order]
         weights = {c: histogram(ctx.labels[p], ctx.num_classes) for c, p in enumerate(parts)}
         classes = [sorted({int(ctx.labels[shards[s][0]]) for s in row if len(shards[s])}) for row in order]
-        return Split(parts, list(range(num_clients)), [f"shards of classes {cl}" for cl in classes], class_weights=weights)
+        return Split(parts, list(range(num_clients)), [f"shards of classes {cl}" for cl in classes],
+                     class_weights=weights)
 
 
 @register_partition("quantity")
@@ -253,7 +258,8 @@ class ClassBank(Partition):
     def _unseen(self, bank: list[tuple[int, ...]], ctx: PoolContext) -> list[tuple[int, ...]]:
         """Up to `banks` subsets outside the bank, for unseen test-time clients (002 I.7)."""
         outside = math.comb(ctx.num_classes, self.classes_per_client) - len(bank)
-        others = ClassBank(min(len(bank) + outside, 2 * len(bank)), self.classes_per_client)._bank(ctx.num_classes, ctx.bank_rng(1))
+        wider = ClassBank(min(len(bank) + outside, 2 * len(bank)), self.classes_per_client)
+        others = wider._bank(ctx.num_classes, ctx.bank_rng(1))
         return [s for s in others if s not in bank][: len(bank)]
 
     def split(self, ctx, num_clients, rng):
@@ -264,7 +270,8 @@ class ClassBank(Partition):
         demand = np.stack([weights_demand(weights[g], size) for g in groups])
         parts = allocate(demand, class_queues(ctx.labels, ctx.num_classes, rng, ctx.copies))
         unseen = [(_uniform_over(s, ctx.num_classes), f"classes {list(s)}") for s in self._unseen(bank, ctx)]
-        return Split(parts, groups, [f"classes {list(bank[g])}" for g in groups], class_weights=weights, unseen=unseen, redraws=True)
+        return Split(parts, groups, [f"classes {list(bank[g])}" for g in groups], class_weights=weights, unseen=unseen,
+                     redraws=True)
 
 
 @register_partition("class_clusters")
@@ -293,7 +300,8 @@ class ClassClusters(Partition):
         groups = blocks(num_clients, self.clusters)
         members = [np.flatnonzero(np.isin(ctx.labels, g)) for g in class_groups]
         parts, weights = _grouped_split(ctx, groups, members, rng)
-        return Split(parts, groups.tolist(), [f"cluster {g}: classes {class_groups[g].tolist()}" for g in groups], class_weights=weights)
+        return Split(parts, groups.tolist(), [f"cluster {g}: classes {class_groups[g].tolist()}" for g in groups],
+                     class_weights=weights)
 
 
 @register_partition("subclass_clusters")
@@ -374,7 +382,8 @@ class Natural(Partition):
             owners = np.array_split(rng.permutation(distinct), num_clients)
             parts = [np.sort(np.flatnonzero(np.isin(values, o))) for o in owners]
             weights = {c: histogram(ctx.labels[p], ctx.num_classes) for c, p in enumerate(parts)}
-            return Split(parts, list(range(num_clients)), [f"{len(o)} {self.column}s" for o in owners], class_weights=weights)
+            return Split(parts, list(range(num_clients)), [f"{len(o)} {self.column}s" for o in owners],
+                         class_weights=weights)
         groups = blocks(num_clients, len(distinct))
         members = [np.flatnonzero(values == v) for v in distinct]
         parts, weights = _grouped_split(ctx, groups, members, rng)

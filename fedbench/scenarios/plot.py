@@ -76,7 +76,7 @@ def plot_scenario(
     fig = Figure(figsize=(panel_w * ncols + 1.2, panel_h * nrows + (0.6 if title else 0.2)), layout="constrained")
     axes = fig.subplots(nrows, ncols, squeeze=False)
     image = None
-    for ax, share, (name, counts, row_names, markers, sizes) in zip(axes.ravel(), shares, panels):
+    for ax, share, (name, counts, row_names, markers, sizes) in zip(axes.ravel(), shares, panels, strict=False):
         image = ax.imshow(share, aspect="auto", cmap="viridis", vmin=0.0, vmax=vmax, interpolation="nearest")
         ax.set_title(name, fontsize=10)
         n = len(counts)

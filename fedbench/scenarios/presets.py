@@ -69,7 +69,8 @@ def expand_preset(section: dict[str, Any], facts: DatasetFacts) -> dict[str, Any
         raise UnknownNameError("scenario preset", name, PRESETS, field="scenario.preset")
     fn = PRESETS[name]
     own = [p for p in inspect.signature(fn).parameters if p != "facts"]
-    params = dict(resolve_params("scenario", f"preset {name}", {k: section.pop(k) for k in own if k in section}, fn, skip=1))
+    given = {k: section.pop(k) for k in own if k in section}
+    params = dict(resolve_params("scenario", f"preset {name}", given, fn, skip=1))
     return {**fn(facts, **params), **section, "preset": name}
 
 
@@ -77,8 +78,9 @@ def _images(facts: DatasetFacts, name: str, classes: tuple[int, ...] = (10, 100)
     if facts.channels is None or facts.num_classes not in classes:
         fits = " or ".join(str(c) for c in classes)
         raise ConfigError("scenario.preset", name,
-                          f"an image dataset with {fits} classes (e.g. mnist, fmnist, cifar10, cifar100); {facts.dataset or 'this dataset'} "
-                          f"has {facts.num_classes} classes{'' if facts.channels else ' and no images'}")
+                          f"an image dataset with {fits} classes (e.g. mnist, fmnist, cifar10, cifar100); "
+                          f"{facts.dataset or 'this dataset'} has {facts.num_classes} classes"
+                          f"{'' if facts.channels else ' and no images'}")
 
 
 def _feroma_common(num_clients: int, drift_every: int | None) -> dict[str, Any]:
@@ -106,11 +108,12 @@ def _feroma(kind: str, level: str):
             # 002 App. E: 20 labelled samples per class let test clients be matched under P(Y|X).
             out.update(partition="chunks", shifts=[shift], test_clients={"mode": "feroma", "labelled_per_class": 20})
         else:
-            out.update(partition="chunks", shifts=[{"name": "conditional_transform", "banks": FEROMA_LEVELS[kind][level]}])
+            out.update(partition="chunks",
+                       shifts=[{"name": "conditional_transform", "banks": FEROMA_LEVELS[kind][level]}])
         return out
 
-    build.__doc__ = (f"002 I.2 {FEROMA_KINDS[kind]}, level {level} ({_level_text(kind, level)}); 20 clients, drift every "
-                     f"4 rounds unless drift_every says otherwise; I.3 duplication for 50-100 clients.")
+    build.__doc__ = (f"002 I.2 {FEROMA_KINDS[kind]}, level {level} ({_level_text(kind, level)}); 20 clients, "
+                     f"drift every 4 rounds unless drift_every says otherwise; I.3 duplication for 50-100 clients.")
     preset(name)(build)
 
 
@@ -158,14 +161,16 @@ def conditional_e2a(facts: DatasetFacts, clusters: int = 2, sparsity: Sparsity =
 def conditional_e2b(facts: DatasetFacts, clusters: int = 4, sparsity: Sparsity = "rich") -> dict[str, Any]:
     """001 E2b rotation covariate shift: cluster k sees images rotated by k * 360 / K (Table I: FMNIST K=4)."""
     _images(facts, "conditional/E2b")
-    return {**_conditional_common(clusters, sparsity), "partition": "iid", "shifts": [{"name": "rotation", "clusters": clusters}]}
+    return {**_conditional_common(clusters, sparsity), "partition": "iid",
+            "shifts": [{"name": "rotation", "clusters": clusters}]}
 
 
 @preset("conditional/E3a")
 def conditional_e3a(facts: DatasetFacts, sparsity: Sparsity = "rich") -> dict[str, Any]:
     """001 E3a semantic concept shift: one cluster labels odd/even, the other below-5/above-5."""
     _images(facts, "conditional/E3a", (10,))
-    return {**_conditional_common(2, sparsity), "partition": "iid", "shifts": [{"name": "relabel", "groupings": ["parity", "half"]}]}
+    return {**_conditional_common(2, sparsity), "partition": "iid",
+            "shifts": [{"name": "relabel", "groupings": ["parity", "half"]}]}
 
 
 @preset("conditional/E3b")
@@ -189,7 +194,8 @@ def conditional_e4a(facts: DatasetFacts, sparsity: Sparsity = "rich") -> dict[st
 def conditional_e4b(facts: DatasetFacts, covariate_clusters: int = 2, sparsity: Sparsity = "rich") -> dict[str, Any]:
     """001 E4b combined shift on CIFAR-10: 2 concept groups x C in {2, 3, 4} covariate clusters."""
     if facts.dataset != "cifar10":
-        raise ConfigError("scenario.preset", "conditional/E4b", "dataset cifar10 (its semantic and size label concepts)")
+        raise ConfigError("scenario.preset", "conditional/E4b",
+                          "dataset cifar10 (its semantic and size label concepts)")
     return {**_conditional_common(2 * covariate_clusters, sparsity), "partition": "concept_covariate",
             "covariate_clusters": covariate_clusters}
 
@@ -227,7 +233,8 @@ def made_writers_noise(facts: DatasetFacts, num_clients: int = 30, sigma: float 
     """003 Sec. III-A / IV: disjoint writer groups over 30 clients, plus noise sigma * i / N (sigma = 0.5)."""
     if "writer" not in facts.meta_columns:
         raise ConfigError("scenario.preset", "made/writers_noise",
-                          "a dataset with a 'writer' column, e.g. femnist (LEAF JSON; digits_only: true for 003's EMNIST digits)")
+                          "a dataset with a 'writer' column, e.g. femnist "
+                          "(LEAF JSON; digits_only: true for 003's EMNIST digits)")
     return {"num_clients": num_clients, "partition": "natural", "column": "writer",
             "shifts": [{"name": "noise", "sigma": sigma}], "test_clients": {"mode": "none"}}
 

@@ -153,10 +153,12 @@ def table_of_test_clients(labels: np.ndarray, scenario: Scenario, num_classes: i
     table = Table(title="test clients", title_justify="left")
     for column in ("client", "size", "labelled", "origin", "dist", "description", "classes (label:count)"):
         table.add_column(column, justify="left" if column in ("description", "classes (label:count)") else "right")
-    for i, (tc, counts) in enumerate(zip(scenario.test_clients, test_client_histograms(labels, scenario, num_classes))):
+    histograms = test_client_histograms(labels, scenario, num_classes)
+    for i, (tc, counts) in enumerate(zip(scenario.test_clients, histograms, strict=True)):
         dist = f"d{tc.view.distribution_id}" + ("" if tc.seen else " [red]unseen[/]")
-        table.add_row(f"t{i}", str(len(tc.view.test)), str(len(tc.labelled)), f"c{tc.origin}" if tc.origin >= 0 else "-",
-                      dist, escape(tc.view.description), histogram_text(counts))
+        table.add_row(f"t{i}", str(len(tc.view.test)), str(len(tc.labelled)),
+                      f"c{tc.origin}" if tc.origin >= 0 else "-", dist, escape(tc.view.description),
+                      histogram_text(counts))
     return table
 
 

@@ -96,7 +96,8 @@ class Shift:
 def _require_images(facts: DatasetFacts, name: str) -> None:
     if facts.channels not in (1, 3):
         holds = "feature vectors" if facts.channels is None else f"{facts.channels}-channel images"
-        raise ConfigError("name", name, f"image datasets with 1 or 3 channels ({facts.dataset or 'the dataset'} holds {holds})")
+        raise ConfigError("name", name,
+                          f"image datasets with 1 or 3 channels ({facts.dataset or 'the dataset'} holds {holds})")
 
 
 def pattern_ops(angle: float, colour: int | None, classes: tuple[int, ...] | None = None) -> tuple[Op, ...]:
@@ -293,8 +294,8 @@ class LabelPermutation(Shift):
         if len(others) >= 2:  # unseen: a swap among classes the bank never touches
             unseen = [_relabel_mode(others[:2], others[:2][::-1], n)]
         else:
-            unseen = [_relabel_mode(pool, o, n) for o in _distinct_permutations(pool, len(orders) + 4, rng)[len(orders):]
-                      if not any(np.array_equal(o, k) for k in orders)]
+            extra = _distinct_permutations(pool, len(orders) + 4, rng)[len(orders):]
+            unseen = [_relabel_mode(pool, o, n) for o in extra if not any(np.array_equal(o, k) for k in orders)]
         return Bank(modes, self.assign, unseen)
 
 
@@ -380,7 +381,7 @@ class ConditionalTransform(Shift):
 def _relabel_mode(pool: np.ndarray, order: np.ndarray, num_classes: int) -> Mode:
     label_map = np.arange(num_classes)
     label_map[pool] = order
-    moved = [f"{a}->{b}" for a, b in zip(pool.tolist(), np.asarray(order).tolist()) if a != b]
+    moved = [f"{a}->{b}" for a, b in zip(pool.tolist(), np.asarray(order).tolist(), strict=True) if a != b]
     return Mode((), label_map, "labels " + (" ".join(moved) if moved else "identity"))
 
 

@@ -133,7 +133,8 @@ def batch_indices(num_train: int, ctx: RoundContext) -> Iterator[torch.Tensor]:
         epochs += 1
 
 
-def train_local(model: nn.Module, data: ClientData, ctx: RoundContext, hooks: TrainHooks = TrainHooks()) -> dict[str, float]:
+def train_local(model: nn.Module, data: ClientData, ctx: RoundContext,
+                hooks: TrainHooks = TrainHooks()) -> dict[str, float]:
     """Train `model` in place on the job's mini-batches (`batch_indices`: epochs or steps) at the round's
     learning rate (`scheduled_lr`).
 
@@ -192,7 +193,8 @@ def train_local(model: nn.Module, data: ClientData, ctx: RoundContext, hooks: Tr
         if hooks.after_batch is not None:
             hooks.after_batch(model)
         steps += 1
-    return {M.TRAIN_LOSS: total_loss / max(steps, 1), M.TRAIN_STEPS: float(steps), M.TRAIN_SAMPLES: float(data.num_train)}
+    return {M.TRAIN_LOSS: total_loss / max(steps, 1), M.TRAIN_STEPS: float(steps),
+            M.TRAIN_SAMPLES: float(data.num_train)}
 
 
 @torch.no_grad()
@@ -252,7 +254,8 @@ def evaluate(
         loss_sum += batch_loss  # one float addition a batch, in order (sum() compensates from Python 3.12)
         correct += batch_correct
     n = data.num_test
-    return {M.ACCURACY: correct / n if n else float("nan"), M.LOSS: loss_sum / n if n else float("nan"), M.TEST_SAMPLES: float(n)}
+    return {M.ACCURACY: correct / n if n else float("nan"), M.LOSS: loss_sum / n if n else float("nan"),
+            M.TEST_SAMPLES: float(n)}
 
 
 @torch.no_grad()

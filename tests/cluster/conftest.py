@@ -72,6 +72,7 @@ def postgres():
     bin = postgres_bin()
     if bin is None:
         pytest.skip("PostgreSQL is not installed (Debian: apt-get install postgresql; .ci/run installs it)")
+    pytest.importorskip("psycopg", reason="MLflow's PostgreSQL driver is in the postgres extra: pip install -e '.[test]'")
     as_owner = ("runuser", "-u", "postgres", "--") if os.geteuid() == 0 else ()
     folder = Path(tempfile.mkdtemp(prefix="fedbench-postgres-"))
     if as_owner:

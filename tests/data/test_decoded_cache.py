@@ -177,6 +177,7 @@ print(hashlib.sha256(ds.x.tobytes() + ds.y.tobytes()).hexdigest())
 """
 
 
+@pytest.mark.slow
 def test_processes_filling_the_cache_at_once_all_read_whole_identical_files(tmp_path, monkeypatch):
     write_idx_set(tmp_path / "MNIST" / "raw", MNIST_NAMES, gz=True, n_train=6000, n_test=1000)
     go = tmp_path / "go"

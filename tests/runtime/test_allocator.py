@@ -44,6 +44,7 @@ def page_faults(mode: str) -> int:
     return int(out.stdout.split()[-1])
 
 
+@pytest.mark.slow
 def test_kept_memory_is_not_faulted_in_again_step_after_step():
     kept = page_faults("kept")
     # measured here: 45,000-490,000 faults by default (malloc trims the freed activations, depending on the

@@ -93,6 +93,7 @@ def test_a_checkpoint_of_another_run_or_a_cut_short_file_is_not_resumed_from(tmp
     assert not CheckpointFolder(tmp_path, every=2).due(6, 6) and CheckpointFolder(tmp_path, every=2).due(4, 6)
 
 
+@pytest.mark.slow
 def test_fedbench_run_killed_with_sigkill_goes_on_from_its_checkpoint_to_the_same_numbers(tmp_path):
     """The whole command as a user runs it: SIGKILL once round 4's checkpoint is on disk, then the same command."""
     import os

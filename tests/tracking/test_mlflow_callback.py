@@ -100,6 +100,7 @@ def _create_experiment_after(barrier, uri: str, name: str, ids) -> None:
     ids.put(experiment_id_for(client, name))
 
 
+@pytest.mark.slow
 def test_processes_creating_one_new_experiment_at_once_all_get_it(tmp_path, migrated_store):
     import multiprocessing
 

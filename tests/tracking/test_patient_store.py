@@ -28,6 +28,7 @@ db.execute("COMMIT")
     return holder
 
 
+@pytest.mark.slow
 def test_a_store_another_process_holds_is_waited_out(mlflow_store):
     """MLflow gives up on a locked sqlite store after about 8 s (opening it) or 20 s (in a session), which ended
     `fedbench run` with `database is locked` (issue 32, item 1); fedbench waits until the lock is released."""
@@ -42,6 +43,7 @@ def test_a_store_another_process_holds_is_waited_out(mlflow_store):
     assert PatientClient(uri).get_experiment(experiment).name == "written_after_the_lock"
 
 
+@pytest.mark.slow
 def test_a_lock_held_past_the_wait_fails_naming_the_store_and_the_setting(mlflow_store, monkeypatch):
     uri = f"sqlite:///{mlflow_store}"
     monkeypatch.setenv("FEDBENCH_STORE_WAIT_S", "1")

@@ -45,6 +45,7 @@ def test_a_read_only_results_folder_is_refused_before_any_run(tmp_path):
     assert "runs, backend" not in said  # refused before the task started
 
 
+@pytest.mark.slow
 def test_a_disk_that_fills_mid_run_stops_the_command_naming_the_store_and_a_second_try_duplicates_nothing(
         tmp_path, migrated_store):
     from fedbench.tracking.leaderboard import read_runs

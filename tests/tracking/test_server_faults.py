@@ -17,8 +17,8 @@ from tests.conftest import TINY
 pytestmark = pytest.mark.mlflow_server
 
 
-def start_run(tmp_path, url: str, seed: int, retries: int) -> subprocess.Popen:
-    body = {**{k: v for k, v in TINY.items() if k != "task"}, "name": "served", "rounds": 1500, "seeds": [seed]}
+def start_run(tmp_path, url: str, seed: int, retries: int, rounds: int) -> subprocess.Popen:
+    body = {**{k: v for k, v in TINY.items() if k != "task"}, "name": "served", "rounds": rounds, "seeds": [seed]}
     (tmp_path / "task.yaml").write_text(yaml.safe_dump(body))
     env = {**os.environ, "MLFLOW_TRACKING_URI": url, "FEDBENCH_RESULTS": str(tmp_path / "results"),
            "MLFLOW_HTTP_REQUEST_MAX_RETRIES": str(retries), "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1"}
@@ -47,11 +47,14 @@ def test_a_tracking_server_that_dies_mid_run(tmp_path, migrated_store, comes_bac
     store = tmp_path / "server.db"
     shutil.copy(migrated_store, store)
     server = serve_store(f"sqlite:///{store}", tmp_path / "artifacts", timeout_s=240)
-    # MLflow's retries wait 1, 2, 4, ... s: 7 of them (two minutes) outlast a server restart on a busy machine
-    run = start_run(tmp_path, server.url, seed=0, retries=7 if comes_back else 2)
+    # MLflow's retries wait 1, 2, 4, ... s: 7 of them (two minutes) outlast a server restart on a busy machine.
+    # 300 rounds of the tiny run outlast the 20 waited for and the server's stop (a round logs every few ms; the
+    # run then blocks on the server), so little is left to run once it is back.
+    run = start_run(tmp_path, server.url, seed=0, retries=7 if comes_back else 2, rounds=300)
     try:
         wait_for_rounds(store, 20, run)
         server.stop()
+        assert run.poll() is None, "the run ended before its server stopped: the test would show nothing"
         if comes_back:
             time.sleep(3)
             server = serve_store(f"sqlite:///{store}", tmp_path / "artifacts", port=int(server.url.rsplit(":", 1)[1]),

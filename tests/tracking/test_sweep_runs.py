@@ -1,6 +1,7 @@
 """A sweep's parent and child runs: found again by the sweep's name (quotes and all), ended children kept,
 unended ones dropped."""
 
+import pytest
 from mlflow.tracking import MlflowClient
 
 from fedbench.tracking.sweep_runs import SweepRuns, latest_sweep_run
@@ -59,6 +60,7 @@ def resume_elsewhere(uri: str, sweep: str) -> str:
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
 
 
+@pytest.mark.slow
 def test_a_sweep_another_live_process_runs_is_not_resumed_under_it(mlflow_store):
     """A second `--resume` deleted the first's live child runs, taking them for an interrupted attempt's (issue 32,
     item 7): the parent carries a lease that a resume respects while its holder lives."""

@@ -12,4 +12,15 @@ from fedbench.scenarios.transforms.batch import BatchTransform
 from fedbench.scenarios.transforms.kernels import shift_hue
 from fedbench.scenarios.transforms.ops import OPS, Canvas, Colour, Noise, Op, Photometric, Rotate, describe_ops
 
-__all__ = ["OPS", "BatchTransform", "Canvas", "Colour", "Noise", "Op", "Photometric", "Rotate", "describe_ops", "shift_hue"]
+__all__ = [
+    "OPS",
+    "BatchTransform",
+    "Canvas",
+    "Colour",
+    "Noise",
+    "Op",
+    "Photometric",
+    "Rotate",
+    "describe_ops",
+    "shift_hue",
+]

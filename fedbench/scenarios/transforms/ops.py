@@ -171,7 +171,8 @@ class Colour(Op):
         if self.channel not in (0, 1, 2) or isinstance(self.channel, bool):
             raise ConfigError("channel", self.channel, "0, 1 or 2 (red, green, blue)")
         if canvas.channels != 3:
-            raise ConfigError("channel", self.channel, f"colour needs 3 output channels, the scenario has {canvas.channels}")
+            raise ConfigError("channel", self.channel,
+                              f"colour needs 3 output channels, the scenario has {canvas.channels}")
 
     def words(self):
         return COLOUR_NAMES[self.channel]
