@@ -50,19 +50,38 @@ BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
 TASK = BENCH / "tasks" / "cli_overhead.yaml"
 HANDWRITTEN = "hand-written"
-TARGETS = {"wall_s": ("<= 1.05x", lambda v, h: v <= 1.05 * h), "steady_round_s": ("<= 1.03x", lambda v, h: v <= 1.03 * h),
-           "first_step_s": ("within 1 s", lambda v, h: v <= h + 1.0), "peak_pss_mb": ("<= 1.15x", lambda v, h: v <= 1.15 * h)}
+TARGETS = {
+    "wall_s": ("<= 1.05x", lambda v, h: v <= 1.05 * h),
+    "steady_round_s": ("<= 1.03x", lambda v, h: v <= 1.03 * h),
+    "first_step_s": ("within 1 s", lambda v, h: v <= h + 1.0),
+    "peak_pss_mb": ("<= 1.15x", lambda v, h: v <= 1.15 * h),
+}
 STARTUP = {  # timeline mark -> what the gap ending at it holds (gaps are taken in time order, whatever the order)
-    "cli_entered": "interpreter and imports", "task_loaded": "`run`'s imports and the task file", "tracking_ready": "tracking store checked",
-    "ray_started": "Ray started", "run_started": "MLflow run created", "dataset_loaded": "dataset loaded",
-    "scenario_built": "scenario built", "workers_loaded": "workers started and loaded", "job_start": "first client job starts",
+    "cli_entered": "interpreter and imports",
+    "task_loaded": "`run`'s imports and the task file",
+    "tracking_ready": "tracking store checked",
+    "ray_started": "Ray started",
+    "run_started": "MLflow run created",
+    "dataset_loaded": "dataset loaded",
+    "scenario_built": "scenario built",
+    "workers_loaded": "workers started and loaded",
+    "job_start": "first client job starts",
     "first_step": "first client trains (its first optimizer step)",
 }
-LATER = {"round_1": "round 1 (first training step, else first job, to its end)", "rounds_2_n": "rounds 2..N", "exit": "after the run to exit"}
-CLI_COMMANDS = {"--help": ["--help"], "list": ["list"], "sweep --dry-run": ["sweep", "tasks/feroma_drift.yaml", "--dry-run"]}
+LATER = {
+    "round_1": "round 1 (first training step, else first job, to its end)",
+    "rounds_2_n": "rounds 2..N",
+    "exit": "after the run to exit",
+}
+CLI_COMMANDS = {
+    "--help": ["--help"],
+    "list": ["list"],
+    "sweep --dry-run": ["sweep", "tasks/feroma_drift.yaml", "--dry-run"],
+}
 
 
 # ---- preparation (not timed): the federation as an .npz, torchvision's MNIST root, warm caches ----
+
 
 def workload(data_root: Path | None = None):
     """The task's run as fedbench builds it, (spec, dataset, scenario), and its partition as the hand-written script
@@ -118,6 +137,7 @@ def warm_cache(checkout: Path, env: dict) -> None:
 
 # ---- one measured process ----
 
+
 class LabelledTreePeak(TreePeak):
     """TreePeak with the driver called `driver` and Ray's Python helpers by their script (dashboard/agent.py ...)."""
 
@@ -147,9 +167,14 @@ def measure(cmd: list[str], env: dict, folder: Path) -> dict:
     if code != 0:
         raise SystemExit(f"{' '.join(cmd)} exited with {code}:\n{output[-3000:]}")
     marks = [json.loads(line) for line in timeline.read_text().splitlines()] if timeline.exists() else []
-    return {"wall_s": end - launch, "peak_pss_mb": tree.peak / 1e6, **timings(marks, launch, end), "load_1min": load,
-            "pss_parts_mb": {k: round(v / 1e6) for k, v in sorted(tree.peak_parts.items(), key=lambda kv: -kv[1])},
-            "workers_marking": len({m["pid"] for m in marks if m["phase"] == "job_start"})}
+    return {
+        "wall_s": end - launch,
+        "peak_pss_mb": tree.peak / 1e6,
+        **timings(marks, launch, end),
+        "load_1min": load,
+        "pss_parts_mb": {k: round(v / 1e6) for k, v in sorted(tree.peak_parts.items(), key=lambda kv: -kv[1])},
+        "workers_marking": len({m["pid"] for m in marks if m["phase"] == "job_start"}),
+    }
 
 
 def timings(marks: list[dict], launch: float, end: float) -> dict:
@@ -158,8 +183,10 @@ def timings(marks: list[dict], launch: float, end: float) -> dict:
         return {"phases": {}}
     jobs = [m["t"] for m in marks if m["phase"] == "job_start"]
     steps = [m["t"] for m in marks if m["phase"] == "first_step"]
-    startup = sorted([m for m in marks if m["phase"] in STARTUP and m["phase"] not in ("job_start", "first_step")],
-                     key=lambda m: m["t"])
+    startup = sorted(
+        [m for m in marks if m["phase"] in STARTUP and m["phase"] not in ("job_start", "first_step")],
+        key=lambda m: m["t"],
+    )
     startup += [{"phase": "job_start", "t": min(jobs)}] if jobs else []
     startup += [{"phase": "first_step", "t": min(steps)}] if steps else []
     phases, previous = {}, launch
@@ -171,14 +198,22 @@ def timings(marks: list[dict], launch: float, end: float) -> dict:
         phases["round_1"], phases["rounds_2_n"] = rounds[0] - min(steps or jobs), rounds[-1] - rounds[0]
     if run_end:
         phases["exit"] = end - run_end[-1]
-    steady = [split_round(marks, a, b) for a, b in zip(rounds, rounds[1:])]
-    median = {key: statistics.median(values) if (values := [r[key] for r in steady if r[key] is not None]) else None
-              for key in ("round_s", "jobs_s", "jobs_cpu_s", "outside_jobs_s", "jobs_page_faults")}
-    return {"phases": phases, "steady_round_s": median["round_s"], "steady_jobs_cpu_s": median["jobs_cpu_s"],
-            "steady_jobs_s": median["jobs_s"], "steady_outside_jobs_s": median["outside_jobs_s"],
-            "steady_jobs_page_faults": median["jobs_page_faults"],
-            "last_round_s": rounds[-1] - rounds[-2] if len(rounds) > 1 else None,
-            "first_client_s": min(jobs) - launch if jobs else None, "first_step_s": min(steps) - launch if steps else None}
+    steady = [split_round(marks, a, b) for a, b in zip(rounds, rounds[1:], strict=False)]
+    median = {
+        key: statistics.median(values) if (values := [r[key] for r in steady if r[key] is not None]) else None
+        for key in ("round_s", "jobs_s", "jobs_cpu_s", "outside_jobs_s", "jobs_page_faults")
+    }
+    return {
+        "phases": phases,
+        "steady_round_s": median["round_s"],
+        "steady_jobs_cpu_s": median["jobs_cpu_s"],
+        "steady_jobs_s": median["jobs_s"],
+        "steady_outside_jobs_s": median["outside_jobs_s"],
+        "steady_jobs_page_faults": median["jobs_page_faults"],
+        "last_round_s": rounds[-1] - rounds[-2] if len(rounds) > 1 else None,
+        "first_client_s": min(jobs) - launch if jobs else None,
+        "first_step_s": min(steps) - launch if steps else None,
+    }
 
 
 def split_round(marks: list[dict], start: float, end: float) -> dict:
@@ -186,15 +221,27 @@ def split_round(marks: list[dict], start: float, end: float) -> dict:
     and CPU seconds summed over workers, and the workers' seconds outside jobs (dispatch, transfers, waiting)."""
     jobs = [m for m in marks if m["phase"] == "job" and start < m["t"] <= end]
     if not jobs:  # a checkout from before the jobs' marks: the round alone
-        return {"round_s": end - start, "jobs_s": None, "jobs_cpu_s": None, "outside_jobs_s": None, "jobs_page_faults": None}
+        return {
+            "round_s": end - start,
+            "jobs_s": None,
+            "jobs_cpu_s": None,
+            "outside_jobs_s": None,
+            "jobs_page_faults": None,
+        }
     workers = len({m["pid"] for m in jobs})
     busy = sum(m["seconds"] for m in jobs)
     faults = [m["page_faults"] for m in jobs if "page_faults" in m]
-    return {"round_s": end - start, "jobs_s": busy, "jobs_cpu_s": sum(m["cpu_s"] for m in jobs),
-            "outside_jobs_s": workers * (end - start) - busy, "jobs_page_faults": sum(faults) if faults else None}
+    return {
+        "round_s": end - start,
+        "jobs_s": busy,
+        "jobs_cpu_s": sum(m["cpu_s"] for m in jobs),
+        "outside_jobs_s": workers * (end - start) - busy,
+        "jobs_page_faults": sum(faults) if faults else None,
+    }
 
 
 # ---- the variants ----
+
 
 def fedbench_run(checkout: Path, env: dict, folder: Path) -> dict:
     results = folder / "results"
@@ -221,14 +268,21 @@ def cli_times(checkout: Path, env: dict, repeats: int, work: Path) -> dict[str, 
         samples = []
         for _ in range(repeats):
             start = time.time()
-            subprocess.run([sys.executable, "-m", "fedbench", *args], env=env, cwd=checkout, check=True,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            subprocess.run(
+                [sys.executable, "-m", "fedbench", *args],
+                env=env,
+                cwd=checkout,
+                check=True,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
             samples.append(time.time() - start)
         times[name] = statistics.median(samples)
     return times
 
 
 # ---- the report ----
+
 
 def spread(values: list) -> tuple[float, float, float] | None:
     values = [v for v in values if v is not None]
@@ -237,7 +291,9 @@ def spread(values: list) -> tuple[float, float, float] | None:
 
 def paired(mine: list[dict], hand: list[dict], key: str) -> list:
     """Each repeat's `key` over the hand-written run's in the same repeat (None where either is missing)."""
-    return [a.get(key) / b[key] if a.get(key) is not None and b.get(key) else None for a, b in zip(mine, hand)]
+    return [
+        a.get(key) / b[key] if a.get(key) is not None and b.get(key) else None for a, b in zip(mine, hand, strict=True)
+    ]
 
 
 def ratio_cell(values: list) -> str:
@@ -254,16 +310,30 @@ def cell(values: list, digits: int = 2) -> str:
 
 def report(runs: dict[str, list[dict]], cli: dict[str, dict], meta: dict) -> list[str]:
     names = list(runs)
-    lines = ["# cli_overhead: `fedbench run` as a user starts it, beside hand-written Ray code", "",
-             f"{meta['note']}", "", f"- date: {meta['date']}; machine: {meta['machine']}",
-             f"- load average (1 min) before / after: {meta['load_before']:.2f} / {meta['load_after']:.2f}",
-             f"- command: `{meta['command']}`; variants: " + ", ".join(f"{k} = {v}" for k, v in meta["variants"].items()), "",
-             f"## Whole process, medians of {meta['repeats']} (range)", ""]
-    columns = {"wall_s": ("wall s", 2), "steady_round_s": ("steady round s", 2), "first_client_s": ("first job starts at s", 2),
-               "first_step_s": ("first client trains at s", 2),
-               "peak_pss_mb": ("tree peak PSS MB", 0), "accuracy": ("final mean local acc", 4)}
-    lines += markdown_table(["variant", *(label for label, _ in columns.values())],
-                            [[n, *(cell([r.get(k) for r in runs[n]], d) for k, (_, d) in columns.items())] for n in names])
+    lines = [
+        "# cli_overhead: `fedbench run` as a user starts it, beside hand-written Ray code",
+        "",
+        f"{meta['note']}",
+        "",
+        f"- date: {meta['date']}; machine: {meta['machine']}",
+        f"- load average (1 min) before / after: {meta['load_before']:.2f} / {meta['load_after']:.2f}",
+        f"- command: `{meta['command']}`; variants: " + ", ".join(f"{k} = {v}" for k, v in meta["variants"].items()),
+        "",
+        f"## Whole process, medians of {meta['repeats']} (range)",
+        "",
+    ]
+    columns = {
+        "wall_s": ("wall s", 2),
+        "steady_round_s": ("steady round s", 2),
+        "first_client_s": ("first job starts at s", 2),
+        "first_step_s": ("first client trains at s", 2),
+        "peak_pss_mb": ("tree peak PSS MB", 0),
+        "accuracy": ("final mean local acc", 4),
+    }
+    lines += markdown_table(
+        ["variant", *(label for label, _ in columns.values())],
+        [[n, *(cell([r.get(k) for r in runs[n]], d) for k, (_, d) in columns.items())] for n in names],
+    )
     hand = {k: spread([r.get(k) for r in runs[HANDWRITTEN]]) for k in TARGETS}
     rows = []
     for n in names[1:]:
@@ -276,67 +346,156 @@ def report(runs: dict[str, list[dict]], cli: dict[str, dict], meta: dict) -> lis
             ratio = f"{mine[0] - hand[key][0]:+.2f} s" if key == "first_step_s" else f"{mine[0] / hand[key][0]:.2f}x"
             row.append(f"{ratio} ({target}: {'met' if met(mine[0], hand[key][0]) else 'NOT met'})")
         rows.append(row)
-    lines += ["", "Against the hand-written run (medians), with the issue's targets:", "",
-              *markdown_table(["variant", "wall", "steady round", "first client trains", "peak PSS"], rows)]
-    lines += ["", "Paired by repeat (a repeat's run over the hand-written run of the same repeat, taken minutes apart; the "
-                  "machine's speed drifts less within a repeat than across them), median (range) of the repeats' ratios:", ""]
-    lines += [f"- {n}: " + "; ".join(f"{label} {ratio_cell(paired(runs[n], runs[HANDWRITTEN], key))}"
-                                     for key, label in (("wall_s", "wall"), ("steady_round_s", "steady round"),
-                                                        ("steady_jobs_cpu_s", "jobs' CPU")))
-              for n in names[1:]]
-    lines += ["", "## Steady round, split (medians over repeats of each run's median of rounds 2..N; seconds)", "",
-              "Each client job marks its end with its wall and CPU seconds and the page faults it took; summed over the "
-              "workers of a round they split it into the jobs' compute and the workers' time outside jobs (dispatch, "
-              "transfers, waiting for the driver). Page faults count memory that malloc gave back to the system and a "
-              "job touched again (fedbench/runtime/allocator.py). The last round is also shown alone: it ends the run "
-              "(fedbench's final metrics).", "",
-              *markdown_table(["variant", "round", "jobs' wall (all workers)", "jobs' CPU", "workers outside jobs",
-                               "jobs' page faults", "last round"],
-                              [[n, *(cell([r.get(k) for r in runs[n]], 0 if k == "steady_jobs_page_faults" else 2) for k in
-                                     ("steady_round_s", "steady_jobs_s", "steady_jobs_cpu_s", "steady_outside_jobs_s",
-                                      "steady_jobs_page_faults", "last_round_s"))] for n in names])]
-    lines += ["", "## Start-up by phase: median seconds of the gap ending at each mark (time order)", "",
-              *markdown_table(["phase (timeline mark)", *names],
-                              [[f"{label} ({mark})", *(cell([r["phases"].get(mark) for r in runs[n]]) for n in names)]
-                               for mark, label in {**STARTUP, **LATER}.items()])]
+    lines += [
+        "",
+        "Against the hand-written run (medians), with the issue's targets:",
+        "",
+        *markdown_table(["variant", "wall", "steady round", "first client trains", "peak PSS"], rows),
+    ]
+    lines += [
+        "",
+        "Paired by repeat (a repeat's run over the hand-written run of the same repeat, taken minutes apart; the "
+        "machine's speed drifts less within a repeat than across them), median (range) of the repeats' ratios:",
+        "",
+    ]
+    lines += [
+        f"- {n}: "
+        + "; ".join(
+            f"{label} {ratio_cell(paired(runs[n], runs[HANDWRITTEN], key))}"
+            for key, label in (
+                ("wall_s", "wall"),
+                ("steady_round_s", "steady round"),
+                ("steady_jobs_cpu_s", "jobs' CPU"),
+            )
+        )
+        for n in names[1:]
+    ]
+    lines += [
+        "",
+        "## Steady round, split (medians over repeats of each run's median of rounds 2..N; seconds)",
+        "",
+        "Each client job marks its end with its wall and CPU seconds and the page faults it took; summed over the "
+        "workers of a round they split it into the jobs' compute and the workers' time outside jobs (dispatch, "
+        "transfers, waiting for the driver). Page faults count memory that malloc gave back to the system and a "
+        "job touched again (fedbench/runtime/allocator.py). The last round is also shown alone: it ends the run "
+        "(fedbench's final metrics).",
+        "",
+        *markdown_table(
+            [
+                "variant",
+                "round",
+                "jobs' wall (all workers)",
+                "jobs' CPU",
+                "workers outside jobs",
+                "jobs' page faults",
+                "last round",
+            ],
+            [
+                [
+                    n,
+                    *(
+                        cell([r.get(k) for r in runs[n]], 0 if k == "steady_jobs_page_faults" else 2)
+                        for k in (
+                            "steady_round_s",
+                            "steady_jobs_s",
+                            "steady_jobs_cpu_s",
+                            "steady_outside_jobs_s",
+                            "steady_jobs_page_faults",
+                            "last_round_s",
+                        )
+                    ),
+                ]
+                for n in names
+            ],
+        ),
+    ]
+    lines += [
+        "",
+        "## Start-up by phase: median seconds of the gap ending at each mark (time order)",
+        "",
+        *markdown_table(
+            ["phase (timeline mark)", *names],
+            [
+                [f"{label} ({mark})", *(cell([r["phases"].get(mark) for r in runs[n]]) for n in names)]
+                for mark, label in {**STARTUP, **LATER}.items()
+            ],
+        ),
+    ]
     missing = [n for n in names if not any(r["phases"] for r in runs[n])]
     if missing:
-        lines += ["", f"No timeline marks from {', '.join(missing)} (a checkout without fedbench/core/timeline.py): "
-                      "wall and PSS only."]
-    parts = sorted({p for n in names for r in runs[n] for p in r["pss_parts_mb"]},
-                   key=lambda p: -max(statistics.median([r["pss_parts_mb"].get(p, 0) for r in runs[n]]) for n in names))
-    lines += ["", "## Peak PSS by process (MB, median over repeats of the parts at each run's peak)", "",
-              *markdown_table(["process", *names], [[p, *(cell([r["pss_parts_mb"].get(p, 0) for r in runs[n]], 0) for n in names)]
-                                                    for p in parts])]
-    lines += ["", "Workers that marked a first job (of 2): " + ", ".join(
-        f"{n} {'/'.join(str(r['workers_marking']) for r in runs[n])}" for n in names)]
-    lines += ["", "Notes: the hand-written script reads torchvision's MNIST from an extracted copy of FEDBENCH_DATA's .gz "
-              "files (as torchvision leaves them after a download); fedbench decodes the .gz itself, from its cache when "
-              "the checkout has one (warmed before timing); each repeat's new MLflow store is copied from the migrated template "
-              "where the checkout has one (made before timing), else migrated by MLflow. fedbench's workers take one optimizer step at load (its "
-              "warm-up: torch's first optimizer imports torch._dynamo), which the hand-written actors pay inside their "
-              "first job instead: it counts in fedbench's 'workers started and loaded' and in the hand-written run's "
-              "gap between its first job's start and its first training step. PSS is sampled "
-              "every 0.5 s. Load average (1 min) at each run's launch: " + "; ".join(
-                  f"{n} " + "/".join(f"{r['load_1min']:.1f}" for r in runs[n]) for n in names)]
-    lines += ["", "## Light commands: median whole-process seconds (target < 2 s)", "",
-              *markdown_table(["variant", *CLI_COMMANDS], [[n, *(f"{t[c]:.2f}" for c in CLI_COMMANDS)] for n, t in cli.items()])]
+        lines += [
+            "",
+            f"No timeline marks from {', '.join(missing)} (a checkout without fedbench/core/timeline.py): "
+            "wall and PSS only.",
+        ]
+    parts = sorted(
+        {p for n in names for r in runs[n] for p in r["pss_parts_mb"]},
+        key=lambda p: -max(statistics.median([r["pss_parts_mb"].get(p, 0) for r in runs[n]]) for n in names),
+    )
+    lines += [
+        "",
+        "## Peak PSS by process (MB, median over repeats of the parts at each run's peak)",
+        "",
+        *markdown_table(
+            ["process", *names],
+            [[p, *(cell([r["pss_parts_mb"].get(p, 0) for r in runs[n]], 0) for n in names)] for p in parts],
+        ),
+    ]
+    lines += [
+        "",
+        "Workers that marked a first job (of 2): "
+        + ", ".join(f"{n} {'/'.join(str(r['workers_marking']) for r in runs[n])}" for n in names),
+    ]
+    lines += [
+        "",
+        "Notes: the hand-written script reads torchvision's MNIST from an extracted copy of FEDBENCH_DATA's .gz "
+        "files (as torchvision leaves them after a download); fedbench decodes the .gz itself, from its cache when "
+        "the checkout has one (warmed before timing); each repeat's new MLflow store is copied from the migrated "
+        "template where the checkout has one (made before timing), else migrated by MLflow. fedbench's workers take "
+        "one optimizer step at load (its "
+        "warm-up: torch's first optimizer imports torch._dynamo), which the hand-written actors pay inside their "
+        "first job instead: it counts in fedbench's 'workers started and loaded' and in the hand-written run's "
+        "gap between its first job's start and its first training step. PSS is sampled "
+        "every 0.5 s. Load average (1 min) at each run's launch: "
+        + "; ".join(f"{n} " + "/".join(f"{r['load_1min']:.1f}" for r in runs[n]) for n in names),
+    ]
+    lines += [
+        "",
+        "## Light commands: median whole-process seconds (target < 2 s)",
+        "",
+        *markdown_table(
+            ["variant", *CLI_COMMANDS], [[n, *(f"{t[c]:.2f}" for c in CLI_COMMANDS)] for n, t in cli.items()]
+        ),
+    ]
     return lines + [""]
 
 
 def machine() -> str:
-    model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                  if line.startswith("model name")), platform.processor())
-    return f"{model}, {os.cpu_count()} cores, {psutil.virtual_memory().total / 2**30:.0f} GiB, Python {platform.python_version()}"
+    model = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        ),
+        platform.processor(),
+    )
+    memory_gib = psutil.virtual_memory().total / 2**30
+    return f"{model}, {os.cpu_count()} cores, {memory_gib:.0f} GiB, Python {platform.python_version()}"
 
 
 # ---- main ----
 
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=3, help="interleaved runs of each variant")
-    parser.add_argument("--variant", action="append", default=[], metavar="NAME=CHECKOUT",
-                        help="a fedbench checkout to run (repeatable; default fedbench=.)")
+    parser.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="NAME=CHECKOUT",
+        help="a fedbench checkout to run (repeatable; default fedbench=.)",
+    )
     parser.add_argument("--cli-repeats", type=int, default=3, help="runs of each light command (median)")
     parser.add_argument("--note", default="", help="a line for the top of the report (e.g. where and when taken)")
     parser.add_argument("--out", default="cli_overhead", help="report name under bench/results/")
@@ -347,9 +506,15 @@ def main() -> None:
     variants = {name: Path(path).resolve() for name, path in variants.items()}
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "MLFLOW_TRACKING_URI", "FEDBENCH_TIMELINE")}
     env["RAY_AUTH_MODE"] = "disabled"
-    meta = {"note": args.note, "date": datetime.datetime.now().isoformat(timespec="minutes"), "machine": machine(),
-            "command": " ".join(["python", *("NOTE" if a == args.note else a for a in sys.argv)]), "variants": {k: os.path.relpath(v, REPO) for k, v in variants.items()},
-            "repeats": args.repeats, "load_before": os.getloadavg()[0]}
+    meta = {
+        "note": args.note,
+        "date": datetime.datetime.now().isoformat(timespec="minutes"),
+        "machine": machine(),
+        "command": " ".join(["python", *("NOTE" if a == args.note else a for a in sys.argv)]),
+        "variants": {k: os.path.relpath(v, REPO) for k, v in variants.items()},
+        "repeats": args.repeats,
+        "load_before": os.getloadavg()[0],
+    }
     runs: dict[str, list[dict]] = {HANDWRITTEN: [], **{name: [] for name in variants}}
     with tempfile.TemporaryDirectory(prefix="cli_overhead-") as tmp:
         work = Path(tmp)
@@ -359,10 +524,13 @@ def main() -> None:
             warm_cache(checkout, envs[name])
         order = list(runs)
         for repeat in range(args.repeats):
-            for name in order[repeat % len(order):] + order[:repeat % len(order)]:
+            for name in order[repeat % len(order) :] + order[: repeat % len(order)]:
                 folder = work / f"{name}-{repeat}"
-                run = (handwritten_run(partition, root, env, folder) if name == HANDWRITTEN
-                       else fedbench_run(variants[name], envs[name], folder))
+                run = (
+                    handwritten_run(partition, root, env, folder)
+                    if name == HANDWRITTEN
+                    else fedbench_run(variants[name], envs[name], folder)
+                )
                 runs[name].append(run)
                 print(json.dumps({"variant": name, "repeat": repeat, **run}), flush=True)
         cli = {name: cli_times(checkout, envs[name], args.cli_repeats, work) for name, checkout in variants.items()}

@@ -47,20 +47,22 @@ TARGET_GAIN_FEDAVG = 0.15
 
 def spec_for(method: str, args: argparse.Namespace):
     pooled = method == POOLED
-    return resolve_run({
-        "task": "bench_conditional_e1",
-        "dataset": {"name": args.dataset, **({"data_root": args.data_root} if args.data_root else {})},
-        "model": "cnn_mnist",
-        "algorithm": {"name": "conditional", "centralized_pool": True} if pooled else method,
-        "scenario": {"preset": "conditional/E1", "clusters": args.clusters, "sparsity": args.sparsity},
-        "rounds": args.pooled_epochs if pooled else args.rounds,
-        "local_epochs": 1 if pooled else args.local_epochs,
-        "batch_size": 64,
-        "optimizer": {"name": "sgd", "lr": 0.01, "momentum": 0.9},
-        "seed": args.seed,
-        "eval_every": (args.pooled_epochs if pooled else args.eval_every or args.rounds),
-        "resources": {"backend": args.backend, **({"num_workers": args.workers} if args.backend == "ray" else {})},
-    })
+    return resolve_run(
+        {
+            "task": "bench_conditional_e1",
+            "dataset": {"name": args.dataset, **({"data_root": args.data_root} if args.data_root else {})},
+            "model": "cnn_mnist",
+            "algorithm": {"name": "conditional", "centralized_pool": True} if pooled else method,
+            "scenario": {"preset": "conditional/E1", "clusters": args.clusters, "sparsity": args.sparsity},
+            "rounds": args.pooled_epochs if pooled else args.rounds,
+            "local_epochs": 1 if pooled else args.local_epochs,
+            "batch_size": 64,
+            "optimizer": {"name": "sgd", "lr": 0.01, "momentum": 0.9},
+            "seed": args.seed,
+            "eval_every": (args.pooled_epochs if pooled else args.eval_every or args.rounds),
+            "resources": {"backend": args.backend, **({"num_workers": args.workers} if args.backend == "ray" else {})},
+        }
+    )
 
 
 def run_one(method: str, args: argparse.Namespace) -> dict:
@@ -71,14 +73,23 @@ def run_one(method: str, args: argparse.Namespace) -> dict:
     row = {"method": method, "wall_s": time.perf_counter() - start}
     row.update({key: result.final.get(M.FINAL_PREFIX + key) for key in KEYS})
     row["comm_up_bytes"] = result.final[M.TOTAL_PREFIX + M.COMM_UP_BYTES]
-    row["acc_local_by_round"] = {int(rec["round"]): rec[M.ACC_LOCAL_MEAN] for rec in result.history if M.ACC_LOCAL_MEAN in rec}
-    print(f"{method:>12}: local {row[M.ACC_LOCAL_MEAN]:.4f} (min {row[M.ACC_LOCAL_MIN]:.4f})  test-time "
-          f"{row[M.ACC_TEST_TIME]:.4f}  ({row['wall_s']:.0f} s)", flush=True)
+    row["acc_local_by_round"] = {
+        int(rec["round"]): rec[M.ACC_LOCAL_MEAN] for rec in result.history if M.ACC_LOCAL_MEAN in rec
+    }
+    print(
+        f"{method:>12}: local {row[M.ACC_LOCAL_MEAN]:.4f} (min {row[M.ACC_LOCAL_MIN]:.4f})  test-time "
+        f"{row[M.ACC_TEST_TIME]:.4f}  ({row['wall_s']:.0f} s)",
+        flush=True,
+    )
     return row
 
 
 def verdict(rows: dict[str, dict], method: str = "conditional") -> dict:
-    cond, oracle, fedavg = rows[method][M.ACC_LOCAL_MEAN], rows["oracle"][M.ACC_LOCAL_MEAN], rows["fedavg"][M.ACC_LOCAL_MEAN]
+    cond, oracle, fedavg = (
+        rows[method][M.ACC_LOCAL_MEAN],
+        rows["oracle"][M.ACC_LOCAL_MEAN],
+        rows["fedavg"][M.ACC_LOCAL_MEAN],
+    )
     return {
         "method": method,
         "conditional_minus_oracle": cond - oracle,
@@ -90,9 +101,11 @@ def verdict(rows: dict[str, dict], method: str = "conditional") -> dict:
 
 def markdown(args: argparse.Namespace, rows: dict[str, dict], checks: list[dict]) -> str:
     pooled = f" --pooled-epochs {args.pooled_epochs}" if args.pooled_epochs else ""
-    command = (f"`FEDBENCH_DATA=... nice -n 10 python bench/conditional_e1.py --rounds {args.rounds} "
-               f"--local-epochs {args.local_epochs} --clusters {args.clusters} --sparsity {args.sparsity} --seed {args.seed} "
-               f"--eval-every {args.eval_every} --backend {args.backend}{pooled}`")
+    command = (
+        f"`FEDBENCH_DATA=... nice -n 10 python bench/conditional_e1.py --rounds {args.rounds} "
+        f"--local-epochs {args.local_epochs} --clusters {args.clusters} --sparsity {args.sparsity} --seed {args.seed} "
+        f"--eval-every {args.eval_every} --backend {args.backend}{pooled}`"
+    )
     lines = [
         f"# Client-Conditional FL vs Oracle vs FedAvg, 001 E1 label shift "
         f"({args.dataset}, K = {args.clusters}, {args.sparsity})",
@@ -100,20 +113,43 @@ def markdown(args: argparse.Namespace, rows: dict[str, dict], checks: list[dict]
         command,
         "",
     ]
-    paper = lambda m: f"{PAPER.get(m, PAPER['conditional']):.3f}" if args.dataset == "fmnist" and args.clusters == 5 else "-"
+
+    def paper(m):
+        return f"{PAPER.get(m, PAPER['conditional']):.3f}" if args.dataset == "fmnist" and args.clusters == 5 else "-"
+
     lines += markdown_table(
-        ["method", "local acc (mean)", "local acc (min)", "test-time acc", "system acc", "paper (Table II)", "uplink bytes",
-         "wall s"],
-        ([m, f"{r[M.ACC_LOCAL_MEAN]:.4f}", f"{r[M.ACC_LOCAL_MIN]:.4f}", f"{r[M.ACC_TEST_TIME]:.4f}", f"{r[M.ACC_SYSTEM]:.4f}",
-          paper(m), f"{r['comm_up_bytes']:.0f}", f"{r['wall_s']:.0f}"]
-         for m, r in ((m, rows[m]) for m in [*METHODS, *([POOLED] if POOLED in rows else [])])))
+        [
+            "method",
+            "local acc (mean)",
+            "local acc (min)",
+            "test-time acc",
+            "system acc",
+            "paper (Table II)",
+            "uplink bytes",
+            "wall s",
+        ],
+        (
+            [
+                m,
+                f"{r[M.ACC_LOCAL_MEAN]:.4f}",
+                f"{r[M.ACC_LOCAL_MIN]:.4f}",
+                f"{r[M.ACC_TEST_TIME]:.4f}",
+                f"{r[M.ACC_SYSTEM]:.4f}",
+                paper(m),
+                f"{r['comm_up_bytes']:.0f}",
+                f"{r['wall_s']:.0f}",
+            ]
+            for m, r in ((m, rows[m]) for m in [*METHODS, *([POOLED] if POOLED in rows else [])])
+        ),
+    )
     lines.append("")
     for check in checks:
         lines.append(
             f"{check['method']} - Oracle: {100 * check['conditional_minus_oracle']:+.1f} points (target >= -2: "
             f"{'met' if check['within_2_points_of_oracle'] else 'MISSED'}); {check['method']} - FedAvg: "
             f"{100 * check['conditional_minus_fedavg']:+.1f} points (target >= +15: "
-            f"{'met' if check['at_least_15_points_above_fedavg'] else 'MISSED'}).")
+            f"{'met' if check['at_least_15_points_above_fedavg'] else 'MISSED'})."
+        )
     scale = f"Reduced scale: {args.rounds} rounds x {args.local_epochs} local epoch(s) of federated training"
     if args.pooled_epochs:
         scale += f"; conditional_pooled: {args.pooled_epochs} epochs of batch 64 on the pooled data"
@@ -134,7 +170,9 @@ def main() -> None:
     parser.add_argument("--backend", choices=("serial", "ray"), default="serial")
     parser.add_argument("--workers", type=int, default=2, help="Ray workers (backend ray)")
     parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=(*METHODS, POOLED))
-    parser.add_argument("--pooled-epochs", type=int, default=0, help="epochs (= rounds) of conditional_pooled; 0: not run")
+    parser.add_argument(
+        "--pooled-epochs", type=int, default=0, help="epochs (= rounds) of conditional_pooled; 0: not run"
+    )
     args = parser.parse_args()
     if args.pooled_epochs and POOLED not in args.methods:
         args.methods.append(POOLED)

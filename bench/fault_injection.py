@@ -37,11 +37,19 @@ TRIALS = 6
 
 
 def write_task(folder: Path, name: str, rounds: int) -> Path:
-    task = {"name": name, "dataset": "digits", "model": {"name": "mlp", "hidden": [32]},
-            "scenario": {"partition": "dirichlet", "alpha": 0.5, "num_clients": 4}, "rounds": rounds,
-            "local_epochs": 1, "batch_size": 32, "optimizer": {"name": "sgd", "lr": 0.05, "momentum": 0.9},
-            "resources": {"client_cpus": 0.5},
-            "grid": {"algorithm": ["fedavg", "local"], "scenario.alpha": [0.3, 1.0, 3.0]}, "seeds": [0]}
+    task = {
+        "name": name,
+        "dataset": "digits",
+        "model": {"name": "mlp", "hidden": [32]},
+        "scenario": {"partition": "dirichlet", "alpha": 0.5, "num_clients": 4},
+        "rounds": rounds,
+        "local_epochs": 1,
+        "batch_size": 32,
+        "optimizer": {"name": "sgd", "lr": 0.05, "momentum": 0.9},
+        "resources": {"client_cpus": 0.5},
+        "grid": {"algorithm": ["fedavg", "local"], "scenario.alpha": [0.3, 1.0, 3.0]},
+        "seeds": [0],
+    }
     path = folder / f"{name}.yaml"
     path.write_text(yaml.safe_dump(task))
     return path
@@ -51,8 +59,14 @@ def sweep(task: Path, env: dict, *extra: str) -> subprocess.Popen:
     """`fedbench sweep` in its own session (process group), so it and only it can be killed; its output goes to a
     log file beside the task (a pipe nobody reads while the case waits would fill and stall the sweep)."""
     log = open(task.parent / f"{task.stem}-{time.monotonic_ns()}.log", "w")
-    return subprocess.Popen([sys.executable, "-m", "fedbench", "sweep", str(task), "--max-concurrent", "1", *extra],
-                            env=env, stdout=log, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "fedbench", "sweep", str(task), "--max-concurrent", "1", *extra],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
 
 
 def children(client: MlflowClient, experiment: str) -> list:
@@ -109,13 +123,22 @@ def killed_driver(folder: Path, client: MlflowClient, env: dict, rounds: int) ->
     runs = children(client, "fault_driver")
     hashes = [r.data.params.get("run_hash") for r in runs]
     return [
-        ("(a) driver SIGKILLed after 2 trials", "2 or more FINISHED children before the kill",
-         f"{len(done_before)} FINISHED, {left_running} RUNNING at the kill"),
-        ("(a) `--resume` after the kill", "exit 0; 6 children, 6 distinct run hashes, all FINISHED; 1 parent",
-         f"exit {resumed.returncode} in {time.time() - start:.0f} s; {len(runs)} children, {len(set(hashes))} distinct "
-         f"run hashes, {statuses(runs)}; {len(parents(client, 'fault_driver'))} parent"),
-        ("(a) trials done before the kill", "kept, not run again",
-         f"{len(done_before & {r.info.run_id for r in runs})} of {len(done_before)} kept"),
+        (
+            "(a) driver SIGKILLed after 2 trials",
+            "2 or more FINISHED children before the kill",
+            f"{len(done_before)} FINISHED, {left_running} RUNNING at the kill",
+        ),
+        (
+            "(a) `--resume` after the kill",
+            "exit 0; 6 children, 6 distinct run hashes, all FINISHED; 1 parent",
+            f"exit {resumed.returncode} in {time.time() - start:.0f} s; {len(runs)} children, "
+            f"{len(set(hashes))} distinct run hashes, {statuses(runs)}; {len(parents(client, 'fault_driver'))} parent",
+        ),
+        (
+            "(a) trials done before the kill",
+            "kept, not run again",
+            f"{len(done_before & {r.info.run_id for r in runs})} of {len(done_before)} kept",
+        ),
     ]
 
 
@@ -135,7 +158,10 @@ def kill_a_running_trial(task: Path, experiment: str, client: MlflowClient, env:
     """Start a sweep of `task`, SIGKILL the process of its first running trial, let the sweep end; returns how
     many processes were killed and how the sweep ended."""
     proc = sweep(task, env, *extra)
-    running = lambda: any(r.info.status == "RUNNING" for r in children(client, experiment)) and trial_processes(proc)
+
+    def running():
+        return any(r.info.status == "RUNNING" for r in children(client, experiment)) and trial_processes(proc)
+
     wait_until(running, 600, proc)
     victims = trial_processes(proc)
     for victim in victims:
@@ -156,50 +182,98 @@ def killed_trial(folder: Path, client: MlflowClient, env: dict, rounds: int) -> 
     runs = children(client, "fault_trial")
     reasons = {r.data.tags.get("failure_reason", "")[:60] for r in runs if r.info.status == "FAILED"}
     return [
-        ("(b) a running trial's process SIGKILLed, `--max-failures 0`", "the sweep ends (exit 1: a trial failed)",
-         f"killed {victims} trial process(es); {ended}"),
-        ("(b) its child run and the others", "1 FAILED with a reason, 5 FINISHED, none RUNNING",
-         f"{len(runs)} children: {statuses(runs)}; reason: {'; '.join(sorted(reasons)) or '-'}"),
+        (
+            "(b) a running trial's process SIGKILLed, `--max-failures 0`",
+            "the sweep ends (exit 1: a trial failed)",
+            f"killed {victims} trial process(es); {ended}",
+        ),
+        (
+            "(b) its child run and the others",
+            "1 FAILED with a reason, 5 FINISHED, none RUNNING",
+            f"{len(runs)} children: {statuses(runs)}; reason: {'; '.join(sorted(reasons)) or '-'}",
+        ),
     ]
 
 
-def two_at_once(folder: Path, client: MlflowClient, env: dict, rounds: int, results: Path) -> list[tuple[str, str, str]]:
+def two_at_once(
+    folder: Path, client: MlflowClient, env: dict, rounds: int, results: Path
+) -> list[tuple[str, str, str]]:
     task = write_task(folder, "fault_twice", rounds)
     start = time.time()
     first, second = sweep(task, env), sweep(task, env)
     codes = [p.wait(timeout=1200) for p in (first, second)]
     sweeps = parents(client, "fault_twice")
     runs = children(client, "fault_twice")
-    per_parent = sorted(sum(r.data.tags.get("mlflow.parentRunId") == p.info.run_id and r.info.status == "FINISHED"
-                            for r in runs) for p in sweeps)
+    per_parent = sorted(
+        sum(r.data.tags.get("mlflow.parentRunId") == p.info.run_id and r.info.status == "FINISHED" for r in runs)
+        for p in sweeps
+    )
     folders = sorted(d.name for d in (results / "ray_results").iterdir() if d.name.startswith("fault_twice"))
     return [
-        ("(c) two sweeps of one task at once", "both exit 0",
-         f"exit {codes[0]} and {codes[1]}, {time.time() - start:.0f} s for both"),
-        ("(c) their MLflow runs", "2 parents, 6 FINISHED children each",
-         f"{len(sweeps)} parents, FINISHED children per parent: {per_parent}"),
+        (
+            "(c) two sweeps of one task at once",
+            "both exit 0",
+            f"exit {codes[0]} and {codes[1]}, {time.time() - start:.0f} s for both",
+        ),
+        (
+            "(c) their MLflow runs",
+            "2 parents, 6 FINISHED children each",
+            f"{len(sweeps)} parents, FINISHED children per parent: {per_parent}",
+        ),
         ("(c) their Tune folders", "2 distinct folders", f"{len(set(folders))}: {', '.join(folders)}"),
     ]
 
 
-def retried_trial(folder: Path, client: MlflowClient, env: dict, rounds: int, results: Path) -> list[tuple[str, str, str]]:
+def retried_trial(
+    folder: Path, client: MlflowClient, env: dict, rounds: int, results: Path
+) -> list[tuple[str, str, str]]:
     task = write_task(folder, "fault_retry", rounds)
     victims, ended = kill_a_running_trial(task, "fault_retry", client, env)
     runs = children(client, "fault_retry")
     retried = [r for r in runs if "fedbench.retried" in r.data.tags]
     finished_keys = [r.data.tags.get("fedbench.trial_key") for r in runs if r.info.status == "FINISHED"]
-    board = subprocess.run([sys.executable, "-m", "fedbench", "leaderboard", "--experiment", "fault_retry", "--format",
-                            "markdown", "--out", str(folder / "fault_retry.md")], env=env, capture_output=True, text=True)
+    board = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "fedbench",
+            "leaderboard",
+            "--experiment",
+            "fault_retry",
+            "--format",
+            "markdown",
+            "--out",
+            str(folder / "fault_retry.md"),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     table = (folder / "fault_retry.md").read_text() if board.returncode == 0 else board.stdout + board.stderr
-    ranked = sum(int(line.split("|")[5]) for line in table.splitlines() if line.startswith("| ") and line.split("|")[5].strip().isdigit())
+    ranked = sum(
+        int(line.split("|")[5])
+        for line in table.splitlines()
+        if line.startswith("| ") and line.split("|")[5].strip().isdigit()
+    )
     return [
-        ("(d) a running trial's process SIGKILLed, default `max_failures` (1)", "Tune restarts it; the sweep exits 0",
-         f"killed {victims} trial process(es); {ended}"),
-        ("(d) its child runs and the others", "6 FINISHED (one per trial key), 1 FAILED tagged retried, none RUNNING",
-         f"{len(runs)} children: {statuses(runs)}; {len(set(finished_keys))} distinct trial keys FINISHED; "
-         f"{len(retried)} tagged retried: {'; '.join(r.data.tags.get('failure_reason', '')[:60] for r in retried) or '-'}"),
-        ("(d) `fedbench leaderboard`", "ranks 6 runs, lists no failed run",
-         f"exit {board.returncode}; {ranked} runs ranked; {'Failed runs' in table and 'a failed-run list' or 'no failed-run list'}"),
+        (
+            "(d) a running trial's process SIGKILLed, default `max_failures` (1)",
+            "Tune restarts it; the sweep exits 0",
+            f"killed {victims} trial process(es); {ended}",
+        ),
+        (
+            "(d) its child runs and the others",
+            "6 FINISHED (one per trial key), 1 FAILED tagged retried, none RUNNING",
+            f"{len(runs)} children: {statuses(runs)}; {len(set(finished_keys))} distinct trial keys FINISHED; "
+            f"{len(retried)} tagged retried: "
+            f"{'; '.join(r.data.tags.get('failure_reason', '')[:60] for r in retried) or '-'}",
+        ),
+        (
+            "(d) `fedbench leaderboard`",
+            "ranks 6 runs, lists no failed run",
+            f"exit {board.returncode}; {ranked} runs ranked; "
+            f"{'a failed-run list' if 'Failed runs' in table else 'no failed-run list'}",
+        ),
     ]
 
 
@@ -219,8 +293,10 @@ def main() -> None:
     rows += two_at_once(folder, client, env, args.rounds, results)
     rows += retried_trial(folder, client, env, args.rounds, results)
     lines = ["| case | expected | observed |", "|---|---|---|", *(f"| {a} | {b} | {c} |" for a, b, c in rows)]
-    header = (f"# Fault injection (bench/fault_injection.py)\n\n`fedbench sweep` subprocesses, 6 trials of {args.rounds} "
-              f"rounds each (digits, MLP), `--max-concurrent 1`, one results folder ({folder}).\n")
+    header = (
+        f"# Fault injection (bench/fault_injection.py)\n\n`fedbench sweep` subprocesses, 6 trials of {args.rounds} "
+        f"rounds each (digits, MLP), `--max-concurrent 1`, one results folder ({folder}).\n"
+    )
     text = header + "\n" + "\n".join(lines) + "\n"
     print(text)
     out = Path(__file__).parent / "results" / "fault_injection.md"

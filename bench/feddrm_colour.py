@@ -45,14 +45,22 @@ KEYS = (M.ACC_SYSTEM, M.ACC_ROUTING, M.ACC_LOCAL_PI_WEIGHTED)
 
 
 def overrides(dataset: str, preset: str, seeds: list[int]) -> list[str]:
-    return ["profile=reduced", f"grid.dataset=[{dataset}]", f"grid.scenario.preset=[{preset}]",
-            f"grid.algorithm={ALGORITHMS}", f"seeds={seeds}"]
+    return [
+        "profile=reduced",
+        f"grid.dataset=[{dataset}]",
+        f"grid.scenario.preset=[{preset}]",
+        f"grid.algorithm={ALGORITHMS}",
+        f"seeds={seeds}",
+    ]
 
 
 def specs_of(seeds: list[int]) -> list[tuple[str, RunSpec]]:
     """(setting, spec) for every run: the task file with each setting's overrides, expanded."""
-    return [(setting, spec) for setting, (dataset, preset) in SETTINGS.items()
-            for spec in load_task(TASK, overrides(dataset, preset, seeds)).expand()]
+    return [
+        (setting, spec)
+        for setting, (dataset, preset) in SETTINGS.items()
+        for spec in load_task(TASK, overrides(dataset, preset, seeds)).expand()
+    ]
 
 
 def run_one(setting: str, spec: RunSpec) -> dict:
@@ -65,11 +73,19 @@ def run_one(setting: str, spec: RunSpec) -> dict:
     result = run_spec(spec)
     if result.status != "FINISHED":
         raise SystemExit(f"{setting} {spec.algorithm.name} seed {spec.seed} failed: {result.reason}")
-    row = {"setting": setting, "method": spec.algorithm.name, "seed": spec.seed, "run_hash": spec.run_hash,
-           "wall_s": time.perf_counter() - start,
-           **{key: result.final.get(M.FINAL_PREFIX + key) for key in KEYS}}
-    print(f"{setting:>34} {spec.algorithm.name:>9} seed {spec.seed}: system {row[M.ACC_SYSTEM]:.4f} "
-          f"({row['wall_s']:.0f} s)", flush=True)
+    row = {
+        "setting": setting,
+        "method": spec.algorithm.name,
+        "seed": spec.seed,
+        "run_hash": spec.run_hash,
+        "wall_s": time.perf_counter() - start,
+        **{key: result.final.get(M.FINAL_PREFIX + key) for key in KEYS},
+    }
+    print(
+        f"{setting:>34} {spec.algorithm.name:>9} seed {spec.seed}: system {row[M.ACC_SYSTEM]:.4f} "
+        f"({row['wall_s']:.0f} s)",
+        flush=True,
+    )
     return row
 
 
@@ -91,8 +107,14 @@ def markdown(rows: list[dict], seeds: list[int], command: str, commit: str) -> s
     for setting in SETTINGS:
         by_seed = {(r["method"], r["seed"]): r[M.ACC_SYSTEM] for r in rows if r["setting"] == setting}
         diffs = [100 * (by_seed[("feddrm", s)] - by_seed[("fedavg_ft", s)]) for s in seeds]
-        gaps.append([setting, *(f"{d:+.1f}" for d in diffs), f"{statistics.fmean(diffs):+.1f}",
-                     f"{sum(d > 0 for d in diffs)} of {len(diffs)}"])
+        gaps.append(
+            [
+                setting,
+                *(f"{d:+.1f}" for d in diffs),
+                f"{statistics.fmean(diffs):+.1f}",
+                f"{sum(d > 0 for d in diffs)} of {len(diffs)}",
+            ]
+        )
     lines = [
         "# FedDRM routing vs FedAvgFT majority vote on colourised MNIST (004 Table 1's comparison, reduced)",
         "",
@@ -102,7 +124,9 @@ def markdown(rows: list[dict], seeds: list[int], command: str, commit: str) -> s
         "",
         "## Results (mean ± sample std over seeds)",
         "",
-        *markdown_table(["data, partition", "method", "system acc", "routing acc", "pi-weighted local acc", "n"], table),
+        *markdown_table(
+            ["data, partition", "method", "system acc", "routing acc", "pi-weighted local acc", "n"], table
+        ),
         "",
         "FedDRM system - FedAvgFT system, in points, per seed:",
         "",
@@ -121,10 +145,11 @@ def main() -> None:
     commit = provenance.head_commit()  # the code that runs is the code of now, before anything is written
     runs = specs_of(args.seeds)
     with ProcessPoolExecutor(args.workers) as pool:
-        rows = list(pool.map(run_one, *zip(*runs)))
+        rows = list(pool.map(run_one, *zip(*runs, strict=True)))
     command = f"python bench/feddrm_colour.py --seeds {' '.join(map(str, args.seeds))} --workers {args.workers}"
-    (RESULTS / "feddrm_colour.json").write_text(json.dumps({"command": command, "commit": commit, "runs": rows},
-                                                           indent=1) + "\n")
+    (RESULTS / "feddrm_colour.json").write_text(
+        json.dumps({"command": command, "commit": commit, "runs": rows}, indent=1) + "\n"
+    )
     text = markdown(rows, args.seeds, command, commit)
     print(text)
     report = RESULTS / "feddrm_colour.md"

@@ -7,7 +7,8 @@ differ in gamma (2 groups) and in their label mix: routing must use both. Model:
 CNN backbone (CPU stand-in for ResNet-18) and 256-wide paths; FedAvgFT runs the same target network without
 the client path (004 Sec. 3.1: "FedDRM uses the same image classification architecture as all baselines").
 Optimiser as 004 (SGD lr 0.01, momentum 0.9, weight decay 5e-4, batch 128) but constant learning rate and
-`--rounds` rounds of `--local-epochs` local epochs (on digits, 2 epochs of batch 32 are 10 steps), against 004's 800 rounds of 10 steps with cosine decay; FedAvgFT
+`--rounds` rounds of `--local-epochs` local epochs (on digits, 2 epochs of batch 32 are 10 steps), against 004's 800
+rounds of 10 steps with cosine decay; FedAvgFT
 fine-tunes for the last `--ft-rounds` rounds (004: 100 of 800).
 
 Reported, from the runtime's final evaluation: system accuracy (pooled test splits; FedDRM routes each sample
@@ -41,20 +42,28 @@ KEYS = (M.ACC_SYSTEM, M.ACC_ROUTING, M.ACC_LOCAL_PI_WEIGHTED, M.ACC_LOCAL_MEAN)
 
 def spec_for(method: str, args: argparse.Namespace):
     algorithm = {"name": method, **({"lam": args.lam} if method == "feddrm" else {"ft_rounds": args.ft_rounds})}
-    return resolve_run({
-        "task": "bench_feddrm_routing",
-        "dataset": {"name": args.dataset, **({"data_root": args.data_root} if args.data_root else {})},
-        "model": {"name": "feddrm_net", "backbone": "cnn", "hidden": 256},
-        "algorithm": algorithm,
-        "scenario": {"preset": "feddrm/dir0.3"},
-        "rounds": args.rounds,
-        "local_epochs": args.local_epochs,
-        "local_steps": args.local_steps,
-        "batch_size": args.batch_size,
-        "optimizer": {"name": "sgd", "lr": args.lr, "momentum": 0.9, "weight_decay": 5e-4, "schedule": args.schedule},
-        "seed": args.seed,
-        "eval_every": args.rounds,
-    })
+    return resolve_run(
+        {
+            "task": "bench_feddrm_routing",
+            "dataset": {"name": args.dataset, **({"data_root": args.data_root} if args.data_root else {})},
+            "model": {"name": "feddrm_net", "backbone": "cnn", "hidden": 256},
+            "algorithm": algorithm,
+            "scenario": {"preset": "feddrm/dir0.3"},
+            "rounds": args.rounds,
+            "local_epochs": args.local_epochs,
+            "local_steps": args.local_steps,
+            "batch_size": args.batch_size,
+            "optimizer": {
+                "name": "sgd",
+                "lr": args.lr,
+                "momentum": 0.9,
+                "weight_decay": 5e-4,
+                "schedule": args.schedule,
+            },
+            "seed": args.seed,
+            "eval_every": args.rounds,
+        }
+    )
 
 
 class RoundLog(Callback):
@@ -76,23 +85,32 @@ def run_one(method: str, args: argparse.Namespace) -> dict:
     row["comm_up_bytes"] = result.final[M.TOTAL_PREFIX + M.COMM_UP_BYTES]
     row["comm_eval_down_bytes"] = result.final[M.TOTAL_PREFIX + M.COMM_EVAL_DOWN_BYTES]
     routing = row[M.ACC_ROUTING]
-    print(f"{method:>10}: system {row[M.ACC_SYSTEM]:.4f}  routing {'-' if routing is None else f'{routing:.4f}'}  "
-          f"pi-weighted local {row[M.ACC_LOCAL_PI_WEIGHTED]:.4f}  ({row['wall_s']:.0f} s)", flush=True)
+    print(
+        f"{method:>10}: system {row[M.ACC_SYSTEM]:.4f}  routing {'-' if routing is None else f'{routing:.4f}'}  "
+        f"pi-weighted local {row[M.ACC_LOCAL_PI_WEIGHTED]:.4f}  ({row['wall_s']:.0f} s)",
+        flush=True,
+    )
     return row
 
 
 def command(args: argparse.Namespace) -> str:
-    return (f"FEDBENCH_DATA=... nice -n 10 python bench/feddrm_routing.py --dataset {args.dataset} "
-            f"--rounds {args.rounds} --local-epochs {args.local_epochs}"
-            f"{f' --local-steps {args.local_steps}' if args.local_steps else ''} --schedule {args.schedule} --ft-rounds {args.ft_rounds} --batch-size {args.batch_size} --lam {args.lam} "
-            f"--lr {args.lr} --seed {args.seed}")
+    return (
+        f"FEDBENCH_DATA=... nice -n 10 python bench/feddrm_routing.py --dataset {args.dataset} "
+        f"--rounds {args.rounds} --local-epochs {args.local_epochs}"
+        f"{f' --local-steps {args.local_steps}' if args.local_steps else ''} --schedule {args.schedule} "
+        f"--ft-rounds {args.ft_rounds} --batch-size {args.batch_size} --lam {args.lam} "
+        f"--lr {args.lr} --seed {args.seed}"
+    )
 
 
 def section(report: dict) -> list[str]:
     args, rows, gain = report["args"], report["rows"], report["system_gain"]
     steps = args.get("local_steps")
     work = f"{steps} local steps" if steps else f"{args.get('local_epochs', 1)} local epoch(s)"
-    fmt = lambda v: "-" if v is None else f"{v:.4f}"
+
+    def fmt(v):
+        return "-" if v is None else f"{v:.4f}"
+
     lines = [
         f"## {args['dataset']}: {args['rounds']} rounds of {work}, {args.get('schedule', 'constant')} lr, "
         f"batch {args['batch_size']} "
@@ -101,9 +119,28 @@ def section(report: dict) -> list[str]:
         f"`{report['command']}`",
         "",
         *markdown_table(
-            ["method", "system acc", "routing acc", "pi-weighted local acc", "mean local acc", "uplink bytes", "wall s"],
-            ([m, fmt(r[M.ACC_SYSTEM]), fmt(r[M.ACC_ROUTING]), fmt(r[M.ACC_LOCAL_PI_WEIGHTED]), fmt(r[M.ACC_LOCAL_MEAN]),
-              f"{r['comm_up_bytes']:.0f}", f"{r['wall_s']:.0f}"] for m, r in ((m, rows[m]) for m in METHODS))),
+            [
+                "method",
+                "system acc",
+                "routing acc",
+                "pi-weighted local acc",
+                "mean local acc",
+                "uplink bytes",
+                "wall s",
+            ],
+            (
+                [
+                    m,
+                    fmt(r[M.ACC_SYSTEM]),
+                    fmt(r[M.ACC_ROUTING]),
+                    fmt(r[M.ACC_LOCAL_PI_WEIGHTED]),
+                    fmt(r[M.ACC_LOCAL_MEAN]),
+                    f"{r['comm_up_bytes']:.0f}",
+                    f"{r['wall_s']:.0f}",
+                ]
+                for m, r in ((m, rows[m]) for m in METHODS)
+            ),
+        ),
     ]
     verdict = "met" if gain > 0 else "MISSED"
     lines += ["", f"FedDRM system - FedAvgFT system: {100 * gain:+.1f} points (target > 0: {verdict}).", ""]
@@ -146,12 +183,21 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     path = out / "feddrm_routing.json"
     reports = json.loads(path.read_text()) if path.exists() else {}  # one entry per configuration run so far
-    key = f"{args.dataset}-r{args.rounds}-e{args.local_epochs}-k{args.local_steps}-{args.schedule}-ft{args.ft_rounds}-b{args.batch_size}-lam{args.lam}-lr{args.lr}-s{args.seed}"
-    reports[key] = {"args": vars(args), "command": command(args), "rows": rows, "system_gain": gain,
-                    "target_met": gain > 0}
+    key = (
+        f"{args.dataset}-r{args.rounds}-e{args.local_epochs}-k{args.local_steps}-{args.schedule}-ft{args.ft_rounds}"
+        f"-b{args.batch_size}-lam{args.lam}-lr{args.lr}-s{args.seed}"
+    )
+    reports[key] = {
+        "args": vars(args),
+        "command": command(args),
+        "rows": rows,
+        "system_gain": gain,
+        "target_met": gain > 0,
+    }
     path.write_text(json.dumps(reports, indent=1))
     (out / "feddrm_routing.md").write_text(markdown(reports))
     print(f"FedDRM - FedAvgFT system accuracy: {100 * gain:+.1f} points")
+
 
 if __name__ == "__main__":
     main()

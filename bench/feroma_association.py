@@ -41,8 +41,14 @@ KEYS = (M.ACC_TEST_TIME, M.ACC_ASSOCIATION)
 
 
 def specs_of(seeds: list[int], drift_every: int, test_time: str, profile: str = "paper") -> list[RunSpec]:
-    overrides = [f"profile={profile}", f"grid.scenario.preset=[{PRESET}]", f"grid.scenario.drift_every=[{drift_every}]",
-                 f"grid.algorithm={METHODS}", f"seeds={seeds}", f"test_time={test_time}"]
+    overrides = [
+        f"profile={profile}",
+        f"grid.scenario.preset=[{PRESET}]",
+        f"grid.scenario.drift_every=[{drift_every}]",
+        f"grid.algorithm={METHODS}",
+        f"seeds={seeds}",
+        f"test_time={test_time}",
+    ]
     return load_task(TASK, overrides).expand()
 
 
@@ -59,7 +65,10 @@ def known_results(seeds: list[int], drift_every: int, uri: str) -> dict[tuple[st
         return {}
     key = "metrics." + M.FINAL_PREFIX + M.ACC_TEST_TIME
     done = runs[(runs["status"] == "FINISHED") & runs["params.run_hash"].isin(specs)]
-    return {(specs[h].algorithm.name, specs[h].seed): float(v) for h, v in zip(done["params.run_hash"], done[key])}
+    return {
+        (specs[h].algorithm.name, specs[h].seed): float(v)
+        for h, v in zip(done["params.run_hash"], done[key], strict=True)
+    }
 
 
 def run_one(spec: RunSpec) -> dict:
@@ -72,10 +81,18 @@ def run_one(spec: RunSpec) -> dict:
     result = run_spec(spec)
     if result.status != "FINISHED":
         raise SystemExit(f"{spec.algorithm.name} seed {spec.seed} failed: {result.reason}")
-    row = {"method": spec.algorithm.name, "seed": spec.seed, "run_hash": spec.run_hash,
-           "wall_s": time.perf_counter() - start, **{key: result.final.get(M.FINAL_PREFIX + key) for key in KEYS}}
-    print(f"{spec.algorithm.name:>9} seed {spec.seed}: test-time {row[M.ACC_TEST_TIME]:.4f}, association "
-          f"{row[M.ACC_ASSOCIATION]:.2f} ({row['wall_s']:.0f} s)", flush=True)
+    row = {
+        "method": spec.algorithm.name,
+        "seed": spec.seed,
+        "run_hash": spec.run_hash,
+        "wall_s": time.perf_counter() - start,
+        **{key: result.final.get(M.FINAL_PREFIX + key) for key in KEYS},
+    }
+    print(
+        f"{spec.algorithm.name:>9} seed {spec.seed}: test-time {row[M.ACC_TEST_TIME]:.4f}, association "
+        f"{row[M.ACC_ASSOCIATION]:.2f} ({row['wall_s']:.0f} s)",
+        flush=True,
+    )
     return row
 
 
@@ -90,8 +107,11 @@ def spread(values: list[float]) -> str:
 def published(drift_every: int) -> dict[str, tuple[float, float]]:
     """002 Table 14's (value, std) per method at label skew medium and this drift frequency."""
     [table] = [t for t in load_task(TASK).reference if t.source.startswith("002 App. I.2, Table 14")]
-    return {dict(c.where)["algorithm.name"]: (c.value, c.std) for c in table.cells
-            if dict(c.where)["scenario.preset"] == PRESET and dict(c.where)["scenario.drift_every"] == drift_every}
+    return {
+        dict(c.where)["algorithm.name"]: (c.value, c.std)
+        for c in table.cells
+        if dict(c.where)["scenario.preset"] == PRESET and dict(c.where)["scenario.drift_every"] == drift_every
+    }
 
 
 def markdown(rows: list[dict], known: dict, seeds: list[int], drift_every: int, command: str, commit: str) -> str:
@@ -100,9 +120,16 @@ def markdown(rows: list[dict], known: dict, seeds: list[int], drift_every: int, 
     for method in dict.fromkeys(r["method"] for r in rows):
         mine = [r for r in rows if r["method"] == method]
         value, std = paper[method]
-        table.append([method, f"{value:.1f} ± {std:.1f}", spread([r[M.ACC_TEST_TIME] for r in mine]),
-                      spread([known.get((method, s)) for s in seeds]), spread([r[M.ACC_ASSOCIATION] for r in mine]),
-                      len(mine)])
+        table.append(
+            [
+                method,
+                f"{value:.1f} ± {std:.1f}",
+                spread([r[M.ACC_TEST_TIME] for r in mine]),
+                spread([known.get((method, s)) for s in seeds]),
+                spread([r[M.ACC_ASSOCIATION] for r in mine]),
+                len(mine),
+            ]
+        )
     lines = [
         "# 002's baselines under the same-index association: MNIST label skew, medium, drift every "
         f"{drift_every} rounds",
@@ -110,8 +137,17 @@ def markdown(rows: list[dict], known: dict, seeds: list[int], drift_every: int, 
         f"`{command}` at {commit} (runs: provenance/feroma_association.json). tasks/feroma_drift.yaml at the paper's "
         f"20 rounds, seeds {', '.join(map(str, seeds))} (002: 42-46); see the script's docstring for the claim.",
         "",
-        *markdown_table(["method", "002 Table 14", "ours, same-index (index)", "ours, known association",
-                         "association (index)", "n"], table),
+        *markdown_table(
+            [
+                "method",
+                "002 Table 14",
+                "ours, same-index (index)",
+                "ours, known association",
+                "association (index)",
+                "n",
+            ],
+            table,
+        ),
         "",
         "Test-time accuracy, % (mean ± sample std over seeds). Association: the share of test clients whose "
         "same-index training client held their distribution in the last round (the known association's is 1.0 by "
@@ -135,12 +171,22 @@ def main() -> None:
     with ProcessPoolExecutor(args.workers) as pool:
         rows = list(pool.map(run_one, specs))
     known = known_results(args.seeds, args.drift_every, args.store or tracking_uri())
-    command = (f"python bench/feroma_association.py --seeds {' '.join(map(str, args.seeds))} "
-               f"--drift-every {args.drift_every} --workers {args.workers}")
-    (RESULTS / "feroma_association.json").write_text(json.dumps(
-        {"command": command, "commit": commit, "runs": rows,
-         "known": [{"method": m, "seed": s, M.ACC_TEST_TIME: v} for (m, s), v in sorted(known.items())]},
-        indent=1) + "\n")
+    command = (
+        f"python bench/feroma_association.py --seeds {' '.join(map(str, args.seeds))} "
+        f"--drift-every {args.drift_every} --workers {args.workers}"
+    )
+    (RESULTS / "feroma_association.json").write_text(
+        json.dumps(
+            {
+                "command": command,
+                "commit": commit,
+                "runs": rows,
+                "known": [{"method": m, "seed": s, M.ACC_TEST_TIME: v} for (m, s), v in sorted(known.items())],
+            },
+            indent=1,
+        )
+        + "\n"
+    )
     text = markdown(rows, known, args.seeds, args.drift_every, command, commit)
     print(text)
     report = RESULTS / "feroma_association.md"

@@ -33,18 +33,20 @@ COUNTS = ("feroma_clustered", "feroma_personalized", "feroma_global")
 
 
 def spec_for(algorithm: dict, args: argparse.Namespace, seed: int):
-    return resolve_run({
-        "task": "bench_feroma_drift",
-        "dataset": {"name": "mnist", **({"data_root": args.data_root} if args.data_root else {})},
-        "model": "lenet5",
-        "algorithm": algorithm,
-        "scenario": {"preset": args.preset, "num_clients": args.clients, "drift_every": args.drift_every},
-        "rounds": args.rounds,
-        "local_epochs": 2,
-        "batch_size": 64,
-        "optimizer": {"name": "sgd", "lr": 0.005, "momentum": 0.9},
-        "seed": seed,
-    })
+    return resolve_run(
+        {
+            "task": "bench_feroma_drift",
+            "dataset": {"name": "mnist", **({"data_root": args.data_root} if args.data_root else {})},
+            "model": "lenet5",
+            "algorithm": algorithm,
+            "scenario": {"preset": args.preset, "num_clients": args.clients, "drift_every": args.drift_every},
+            "rounds": args.rounds,
+            "local_epochs": 2,
+            "batch_size": 64,
+            "optimizer": {"name": "sgd", "lr": 0.005, "momentum": 0.9},
+            "seed": seed,
+        }
+    )
 
 
 def run_one(name: str, algorithm: dict, args: argparse.Namespace, seed: int) -> dict:
@@ -58,8 +60,11 @@ def run_one(name: str, algorithm: dict, args: argparse.Namespace, seed: int) -> 
     row["acc_local_by_round"] = [rec.get(M.ACC_LOCAL_MEAN) for rec in result.history]
     if name != "fedavg":
         row["aggregation_counts_by_round"] = {key: [rec.get(key) for rec in result.history] for key in COUNTS}
-    print(f"{name:>16} seed {seed}: test-time {row[M.ACC_TEST_TIME]:.4f}  local {row[M.ACC_LOCAL_MEAN]:.4f}  "
-          f"association {row[M.ACC_ASSOCIATION]}  ({row['wall_s']:.0f} s)", flush=True)
+    print(
+        f"{name:>16} seed {seed}: test-time {row[M.ACC_TEST_TIME]:.4f}  local {row[M.ACC_LOCAL_MEAN]:.4f}  "
+        f"association {row[M.ACC_ASSOCIATION]}  ({row['wall_s']:.0f} s)",
+        flush=True,
+    )
     return row
 
 
@@ -70,15 +75,20 @@ def summary(rows: list[dict], methods: list[str]) -> dict:
         out[name] = {}
         for key in (M.ACC_TEST_TIME, M.ACC_LOCAL_MEAN):
             values = [r[key] for r in mine]
-            out[name][key] = {"mean": statistics.fmean(values), "std": statistics.stdev(values) if len(values) > 1 else 0.0,
-                              "n": len(values)}
+            out[name][key] = {
+                "mean": statistics.fmean(values),
+                "std": statistics.stdev(values) if len(values) > 1 else 0.0,
+                "n": len(values),
+            }
     return out
 
 
 def command(args: argparse.Namespace) -> str:
-    return (f"python bench/feroma_drift.py --seeds {' '.join(map(str, args.seeds))} --rounds {args.rounds} "
-            f"--clients {args.clients} --drift-every {args.drift_every} --preset {args.preset} "
-            f"--variants {' '.join(args.variants)}")
+    return (
+        f"python bench/feroma_drift.py --seeds {' '.join(map(str, args.seeds))} --rounds {args.rounds} "
+        f"--clients {args.clients} --drift-every {args.drift_every} --preset {args.preset} "
+        f"--variants {' '.join(args.variants)}"
+    )
 
 
 def markdown(args: argparse.Namespace, rows: list[dict], stats: dict, methods: list[str], commit: str) -> str:
@@ -92,20 +102,43 @@ def markdown(args: argparse.Namespace, rows: list[dict], stats: dict, methods: l
         "",
         *markdown_table(
             ["method", "acc_test_time (mean +- std)", "acc_local_mean (mean +- std)"],
-            ([name, *(f"{100 * stats[name][key]['mean']:.1f} +- {100 * stats[name][key]['std']:.1f}"
-                      for key in (M.ACC_TEST_TIME, M.ACC_LOCAL_MEAN))] for name in methods)),
-        "", "Per seed:", "",
+            (
+                [
+                    name,
+                    *(
+                        f"{100 * stats[name][key]['mean']:.1f} +- {100 * stats[name][key]['std']:.1f}"
+                        for key in (M.ACC_TEST_TIME, M.ACC_LOCAL_MEAN)
+                    ),
+                ]
+                for name in methods
+            ),
+        ),
+        "",
+        "Per seed:",
+        "",
         *markdown_table(
             ["method", "seed", "acc_test_time", "acc_local_mean", "acc_association", "wall s"],
-            ([r["method"], r["seed"], f"{100 * r[M.ACC_TEST_TIME]:.1f}", f"{100 * r[M.ACC_LOCAL_MEAN]:.1f}",
-              "" if r[M.ACC_ASSOCIATION] is None else f"{100 * r[M.ACC_ASSOCIATION]:.1f}", f"{r['wall_s']:.0f}"]
-             for r in rows)),
+            (
+                [
+                    r["method"],
+                    r["seed"],
+                    f"{100 * r[M.ACC_TEST_TIME]:.1f}",
+                    f"{100 * r[M.ACC_LOCAL_MEAN]:.1f}",
+                    "" if r[M.ACC_ASSOCIATION] is None else f"{100 * r[M.ACC_ASSOCIATION]:.1f}",
+                    f"{r['wall_s']:.0f}",
+                ]
+                for r in rows
+            ),
+        ),
     ]
     base = stats["fedavg"][M.ACC_TEST_TIME]["mean"]
     lines += [""]
     for name in methods[1:]:
         gap = 100 * (stats[name][M.ACC_TEST_TIME]["mean"] - base)
-        lines.append(f"{name} - fedavg, test-time accuracy: {gap:+.1f} points (target >= +10): {'met' if gap >= 10 else 'MISSED'}")
+        lines.append(
+            f"{name} - fedavg, test-time accuracy: {gap:+.1f} points (target >= +10): "
+            f"{'met' if gap >= 10 else 'MISSED'}"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -116,25 +149,39 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=20)
     parser.add_argument("--drift-every", type=int, default=2)
     parser.add_argument("--preset", default="feroma/label_skew/medium")
-    parser.add_argument("--variants", nargs="+", default=["paper"], choices=["paper", "released"],
-                        help="FEROMA variants to run next to FedAvg")
+    parser.add_argument(
+        "--variants",
+        nargs="+",
+        default=["paper"],
+        choices=["paper", "released"],
+        help="FEROMA variants to run next to FedAvg",
+    )
     parser.add_argument("--data-root", default=None, help="MNIST location (default: FEDBENCH_DATA)")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
 
     commit = provenance.head_commit()  # the code that runs is the code of now, before anything is written
     methods = ["fedavg"] + [f"feroma_{v}" for v in args.variants]
-    algorithms = {"fedavg": {"name": "fedavg"}, **{f"feroma_{v}": {"name": "feroma", "variant": v} for v in args.variants}}
+    algorithms = {
+        "fedavg": {"name": "fedavg"},
+        **{f"feroma_{v}": {"name": "feroma", "variant": v} for v in args.variants},
+    }
     rows = [run_one(name, algorithms[name], args, seed) for seed in args.seeds for name in methods]
     stats = summary(rows, methods)
     args.out.mkdir(parents=True, exist_ok=True)
     config = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
-    (args.out / "feroma_drift.json").write_text(json.dumps({"config": config, "summary": stats, "runs": rows}, indent=2))
+    (args.out / "feroma_drift.json").write_text(
+        json.dumps({"config": config, "summary": stats, "runs": rows}, indent=2)
+    )
     text = markdown(args, rows, stats, methods, commit)
     (args.out / "feroma_drift.md").write_text(text)
     if args.out == RESULTS:  # the committed result: record what it came from
-        provenance.record("feroma_drift.md", command(args),
-                          [spec_for(algorithms[name], args, seed) for seed in args.seeds for name in methods], commit)
+        provenance.record(
+            "feroma_drift.md",
+            command(args),
+            [spec_for(algorithms[name], args, seed) for seed in args.seeds for name in methods],
+            commit,
+        )
     print(text)
 
 

@@ -48,8 +48,12 @@ sys.path.insert(0, str(REPO))
 TASK = BENCH / "tasks" / "cli_overhead.yaml"
 MPS_ENV = {"CUDA_MPS_PIPE_DIRECTORY": "/tmp/nvidia-mps", "CUDA_MPS_LOG_DIRECTORY": "/tmp/nvidia-mps-log"}
 TARGET_ROUND_S, TARGET_SWEEP_S = 0.5, 25.0
-TRIAL_PHASES = {"run_started": "imports, client workers asked for", "dataset_loaded": "dataset loaded",
-                "scenario_built": "scenario built", "workers_loaded": "dataset and scenario shipped, workers started and warm"}
+TRIAL_PHASES = {
+    "run_started": "imports, client workers asked for",
+    "dataset_loaded": "dataset loaded",
+    "scenario_built": "scenario built",
+    "workers_loaded": "dataset and scenario shipped, workers started and warm",
+}
 """A trial's marks up to its first round (fedbench.core.timeline), each closing the phase named here."""
 
 
@@ -70,12 +74,14 @@ def spec_for(args, workers: int):
 
 # ---- CUDA MPS ----
 
+
 def gpu_apps() -> list[str]:
     """PIDs with a CUDA context on the GPU (nvidia-smi), empty without nvidia-smi."""
     if not shutil.which("nvidia-smi"):
         return []
-    out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid", "--format=csv,noheader"], capture_output=True,
-                         text=True).stdout
+    out = subprocess.run(
+        ["nvidia-smi", "--query-compute-apps=pid", "--format=csv,noheader"], capture_output=True, text=True
+    ).stdout
     return [line.strip() for line in out.splitlines() if line.strip()]
 
 
@@ -112,6 +118,7 @@ def stop_mps() -> None:
 
 # ---- 1. steady rounds ----
 
+
 def one_run(args, workers: int) -> dict:
     """One fedbench run with `workers` workers sharing the GPU, in this process's Ray."""
     from fedbench.core import metrics as M
@@ -126,11 +133,18 @@ def one_run(args, workers: int) -> dict:
     rounds = [record[M.TIME_ROUND_S] for record in result.history]
     peaks = [record[M.GPU_PEAK_MB] for record in result.history if M.GPU_PEAK_MB in record]
     return {
-        "workers": workers, "status": result.status, "reason": result.reason, "t_start": began, "t_end": ended,
-        "round_s": rounds, "steady_round_s": statistics.median(rounds[1:]) if len(rounds) > 1 else None,
+        "workers": workers,
+        "status": result.status,
+        "reason": result.reason,
+        "t_start": began,
+        "t_end": ended,
+        "round_s": rounds,
+        "steady_round_s": statistics.median(rounds[1:]) if len(rounds) > 1 else None,
         "startup_s": result.history[0].get(M.TIME_STARTUP_S) if result.history else None,
-        "run_wall_s": ended - began, "accuracy": result.final.get(M.FINAL_PREFIX + M.ACC_LOCAL_MEAN),
-        "gpu_peak_mb": max(peaks) if peaks else None, "clients_device": result.tags.get("clients.device"),
+        "run_wall_s": ended - began,
+        "accuracy": result.final.get(M.FINAL_PREFIX + M.ACC_LOCAL_MEAN),
+        "gpu_peak_mb": max(peaks) if peaks else None,
+        "clients_device": result.tags.get("clients.device"),
         "workers_mps": sorted({v for k, v in result.tags.items() if k.endswith(".mps")}),
         "warnings": [str(w.message) for w in caught if "MPS" in str(w.message)],
     }
@@ -155,6 +169,7 @@ def handwritten_partition(args, folder: Path) -> Path:
 
 def mnist_arrays(root: Path) -> tuple[np.ndarray, np.ndarray]:
     """MNIST train then test images and labels from torchvision's .gz layout, as fedbench numbers its rows."""
+
     def read(name: str, offset: int) -> np.ndarray:
         with gzip.open(root / "MNIST" / "raw" / name) as file:
             return np.frombuffer(file.read(), dtype=np.uint8, offset=offset)
@@ -182,7 +197,7 @@ def handwritten_loop(partition: Path, rounds: int, epochs: int, batch: int, lr: 
     model = lenet5().to(device)
     global_weights = {k: v.clone() for k, v in model.state_dict().items()}
     round_s, accuracy = [], None
-    for r in range(1, rounds + 1):
+    for _ in range(1, rounds + 1):
         began = time.perf_counter()
         total, summed = 0, {k: torch.zeros_like(v, dtype=torch.float32) for k, v in global_weights.items()}
         for c in clients:
@@ -192,7 +207,7 @@ def handwritten_loop(partition: Path, rounds: int, epochs: int, batch: int, lr: 
             for _ in range(epochs):
                 order = train[c][torch.randperm(len(train[c]), device=device)]
                 for start in range(0, len(order), batch):
-                    rows = order[start:start + batch]
+                    rows = order[start : start + batch]
                     optimizer.zero_grad()
                     F.cross_entropy(model(x_all[rows]), y_all[rows]).backward()
                     optimizer.step()
@@ -208,13 +223,30 @@ def handwritten_loop(partition: Path, rounds: int, epochs: int, batch: int, lr: 
         if device == "cuda":
             torch.cuda.synchronize()
         round_s.append(time.perf_counter() - began)
-    return {"round_s": round_s, "steady_round_s": statistics.median(round_s[1:]), "accuracy": accuracy, "device": device}
+    return {
+        "round_s": round_s,
+        "steady_round_s": statistics.median(round_s[1:]),
+        "accuracy": accuracy,
+        "device": device,
+    }
 
 
 def handwritten(args, folder: Path) -> dict:
     partition = handwritten_partition(args, folder)
-    out = subprocess.run([sys.executable, __file__, "--handwritten", str(partition), "--rounds", str(args.rounds),
-                          "--epochs", str(args.epochs)], capture_output=True, text=True)
+    out = subprocess.run(
+        [
+            sys.executable,
+            __file__,
+            "--handwritten",
+            str(partition),
+            "--rounds",
+            str(args.rounds),
+            "--epochs",
+            str(args.epochs),
+        ],
+        capture_output=True,
+        text=True,
+    )
     if out.returncode:
         return {"error": out.stderr[-2000:]}
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -228,7 +260,7 @@ PROCESS_PROBES = {
     "python + import a client worker (fedbench.runtime.worker)": "import fedbench.runtime.worker",
     "python + import a trial (fedbench.tuning.trial)": "import fedbench.tuning.trial",
     "python + torch + CUDA context + first conv": "import torch; x = torch.zeros(2, 1, 28, 28, device='cuda'); "
-                                                  "torch.nn.Conv2d(1, 6, 5).cuda()(x).sum().item()",
+    "torch.nn.Conv2d(1, 6, 5).cuda()(x).sum().item()",
 }
 """Each timed as a fresh process from launch to exit, one after another on the idle machine: what each new trial
 process and client worker pays before its first job, apart from Ray's own dispatch."""
@@ -240,13 +272,19 @@ def process_costs(cuda: bool) -> dict[str, float]:
         if "cuda" in code and not cuda:
             continue
         began = time.perf_counter()
-        done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
-                              env={**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])})
+        done = subprocess.run(
+            [sys.executable, "-c", code],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            env={**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])},
+        )
         costs[label] = time.perf_counter() - began if done.returncode == 0 else None
     return costs
 
 
 # ---- 2. the sweep ----
+
 
 def one_sweep(args, folder: Path, reuse: bool, timeline: Path) -> dict:
     """The 8-trial sweep, with Tune's actor reuse as fedbench sets it, or with it turned off."""
@@ -256,9 +294,15 @@ def one_sweep(args, folder: Path, reuse: bool, timeline: Path) -> dict:
     from fedbench.tuning import make_plan, run_sweep
 
     seeds = list(range(args.sweep_trials // 2))
-    task = task_dict(args, rounds=3, local_epochs=1, seeds=seeds, name=f"gpu_sweep_{'reuse' if reuse else 'fresh'}",
-                     resources={"backend": "ray", "client_cpus": args.client_cpus, "client_gpus": 0.125, "num_workers": 2},
-                     grid={"algorithm": ["fedavg", "fedprox"]})
+    task = task_dict(
+        args,
+        rounds=3,
+        local_epochs=1,
+        seeds=seeds,
+        name=f"gpu_sweep_{'reuse' if reuse else 'fresh'}",
+        resources={"backend": "ray", "client_cpus": args.client_cpus, "client_gpus": 0.125, "num_workers": 2},
+        grid={"algorithm": ["fedavg", "fedprox"]},
+    )
     task.pop("algorithm")
     plan = make_plan(task_from_dict(task, default_name=task["name"]))
     os.environ["FEDBENCH_RESULTS"] = str(folder / f"results_{'reuse' if reuse else 'fresh'}")
@@ -275,10 +319,16 @@ def one_sweep(args, folder: Path, reuse: bool, timeline: Path) -> dict:
     ended = time.time()
     marks = [m for m in map(json.loads, timeline.read_text().splitlines()) if began <= m["t"] <= ended]
     (args.out / f"gpu_sweep_{'reuse' if reuse else 'fresh'}_timeline.jsonl").write_text(
-        "\n".join(json.dumps({**m, "t": round(m["t"] - began, 4)}) for m in marks if m["phase"] != "job"))
-    return {"reuse": reuse, "wall_s": ended - began, "trials": len(plan.specs),
-            "finished": sum(r.status == "FINISHED" for r in outcome.results),
-            "warnings": [str(w.message) for w in caught if "MPS" in str(w.message)], **startup_phases(marks, began)}
+        "\n".join(json.dumps({**m, "t": round(m["t"] - began, 4)}) for m in marks if m["phase"] != "job")
+    )
+    return {
+        "reuse": reuse,
+        "wall_s": ended - began,
+        "trials": len(plan.specs),
+        "finished": sum(r.status == "FINISHED" for r in outcome.results),
+        "warnings": [str(w.message) for w in caught if "MPS" in str(w.message)],
+        **startup_phases(marks, began),
+    }
 
 
 def startup_phases(marks: list[dict], began: float) -> dict:
@@ -291,7 +341,7 @@ def startup_phases(marks: list[dict], began: float) -> dict:
         for i, m in enumerate(own):
             if m["phase"] != "trial_started":
                 continue
-            after = own[i + 1:]
+            after = own[i + 1 :]
             loaded = next((x["t"] for x in after if x["phase"] == "workers_loaded"), None)
             end = next((x["t"] for x in after if x["phase"] == "run_end"), None)
             new = pid not in seen_trial_pids
@@ -303,20 +353,32 @@ def startup_phases(marks: list[dict], began: float) -> dict:
                     phases[x["phase"]], previous = x["t"] - previous, x["t"]
                 if x["phase"] == "workers_loaded":
                     break
-            trials.append({"new_process": new, "process_start_to_trial_s": m["process_age"] if new else 0.0,
-                           "trial_to_workers_loaded_s": (loaded - m["t"]) if loaded else None,
-                           "rounds_s": (end - loaded) if loaded and end else None, "start": m["t"], "end": end,
-                           **{f"phase.{k}": v for k, v in phases.items()}})
+            trials.append(
+                {
+                    "new_process": new,
+                    "process_start_to_trial_s": m["process_age"] if new else 0.0,
+                    "trial_to_workers_loaded_s": (loaded - m["t"]) if loaded else None,
+                    "rounds_s": (end - loaded) if loaded and end else None,
+                    "start": m["t"],
+                    "end": end,
+                    **{f"phase.{k}": v for k, v in phases.items()},
+                }
+            )
     worker_loads = []
     for pid, own in by_pid.items():
         for i, m in enumerate(own):
             if m["phase"] != "worker_loading":
                 continue
-            warm = next((x["t"] for x in own[i + 1:] if x["phase"] == "worker_warm"), None)
+            warm = next((x["t"] for x in own[i + 1 :] if x["phase"] == "worker_warm"), None)
             new = pid not in seen_worker_pids
             seen_worker_pids.add(pid)
-            worker_loads.append({"new_process": new, "process_start_to_load_s": m["process_age"] if new else 0.0,
-                                 "load_and_warm_up_s": (warm - m["t"]) if warm else None})
+            worker_loads.append(
+                {
+                    "new_process": new,
+                    "process_start_to_load_s": m["process_age"] if new else 0.0,
+                    "load_and_warm_up_s": (warm - m["t"]) if warm else None,
+                }
+            )
 
     def median(rows, key, only_new=None):
         values = [r[key] for r in rows if r[key] is not None and (only_new is None or r["new_process"] == only_new)]
@@ -324,7 +386,8 @@ def startup_phases(marks: list[dict], began: float) -> dict:
 
     starts = sorted(t["start"] for t in trials)
     return {
-        "trial_processes": len(seen_trial_pids), "worker_processes": len(seen_worker_pids),
+        "trial_processes": len(seen_trial_pids),
+        "worker_processes": len(seen_worker_pids),
         "first_trial_started_s": starts[0] - began if starts else None,
         "rounds_s_sum": sum(t["rounds_s"] or 0.0 for t in trials),
         "trial_process_start_s": median(trials, "process_start_to_trial_s", True),
@@ -333,7 +396,8 @@ def startup_phases(marks: list[dict], began: float) -> dict:
         "worker_process_start_s": median(worker_loads, "process_start_to_load_s", True),
         "worker_load_warm_s_new": median(worker_loads, "load_and_warm_up_s", True),
         "worker_load_warm_s_reused": median(worker_loads, "load_and_warm_up_s", False),
-        "trial_rounds_s": median(trials, "rounds_s"), "trials_detail": trials,
+        "trial_rounds_s": median(trials, "rounds_s"),
+        "trials_detail": trials,
         **{f"new_trial.{phase}_s": median(trials, f"phase.{phase}", True) for phase in TRIAL_PHASES},
         "first_worker_loading_s": min((m["t"] for m in marks if m["phase"] == "worker_loading"), default=began) - began,
     }
@@ -341,53 +405,107 @@ def startup_phases(marks: list[dict], began: float) -> dict:
 
 # ---- report ----
 
+
 def cell(value, digits: int = 2) -> str:
     return "-" if value is None else f"{value:.{digits}f}" if isinstance(value, float) else str(value)
 
 
 def report(data: dict) -> list[str]:
     hand = data["handwritten"].get("steady_round_s")
-    lines = [f"# GPU benchmark ({data['device']})", "",
-             f"`{data['command']}` at {data['commit']}, {data['date']}; {data['machine']}.", "",
-             "## Steady round, clients sharing one GPU", "",
-             f"Workload: bench/tasks/cli_overhead.yaml ({data['clients']} clients, LeNet-5, FedAvg, {data['epochs']} local "
-             f"epochs), {data['rounds']} rounds; steady = median round of rounds 2..N. Target: 16 workers under MPS "
-             f"<= {TARGET_ROUND_S} s.", ""]
-    rows = [["hand-written loop, one process, data on the GPU", "-", cell(hand), "1.00", cell(data["handwritten"].get("accuracy"), 3), "-", "-"]]
+    lines = [
+        f"# GPU benchmark ({data['device']})",
+        "",
+        f"`{data['command']}` at {data['commit']}, {data['date']}; {data['machine']}.",
+        "",
+        "## Steady round, clients sharing one GPU",
+        "",
+        f"Workload: bench/tasks/cli_overhead.yaml ({data['clients']} clients, LeNet-5, FedAvg, {data['epochs']} local "
+        f"epochs), {data['rounds']} rounds; steady = median round of rounds 2..N. Target: 16 workers under MPS "
+        f"<= {TARGET_ROUND_S} s.",
+        "",
+    ]
+    rows = [
+        [
+            "hand-written loop, one process, data on the GPU",
+            "-",
+            cell(hand),
+            "1.00",
+            cell(data["handwritten"].get("accuracy"), 3),
+            "-",
+            "-",
+        ]
+    ]
     for run in data["runs"]:
         ratio = run["steady_round_s"] / hand if hand and run["steady_round_s"] else None
-        rows.append([f"fedbench, {run['workers']} worker{'s' * (run['workers'] > 1)} x {1 / run['workers']:.4g} GPU",
-                     "yes" if run["mps"] else "no", cell(run["steady_round_s"]), cell(ratio), cell(run["accuracy"], 3),
-                     cell(run["gpu_peak_mb"], 0), run["clients_device"] or run["reason"]])
-    lines += markdown_table(["configuration", "MPS", "steady round s", "vs hand-written", "accuracy",
-                             "peak GPU MiB / worker", "clients.device tag"], rows)
+        rows.append(
+            [
+                f"fedbench, {run['workers']} worker{'s' * (run['workers'] > 1)} x {1 / run['workers']:.4g} GPU",
+                "yes" if run["mps"] else "no",
+                cell(run["steady_round_s"]),
+                cell(ratio),
+                cell(run["accuracy"], 3),
+                cell(run["gpu_peak_mb"], 0),
+                run["clients_device"] or run["reason"],
+            ]
+        )
+    lines += markdown_table(
+        [
+            "configuration",
+            "MPS",
+            "steady round s",
+            "vs hand-written",
+            "accuracy",
+            "peak GPU MiB / worker",
+            "clients.device tag",
+        ],
+        rows,
+    )
     warned = sorted({w for run in data["runs"] for w in run["warnings"]})
     lines += ["", "Shared-GPU warning printed: " + ("; ".join(f"`{w}`" for w in warned) if warned else "none"), ""]
-    lines += ["## The 8-trial sweep", "",
-              f"fedavg and fedprox x {data['sweep_trials'] // 2} seeds, 3 rounds x 1 epoch, 2 workers x 0.125 GPU per "
-              f"trial, {data['sweep_concurrent']} trials at once, MPS {'on' if data['mps_started'] else 'off'}, on a warm "
-              f"Ray. Target: <= {TARGET_SWEEP_S} s. Phases are medians over trials (new: the first trial of a process).", ""]
-    keys = [("wall_s", "sweep wall s"), ("finished", "trials finished"), ("first_trial_started_s", "sweep start to first trial s"),
-            ("trial_processes", "trial processes"), ("worker_processes", "worker processes"),
-            ("trial_process_start_s", "trial process start to trial s (new)"),
-            ("trial_setup_s_new_process", "trial to workers loaded s (new process)"),
-            ("trial_setup_s_reused_process", "trial to workers loaded s (reused process)"),
-            *((f"new_trial.{phase}_s", f"  of which: {words} s (new)") for phase, words in TRIAL_PHASES.items()),
-            ("first_worker_loading_s", "sweep start to first worker's load s"),
-            ("worker_process_start_s", "worker process start to load s"),
-            ("worker_load_warm_s_new", "worker load and warm-up s (new, CUDA context)"),
-            ("worker_load_warm_s_reused", "worker load and warm-up s (reused)"),
-            ("trial_rounds_s", "a trial's rounds s"), ("rounds_s_sum", "all trials' rounds s")]
+    lines += [
+        "## The 8-trial sweep",
+        "",
+        f"fedavg and fedprox x {data['sweep_trials'] // 2} seeds, 3 rounds x 1 epoch, 2 workers x 0.125 GPU per "
+        f"trial, {data['sweep_concurrent']} trials at once, MPS {'on' if data['mps_started'] else 'off'}, on a warm "
+        f"Ray. Target: <= {TARGET_SWEEP_S} s. Phases are medians over trials (new: the first trial of a process).",
+        "",
+    ]
+    keys = [
+        ("wall_s", "sweep wall s"),
+        ("finished", "trials finished"),
+        ("first_trial_started_s", "sweep start to first trial s"),
+        ("trial_processes", "trial processes"),
+        ("worker_processes", "worker processes"),
+        ("trial_process_start_s", "trial process start to trial s (new)"),
+        ("trial_setup_s_new_process", "trial to workers loaded s (new process)"),
+        ("trial_setup_s_reused_process", "trial to workers loaded s (reused process)"),
+        *((f"new_trial.{phase}_s", f"  of which: {words} s (new)") for phase, words in TRIAL_PHASES.items()),
+        ("first_worker_loading_s", "sweep start to first worker's load s"),
+        ("worker_process_start_s", "worker process start to load s"),
+        ("worker_load_warm_s_new", "worker load and warm-up s (new, CUDA context)"),
+        ("worker_load_warm_s_reused", "worker load and warm-up s (reused)"),
+        ("trial_rounds_s", "a trial's rounds s"),
+        ("rounds_s_sum", "all trials' rounds s"),
+    ]
     sweeps = data["sweeps"]
     costs = data.get("process_costs", {})
-    lines += markdown_table(["", *("with worker reuse" if s["reuse"] else "without reuse" for s in sweeps)],
-                            [[label, *(cell(s.get(key)) for s in sweeps)] for key, label in keys])
+    lines += markdown_table(
+        ["", *("with worker reuse" if s["reuse"] else "without reuse" for s in sweeps)],
+        [[label, *(cell(s.get(key)) for s in sweeps)] for key, label in keys],
+    )
     if costs:
         labels = list(next(iter(costs.values())))
-        lines += ["", "## What one new process costs", "",
-                  "Each a fresh Python process from launch to exit, one at a time on the idle machine.", ""]
-        lines += markdown_table(["process", *(f"s, {name}" for name in costs)],
-                                [[label, *(cell(c.get(label)) for c in costs.values())] for label in labels])
+        lines += [
+            "",
+            "## What one new process costs",
+            "",
+            "Each a fresh Python process from launch to exit, one at a time on the idle machine.",
+            "",
+        ]
+        lines += markdown_table(
+            ["process", *(f"s, {name}" for name in costs)],
+            [[label, *(cell(c.get(label)) for c in costs.values())] for label in labels],
+        )
     return lines + [""]
 
 
@@ -421,11 +539,21 @@ def main() -> None:
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # a local Ray of this script only
     os.environ["FEDBENCH_RESULTS"] = str(work / "results")
     cuda = torch.cuda.is_available()
-    data = {"device": torch.cuda.get_device_name(0) if cuda else "no CUDA: simulated GPU, clients on CPU",
-            "command": "python bench/gpu.py " + " ".join(sys.argv[1:]), "commit": commit(),
-            "date": time.strftime("%Y-%m-%d"), "machine": f"{os.cpu_count()} cores, {platform.python_version()}, torch {torch.__version__}",
-            "rounds": args.rounds, "epochs": args.epochs, "clients": args.clients, "sweep_trials": args.sweep_trials,
-            "sweep_concurrent": args.sweep_concurrent, "runs": [], "sweeps": [], "mps_started": False}
+    data = {
+        "device": torch.cuda.get_device_name(0) if cuda else "no CUDA: simulated GPU, clients on CPU",
+        "command": "python bench/gpu.py " + " ".join(sys.argv[1:]),
+        "commit": commit(),
+        "date": time.strftime("%Y-%m-%d"),
+        "machine": f"{os.cpu_count()} cores, {platform.python_version()}, torch {torch.__version__}",
+        "rounds": args.rounds,
+        "epochs": args.epochs,
+        "clients": args.clients,
+        "sweep_trials": args.sweep_trials,
+        "sweep_concurrent": args.sweep_concurrent,
+        "runs": [],
+        "sweeps": [],
+        "mps_started": False,
+    }
     began = time.time()
 
     def save() -> None:  # after every step: a run cut short by its time limit still leaves what it measured
@@ -461,7 +589,8 @@ def main() -> None:
                 save()
         from fedbench.tracking.store_template import template
 
-        template()  # the migrated MLflow store every sweep's fresh store copies, made before timing (as by any earlier run)
+        # the migrated MLflow store every sweep's fresh store copies, made before timing (as by any earlier run)
+        template()
         for reuse in (True, False):
             sweep = one_sweep(args, work, reuse, timeline)
             data["sweeps"].append(sweep)
@@ -474,6 +603,7 @@ def main() -> None:
     save()
     print("\n".join(report(data)))
     shutil.rmtree(work, ignore_errors=True)
+
 
 if __name__ == "__main__":
     main()

@@ -38,8 +38,13 @@ def page_faults():
 
 
 def job_mark(kind, began, cpu_began, faults_began):
-    mark("job", kind=kind, seconds=time.perf_counter() - began, cpu_s=time.process_time() - cpu_began,
-         page_faults=page_faults() - faults_began)
+    mark(
+        "job",
+        kind=kind,
+        seconds=time.perf_counter() - began,
+        cpu_s=time.process_time() - cpu_began,
+        page_faults=page_faults() - faults_began,
+    )
 
 
 MEAN, STD = 0.1307, 0.3081
@@ -47,9 +52,18 @@ MEAN, STD = 0.1307, 0.3081
 
 def lenet5():
     return nn.Sequential(
-        nn.Conv2d(1, 6, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Conv2d(6, 16, 5), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
-        nn.Linear(400, 120), nn.ReLU(), nn.Linear(120, 84), nn.ReLU(), nn.Linear(84, 10),
+        nn.Conv2d(1, 6, 5, padding=2),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(6, 16, 5),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Flatten(),
+        nn.Linear(400, 120),
+        nn.ReLU(),
+        nn.Linear(120, 84),
+        nn.ReLU(),
+        nn.Linear(84, 10),
     )
 
 
@@ -87,7 +101,7 @@ class Trainer:
         for _ in range(self.args.epochs):
             order = rows[torch.randperm(len(rows)).numpy()]
             for start in range(0, len(order), self.args.batch):
-                x, y = self.batch(order[start:start + self.args.batch])
+                x, y = self.batch(order[start : start + self.args.batch])
                 opt.zero_grad()
                 F.cross_entropy(self.model(x), y).backward()
                 opt.step()
@@ -103,7 +117,7 @@ class Trainer:
         rows = self.parts[f"test_{client}"]
         correct = 0
         for start in range(0, len(rows), 256):
-            x, y = self.batch(rows[start:start + 256])
+            x, y = self.batch(rows[start : start + 256])
             correct += int((self.model(x).argmax(1) == y).sum())
         job_mark("evaluate", began, cpu_began, faults_began)
         return correct / len(rows)

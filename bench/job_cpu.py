@@ -36,7 +36,9 @@ def fix_malloc(actor) -> bool:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=6)
-    parser.add_argument("--fixed-malloc", action="store_true", help="fix the hand-written actors' malloc thresholds too")
+    parser.add_argument(
+        "--fixed-malloc", action="store_true", help="fix the hand-written actors' malloc thresholds too"
+    )
     args = parser.parse_args()
     timeline = Path(tempfile.mkdtemp(prefix="job_cpu-")) / "timeline.jsonl"
     os.environ["FEDBENCH_TIMELINE"] = str(timeline)  # read by the workers Ray starts from this process
@@ -52,12 +54,16 @@ def main() -> None:
     from fedbench.training import get_weights
 
     spec, dataset, scenario, parts = workload()
-    settings = argparse.Namespace(epochs=spec.local_epochs, batch=spec.batch_size, lr=spec.optimizer.lr,
-                                  momentum=spec.optimizer.momentum)
+    settings = argparse.Namespace(
+        epochs=spec.local_epochs, batch=spec.batch_size, lr=spec.optimizer.lr, momentum=spec.optimizer.momentum
+    )
     ensure_ray()
     ours = [RemoteClientWorker.options(num_cpus=0.5).remote() for _ in range(2)]
     ray.get([w.load.remote(ray.put(dataset), ray.put(scenario), spec) for w in ours])
-    images, labels = ray.put(dataset.x.reshape(len(dataset.x), *dataset.x.shape[2:])), ray.put(np.asarray(dataset.y, np.int64))
+    images, labels = (
+        ray.put(dataset.x.reshape(len(dataset.x), *dataset.x.shape[2:])),
+        ray.put(np.asarray(dataset.y, np.int64)),
+    )
     theirs = [hand.Trainer.options(num_cpus=0.5).remote(images, labels, ray.put(parts), settings) for _ in range(2)]
     ray.get([t.ready.remote() for t in theirs])
     if args.fixed_malloc:
@@ -66,21 +72,31 @@ def main() -> None:
     their_weights = ray.put({k: v.numpy().copy() for k, v in hand.lenet5().state_dict().items()})
     halves = [list(range(0, scenario.num_clients, 2)), list(range(1, scenario.num_clients, 2))]
     for round in range(args.rounds):
-        for side in (("ours", "theirs") if round % 2 == 0 else ("theirs", "ours")):
+        for side in ("ours", "theirs") if round % 2 == 0 else ("theirs", "ours"):
             if side == "ours":
-                ray.get([w.jobs.remote(FIT, 2, h, [0] * len(h), our_payload, *[None] * len(h)) for w, h in zip(ours, halves)])
+                ray.get(
+                    [
+                        w.jobs.remote(FIT, 2, h, [0] * len(h), our_payload, *[None] * len(h))
+                        for w, h in zip(ours, halves, strict=True)
+                    ]
+                )
             else:
-                ray.get([t.fit.remote(their_weights, c, 2) for t, h in zip(theirs, halves) for c in h])
+                ray.get([t.fit.remote(their_weights, c, 2) for t, h in zip(theirs, halves, strict=True) for c in h])
         halves.reverse()
     our_pids = set(ray.get([w.pid.remote() for w in ours]))
     ray.shutdown()
     jobs = [m for m in map(json.loads, timeline.read_text().splitlines()) if m["phase"] == "job" and m["kind"] == "fit"]
-    sides = {"fedbench": [m for m in jobs if m["pid"] in our_pids], "hand-written": [m for m in jobs if m["pid"] not in our_pids]}
+    sides = {
+        "fedbench": [m for m in jobs if m["pid"] in our_pids],
+        "hand-written": [m for m in jobs if m["pid"] not in our_pids],
+    }
     cpu = {name: sum(m["cpu_s"] for m in js) for name, js in sides.items()}
     for name, js in sides.items():
         print(f"{name}: {len(js)} fit jobs, CPU {cpu[name]:.2f} s, page faults {sum(m['page_faults'] for m in js):,}")
-    print(f"fedbench / hand-written CPU: {cpu['fedbench'] / cpu['hand-written']:.3f}"
-          f" (hand-written malloc {'fixed' if args.fixed_malloc else 'as glibc leaves it'})")
+    print(
+        f"fedbench / hand-written CPU: {cpu['fedbench'] / cpu['hand-written']:.3f}"
+        f" (hand-written malloc {'fixed' if args.fixed_malloc else 'as glibc leaves it'})"
+    )
 
 
 def make_initial(spec, scenario, dataset):

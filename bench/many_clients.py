@@ -45,12 +45,20 @@ both get the same share of the cores (on a quiet machine it changes nothing)."""
 def make_spec(rounds: int):
     from fedbench.config import parse_run
 
-    return parse_run({
-        "task": "bench_many_clients", "dataset": {"name": "mnist"}, "model": "lenet5", "algorithm": "fedavg",
-        "scenario": {"partition": "chunks", "samples_per_client": SAMPLES, "copies": 2, "num_clients": CLIENTS},
-        "rounds": rounds, "eval_every": rounds, "local_epochs": 1, "batch_size": BATCH,
-        "resources": {"backend": "ray", "client_cpus": 1, "num_workers": WORKERS},
-    })
+    return parse_run(
+        {
+            "task": "bench_many_clients",
+            "dataset": {"name": "mnist"},
+            "model": "lenet5",
+            "algorithm": "fedavg",
+            "scenario": {"partition": "chunks", "samples_per_client": SAMPLES, "copies": 2, "num_clients": CLIENTS},
+            "rounds": rounds,
+            "eval_every": rounds,
+            "local_epochs": 1,
+            "batch_size": BATCH,
+            "resources": {"backend": "ray", "client_cpus": 1, "num_workers": WORKERS},
+        }
+    )
 
 
 def run_ray(rounds: int, batched: bool) -> dict:
@@ -98,7 +106,7 @@ def plain_updates(model, data: dict, weights: dict, optimizer_spec, seed: int) -
         optimizer = torch.optim.SGD(model.parameters(), lr=optimizer_spec.lr, momentum=optimizer_spec.momentum)
         order = torch.randperm(len(y), generator=generator)
         for start in range(0, len(y), BATCH):
-            rows = order[start:start + BATCH]
+            rows = order[start : start + BATCH]
             optimizer.zero_grad()
             F.cross_entropy(model(x[rows]), y[rows]).backward()
             optimizer.step()
@@ -144,8 +152,9 @@ def run_plain(rounds: int, processes: int) -> dict:
     else:
         context = multiprocessing.get_context("spawn")
         pipes = [(context.Queue(), context.Queue()) for _ in range(processes)]
-        procs = [context.Process(target=plain_process, args=(rounds, ids[i::processes], *pipes[i]))
-                 for i in range(processes)]
+        procs = [
+            context.Process(target=plain_process, args=(rounds, ids[i::processes], *pipes[i])) for i in range(processes)
+        ]
         for proc in procs:
             proc.start()
         for _, outbox in pipes:
@@ -156,6 +165,7 @@ def run_plain(rounds: int, processes: int) -> dict:
                 inbox.put((weights, round))
             parts = [outbox.get() for _, outbox in pipes]
             return {k: sum(torch.from_numpy(p[0][k]) for p in parts) for k in parts[0][0]}, sum(p[1] for p in parts)
+
     history = []
     for round in range(1, rounds + 1):
         start = time.perf_counter()
@@ -195,11 +205,16 @@ def measure(mode: str, rounds: int) -> dict:
             raise SystemExit(f"{mode}: exited with {code}")
         run = json.loads(out.read_text())
     steady = run["rounds"][1:-1]
-    measured = {"mode": mode, "rounds": run["rounds"], "total_s": run["total_s"],
-                "updates_per_s": statistics.median(CLIENTS / r["wall_s"] for r in steady)}
+    measured = {
+        "mode": mode,
+        "rounds": run["rounds"],
+        "total_s": run["total_s"],
+        "updates_per_s": statistics.median(CLIENTS / r["wall_s"] for r in steady),
+    }
     if mode.startswith("ray"):
         measured["orchestration_ms_per_job"] = statistics.median(
-            1000 * (r["wall_s"] - r["compute_s"] / WORKERS) / CLIENTS for r in steady)
+            1000 * (r["wall_s"] - r["compute_s"] / WORKERS) / CLIENTS for r in steady
+        )
         measured["compute_ms_per_job"] = statistics.median(1000 * r["compute_s"] / CLIENTS for r in steady)
     return measured
 
@@ -212,16 +227,28 @@ def report(runs: list[dict], note: str) -> tuple[dict, list[str]]:
             keys = [k for k in ("updates_per_s", "orchestration_ms_per_job", "compute_ms_per_job") if k in mine[0]]
             medians[mode] = {key: statistics.median(r[key] for r in mine) for key in keys}
             medians[mode]["range"] = [min(r["updates_per_s"] for r in mine), max(r["updates_per_s"] for r in mine)]
-    rows = [[mode, f"{m['updates_per_s']:.1f} ({m['range'][0]:.1f}-{m['range'][1]:.1f})",
-             f"{m['compute_ms_per_job']:.1f}" if "compute_ms_per_job" in m else "-",
-             f"{m['orchestration_ms_per_job']:.2f}" if "orchestration_ms_per_job" in m else "-"]
-            for mode, m in medians.items()]
+    rows = [
+        [
+            mode,
+            f"{m['updates_per_s']:.1f} ({m['range'][0]:.1f}-{m['range'][1]:.1f})",
+            f"{m['compute_ms_per_job']:.1f}" if "compute_ms_per_job" in m else "-",
+            f"{m['orchestration_ms_per_job']:.2f}" if "orchestration_ms_per_job" in m else "-",
+        ]
+        for mode, m in medians.items()
+    ]
     repeats = max(sum(r["mode"] == mode for r in runs) for mode in medians)
     header = ["configuration", "client updates / s", "compute / job (ms)", "orchestration / job (ms)"]
-    lines = ["# Many tiny clients: client updates per second", "", note, "",
-             f"{CLIENTS} clients x 48 MNIST training samples, LeNet-5, FedAvg, 1 epoch of batch {BATCH}, "
-             f"{WORKERS} Ray workers x 1 thread; steady rounds; medians of {repeats} interleaved repeats (range).", "",
-             *markdown_table(header, rows), ""]
+    lines = [
+        "# Many tiny clients: client updates per second",
+        "",
+        note,
+        "",
+        f"{CLIENTS} clients x 48 MNIST training samples, LeNet-5, FedAvg, 1 epoch of batch {BATCH}, "
+        f"{WORKERS} Ray workers x 1 thread; steady rounds; medians of {repeats} interleaved repeats (range).",
+        "",
+        *markdown_table(header, rows),
+        "",
+    ]
     ratios = {}
     for mode in ("ray-single", "ray-batched"):
         for base in ("plain-1", "plain-2"):
@@ -237,8 +264,9 @@ def report(runs: list[dict], note: str) -> tuple[dict, list[str]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--rounds", type=int, default=4,
-                        help="rounds per run; the steady ones are all but the first and the last")
+    parser.add_argument(
+        "--rounds", type=int, default=4, help="rounds per run; the steady ones are all but the first and the last"
+    )
     parser.add_argument("--only", default=",".join(MODES), help="configurations to run, comma-separated")
     parser.add_argument("--note", default="", help="a line for the report (e.g. the machine's load)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
@@ -249,7 +277,7 @@ def main() -> None:
     if args.child:
         return run_child(args.child, args.rounds, args.out)
     runs = []
-    for repeat in range(args.repeats):
+    for _ in range(args.repeats):
         for mode in args.only.split(","):
             runs.append(measure(mode, args.rounds))
             print(json.dumps({k: v for k, v in runs[-1].items() if k != "rounds"}), flush=True)

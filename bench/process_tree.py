@@ -28,7 +28,8 @@ class TreePeak:
         self.interval = interval
         self.peak = 0
         self.peak_parts: dict[str, int] = {}
-        """The peak's memory by process name (Ray's workers are `ray::ClientWorker`, its object store is in the raylet)."""
+        """The peak's memory by process name (Ray's workers are `ray::ClientWorker`, its object store is in the
+        raylet)."""
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._sample, daemon=True)
 

@@ -1,7 +1,8 @@
 """Where a committed result came from, and whether today's code still draws the same runs.
 
 A result in bench/results/ names the commit and command that made it. Its provenance file
-(bench/results/provenance/<result's path, '/' as '-'>.json) adds, for every run behind it, the RunSpec, its run hash, the key of its
+(bench/results/provenance/<result's path, '/' as '-'>.json) adds, for every run behind it, the RunSpec, its run hash,
+the key of its
 scenario and the scenario's fingerprint (who holds which samples in every stage). `check` recomputes those from
 the recorded RunSpec with today's code, without training: a changed run hash means the configuration reads
 differently now, a changed key or fingerprint that the same configuration draws other data, so the result
@@ -68,18 +69,26 @@ def describe(spec: RunSpec) -> RunRecord:
     plain = spec.to_dict()
     plain["dataset"] = {k: v for k, v in plain["dataset"].items() if k != "data_root"}
     stages = num_stages(spec.scenario, spec.rounds)
-    return RunRecord(plain, spec.run_hash, scenario_key(dataset, spec.scenario, spec.seed, stages), fingerprint(scenario))
+    return RunRecord(
+        plain, spec.run_hash, scenario_key(dataset, spec.scenario, spec.seed, stages), fingerprint(scenario)
+    )
 
 
 def head_commit() -> str:
     """The checkout's commit, `+` appended where it has uncommitted changes (a result made from those names the
     commit it was made on top of, and says so)."""
-    run = lambda *args: subprocess.run(["git", *args], capture_output=True, text=True, cwd=RESULTS, check=True).stdout
-    return run("rev-parse", "--short", "HEAD").strip() + ("+" if run("status", "--porcelain", "--untracked-files=no").strip() else "")
+
+    def run(*args: str) -> str:
+        return subprocess.run(["git", *args], capture_output=True, text=True, cwd=RESULTS, check=True).stdout
+
+    return run("rev-parse", "--short", "HEAD").strip() + (
+        "+" if run("status", "--porcelain", "--untracked-files=no").strip() else ""
+    )
 
 
-def record(result: str, command: str, specs: Sequence[RunSpec], commit: str | None = None,
-           folder: Path = PROVENANCE) -> Path:
+def record(
+    result: str, command: str, specs: Sequence[RunSpec], commit: str | None = None, folder: Path = PROVENANCE
+) -> Path:
     """Write the provenance of bench/results/`result` (made by `command` at `commit`, default HEAD) from `specs`
     into `folder`."""
     commit = commit or head_commit()
@@ -112,8 +121,10 @@ def record_report(task_file: str, profile: str = PAPER_PROFILE) -> Path:
     """Record the runs behind bench/results/reports/<experiment>/report.md, the report of `task_file`'s `profile`."""
     task = load_task(task_file, [f"profile={profile}"])
     folder = f"reports/{task.name}"
-    command = (f"fedbench sweep {task_file} --profile {profile}; "
-               f"fedbench report {task_file} --profile {profile} --out bench/results/{folder}")
+    command = (
+        f"fedbench sweep {task_file} --profile {profile}; "
+        f"fedbench report {task_file} --profile {profile} --out bench/results/{folder}"
+    )
     return record(f"{folder}/report.md", command, task.expand())
 
 

@@ -8,7 +8,8 @@ MNIST's shape, and it says which), 20 clients with Dirichlet(0.5) labels, 2 loca
   (c) fedbench on the ray backend with 2 workers (Ray's start-up included in the whole-run time),
 and prints b/a and c/a for the whole run and for the steady-state round (median of rounds 2..N), plus the
 peak RSS of the process tree during each. These machines' speed drifts by tens of percent from minute to
-minute (CPU steal), so the variants run interleaved, `--repeats` times, and the best of each is compared. Targets on a 2-core machine: b/a <= 1.10, c/a <= 0.70 (whole run)
+minute (CPU steal), so the variants run interleaved, `--repeats` times, and the best of each is compared. Targets on a
+2-core machine: b/a <= 1.10, c/a <= 0.70 (whole run)
 and <= 0.55 (steady round).
 
     python bench/runtime_overhead.py [--rounds 5] [--clients 20] [--repeats 2] [--plain-threads 1]
@@ -46,17 +47,19 @@ def choose_dataset() -> tuple[dict, str]:
 
 
 def make_spec(dataset: dict, backend: str, rounds: int, clients: int) -> RunSpec:
-    return parse_run({
-        "task": "bench_runtime_overhead",
-        "dataset": dataset,
-        "model": "lenet5",
-        "algorithm": "fedavg",
-        "scenario": {"partition": "dirichlet", "alpha": 0.5, "num_clients": clients},
-        "rounds": rounds,
-        "local_epochs": 2,
-        "batch_size": 64,
-        "resources": {"backend": backend, "client_cpus": 1, "num_workers": 2},
-    })
+    return parse_run(
+        {
+            "task": "bench_runtime_overhead",
+            "dataset": dataset,
+            "model": "lenet5",
+            "algorithm": "fedavg",
+            "scenario": {"partition": "dirichlet", "alpha": 0.5, "num_clients": clients},
+            "rounds": rounds,
+            "local_epochs": 2,
+            "batch_size": 64,
+            "resources": {"backend": backend, "client_cpus": 1, "num_workers": 2},
+        }
+    )
 
 
 def plain_pytorch(spec: RunSpec, threads: int) -> tuple[float, list[float]]:
@@ -90,7 +93,7 @@ def plain_pytorch(spec: RunSpec, threads: int) -> tuple[float, list[float]]:
             states.append({k: v.detach().clone() for k, v in model.state_dict().items()})
             counts.append(len(y))
         total = sum(counts)
-        global_state = {k: sum(s[k] * (n / total) for s, n in zip(states, counts)) for k in global_state}
+        global_state = {k: sum(s[k] * (n / total) for s, n in zip(states, counts, strict=True)) for k in global_state}
         model.load_state_dict(global_state)
         model.eval()
         with torch.no_grad():  # evaluate on every client's local test split, as fedbench does each round
@@ -125,16 +128,24 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--clients", type=int, default=20)
     parser.add_argument("--repeats", type=int, default=2, help="interleaved repetitions (a, b, c, a, b, c...)")
-    parser.add_argument("--plain-threads", type=int, default=1,
-                        help="torch threads of the plain loop (1 was the faster plain loop on these 2-core machines)")
+    parser.add_argument(
+        "--plain-threads",
+        type=int,
+        default=1,
+        help="torch threads of the plain loop (1 was the faster plain loop on these 2-core machines)",
+    )
     args = parser.parse_args()
     dataset, which = choose_dataset()
-    print(f"data: {which}; FedAvg, LeNet-5, {args.clients} clients Dirichlet(0.5), 2 local epochs, batch 64, "
-          f"{args.rounds} rounds; {args.repeats} interleaved repeats, best of each reported")
+    print(
+        f"data: {which}; FedAvg, LeNet-5, {args.clients} clients Dirichlet(0.5), 2 local epochs, batch 64, "
+        f"{args.rounds} rounds; {args.repeats} interleaved repeats, best of each reported"
+    )
     load_dataset(dataset["name"])  # reading the files is not what is measured: done once, up front
     variants = {
-        "a": (f"plain PyTorch, {args.plain_threads} thread(s)",
-              lambda: plain_pytorch(make_spec(dataset, "serial", args.rounds, args.clients), args.plain_threads)),
+        "a": (
+            f"plain PyTorch, {args.plain_threads} thread(s)",
+            lambda: plain_pytorch(make_spec(dataset, "serial", args.rounds, args.clients), args.plain_threads),
+        ),
         "b": ("fedbench serial", lambda: fedbench_run(make_spec(dataset, "serial", args.rounds, args.clients))),
         "c": ("fedbench ray, 2 workers", lambda: fedbench_run(make_spec(dataset, "ray", args.rounds, args.clients))),
     }
@@ -146,11 +157,22 @@ def main() -> None:
                 total, rounds = run()
             torch.set_num_threads(default_threads)
             _shutdown_ray()
-            runs[key].append({"total_s": total, "steady_round_s": steady(rounds), "rounds_s": rounds, "peak_rss_gb": rss.peak / 1e9})
-            print(f"{key} {label:28s} #{repeat + 1}: whole {total:7.2f} s  steady round {steady(rounds):6.2f} s  "
-                  f"rounds {[round(r, 1) for r in rounds]}  peak RSS {rss.peak / 1e9:4.2f} GB", flush=True)
-    best = {key: {"total_s": min(r["total_s"] for r in rs), "steady_round_s": min(r["steady_round_s"] for r in rs),
-                  "peak_rss_gb": max(r["peak_rss_gb"] for r in rs)} for key, rs in runs.items()}
+            runs[key].append(
+                {"total_s": total, "steady_round_s": steady(rounds), "rounds_s": rounds, "peak_rss_gb": rss.peak / 1e9}
+            )
+            print(
+                f"{key} {label:28s} #{repeat + 1}: whole {total:7.2f} s  steady round {steady(rounds):6.2f} s  "
+                f"rounds {[round(r, 1) for r in rounds]}  peak RSS {rss.peak / 1e9:4.2f} GB",
+                flush=True,
+            )
+    best = {
+        key: {
+            "total_s": min(r["total_s"] for r in rs),
+            "steady_round_s": min(r["steady_round_s"] for r in rs),
+            "peak_rss_gb": max(r["peak_rss_gb"] for r in rs),
+        }
+        for key, rs in runs.items()
+    }
     ratios = {
         "b/a whole": best["b"]["total_s"] / best["a"]["total_s"],
         "b/a steady": best["b"]["steady_round_s"] / best["a"]["steady_round_s"],
@@ -159,7 +181,9 @@ def main() -> None:
     }
     targets = {"b/a whole": 1.10, "b/a steady": 1.10, "c/a whole": 0.70, "c/a steady": 0.55}
     for key, value in ratios.items():
-        print(f"{key:11s} {value:5.2f}   (target <= {targets[key]:.2f}: {'met' if value <= targets[key] else 'NOT met'})")
+        print(
+            f"{key:11s} {value:5.2f}   (target <= {targets[key]:.2f}: {'met' if value <= targets[key] else 'NOT met'})"
+        )
     for key, b in best.items():
         print(f"peak RSS of the process tree, {variants[key][0]}: {b['peak_rss_gb']:.2f} GB")
     out = results_dir() / "bench_runtime_overhead.json"

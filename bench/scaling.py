@@ -107,12 +107,27 @@ def measure(clients: int, eval_clients: str, profile: Path | None = None) -> dic
         wall, compute = record["time_round_s"], record["time_client_compute_s"]
         jobs = sampled + evaluated
         orchestration = wall - compute / WORKERS
-        rounds.append({"round": int(record["round"]), "wall_s": wall, "compute_s": compute, "jobs": jobs,
-                       "orchestration_s": orchestration, "orchestration_ms_per_job": 1000 * orchestration / jobs,
-                       "bytes": sum(record[c] for c in CHANNELS), "startup_s": record["time_startup_s"]})
-    return {"clients": clients, "fraction": fraction, "eval_clients": eval_clients, "rounds": rounds,
-            "peak_pss_gb": tree.peak / 1e9, "total_s": run["total_s"],
-            "peak_pss_by_process_mb": {name: round(size / 1e6) for name, size in sorted(tree.peak_parts.items())}}
+        rounds.append(
+            {
+                "round": int(record["round"]),
+                "wall_s": wall,
+                "compute_s": compute,
+                "jobs": jobs,
+                "orchestration_s": orchestration,
+                "orchestration_ms_per_job": 1000 * orchestration / jobs,
+                "bytes": sum(record[c] for c in CHANNELS),
+                "startup_s": record["time_startup_s"],
+            }
+        )
+    return {
+        "clients": clients,
+        "fraction": fraction,
+        "eval_clients": eval_clients,
+        "rounds": rounds,
+        "peak_pss_gb": tree.peak / 1e9,
+        "total_s": run["total_s"],
+        "peak_pss_by_process_mb": {name: round(size / 1e6) for name, size in sorted(tree.peak_parts.items())},
+    }
 
 
 def steady(result: dict, key: str) -> float:
@@ -124,33 +139,73 @@ def report(results: list[dict], tag: str) -> list[str]:
     rows = []
     for res in results:
         for r in res["rounds"]:
-            rows.append([res["clients"], res["fraction"], res["eval_clients"], r["round"], r["jobs"], f"{r['wall_s']:.2f}",
-                         f"{r['compute_s']:.2f}", f"{r['orchestration_s']:.2f}", f"{r['orchestration_ms_per_job']:.2f}",
-                         f"{r['bytes'] / 1e6:.1f}", f"{res['peak_pss_gb']:.2f}"])
-    lines = [f"### {tag}", "", *markdown_table(
-        ["clients", "fraction", "evaluated", "round", "client jobs", "wall (s)", "client compute (s)", "orchestration (s)",
-         "orchestration / job (ms)", "MB moved", "tree peak PSS (GB)"], rows), ""]
+            rows.append(
+                [
+                    res["clients"],
+                    res["fraction"],
+                    res["eval_clients"],
+                    r["round"],
+                    r["jobs"],
+                    f"{r['wall_s']:.2f}",
+                    f"{r['compute_s']:.2f}",
+                    f"{r['orchestration_s']:.2f}",
+                    f"{r['orchestration_ms_per_job']:.2f}",
+                    f"{r['bytes'] / 1e6:.1f}",
+                    f"{res['peak_pss_gb']:.2f}",
+                ]
+            )
+    lines = [
+        f"### {tag}",
+        "",
+        *markdown_table(
+            [
+                "clients",
+                "fraction",
+                "evaluated",
+                "round",
+                "client jobs",
+                "wall (s)",
+                "client compute (s)",
+                "orchestration (s)",
+                "orchestration / job (ms)",
+                "MB moved",
+                "tree peak PSS (GB)",
+            ],
+            rows,
+        ),
+        "",
+    ]
     by = {r["clients"]: r for r in results}
     if 10 in by and 1000 in by:
         ratio = by[1000]["peak_pss_gb"] / by[10]["peak_pss_gb"]
-        lines.append(f"- peak PSS 1,000 / 10 clients: {ratio:.2f} (target <= 1.2: {'met' if ratio <= 1.2 else 'NOT met'})")
+        lines.append(
+            f"- peak PSS 1,000 / 10 clients: {ratio:.2f} (target <= 1.2: {'met' if ratio <= 1.2 else 'NOT met'})"
+        )
     if 1000 in by:
         per_job = steady(by[1000], "orchestration_ms_per_job")
-        lines.append(f"- orchestration per client job at 1,000 clients (steady rounds): {per_job:.2f} ms "
-                     f"(target <= 2: {'met' if per_job <= 2 else 'NOT met'})")
+        lines.append(
+            f"- orchestration per client job at 1,000 clients (steady rounds): {per_job:.2f} ms "
+            f"(target <= 2: {'met' if per_job <= 2 else 'NOT met'})"
+        )
     if 100 in by and 10000 in by:
         wall = steady(by[10000], "wall_s") / steady(by[100], "wall_s")
         pss = by[10000]["peak_pss_gb"] / by[100]["peak_pss_gb"]
-        lines.append(f"- 10,000 at 1% / 100 at 100%: steady round wall {wall:.2f}, peak PSS {pss:.2f} "
-                     f"(target <= 1.2: {'met' if max(wall, pss) <= 1.2 else 'NOT met'})")
+        lines.append(
+            f"- 10,000 at 1% / 100 at 100%: steady round wall {wall:.2f}, peak PSS {pss:.2f} "
+            f"(target <= 1.2: {'met' if max(wall, pss) <= 1.2 else 'NOT met'})"
+        )
     return lines + [""]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--only", default=",".join(map(str, CONFIGS)), help="client counts to run, comma-separated")
-    parser.add_argument("--eval-clients", default="all", choices=["all", "sampled"],
-                        help="the task's eval_clients: local evaluation on every registered client, or on the round's sampled ones")
+    parser.add_argument(
+        "--eval-clients",
+        default="all",
+        choices=["all", "sampled"],
+        help="the task's eval_clients: local evaluation on every registered client, or on the round's sampled ones",
+    )
     parser.add_argument("--tag", default="run", help="result set in bench/results/scaling.json to put these runs in")
     parser.add_argument("--profile", type=Path, help="folder for each run's driver profile (cProfile, by own time)")
     parser.add_argument("--report", action="store_true", help="print every saved result set as tables, run nothing")

@@ -23,7 +23,8 @@ wrapping them), each trial's span outside its own run (child run start to end, l
 actor's and its client actor's start, imports, reports), the slots left idle between trials, and, measured
 once on the warm Ray after the sweep, a placement group's creation and one client actor's start.
 
-    nice -n 10 python bench/sweep_overhead.py [--seeds 2] [--large-seeds 8] [--clients 4] [--rounds 1] [--max-concurrent 2]
+    nice -n 10 python bench/sweep_overhead.py [--seeds 2] [--large-seeds 8] [--clients 4] [--rounds 1] [--max-concurrent
+    2]
 
 Writes bench/results/sweep_overhead.{json,md}.
 """
@@ -116,9 +117,14 @@ def serial(specs, experiment: str) -> dict:
     results = [run_spec(spec, [MlflowCallback(experiment=experiment)], backend="serial") for spec in specs]
     wall = time.perf_counter() - start
     own = [r.final[M.TOTAL_PREFIX + M.TIME_RUN_S] for r in results]
-    return {"runs": len(specs), "finished": sum(r.status == "FINISHED" for r in results), "wall_s": wall,
-            "sum_time_run_s": sum(own), "overhead_per_run_s": (wall - sum(own)) / len(specs),
-            "runs_per_min": 60 * len(specs) / wall}
+    return {
+        "runs": len(specs),
+        "finished": sum(r.status == "FINISHED" for r in results),
+        "wall_s": wall,
+        "sum_time_run_s": sum(own),
+        "overhead_per_run_s": (wall - sum(own)) / len(specs),
+        "runs_per_min": 60 * len(specs) / wall,
+    }
 
 
 def sweep(task_path: Path, max_concurrent: int, ray_address: str = "local") -> dict:
@@ -145,7 +151,9 @@ def sweep(task_path: Path, max_concurrent: int, ray_address: str = "local") -> d
     t0 = time.time()
     start = time.perf_counter()
     num_cpus = 2 if ray_address == "local" else None
-    ray.init(address=ray_address, num_cpus=num_cpus, include_dashboard=False, configure_logging=False)  # as ensure_ray would
+    ray.init(
+        address=ray_address, num_cpus=num_cpus, include_dashboard=False, configure_logging=False
+    )  # as ensure_ray would
     ray_start = time.perf_counter() - start
     outcome = run_sweep(plan, max_concurrent=max_concurrent)
     warm = warm_ray_costs()
@@ -160,28 +168,42 @@ def sweep(task_path: Path, max_concurrent: int, ray_address: str = "local") -> d
     trials = []
     for c in children:
         first_round = min(client.get_metric_history(c.info.run_id, M.TIME_ROUND_S), key=lambda m: m.step)
-        trials.append({"run": c.info.run_name, "status": c.info.status,
-                       "actor_requested_s": requested.get(c.info.run_name, t0) - t0,
-                       "start_s": c.info.start_time / 1000 - t0, "round1_logged_s": first_round.timestamp / 1000 - t0,
-                       "end_s": c.info.end_time / 1000 - t0, "time_round1_s": first_round.value,
-                       "time_run_s": c.data.metrics[M.TOTAL_PREFIX + M.TIME_RUN_S], "node": c.data.tags.get("trial.node")})
+        trials.append(
+            {
+                "run": c.info.run_name,
+                "status": c.info.status,
+                "actor_requested_s": requested.get(c.info.run_name, t0) - t0,
+                "start_s": c.info.start_time / 1000 - t0,
+                "round1_logged_s": first_round.timestamp / 1000 - t0,
+                "end_s": c.info.end_time / 1000 - t0,
+                "time_round1_s": first_round.value,
+                "time_run_s": c.data.metrics[M.TOTAL_PREFIX + M.TIME_RUN_S],
+                "node": c.data.tags.get("trial.node"),
+            }
+        )
     trials.sort(key=lambda t: t["start_s"])
     n = len(trials)
     own = sum(t["time_run_s"] for t in trials)
     spans = [t["end_s"] - t["start_s"] for t in trials]
-    outside = [s - t["time_run_s"] for s, t in zip(spans, trials)]
+    outside = [s - t["time_run_s"] for s, t in zip(spans, trials, strict=True)]
     mlflow_s = sum(timer.seconds.get(k, 0.0) for k in BRIDGE_CALLBACKS)
     fit_s = timer.seconds.get("fit", 0.0)
     fit_began = timer.first_call.get("fit", t0) - t0
     # a trial's actor can start once a slot is free (an earlier trial ended) and Tune has asked for it
     ends = sorted(t["end_s"] for t in trials)
-    handover = [t["start_s"] - max(t["actor_requested_s"], fit_began if i < max_concurrent else ends[i - max_concurrent])
-                for i, t in enumerate(trials)]
+    handover = [
+        t["start_s"] - max(t["actor_requested_s"], fit_began if i < max_concurrent else ends[i - max_concurrent])
+        for i, t in enumerate(trials)
+    ]
     return {
-        "trials": n, "finished": sum(t["status"] == "FINISHED" for t in trials), "max_concurrent": max_concurrent,
-        "wall_s": wall, "trials_per_min": 60 * n / wall,
+        "trials": n,
+        "finished": sum(t["status"] == "FINISHED" for t in trials),
+        "max_concurrent": max_concurrent,
+        "wall_s": wall,
+        "trials_per_min": 60 * n / wall,
         "first_trial_start_s": trials[0]["start_s"] if trials else None,
-        "sum_time_run_s": own, "overhead_per_trial_s": (wall * max_concurrent - own) / n,
+        "sum_time_run_s": own,
+        "overhead_per_trial_s": (wall * max_concurrent - own) / n,
         "overhead_per_trial_without_ray_start_stop_s": ((wall - ray_start - ray_shutdown) * max_concurrent - own) / n,
         "breakdown_s": {
             "ray_start": ray_start,
@@ -193,8 +215,9 @@ def sweep(task_path: Path, max_concurrent: int, ray_address: str = "local") -> d
             "trial_span_outside_own_run_max": max(outside) if outside else None,
             "slots_idle_between_trials": max_concurrent * fit_s - sum(spans),
             "slot free -> next trial's actor started, mean": statistics.mean(handover) if handover else None,
-            "trial started -> its round 1 logged, mean":
-                statistics.mean(t["round1_logged_s"] - t["start_s"] for t in trials),
+            "trial started -> its round 1 logged, mean": statistics.mean(
+                t["round1_logged_s"] - t["start_s"] for t in trials
+            ),
             "round 1 logged -> trial ended, mean": statistics.mean(t["end_s"] - t["round1_logged_s"] for t in trials),
             "own time_round_s of round 1, mean": statistics.mean(t["time_round1_s"] for t in trials),
             "own time_run_s, mean": own / n,
@@ -225,11 +248,20 @@ def warm_ray_costs() -> dict:
     pool.placement_groups()  # returns once the actor is up (its process started, fedbench imported)
     actor_s = time.perf_counter() - start
     pool.close()
-    return {"placement_group_ready_s": pg_s, "client_actor_start_s": actor_s, "measuring_s": time.perf_counter() - begin}
+    return {
+        "placement_group_ready_s": pg_s,
+        "client_actor_start_s": actor_s,
+        "measuring_s": time.perf_counter() - begin,
+    }
 
 
 def markdown(report: dict, command: str) -> str:
-    s, a, large, per_trial = report["serial"], report["sweep"], report["sweep_large"], report["overhead_per_added_trial_s"]
+    s, a, large, per_trial = (
+        report["serial"],
+        report["sweep"],
+        report["sweep_large"],
+        report["overhead_per_added_trial_s"],
+    )
     b = a["breakdown_s"]
     met = "met" if per_trial < TARGET_S else "MISSED"
     rows = [
@@ -237,30 +269,46 @@ def markdown(report: dict, command: str) -> str:
         ("wall s", f"{s['wall_s']:.1f}", f"{a['wall_s']:.1f}"),
         ("runs (trials) per minute", f"{s['runs_per_min']:.1f}", f"{a['trials_per_min']:.1f}"),
         ("sum of own time_run_s", f"{s['sum_time_run_s']:.1f}", f"{a['sum_time_run_s']:.1f}"),
-        ("overhead per run s", f"{s['overhead_per_run_s']:.2f}",
-         f"{a['overhead_per_trial_s']:.2f} (K={a['max_concurrent']})"),
+        (
+            "overhead per run s",
+            f"{s['overhead_per_run_s']:.2f}",
+            f"{a['overhead_per_trial_s']:.2f} (K={a['max_concurrent']})",
+        ),
         ("first run running after s", "-", f"{a['first_trial_start_s']:.1f}"),
     ]
     lines = [
-        f"# Sweep scheduling overhead ({report['trials_desc']})", "", f"`{command}`", "",
-        *markdown_table(["", "serial, back-to-back", "sweep"], rows), "",
+        f"# Sweep scheduling overhead ({report['trials_desc']})",
+        "",
+        f"`{command}`",
+        "",
+        *markdown_table(["", "serial, back-to-back", "sweep"], rows),
+        "",
         f"sweep wall / serial wall: {a['wall_s'] / s['wall_s']:.2f}. Overhead per trial (wall x K - sum of own run "
         f"times) / trials, start-up included: {a['overhead_per_trial_s']:.2f} s; without Ray's start and "
-        f"shutdown: {a['overhead_per_trial_without_ray_start_stop_s']:.2f} s.", "",
-        f"Larger sweep, {large['trials']} trials: {large['wall_s']:.1f} s wall, {large['trials_per_min']:.1f} trials/min, "
+        f"shutdown: {a['overhead_per_trial_without_ray_start_stop_s']:.2f} s.",
+        "",
+        f"Larger sweep, {large['trials']} trials: {large['wall_s']:.1f} s wall, "
+        f"{large['trials_per_min']:.1f} trials/min, "
         f"{large['overhead_per_trial_s']:.2f} s overhead per trial start-up included, first trial running after "
-        f"{large['first_trial_start_s']:.1f} s.", "",
+        f"{large['first_trial_start_s']:.1f} s.",
+        "",
         f"**Overhead of each further trial** ((wall_large - wall_small) x K - (own_large - own_small)) / "
         f"({large['trials']} - {a['trials']}): **{per_trial:.2f} s** (target < {TARGET_S:.0f} s: {met}); the fixed "
         f"start-up, paid once per sweep, is about {report['fixed_startup_s']:.1f} s of wall time "
-        f"(wall_small - trials_small x (own mean + per-trial overhead) / K).", "",
-        f"Where the {a['trials']}-trial sweep's time goes (s):", "",
-        *markdown_table(["part", "s"], [
-            *((k, f"{v:.2f}") for k, v in b.items() if v is not None),
-            ("warm Ray: placement group (2 bundles) ready", f"{a['warm_ray']['placement_group_ready_s']:.2f}"),
-            ("warm Ray: one client actor up", f"{a['warm_ray']['client_actor_start_s']:.2f}"),
-        ]),
-        "", report.get("notes", ""),
+        f"(wall_small - trials_small x (own mean + per-trial overhead) / K).",
+        "",
+        f"Where the {a['trials']}-trial sweep's time goes (s):",
+        "",
+        *markdown_table(
+            ["part", "s"],
+            [
+                *((k, f"{v:.2f}") for k, v in b.items() if v is not None),
+                ("warm Ray: placement group (2 bundles) ready", f"{a['warm_ray']['placement_group_ready_s']:.2f}"),
+                ("warm Ray: one client actor up", f"{a['warm_ray']['client_actor_start_s']:.2f}"),
+            ],
+        ),
+        "",
+        report.get("notes", ""),
     ]
     return "\n".join(lines) + "\n"
 
@@ -288,6 +336,7 @@ def main() -> None:
         from fedbench.config import load_task
         from fedbench.data import load_dataset
         from fedbench.tracking.paths import tracking_uri
+
         imports_s = time.perf_counter() - start
         start = time.perf_counter()
         MlflowClient(tracking_uri()).search_experiments()  # a fresh store's migrations, once, in the driver
@@ -297,10 +346,15 @@ def main() -> None:
         task_path = write_task(folder, args, args.seeds, "bench_sweep_overhead")
         large_path = write_task(folder, args, args.large_seeds, "bench_sweep_overhead_large")
         specs = load_task(task_path).expand()
-        desc = (f"{len(specs)} trials: digits, mlp [16], {args.clients} clients, {args.rounds} round(s), "
-                f"client_cpus 0.5, K={args.max_concurrent}")
-        print(f"{desc}; results in {folder}; imports {imports_s:.1f} s, MLflow store migration {store_s:.1f} s "
-              "(both before and apart from what is measured)", flush=True)
+        desc = (
+            f"{len(specs)} trials: digits, mlp [16], {args.clients} clients, {args.rounds} round(s), "
+            f"client_cpus 0.5, K={args.max_concurrent}"
+        )
+        print(
+            f"{desc}; results in {folder}; imports {imports_s:.1f} s, MLflow store migration {store_s:.1f} s "
+            "(both before and apart from what is measured)",
+            flush=True,
+        )
         load = {"before": os.getloadavg()}
         serial_report = serial(specs, "bench_sweep_overhead_serial")
         load["after serial"] = os.getloadavg()
@@ -318,13 +372,23 @@ def main() -> None:
     first = sweep_report["first_trial_start_s"]
     small, large, k = sweep_report, large_report, args.max_concurrent
     per_trial = ((large["wall_s"] - small["wall_s"]) * k - (large["sum_time_run_s"] - small["sum_time_run_s"])) / (
-        large["trials"] - small["trials"])
+        large["trials"] - small["trials"]
+    )
     fixed = small["wall_s"] - (small["sum_time_run_s"] + per_trial * small["trials"]) / k
-    report = {"args": vars(args), "trials_desc": desc, "imports_s": imports_s, "store_migration_s": store_s,
-              "load_average_1_5_15_min": load, "serial": serial_report, "sweep": sweep_report, "sweep_large": large_report,
-              "overhead_per_added_trial_s": per_trial, "fixed_startup_s": fixed,
-              "notes": "Load average (1, 5, 15 min) of the 2-core host, shared with other users: "
-                       + "; ".join(f"{k} {', '.join(f'{x:.1f}' for x in v)}" for k, v in load.items())}
+    report = {
+        "args": vars(args),
+        "trials_desc": desc,
+        "imports_s": imports_s,
+        "store_migration_s": store_s,
+        "load_average_1_5_15_min": load,
+        "serial": serial_report,
+        "sweep": sweep_report,
+        "sweep_large": large_report,
+        "overhead_per_added_trial_s": per_trial,
+        "fixed_startup_s": fixed,
+        "notes": "Load average (1, 5, 15 min) of the 2-core host, shared with other users: "
+        + "; ".join(f"{k} {', '.join(f'{x:.1f}' for x in v)}" for k, v in load.items()),
+    }
     command = " ".join(["nice -n 10 .venv/bin/python bench/sweep_overhead.py", *sys.argv[1:]])
     s, a = serial_report, sweep_report
     print(f"\n{'':34s}{'serial':>12s}{'sweep':>12s}")
@@ -333,11 +397,15 @@ def main() -> None:
     print(f"{'sum of own time_run_s':34s}{s['sum_time_run_s']:12.1f}{a['sum_time_run_s']:12.1f}")
     print(f"{'overhead per run s':34s}{s['overhead_per_run_s']:12.2f}{a['overhead_per_trial_s']:12.2f}")
     print(f"{'first trial running after s':34s}{'-':>12s}{first:12.1f}")
-    print(f"sweep/serial wall {a['wall_s'] / s['wall_s']:.2f}; overhead per trial, start-up included "
-          f"{a['overhead_per_trial_s']:.2f} s, {a['overhead_per_trial_without_ray_start_stop_s']:.2f} s without Ray "
-          f"start/shutdown; {large['trials']} trials: {large['overhead_per_trial_s']:.2f} s")
-    print(f"overhead of each further trial {per_trial:.2f} s (target < {TARGET_S} s: "
-          f"{'met' if per_trial < TARGET_S else 'MISSED'}); fixed start-up {fixed:.1f} s")
+    print(
+        f"sweep/serial wall {a['wall_s'] / s['wall_s']:.2f}; overhead per trial, start-up included "
+        f"{a['overhead_per_trial_s']:.2f} s, {a['overhead_per_trial_without_ray_start_stop_s']:.2f} s without Ray "
+        f"start/shutdown; {large['trials']} trials: {large['overhead_per_trial_s']:.2f} s"
+    )
+    print(
+        f"overhead of each further trial {per_trial:.2f} s (target < {TARGET_S} s: "
+        f"{'met' if per_trial < TARGET_S else 'MISSED'}); fixed start-up {fixed:.1f} s"
+    )
     for key, value in {**b, **{f"warm Ray: {k}": v for k, v in a["warm_ray"].items()}}.items():
         if value is not None:
             print(f"  {key:52s}{value:8.2f} s")

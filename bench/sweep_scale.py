@@ -59,15 +59,28 @@ def reference_overhead() -> float | None:
 
 def summary(report: dict) -> dict:
     nodes = collections.Counter(t["node"] for t in report["trial_timeline"])
-    return {k: report[k] for k in ("trials", "finished", "wall_s", "trials_per_min", "first_trial_start_s",
-                                   "sum_time_run_s", "overhead_per_trial_s",
-                                   "overhead_per_trial_without_ray_start_stop_s")} | {
-        "trials_per_node": dict(nodes), "breakdown_s": report["breakdown_s"]}
+    return {
+        k: report[k]
+        for k in (
+            "trials",
+            "finished",
+            "wall_s",
+            "trials_per_min",
+            "first_trial_start_s",
+            "sum_time_run_s",
+            "overhead_per_trial_s",
+            "overhead_per_trial_without_ray_start_stop_s",
+        )
+    } | {"trials_per_node": dict(nodes), "breakdown_s": report["breakdown_s"]}
 
 
 def markdown(report: dict, command: str) -> str:
     small, large = report["small"], report["large"]
-    ratio, per_added, ref = report["ratio"], report["overhead_per_added_trial_s"], report["reference_12_trials_one_node_s"]
+    ratio, per_added, ref = (
+        report["ratio"],
+        report["overhead_per_added_trial_s"],
+        report["reference_12_trials_one_node_s"],
+    )
     met = "met" if ratio <= TARGET_RATIO else "MISSED"
     rows = [
         ("trials (finished)", f"{small['trials']} ({small['finished']})", f"{large['trials']} ({large['finished']})"),
@@ -75,26 +88,43 @@ def markdown(report: dict, command: str) -> str:
         ("trials per minute", f"{small['trials_per_min']:.1f}", f"{large['trials_per_min']:.1f}"),
         ("sum of own time_run_s", f"{small['sum_time_run_s']:.1f}", f"{large['sum_time_run_s']:.1f}"),
         ("**overhead per trial s**", f"{small['overhead_per_trial_s']:.2f}", f"{large['overhead_per_trial_s']:.2f}"),
-        ("same, without the driver's connect/disconnect", f"{small['overhead_per_trial_without_ray_start_stop_s']:.2f}",
-         f"{large['overhead_per_trial_without_ray_start_stop_s']:.2f}"),
+        (
+            "same, without the driver's connect/disconnect",
+            f"{small['overhead_per_trial_without_ray_start_stop_s']:.2f}",
+            f"{large['overhead_per_trial_without_ray_start_stop_s']:.2f}",
+        ),
         ("first trial running after s", f"{small['first_trial_start_s']:.1f}", f"{large['first_trial_start_s']:.1f}"),
-        ("trials per node", ", ".join(map(str, small["trials_per_node"].values())),
-         ", ".join(map(str, large["trials_per_node"].values()))),
+        (
+            "trials per node",
+            ", ".join(map(str, small["trials_per_node"].values())),
+            ", ".join(map(str, large["trials_per_node"].values())),
+        ),
     ]
     lines = [
-        f"# Sweep overhead from 12 to {large['trials']} trials on a two-node local cluster", "",
-        f"`{command}`", "", report["desc"], "",
-        *markdown_table(["", f"{small['trials']} trials", f"{large['trials']} trials"], rows), "",
+        f"# Sweep overhead from 12 to {large['trials']} trials on a two-node local cluster",
+        "",
+        f"`{command}`",
+        "",
+        report["desc"],
+        "",
+        *markdown_table(["", f"{small['trials']} trials", f"{large['trials']} trials"], rows),
+        "",
         f"**{large['trials']}-trial overhead per trial / 12-trial: {ratio:.2f}** (target <= {TARGET_RATIO}: {met}). "
         f"Overhead of each further trial ((wall_large - wall_small) x K - (own_large - own_small)) / "
         f"({large['trials']} - {small['trials']}): {per_added:.2f} s.",
-        "" if ref is None else f"\nThe 12-trial figure of bench/results/sweep_overhead.md (one local node, Ray started "
-                               f"inside the sweep's wall time): {ref:.2f} s per trial.",
-        "", f"Both nodes ran trials: {'yes' if report['both_nodes_used'] else 'NO'} (node ids: "
-            + ", ".join(f"`{n[:12]}`" for n in report["nodes"]) + ").",
-        "", f"Whole run (cluster start, both sweeps, teardown): {report['run_wall_s']:.0f} s.",
-        "", "Load average (1, 5, 15 min) of the 2-core host, shared with other users: "
-            + "; ".join(f"{k} {', '.join(f'{x:.1f}' for x in v)}" for k, v in report["load_average_1_5_15_min"].items()),
+        ""
+        if ref is None
+        else f"\nThe 12-trial figure of bench/results/sweep_overhead.md (one local node, Ray started "
+        f"inside the sweep's wall time): {ref:.2f} s per trial.",
+        "",
+        f"Both nodes ran trials: {'yes' if report['both_nodes_used'] else 'NO'} (node ids: "
+        + ", ".join(f"`{n[:12]}`" for n in report["nodes"])
+        + ").",
+        "",
+        f"Whole run (cluster start, both sweeps, teardown): {report['run_wall_s']:.0f} s.",
+        "",
+        "Load average (1, 5, 15 min) of the 2-core host, shared with other users: "
+        + "; ".join(f"{k} {', '.join(f'{x:.1f}' for x in v)}" for k, v in report["load_average_1_5_15_min"].items()),
     ]
     return "\n".join(lines) + "\n"
 
@@ -126,9 +156,11 @@ def main() -> None:
         small_path = write_task(folder, args, SMALL_SEEDS, "bench_sweep_scale_small")
         large_path = write_task(folder, args, math.ceil(args.trials / CONFIGURATIONS), "bench_sweep_scale_large")
         cluster = start_cluster(args.cpus_per_node)
-        desc = (f"Tiny trials as bench/sweep_overhead.py: digits, mlp [16], {args.clients} clients, {args.rounds} "
-                f"round(s), client_cpus 0.5, K={args.max_concurrent}; two nodes of {args.cpus_per_node} CPU(s) each "
-                f"(the worker node also 2 simulated GPUs), `ray.cluster_utils.Cluster` on one 2-core host.")
+        desc = (
+            f"Tiny trials as bench/sweep_overhead.py: digits, mlp [16], {args.clients} clients, {args.rounds} "
+            f"round(s), client_cpus 0.5, K={args.max_concurrent}; two nodes of {args.cpus_per_node} CPU(s) each "
+            f"(the worker node also 2 simulated GPUs), `ray.cluster_utils.Cluster` on one 2-core host."
+        )
         print(f"{desc}\nresults in {folder}", flush=True)
         load = {"before": os.getloadavg()}
         small = sweep(small_path, args.max_concurrent, ray_address=cluster.address)
@@ -147,13 +179,22 @@ def main() -> None:
 
     k = args.max_concurrent
     per_added = ((large["wall_s"] - small["wall_s"]) * k - (large["sum_time_run_s"] - small["sum_time_run_s"])) / (
-        large["trials"] - small["trials"])
+        large["trials"] - small["trials"]
+    )
     nodes = sorted({t["node"] for t in small["trial_timeline"] + large["trial_timeline"]} - {None})
-    report = {"args": vars(args), "desc": desc, "small": summary(small), "large": summary(large),
-              "ratio": large["overhead_per_trial_s"] / small["overhead_per_trial_s"],
-              "overhead_per_added_trial_s": per_added, "reference_12_trials_one_node_s": reference_overhead(),
-              "nodes": nodes, "both_nodes_used": len(nodes) == 2, "run_wall_s": time.perf_counter() - run_start,
-              "load_average_1_5_15_min": load}
+    report = {
+        "args": vars(args),
+        "desc": desc,
+        "small": summary(small),
+        "large": summary(large),
+        "ratio": large["overhead_per_trial_s"] / small["overhead_per_trial_s"],
+        "overhead_per_added_trial_s": per_added,
+        "reference_12_trials_one_node_s": reference_overhead(),
+        "nodes": nodes,
+        "both_nodes_used": len(nodes) == 2,
+        "run_wall_s": time.perf_counter() - run_start,
+        "load_average_1_5_15_min": load,
+    }
     command = " ".join(["nice -n 10 .venv/bin/python bench/sweep_scale.py", *sys.argv[1:]])
     text = markdown(report, command)
     print("\n" + text)

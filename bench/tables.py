@@ -14,5 +14,8 @@ RESULTS = Path(__file__).resolve().parent / "results"
 
 def markdown_table(header: Sequence[str], rows: Iterable[Sequence[object]]) -> list[str]:
     """A markdown table's lines: the header, its rule, then one line per row (each cell as str())."""
-    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header),
-            *("| " + " | ".join(map(str, row)) + " |" for row in rows)]
+    return [
+        "| " + " | ".join(header) + " |",
+        "|" + "---|" * len(header),
+        *("| " + " | ".join(map(str, row)) + " |" for row in rows),
+    ]

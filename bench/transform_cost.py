@@ -48,8 +48,9 @@ CASES: dict[str, tuple[tuple[Op, ...], int, int]] = {
 }
 
 
-def epoch(transform: BatchTransform, channels: int, x: torch.Tensor, y: torch.Tensor, batch: int,
-          seed: int) -> tuple[float, float]:
+def epoch(
+    transform: BatchTransform, channels: int, x: torch.Tensor, y: torch.Tensor, batch: int, seed: int
+) -> tuple[float, float]:
     """One local epoch as a client runs it (gather rows, transform, forward, backward, step), and the
     transform alone on the same batches; returns (transform seconds, epoch seconds).
 
@@ -93,9 +94,11 @@ def main() -> None:
     torch.manual_seed(0)
     data = {c: torch.randint(0, 256, (args.samples, c, 28, 28), dtype=torch.uint8) for c in (1, 3)}
     y = torch.randint(0, 10, (args.samples,), dtype=torch.int64)
-    print(f"synthetic uint8 [{args.samples}, 1, 28, 28] (and [.., 3, ..] where marked RGB), 10 classes; "
-          f"LeNet-5, batch {args.batch_size}, SGD lr 0.005 "
-          f"momentum 0.9, {args.threads} thread(s); {args.repeats} interleaved repeats, best of each reported")
+    print(
+        f"synthetic uint8 [{args.samples}, 1, 28, 28] (and [.., 3, ..] where marked RGB), 10 classes; "
+        f"LeNet-5, batch {args.batch_size}, SGD lr 0.005 "
+        f"momentum 0.9, {args.threads} thread(s); {args.repeats} interleaved repeats, best of each reported"
+    )
 
     transforms = {}
     for name, (ops, channels, data_channels) in cases.items():
@@ -106,7 +109,7 @@ def main() -> None:
             transforms[name](data[data_channels][: args.batch_size], y[: args.batch_size])
     runs: dict[str, dict[str, list[float]]] = {name: {"transform_s": [], "epoch_s": []} for name in cases}
     for repeat in range(args.repeats):
-        for name, (ops, channels, data_channels) in cases.items():
+        for name, (_, channels, data_channels) in cases.items():
             t, e = epoch(transforms[name], channels, data[data_channels], y, args.batch_size, seed=repeat)
             runs[name]["transform_s"].append(t)
             runs[name]["epoch_s"].append(e)
@@ -118,9 +121,15 @@ def main() -> None:
         t, e = min(runs[name]["transform_s"]), min(runs[name]["epoch_s"])
         ratio = t / e
         verdict = "PASS" if ratio <= TARGET else "FAIL"
-        summary[name] = {"ops": [op.to_dict() for op in ops], "channels": channels, "data_channels": data_channels,
-                         "transform_s": t, "epoch_s": e, "ratio": ratio,
-                         "verdict": verdict}
+        summary[name] = {
+            "ops": [op.to_dict() for op in ops],
+            "channels": channels,
+            "data_channels": data_channels,
+            "transform_s": t,
+            "epoch_s": e,
+            "ratio": ratio,
+            "verdict": verdict,
+        }
         print(f"{name:32s} {_short(describe_ops(ops)):36s} {t:11.4f} {e:8.3f} {ratio:7.2%}  {verdict}")
     out = results_dir() / "bench_transform_cost.json"
     out.write_text(json.dumps({"args": vars(args), "runs": runs, "best": summary}, indent=2))

@@ -7,8 +7,8 @@ a task built in Python, run with `fedbench.run`, ranked with `fedbench.leaderboa
 import fedbench
 
 TASK = {
-    "name": "compare_fedavg_fedprox",          # the MLflow experiment the runs go to
-    "dataset": "digits",                       # bundled with scikit-learn: no download
+    "name": "compare_fedavg_fedprox",  # the MLflow experiment the runs go to
+    "dataset": "digits",  # bundled with scikit-learn: no download
     "model": {"name": "mlp", "hidden": [32]},
     "scenario": {"partition": "dirichlet", "alpha": 0.3, "num_clients": 4},
     "rounds": 3,

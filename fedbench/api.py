@@ -44,9 +44,17 @@ if TYPE_CHECKING:
     """A task file's path, a task's mapping (as a task file writes it) or a TaskSpec."""
 
 
-def run(task_or_spec: TaskLike | RunSpec, *, overrides: Sequence[str] = (), backend: str | None = None,
-        track: bool = True, rerun: bool = False, console: Console | None = None, checkpoint_every: int | None = None,
-        **fields: Any) -> list[RunResult] | RunResult:
+def run(
+    task_or_spec: TaskLike | RunSpec,
+    *,
+    overrides: Sequence[str] = (),
+    backend: str | None = None,
+    track: bool = True,
+    rerun: bool = False,
+    console: Console | None = None,
+    checkpoint_every: int | None = None,
+    **fields: Any,
+) -> list[RunResult] | RunResult:
     """Run every RunSpec of a task one after another, as `fedbench run` does.
 
     Runs the tracking store already holds a finished run of are skipped (and the console says how many), so
@@ -98,8 +106,10 @@ def run(task_or_spec: TaskLike | RunSpec, *, overrides: Sequence[str] = (), back
     callbacks = run_callbacks(len(specs), console, track)
     timeline.mark("tracking_ready")
     backends = ", ".join(sorted({s.resources.backend for s in specs}))
-    console.print(f"task [bold]{specs[0].task}[/]: {len(specs)} runs, backend {backends}, "
-                  f"tracking {tracking_uri() if track else 'off'}")
+    console.print(
+        f"task [bold]{specs[0].task}[/]: {len(specs)} runs, backend {backends}, "
+        f"tracking {tracking_uri() if track else 'off'}"
+    )
     results = run_specs(specs, callbacks, folders)
     return results[0] if single else results
 
@@ -131,11 +141,22 @@ def plan_run(task: TaskLike, *, overrides: Sequence[str] = (), backend: str | No
     return loaded
 
 
-def sweep(task: TaskLike, *, search: str | os.PathLike | SearchSpace | None = None, num_samples: int | None = None,
-          metric: str | None = None, mode: str = "max", scheduler: str | None = None,
-          max_concurrent: int | None = None, address: str | None = None, resume: bool = False,
-          max_failures: int | None = None, checkpoint_every: int | None = None, overrides: Sequence[str] = (),
-          **fields: Any) -> SweepOutcome:
+def sweep(
+    task: TaskLike,
+    *,
+    search: str | os.PathLike | SearchSpace | None = None,
+    num_samples: int | None = None,
+    metric: str | None = None,
+    mode: str = "max",
+    scheduler: str | None = None,
+    max_concurrent: int | None = None,
+    address: str | None = None,
+    resume: bool = False,
+    max_failures: int | None = None,
+    checkpoint_every: int | None = None,
+    overrides: Sequence[str] = (),
+    **fields: Any,
+) -> SweepOutcome:
     """Sweep a task's RunSpecs (or Optuna samples of a search space) as Ray Tune trials, as `fedbench sweep` does.
 
     Args:
@@ -161,17 +182,44 @@ def sweep(task: TaskLike, *, search: str | os.PathLike | SearchSpace | None = No
     Raises:
         ConfigError: bad input (checked before any trial starts).
     """
-    spec, plan = plan_sweep(task, search=search, num_samples=num_samples, metric=metric, mode=mode, scheduler=scheduler,
-                            max_concurrent=max_concurrent, max_failures=max_failures,
-                            checkpoint_every=checkpoint_every, overrides=overrides, **fields)
-    return execute_sweep(spec, plan, max_concurrent=max_concurrent, address=address, resume=resume,
-                         max_failures=max_failures, checkpoint_every=checkpoint_every)
+    spec, plan = plan_sweep(
+        task,
+        search=search,
+        num_samples=num_samples,
+        metric=metric,
+        mode=mode,
+        scheduler=scheduler,
+        max_concurrent=max_concurrent,
+        max_failures=max_failures,
+        checkpoint_every=checkpoint_every,
+        overrides=overrides,
+        **fields,
+    )
+    return execute_sweep(
+        spec,
+        plan,
+        max_concurrent=max_concurrent,
+        address=address,
+        resume=resume,
+        max_failures=max_failures,
+        checkpoint_every=checkpoint_every,
+    )
 
 
-def plan_sweep(task: TaskLike, *, search: str | os.PathLike | SearchSpace | None = None, num_samples: int | None = None,
-               metric: str | None = None, mode: str = "max", scheduler: str | None = None,
-               max_concurrent: int | None = None, max_failures: int | None = None, checkpoint_every: int | None = None,
-               overrides: Sequence[str] = (), **fields: Any) -> tuple[TaskSpec, SweepPlan]:
+def plan_sweep(
+    task: TaskLike,
+    *,
+    search: str | os.PathLike | SearchSpace | None = None,
+    num_samples: int | None = None,
+    metric: str | None = None,
+    mode: str = "max",
+    scheduler: str | None = None,
+    max_concurrent: int | None = None,
+    max_failures: int | None = None,
+    checkpoint_every: int | None = None,
+    overrides: Sequence[str] = (),
+    **fields: Any,
+) -> tuple[TaskSpec, SweepPlan]:
     """The task and the sweep `sweep` would run (arguments as there), every input checked and no trial started:
     what `fedbench sweep --dry-run` shows. `max_concurrent`, `max_failures` and `checkpoint_every` are checked, not
     planned."""
@@ -180,8 +228,9 @@ def plan_sweep(task: TaskLike, *, search: str | os.PathLike | SearchSpace | None
     from fedbench.tuning.plan import plan_sweep as make_plan
 
     if max_concurrent is not None and max_concurrent < 1:
-        raise ConfigError("--max-concurrent", max_concurrent, "an integer >= 1, or leave it out for as many as "
-                          "resources allow")
+        raise ConfigError(
+            "--max-concurrent", max_concurrent, "an integer >= 1, or leave it out for as many as resources allow"
+        )
     if max_failures is not None:
         check_max_failures("--max-failures", max_failures)
     checkpoint_interval("--checkpoint-every", checkpoint_every)
@@ -192,21 +241,42 @@ def plan_sweep(task: TaskLike, *, search: str | os.PathLike | SearchSpace | None
         return spec, make_plan(spec, search, num_samples, metric, mode, scheduler)
 
 
-def execute_sweep(task: TaskSpec, plan: SweepPlan, *, max_concurrent: int | None = None, address: str | None = None,
-                  resume: bool = False, max_failures: int | None = None,
-                  checkpoint_every: int | None = None) -> SweepOutcome:
+def execute_sweep(
+    task: TaskSpec,
+    plan: SweepPlan,
+    *,
+    max_concurrent: int | None = None,
+    address: str | None = None,
+    resume: bool = False,
+    max_failures: int | None = None,
+    checkpoint_every: int | None = None,
+) -> SweepOutcome:
     """Run what `plan_sweep` planned (options as in `sweep`): `sweep`'s second half, for a caller that shows the
     plan before its trials start, as the command does."""
     from fedbench.runtime.checkpoint import checkpoint_interval
     from fedbench.tuning.launch import execute_sweep as launch
 
-    return launch(task, plan, max_concurrent=max_concurrent, address=address, resume=resume, max_failures=max_failures,
-                  checkpoint_every=checkpoint_interval("--checkpoint-every", checkpoint_every))
+    return launch(
+        task,
+        plan,
+        max_concurrent=max_concurrent,
+        address=address,
+        resume=resume,
+        max_failures=max_failures,
+        checkpoint_every=checkpoint_interval("--checkpoint-every", checkpoint_every),
+    )
 
 
-def leaderboard(task_or_experiment: TaskLike, *, metric: str = M.FINAL_PREFIX + M.ACC_LOCAL_MEAN,
-                group_by: str | Sequence[str] = ("dataset", "scenario"), mode: str = "max", fmt: str | None = None,
-                out: str | os.PathLike | None = None, uri: str | None = None) -> pd.DataFrame:
+def leaderboard(
+    task_or_experiment: TaskLike,
+    *,
+    metric: str = M.FINAL_PREFIX + M.ACC_LOCAL_MEAN,
+    group_by: str | Sequence[str] = ("dataset", "scenario"),
+    mode: str = "max",
+    fmt: str | None = None,
+    out: str | os.PathLike | None = None,
+    uri: str | None = None,
+) -> pd.DataFrame:
     """Rank configurations from the runs recorded in MLflow, as `fedbench leaderboard` does, and write the board
     where it writes it: `results/leaderboards/<experiment>.md` and `.parquet`.
 
@@ -235,8 +305,10 @@ def leaderboard(task_or_experiment: TaskLike, *, metric: str = M.FINAL_PREFIX + 
 
     experiment = experiment_name(task_or_experiment)
     board = build_leaderboard(read_runs(experiment, uri or tracking_uri()), metric, field_list(group_by), mode)
-    written = [write_leaderboard(board, results_path("leaderboards", f"{experiment}.md"), "markdown"),
-               write_leaderboard(board, results_path("leaderboards", f"{experiment}.parquet"), "parquet")]
+    written = [
+        write_leaderboard(board, results_path("leaderboards", f"{experiment}.md"), "markdown"),
+        write_leaderboard(board, results_path("leaderboards", f"{experiment}.parquet"), "parquet"),
+    ]
     if fmt is not None:
         suffix = {"markdown": "md"}.get(fmt, fmt)
         path = Path(out) if out else results_path("leaderboards", f"{experiment}.{suffix}")
@@ -245,8 +317,15 @@ def leaderboard(task_or_experiment: TaskLike, *, metric: str = M.FINAL_PREFIX + 
     return board.table
 
 
-def export(task_or_experiment: TaskLike, *, fmt: str = "csv", group_by: str | Sequence[str] = ("dataset", "scenario"),
-           out: str | os.PathLike | None = None, uri: str | None = None, per_client: bool = False) -> pd.DataFrame:
+def export(
+    task_or_experiment: TaskLike,
+    *,
+    fmt: str = "csv",
+    group_by: str | Sequence[str] = ("dataset", "scenario"),
+    out: str | os.PathLike | None = None,
+    uri: str | None = None,
+    per_client: bool = False,
+) -> pd.DataFrame:
     """Every per-round metric of an experiment's finished runs as one long table, written as `fedbench export` does;
     with `per_client`, every client's numbers at every evaluated round instead.
 
@@ -280,9 +359,16 @@ def export(task_or_experiment: TaskLike, *, fmt: str = "csv", group_by: str | Se
     return table
 
 
-def plot(task_or_experiment: TaskLike, *, metric: str = M.ACC_LOCAL_MEAN, group_by: str | Sequence[str] = ("scenario",),
-         out: str | os.PathLike | None = None, formats: str | Sequence[str] = ("png",), dpi: int = 110,
-         uri: str | None = None) -> Plots:
+def plot(
+    task_or_experiment: TaskLike,
+    *,
+    metric: str = M.ACC_LOCAL_MEAN,
+    group_by: str | Sequence[str] = ("scenario",),
+    out: str | os.PathLike | None = None,
+    formats: str | Sequence[str] = ("png",),
+    dpi: int = 110,
+    uri: str | None = None,
+) -> Plots:
     """Draw a metric per round (mean ± std over seeds) and a final-metric heatmap, as `fedbench plot` does; the
     figures are also logged under the experiment's latest sweep parent run, when it has one. Where the experiment
     was searched (`sweep --search`), Optuna's views of its latest search are drawn too, into `optuna/`.
@@ -317,8 +403,15 @@ def plot(task_or_experiment: TaskLike, *, metric: str = M.ACC_LOCAL_MEAN, group_
     return plots
 
 
-def report(task: TaskLike, *, out: str | os.PathLike | None = None, tolerance: float | None = None,
-           uri: str | None = None, overrides: Sequence[str] = (), **fields: Any) -> Report:
+def report(
+    task: TaskLike,
+    *,
+    out: str | os.PathLike | None = None,
+    tolerance: float | None = None,
+    uri: str | None = None,
+    overrides: Sequence[str] = (),
+    **fields: Any,
+) -> Report:
     """Write the task's reproduction report, as `fedbench report` does: its runs beside the published numbers
     of its `reference:` block (report.md and PNGs), logged under the experiment's latest sweep parent run.
 
@@ -392,8 +485,15 @@ class ScenarioView:
     """The heatmap PNG of each client's class mix per round."""
 
 
-def show_scenario(task: TaskLike, *, run_index: int = 0, rounds: str | Sequence[int] | None = None,
-                  out: str | os.PathLike | None = None, overrides: Sequence[str] = (), **fields: Any) -> ScenarioView:
+def show_scenario(
+    task: TaskLike,
+    *,
+    run_index: int = 0,
+    rounds: str | Sequence[int] | None = None,
+    out: str | os.PathLike | None = None,
+    overrides: Sequence[str] = (),
+    **fields: Any,
+) -> ScenarioView:
     """Build one run's federation, as the run itself would, and save a heatmap PNG of its class mix, as
     `fedbench scenario show` does: a scenario is checked before compute is spent on it. Nothing is trained.
 
@@ -414,16 +514,19 @@ def show_scenario(task: TaskLike, *, run_index: int = 0, rounds: str | Sequence[
     loaded = as_task(task, [*overrides, *keyword_overrides(fields)])
     specs = loaded.expand()
     if not 0 <= run_index < len(specs):
-        raise ConfigError("--run", run_index,
-                          f"a run index in 0..{len(specs) - 1} (the task has {runs_text(len(specs))})")
+        raise ConfigError(
+            "--run", run_index, f"a run index in 0..{len(specs) - 1} (the task has {runs_text(len(specs))})"
+        )
     spec = specs[run_index]
     asked = scenario_rounds(rounds, spec.rounds) if rounds is not None else None  # checked before the data loads
     dataset = load_dataset(spec.dataset.name, spec.dataset.data_root, **spec.dataset.kwargs)
     scenario = build_scenario(dataset, spec.scenario, spec.seed, spec.rounds)
     shown = asked or default_rounds(scenario, spec.rounds)
     path = Path(out) if out else results_path("scenarios", f"{loaded.name}-{spec.run_hash}.png")
-    title = (f"{loaded.name} run {run_index}: {spec.dataset.name}, {scenario.num_clients} clients, seed {spec.seed} "
-             f"({spec.run_hash})")
+    title = (
+        f"{loaded.name} run {run_index}: {spec.dataset.name}, {scenario.num_clients} clients, seed {spec.seed} "
+        f"({spec.run_hash})"
+    )
     path = plot_scenario(dataset.y, scenario, shown, dataset.num_classes, dataset.classes, path, title=title)
     return ScenarioView(loaded.name, len(specs), run_index, spec, dataset, scenario, shown, path)
 
@@ -443,8 +546,10 @@ def unfinished(specs: list[RunSpec], console: Console) -> list[RunSpec]:
     done = finished_run_hashes(specs[0].task, uri)
     todo = [s for s in specs if s.run_hash not in done]
     if len(todo) < len(specs):
-        console.print(f"skipping {len(specs) - len(todo)} of {len(specs)} runs already finished in {escape(uri)} "
-                      "(--rerun, or rerun=True from Python, runs them again)")
+        console.print(
+            f"skipping {len(specs) - len(todo)} of {len(specs)} runs already finished in {escape(uri)} "
+            "(--rerun, or rerun=True from Python, runs them again)"
+        )
     return todo
 
 

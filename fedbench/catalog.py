@@ -95,17 +95,22 @@ def load() -> Catalog:
     """The catalog: fedbench's own entries from the cache file of the current sources and entry points, else
     built (importing every registered module) and written there."""
     installed = importlib.metadata.entry_points()
-    declared = {kind: {ep.name for ep in installed.select(group=registry.group)}
-                for kind, (registry, _) in KINDS.items()}
+    declared = {
+        kind: {ep.name for ep in installed.select(group=registry.group)} for kind, (registry, _) in KINDS.items()
+    }
     path = cache_dir() / "catalog" / f"{_digest(declared)}.json"
     try:
         raw = json.loads(path.read_text())
     except (OSError, ValueError):
         raw = _build(declared)
         _write(path, raw)
-    own = {kind: {name: Listed(name, text, tuple(Parameter(*p) for p in params), tuple(abilities))
-                  for name, text, params, abilities in rows}
-           for kind, rows in raw["kinds"].items()}
+    own = {
+        kind: {
+            name: Listed(name, text, tuple(Parameter(*p) for p in params), tuple(abilities))
+            for name, text, params, abilities in rows
+        }
+        for kind, rows in raw["kinds"].items()
+    }
     return Catalog(own, declared, [tuple(row) for row in raw["presets"]])
 
 
@@ -192,10 +197,13 @@ def _build(declared: dict[str, set[str]]) -> dict[str, Any]:
     """fedbench's own entries and the presets as JSON-ready lists (a name an entry point declares is left out)."""
     from fedbench.scenarios.presets import PRESETS
 
-    kinds = {kind: [[item.name, item.summary, [dataclasses.astuple(p) for p in item.parameters],
-                     list(item.capabilities)]
-                    for item in (_listed(kind, name) for name in registry.names() if name not in declared[kind])]
-             for kind, (registry, _) in KINDS.items()}
+    kinds = {
+        kind: [
+            [item.name, item.summary, [dataclasses.astuple(p) for p in item.parameters], list(item.capabilities)]
+            for item in (_listed(kind, name) for name in registry.names() if name not in declared[kind])
+        ]
+        for kind, (registry, _) in KINDS.items()
+    }
     return {"kinds": kinds, "presets": [[name, summary(fn)] for name, fn in sorted(PRESETS.items())]}
 
 

@@ -41,11 +41,19 @@ def cmd_run(args: argparse.Namespace) -> int:
         print_dry_run(task.name, task.expand(), args.all, "runs")
         return 0
     try:
-        results = api.run(args.task, overrides=task_overrides(args), backend=args.backend, rerun=args.rerun,
-                          console=console, checkpoint_every=args.checkpoint_every)
+        results = api.run(
+            args.task,
+            overrides=task_overrides(args),
+            backend=args.backend,
+            rerun=args.rerun,
+            console=console,
+            checkpoint_every=args.checkpoint_every,
+        )
     except KeyboardInterrupt:
-        console.print("\ninterrupted: the finished runs are recorded; run the same command again to run the rest "
-                      "(a run that had written a checkpoint goes on from it)")
+        console.print(
+            "\ninterrupted: the finished runs are recorded; run the same command again to run the rest "
+            "(a run that had written a checkpoint goes on from it)"
+        )
         return 130
     if not results:  # every run had finished before: the API said so
         return 0
@@ -56,23 +64,39 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from fedbench.tracking.paths import tracking_uri
 
     check_all_option(args)
-    task, plan = api.plan_sweep(args.task, search=args.search, num_samples=args.num_samples, metric=args.metric,
-                                mode=args.mode, scheduler=args.scheduler, max_concurrent=args.max_concurrent,
-                                max_failures=args.max_failures, checkpoint_every=args.checkpoint_every,
-                                overrides=task_overrides(args))
+    task, plan = api.plan_sweep(
+        args.task,
+        search=args.search,
+        num_samples=args.num_samples,
+        metric=args.metric,
+        mode=args.mode,
+        scheduler=args.scheduler,
+        max_concurrent=args.max_concurrent,
+        max_failures=args.max_failures,
+        checkpoint_every=args.checkpoint_every,
+        overrides=task_overrides(args),
+    )
     space = plan.space
     if args.dry_run and space is None:
         print_dry_run(task.name, plan.specs, args.all, "configurations")
         return 0
     if args.dry_run:
-        console.print(f"task [bold]{task.name}[/]: {plan.num_samples} Optuna samples of {space.name} on its first "
-                      f"configuration, optimising {plan.metric} ({plan.mode}); the space checks out (nothing was run)")
+        console.print(
+            f"task [bold]{task.name}[/]: {plan.num_samples} Optuna samples of {space.name} on its first "
+            f"configuration, optimising {plan.metric} ({plan.mode}); the space checks out (nothing was run)"
+        )
         return 0
     what = f"{plan.num_samples} Optuna samples of {space.name}" if space else f"{plan.trials} trials"
     console.print(f"task [bold]{task.name}[/]: sweeping {what} on Ray Tune, tracking {escape(tracking_uri())}")
-    outcome = api.execute_sweep(task, plan, max_concurrent=args.max_concurrent, address=args.address,
-                                resume=args.resume, max_failures=args.max_failures,
-                                checkpoint_every=args.checkpoint_every)
+    outcome = api.execute_sweep(
+        task,
+        plan,
+        max_concurrent=args.max_concurrent,
+        address=args.address,
+        resume=args.resume,
+        max_failures=args.max_failures,
+        checkpoint_every=args.checkpoint_every,
+    )
     return print_sweep(plan, outcome)
 
 
@@ -82,15 +106,20 @@ def print_sweep(plan: SweepPlan, outcome: SweepOutcome) -> int:
         console.print(f"resumed: {outcome.resumed_done} trials were already done and were not run again")
     failed = print_results(outcome.results, plan)
     if outcome.reused:
-        console.print(f"{outcome.reused} of the {plan.num_samples} samples proposed a configuration that had already "
-                      "run on every seed (in the store, or earlier in this search) and were answered with its scores, "
-                      "with no trial (they count against --num-samples)")
+        console.print(
+            f"{outcome.reused} of the {plan.num_samples} samples proposed a configuration that had already "
+            "run on every seed (in the store, or earlier in this search) and were answered with its scores, "
+            "with no trial (they count against --num-samples)"
+        )
     if outcome.best is not None:
-        console.print(f"best of {plan.space.name}: {plan.metric} = {outcome.best_value:.4f} "
-                      f"(mean over {len(plan.seeds)} seed{'s' * (len(plan.seeds) != 1)}) with {outcome.best}; "
-                      f"as a task file: {outcome.best_task}")
-    console.print(f"sweep {outcome.name}: MLflow parent run {outcome.parent_run_id}; Tune folder "
-                  f"{escape(str(outcome.storage))}")
+        console.print(
+            f"best of {plan.space.name}: {plan.metric} = {outcome.best_value:.4f} "
+            f"(mean over {len(plan.seeds)} seed{'s' * (len(plan.seeds) != 1)}) with {outcome.best}; "
+            f"as a task file: {outcome.best_task}"
+        )
+    console.print(
+        f"sweep {outcome.name}: MLflow parent run {outcome.parent_run_id}; Tune folder {escape(str(outcome.storage))}"
+    )
     if outcome.reported:
         console.print(f"on the parent run: {escape(', '.join(outcome.reported))}")
     if outcome.interrupted:
@@ -106,8 +135,10 @@ def print_dry_run(task: str, specs: Sequence[RunSpec], every: bool, what: str) -
     from fedbench.tracking.console import DRY_RUN_ROWS, configurations_table
 
     console.print(configurations_table(specs, None if every else DRY_RUN_ROWS), width=max(console.width, 160))
-    console.print(f"task [bold]{task}[/]: {len(specs)} {what}, {count_data_configurations(specs)} data configurations "
-                  "(runs differing only in algorithm and seed count once) (nothing was run)")
+    console.print(
+        f"task [bold]{task}[/]: {len(specs)} {what}, {count_data_configurations(specs)} data configurations "
+        "(runs differing only in algorithm and seed count once) (nothing was run)"
+    )
 
 
 def print_results(results: Sequence[RunResult], plan: SweepPlan | None = None) -> bool:
@@ -130,8 +161,14 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
     from fedbench.tracking.leaderboard import Leaderboard, to_markdown, to_table
 
     experiment = experiment_of(args)
-    board = api.leaderboard(experiment, metric=args.metric, group_by=args.group_by, mode=args.mode,
-                            fmt=None if args.format == "table" else args.format, out=args.out)
+    board = api.leaderboard(
+        experiment,
+        metric=args.metric,
+        group_by=args.group_by,
+        mode=args.mode,
+        fmt=None if args.format == "table" else args.format,
+        out=args.out,
+    )
     failed, metric = board.attrs["failed"], board.attrs["metric"]
     if args.format == "markdown":  # what was asked for, as written to the file (failed runs included)
         print(to_markdown(Leaderboard(board, failed, metric)), end="")
@@ -146,16 +183,21 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
 
 def cmd_export(args: argparse.Namespace) -> int:
     """Every per-round metric (or every client's numbers per round) of the experiment's runs as one long table."""
-    table = api.export(experiment_of(args), fmt=args.format, group_by=args.group_by, out=args.out,
-                       per_client=args.per_client)
+    table = api.export(
+        experiment_of(args), fmt=args.format, group_by=args.group_by, out=args.out, per_client=args.per_client
+    )
     if args.per_client:
         without = table.attrs["without"]
         note = f"; {without} finished run(s) recorded before per-client results were kept have none" if without else ""
-        console.print(f"{len(table)} rows ({table['run_hash'].nunique()} runs, {table['client'].nunique()} clients)"
-                      f"{note} written: {escape(str(table.attrs['path']))}")
+        console.print(
+            f"{len(table)} rows ({table['run_hash'].nunique()} runs, {table['client'].nunique()} clients)"
+            f"{note} written: {escape(str(table.attrs['path']))}"
+        )
         return 0
-    console.print(f"{len(table)} rows ({table['run_hash'].nunique()} runs, {table['metric'].nunique()} metrics) "
-                  f"written: {escape(str(table.attrs['path']))}")
+    console.print(
+        f"{len(table)} rows ({table['run_hash'].nunique()} runs, {table['metric'].nunique()} metrics) "
+        f"written: {escape(str(table.attrs['path']))}"
+    )
     return 0
 
 
@@ -163,8 +205,9 @@ def cmd_plot(args: argparse.Namespace) -> int:
     from fedbench.tracking.plots import heatmap_console_table
 
     experiment = experiment_of(args)
-    plots = api.plot(experiment, metric=args.metric, group_by=args.group_by, out=args.out, formats=args.format,
-                     dpi=args.dpi)
+    plots = api.plot(
+        experiment, metric=args.metric, group_by=args.group_by, out=args.out, formats=args.format, dpi=args.dpi
+    )
     console.print(heatmap_console_table(plots, f"{experiment}: {plots.heatmap_metric}, mean over seeds"))
     if len(plots.failed):
         console.print(f"[red]left out {api.runs_text(len(plots.failed))} that did not finish:[/]")
@@ -174,8 +217,9 @@ def cmd_plot(args: argparse.Namespace) -> int:
     if plots.parent_run_id:
         console.print(f"logged as artifacts under '{escape('plots/')}' of sweep parent run {plots.parent_run_id}")
     else:
-        console.print(f"no sweep parent run in experiment {escape(experiment)} (plain `fedbench run`): "
-                      "files written only")
+        console.print(
+            f"no sweep parent run in experiment {escape(experiment)} (plain `fedbench run`): files written only"
+        )
     return 0
 
 
@@ -184,10 +228,14 @@ def cmd_report(args: argparse.Namespace) -> int:
     task = api.as_task(args.task, task_overrides(args))
     report = api.report(task, out=args.out, tolerance=args.tolerance)
     counts = report.summary()
-    console.print(f"task [bold]{escape(task.name)}[/]: {len(report.tables)} tables; "
-                  + ", ".join(f"{n} {what}" for what, n in counts.items()) + " (cells)")
-    console.print(f"written: {escape(str(report.path))} and {len(report.files)} PNGs in "
-                  f"{escape(str(report.path.parent))}")
+    console.print(
+        f"task [bold]{escape(task.name)}[/]: {len(report.tables)} tables; "
+        + ", ".join(f"{n} {what}" for what, n in counts.items())
+        + " (cells)"
+    )
+    console.print(
+        f"written: {escape(str(report.path))} and {len(report.files)} PNGs in {escape(str(report.path.parent))}"
+    )
     if report.parent_run_id:
         console.print(f"logged as artifacts under 'report/' of sweep parent run {report.parent_run_id}")
     else:
@@ -231,22 +279,27 @@ def cmd_list(args: argparse.Namespace) -> int:
             table.add_column(column, overflow="fold")
         for p in entry.parameters:
             table.add_row(p.name, escape(p.type), escape(p.default), escape(p.doc))
-        console.print(table if entry.parameters
-                      else f"{kind[:-1]} {args.name}: {escape(entry.summary)} (no parameters)")
+        console.print(
+            table if entry.parameters else f"{kind[:-1]} {args.name}: {escape(entry.summary)} (no parameters)"
+        )
         if kind == "algorithms":
             console.print(f"capabilities: {', '.join(entry.capabilities) or 'none, the core only'}")
         return 0
     presets = listing.pop("presets", None)
     for kind, entries in listing.items():
         table = Table(title=f"{kind} (fedbench list {kind} NAME: its parameters)", title_justify="left")
-        columns = ("name", "parameters", "capabilities", "what it is") if kind == "algorithms" else (
-            "name", "parameters", "what it is")
+        columns = (
+            ("name", "parameters", "capabilities", "what it is")
+            if kind == "algorithms"
+            else ("name", "parameters", "what it is")
+        )
         for column in columns:
             table.add_column(column, overflow="fold")
         for entry in entries:
             abilities = (escape(", ".join(entry.capabilities) or "none"),) if kind == "algorithms" else ()
-            table.add_row(entry.name, escape(", ".join(p.name for p in entry.parameters)), *abilities,
-                          escape(entry.summary))
+            table.add_row(
+                entry.name, escape(", ".join(p.name for p in entry.parameters)), *abilities, escape(entry.summary)
+            )
         console.print(table)
     if presets is not None:
         table = Table(title="scenario presets", title_justify="left")
@@ -262,12 +315,15 @@ def cmd_scenario_show(args: argparse.Namespace) -> int:
     """Print one run's federation per round (and its test clients), a summary line, and save a heatmap PNG."""
     from fedbench.scenarios.report import describe_scenario
 
-    view = api.show_scenario(args.task, run_index=args.run, rounds=args.rounds, out=args.out,
-                             overrides=task_overrides(args))
+    view = api.show_scenario(
+        args.task, run_index=args.run, rounds=args.rounds, out=args.out, overrides=task_overrides(args)
+    )
     spec, dataset = view.spec, view.dataset
-    console.print(f"task [bold]{escape(view.task)}[/]: {api.runs_text(view.runs)}; showing run {view.index} "
-                  f"({escape(spec.label)}, seed {spec.seed}, {spec.rounds} rounds)"
-                  + ("; pick another with --run N" if view.runs > 1 else ""))
+    console.print(
+        f"task [bold]{escape(view.task)}[/]: {api.runs_text(view.runs)}; showing run {view.index} "
+        f"({escape(spec.label)}, seed {spec.seed}, {spec.rounds} rounds)"
+        + ("; pick another with --run N" if view.runs > 1 else "")
+    )
     for part in describe_scenario(dataset.y, view.scenario, view.rounds, spec.rounds, dataset.num_classes):
         console.print(part)
     console.print(f"heatmap: {escape(str(view.path))}")
@@ -291,15 +347,25 @@ def task_overrides(args: argparse.Namespace) -> list[str]:
 
 def check_all_option(args: argparse.Namespace) -> None:
     if args.all and not args.dry_run:
-        raise ConfigError("--all", True,
-                          "only with --dry-run: it lists every run of the plan instead of its first and last")
+        raise ConfigError(
+            "--all", True, "only with --dry-run: it lists every run of the plan instead of its first and last"
+        )
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fedbench", description="Benchmark federated learning under shift and drift.")
     sub = parser.add_subparsers(dest="command", required=True)
-    for add in (add_run_parser, add_sweep_parser, add_leaderboard_parser, add_export_parser, add_plot_parser,
-                add_report_parser, add_list_parser, add_scenario_parser, add_ui_parser):
+    for add in (
+        add_run_parser,
+        add_sweep_parser,
+        add_leaderboard_parser,
+        add_export_parser,
+        add_plot_parser,
+        add_report_parser,
+        add_list_parser,
+        add_scenario_parser,
+        add_ui_parser,
+    ):
         add(sub)
     return parser
 
@@ -310,11 +376,18 @@ def add_run_parser(sub) -> None:
     run.add_argument("--backend", choices=["serial", "ray"], default=None, help="where client jobs run")
     run.add_argument("--dry-run", action="store_true", help="list the runs and their count, run nothing")
     add_all_option(run)
-    run.add_argument("--rerun", action="store_true",
-                     help="run again the runs already finished in the tracking store (default: skip them)")
-    run.add_argument("--checkpoint-every", type=int, default=None, metavar="N",
-                     help="rounds between a run's checkpoints (default 5; 0: none); a run killed before goes on from "
-                          "its last one")
+    run.add_argument(
+        "--rerun",
+        action="store_true",
+        help="run again the runs already finished in the tracking store (default: skip them)",
+    )
+    run.add_argument(
+        "--checkpoint-every",
+        type=int,
+        default=None,
+        metavar="N",
+        help="rounds between a run's checkpoints (default 5; 0: none); a run killed before goes on from its last one",
+    )
     run.set_defaults(func=cmd_run)
 
 
@@ -323,27 +396,46 @@ def add_sweep_parser(sub) -> None:
     add_task_arguments(sweep)
     sweep.add_argument("--dry-run", action="store_true", help="list the configurations and their count, run nothing")
     add_all_option(sweep)
-    sweep.add_argument("--max-concurrent", type=int, default=None, metavar="K",
-                       help="trials at once (default: as resources allow)")
+    sweep.add_argument(
+        "--max-concurrent", type=int, default=None, metavar="K", help="trials at once (default: as resources allow)"
+    )
     sweep.add_argument("--address", default=None, help="Ray cluster address (auto or HOST:PORT); default: a local Ray")
-    sweep.add_argument("--search", default=None, metavar="SPACE.yaml",
-                       help="Optuna (TPE) search space, e.g. search_spaces/feroma_tau.yaml")
-    sweep.add_argument("--num-samples", type=int, default=None, metavar="N",
-                       help="Optuna samples to run (with --search)")
-    sweep.add_argument("--metric", default=None,
-                       help="metric to optimise (with --search or --scheduler), "
-                            f"e.g. {M.FINAL_PREFIX}{M.ACC_TEST_TIME}")
+    sweep.add_argument(
+        "--search",
+        default=None,
+        metavar="SPACE.yaml",
+        help="Optuna (TPE) search space, e.g. search_spaces/feroma_tau.yaml",
+    )
+    sweep.add_argument(
+        "--num-samples", type=int, default=None, metavar="N", help="Optuna samples to run (with --search)"
+    )
+    sweep.add_argument(
+        "--metric",
+        default=None,
+        help=f"metric to optimise (with --search or --scheduler), e.g. {M.FINAL_PREFIX}{M.ACC_TEST_TIME}",
+    )
     sweep.add_argument("--mode", choices=["max", "min"], default="max", help="whether larger metric values are better")
-    sweep.add_argument("--scheduler", default=None, choices=["asha"],
-                       help="stop poor trials early (needs a per-round --metric)")
-    sweep.add_argument("--resume", action="store_true",
-                       help="continue the interrupted sweep of this task and configuration")
-    sweep.add_argument("--max-failures", type=int, default=None, metavar="N",
-                       help="restarts of a trial whose process died, e.g. a lost node "
-                            "(default: the task's max_failures, else 1)")
-    sweep.add_argument("--checkpoint-every", type=int, default=None, metavar="N",
-                       help="rounds between a trial's checkpoints, from which Tune restarts a trial whose process died "
-                            "(default 5; 0: none)")
+    sweep.add_argument(
+        "--scheduler", default=None, choices=["asha"], help="stop poor trials early (needs a per-round --metric)"
+    )
+    sweep.add_argument(
+        "--resume", action="store_true", help="continue the interrupted sweep of this task and configuration"
+    )
+    sweep.add_argument(
+        "--max-failures",
+        type=int,
+        default=None,
+        metavar="N",
+        help="restarts of a trial whose process died, e.g. a lost node (default: the task's max_failures, else 1)",
+    )
+    sweep.add_argument(
+        "--checkpoint-every",
+        type=int,
+        default=None,
+        metavar="N",
+        help="rounds between a trial's checkpoints, from which Tune restarts a trial whose process died "
+        "(default 5; 0: none)",
+    )
     sweep.set_defaults(func=cmd_sweep)
 
 
@@ -353,62 +445,95 @@ def add_leaderboard_parser(sub) -> None:
     ranked = M.FINAL_PREFIX + M.ACC_LOCAL_MEAN
     board.add_argument("--metric", default=ranked, help=f"metric to rank by (default {ranked})")
     board.add_argument("--mode", choices=["max", "min"], default="max", help="whether larger metric values are better")
-    board.add_argument("--group-by", default="dataset,scenario",
-                       help="comma-separated fields whose values form groups (dataset, scenario, or dotted fields)")
-    board.add_argument("--format", choices=["table", "markdown", "csv", "parquet"], default="table",
-                       help="also write this format "
-                            "(markdown and parquet are always written under results/leaderboards)")
+    board.add_argument(
+        "--group-by",
+        default="dataset,scenario",
+        help="comma-separated fields whose values form groups (dataset, scenario, or dotted fields)",
+    )
+    board.add_argument(
+        "--format",
+        choices=["table", "markdown", "csv", "parquet"],
+        default="table",
+        help="also write this format (markdown and parquet are always written under results/leaderboards)",
+    )
     board.add_argument("--out", default=None, help="path for --format's file")
     board.set_defaults(func=cmd_leaderboard)
 
 
 def add_export_parser(sub) -> None:
-    export = sub.add_parser("export", help="every per-round metric of an experiment's runs as one long table "
-                            "(run_hash, seed, group, configuration, varying fields, round, metric, value)")
+    export = sub.add_parser(
+        "export",
+        help="every per-round metric of an experiment's runs as one long table "
+        "(run_hash, seed, group, configuration, varying fields, round, metric, value)",
+    )
     add_experiment_arguments(export)
     export.add_argument("--format", choices=["csv", "parquet"], default="csv")
     export.add_argument("--group-by", default="dataset,scenario", help="fields whose values form the group column")
-    export.add_argument("--per-client", action="store_true",
-                        help="every client's accuracy, sample counts and training loss at every evaluated round")
-    export.add_argument("--out", default=None,
-                        help="file to write (default results/exports/<experiment>-rounds.<format>, "
-                             "-clients.<format> with --per-client)")
+    export.add_argument(
+        "--per-client",
+        action="store_true",
+        help="every client's accuracy, sample counts and training loss at every evaluated round",
+    )
+    export.add_argument(
+        "--out",
+        default=None,
+        help="file to write (default results/exports/<experiment>-rounds.<format>, "
+        "-clients.<format> with --per-client)",
+    )
     export.set_defaults(func=cmd_export)
 
 
 def add_plot_parser(sub) -> None:
     plot = sub.add_parser("plot", help="plot a metric per round and a final-metric heatmap from the runs in MLflow")
     add_experiment_arguments(plot)
-    plot.add_argument("--metric", default=M.ACC_LOCAL_MEAN,
-                      help=f"per-round metric to plot (default {M.ACC_LOCAL_MEAN}); "
-                           f"the heatmap shows {M.FINAL_PREFIX}<metric>")
-    plot.add_argument("--group-by", default="scenario",
-                      help="comma-separated fields whose values form the panels and heatmap columns (default scenario)")
-    plot.add_argument("--out", default=None, metavar="DIR",
-                      help="folder for the figures (default: results/plots/<experiment>)")
+    plot.add_argument(
+        "--metric",
+        default=M.ACC_LOCAL_MEAN,
+        help=f"per-round metric to plot (default {M.ACC_LOCAL_MEAN}); the heatmap shows {M.FINAL_PREFIX}<metric>",
+    )
+    plot.add_argument(
+        "--group-by",
+        default="scenario",
+        help="comma-separated fields whose values form the panels and heatmap columns (default scenario)",
+    )
+    plot.add_argument(
+        "--out", default=None, metavar="DIR", help="folder for the figures (default: results/plots/<experiment>)"
+    )
     plot.add_argument("--format", default="png", help="comma-separated figure formats: png, pdf, svg (default png)")
     plot.add_argument("--dpi", type=int, default=110, help="resolution of PNGs (default 110; 300 for print)")
     plot.set_defaults(func=cmd_plot)
 
 
 def add_report_parser(sub) -> None:
-    report = sub.add_parser("report", help="the task's runs beside the published numbers of its reference: block "
-                            "(report.md and PNGs, logged under the sweep's parent run)")
+    report = sub.add_parser(
+        "report",
+        help="the task's runs beside the published numbers of its reference: block "
+        "(report.md and PNGs, logged under the sweep's parent run)",
+    )
     add_task_arguments(report, example="tasks/feroma_drift.yaml")
-    report.add_argument("--out", default=None, metavar="DIR", help="folder for report.md and the PNGs "
-                        "(default: results/reports/<task>)")
-    report.add_argument("--tolerance", type=float, default=None,
-                        help="a cell is flagged when |ours - published| > 2 std + this, on the metric's own scale "
-                             "(times the table's scale; default 0.02: two points of accuracy)")
+    report.add_argument(
+        "--out", default=None, metavar="DIR", help="folder for report.md and the PNGs (default: results/reports/<task>)"
+    )
+    report.add_argument(
+        "--tolerance",
+        type=float,
+        default=None,
+        help="a cell is flagged when |ours - published| > 2 std + this, on the metric's own scale "
+        "(times the table's scale; default 0.02: two points of accuracy)",
+    )
     report.set_defaults(func=cmd_report)
 
 
 def add_list_parser(sub) -> None:
-    lst = sub.add_parser("list", help="list datasets, models, algorithms, partitions, shifts and presets, "
-                         "or one entry's parameters (fedbench list algorithms feroma)")
+    lst = sub.add_parser(
+        "list",
+        help="list datasets, models, algorithms, partitions, shifts and presets, "
+        "or one entry's parameters (fedbench list algorithms feroma)",
+    )
     lst.add_argument("kind", nargs="?", help="datasets, models, algorithms, partitions or shifts")
-    lst.add_argument("name", nargs="?",
-                     help="one entry of that kind: its parameters, defaults and their papers' sections")
+    lst.add_argument(
+        "name", nargs="?", help="one entry of that kind: its parameters, defaults and their papers' sections"
+    )
     lst.set_defaults(func=cmd_list)
 
 
@@ -416,15 +541,22 @@ def add_scenario_parser(sub) -> None:
     scenario = sub.add_parser("scenario", help="inspect the federation a task generates")
     scenario_sub = scenario.add_subparsers(dest="scenario_command", required=True)
     show = scenario_sub.add_parser(
-        "show", help="print each client's data per round and save a heatmap PNG of the class mix",
+        "show",
+        help="print each client's data per round and save a heatmap PNG of the class mix",
         description="Print per-round client tables (sizes, ground-truth distribution, class counts as the "
-                    "client sees them), the test clients and a label-skew summary; save a heatmap PNG.")
+        "client sees them), the test clients and a label-skew summary; save a heatmap PNG.",
+    )
     add_task_arguments(show)
-    show.add_argument("--rounds", default=None, metavar="R1,R2,...",
-                      help="rounds to show (default: 1, the first round of each of the first 4 drift stages, the last)")
+    show.add_argument(
+        "--rounds",
+        default=None,
+        metavar="R1,R2,...",
+        help="rounds to show (default: 1, the first round of each of the first 4 drift stages, the last)",
+    )
     show.add_argument("--run", type=int, default=0, metavar="N", help="which of the task's runs, 0-based (default 0)")
-    show.add_argument("--out", default=None, metavar="PATH",
-                      help="PNG path (default: results/scenarios/<task>-<run hash>.png)")
+    show.add_argument(
+        "--out", default=None, metavar="PATH", help="PNG path (default: results/scenarios/<task>-<run hash>.png)"
+    )
     show.set_defaults(func=cmd_scenario_show)
 
 
@@ -450,14 +582,21 @@ def add_experiment_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def add_profile_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--profile", default=None, metavar="NAME",
-                        help="the task file's scale: paper (its fields as written, the default) or one of its "
-                             "`profiles:` such as reduced or smoke (own experiment, <task>-<profile>)")
+    parser.add_argument(
+        "--profile",
+        default=None,
+        metavar="NAME",
+        help="the task file's scale: paper (its fields as written, the default) or one of its "
+        "`profiles:` such as reduced or smoke (own experiment, <task>-<profile>)",
+    )
 
 
 def add_all_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--all", action="store_true",
-                        help="with --dry-run, list every run (a long list otherwise shows its first and last rows)")
+    parser.add_argument(
+        "--all",
+        action="store_true",
+        help="with --dry-run, list every run (a long list otherwise shows its first and last rows)",
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

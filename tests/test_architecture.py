@@ -67,8 +67,9 @@ def imports(root: Path) -> Iterator[Import]:
     known = modules(root)
     for name, path in known.items():
         tree = ast.parse(path.read_text(), str(path))
-        top = {id(node) for node in tree.body} | {id(n) for node in tree.body if isinstance(node, ast.If)
-                                                  for n in node.body}  # `if TYPE_CHECKING:` blocks
+        top = {id(node) for node in tree.body} | {
+            id(n) for node in tree.body if isinstance(node, ast.If) for n in node.body
+        }  # `if TYPE_CHECKING:` blocks
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):
                 targets = [alias.name for alias in node.names]
@@ -132,8 +133,11 @@ def violations(root: Path, layers: list[tuple[str, ...]]) -> list[str]:
         for framework, allowed in ONLY_IN.items():
             if within(imp.target, framework) and not any(within(imp.module, p) for p in allowed):
                 found.append(f"{where}: only {', '.join(allowed)} import {framework}")
-        if (within(imp.module, "fedbench.runtime") and within(imp.target, "fedbench.algorithms")
-                and imp.target not in RUNTIME_SEES_OF_ALGORITHMS):
+        if (
+            within(imp.module, "fedbench.runtime")
+            and within(imp.target, "fedbench.algorithms")
+            and imp.target not in RUNTIME_SEES_OF_ALGORITHMS
+        ):
             found.append(f"{where}: the runtime never names a method's module")
     return found + cycles(root)
 
@@ -151,7 +155,7 @@ def cycles(root: Path) -> list[str]:
         state[node] = 1
         for nxt in sorted(graph[node]):
             if state[nxt] == 1:
-                found.append("import circle: " + " -> ".join([*path[path.index(nxt):], nxt]))
+                found.append("import circle: " + " -> ".join([*path[path.index(nxt) :], nxt]))
             elif state[nxt] == 0:
                 visit(nxt, [*path, nxt])
         state[node] = 2
@@ -201,22 +205,28 @@ def test_imports_follow_the_map():
 
 
 def test_every_module_has_a_docstring_the_index_shows():
-    missing = [name for name, path in modules(ROOT).items() if not ast.get_docstring(ast.parse(path.read_text()))
-               and path.stat().st_size]
+    missing = [
+        name
+        for name, path in modules(ROOT).items()
+        if not ast.get_docstring(ast.parse(path.read_text())) and path.stat().st_size
+    ]
     assert not missing, f"modules without a docstring (the map's index shows its first sentence): {missing}"
 
 
 def test_module_index_is_current():
     text = MAP.read_text()
     assert with_index(text, module_index(ROOT)) == text, (
-        "docs/architecture.md's module index is out of date: run `python -m tests.test_architecture --write`")
+        "docs/architecture.md's module index is out of date: run `python -m tests.test_architecture --write`"
+    )
 
 
 SYNTHETIC = {
     "fedbench/__init__.py": '"""Top."""',
     "fedbench/core/__init__.py": '"""Core."""\nimport fedbench.runtime.loop\n',
     "fedbench/runtime/__init__.py": '"""Runtime."""',
-    "fedbench/runtime/loop.py": '"""Loop."""\nfrom fedbench.algorithms import fedavg\nfrom fedbench.tracking import x\n',
+    "fedbench/runtime/loop.py": (
+        '"""Loop."""\nfrom fedbench.algorithms import fedavg\nfrom fedbench.tracking import x\n'
+    ),
     "fedbench/tracking/__init__.py": '"""Tracking."""',
     "fedbench/tracking/x.py": '"""X."""\nimport fedbench.tracking.y\n',
     "fedbench/tracking/y.py": '"""Y."""\nfrom . import x\n',
@@ -226,8 +236,14 @@ SYNTHETIC = {
     "fedbench/models/__init__.py": '"""Models."""',
     "fedbench/models/lenet.py": '"""LeNet."""',
 }
-SYNTHETIC_LAYERS = [("fedbench.runtime",), ("fedbench.tracking",), ("fedbench.algorithms",), ("fedbench.scenarios",),
-                    ("fedbench.models",), ("fedbench.core", "fedbench")]
+SYNTHETIC_LAYERS = [
+    ("fedbench.runtime",),
+    ("fedbench.tracking",),
+    ("fedbench.algorithms",),
+    ("fedbench.scenarios",),
+    ("fedbench.models",),
+    ("fedbench.core", "fedbench"),
+]
 
 
 def test_the_checker_catches_each_kind_of_violation(tmp_path):
@@ -257,4 +273,3 @@ if __name__ == "__main__":
         sys.exit("usage: python -m tests.test_architecture --write  (rewrites docs/architecture.md's module index)")
     MAP.write_text(with_index(MAP.read_text(), module_index(ROOT)))
     print(f"wrote the module index of {MAP.relative_to(ROOT)}")
-

@@ -20,9 +20,15 @@ def live(kind: str) -> list[catalog.Listed]:
     """Every entry of `kind` as the registry and its sources give it now, without the cache."""
     registry = catalog.KINDS[kind][0]
     abilities = (lambda entry: tuple(capabilities_of(entry))) if kind == "algorithms" else (lambda entry: ())
-    return [catalog.Listed(name, catalog.summary(registry.get(name)), tuple(catalog.parameters(kind, name)),
-                           abilities(registry.get(name)))
-            for name in registry.names()]
+    return [
+        catalog.Listed(
+            name,
+            catalog.summary(registry.get(name)),
+            tuple(catalog.parameters(kind, name)),
+            abilities(registry.get(name)),
+        )
+        for name in registry.names()
+    ]
 
 
 def test_the_cached_listing_is_what_the_registries_hold():
@@ -54,14 +60,16 @@ def test_an_installed_packages_entry_is_listed_live_and_installing_one_rebuilds_
     dist.mkdir(parents=True)
     (plugin / "my_plugin.py").write_text("from examples.my_algorithm import ServerLrFedAvg\n")
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: my-plugin\nVersion: 0.1\n")
-    (dist / "entry_points.txt").write_text("[fedbench.algorithms]\nserver_lr = my_plugin:ServerLrFedAvg\n"
-                                           "fedavg = my_plugin:ServerLrFedAvg\n")
+    (dist / "entry_points.txt").write_text(
+        "[fedbench.algorithms]\nserver_lr = my_plugin:ServerLrFedAvg\nfedavg = my_plugin:ServerLrFedAvg\n"
+    )
 
     def algorithms(extra_path=""):
         """{name: (summary, parameter names)} of `catalog.load()` in a fresh process, as `fedbench list` reads it."""
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (extra_path, os.getcwd()) if p)}
-        proc = subprocess.run([sys.executable, "-c", LIST_ALGORITHMS], capture_output=True, text=True, env=env,
-                              timeout=300)
+        proc = subprocess.run(
+            [sys.executable, "-c", LIST_ALGORITHMS], capture_output=True, text=True, env=env, timeout=300
+        )
         assert proc.returncode == 0, proc.stderr
         return {name: (text, params) for name, text, params in json.loads(proc.stdout)}
 

@@ -14,7 +14,9 @@ from tests.conftest import TINY
 def fedbench(*args, env_results):
     env = {**os.environ, "FEDBENCH_RESULTS": str(env_results)}
     env.pop("MLFLOW_TRACKING_URI", None)
-    return subprocess.run([sys.executable, "-m", "fedbench.cli", *args], capture_output=True, text=True, env=env, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "fedbench.cli", *args], capture_output=True, text=True, env=env, timeout=600
+    )
 
 
 @pytest.mark.slow
@@ -61,8 +63,9 @@ def test_scenario_show_prints_tables_and_writes_a_png(tmp_path, isolated_results
     path = tmp_path / "task.yaml"
     path.write_text(yaml.safe_dump(task))
     out = tmp_path / "heat.png"
-    proc = fedbench("scenario", "show", str(path), "--rounds", "1,3", "--run", "1", "--out", str(out),
-                    env_results=isolated_results)
+    proc = fedbench(
+        "scenario", "show", str(path), "--rounds", "1,3", "--run", "1", "--out", str(out), env_results=isolated_results
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "2 runs; showing run 1" in proc.stdout
     assert "round 1" in proc.stdout and "round 3" in proc.stdout and "6 clients" in proc.stdout
@@ -151,17 +154,24 @@ def test_run_refuses_an_unreachable_tracking_server_at_once(tmp_path, isolated_r
     task = {**{k: v for k, v in TINY.items() if k != "task"}, "name": "cli_unreachable", "rounds": 1}
     path = tmp_path / "task.yaml"
     path.write_text(yaml.safe_dump(task))
-    proc = subprocess.run([sys.executable, "-m", "fedbench.cli", "run", str(path)], capture_output=True, text=True,
-                          env=env, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "fedbench.cli", "run", str(path)], capture_output=True, text=True, env=env, timeout=60
+    )
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "MLFLOW_TRACKING_URI" in proc.stdout and uri in proc.stdout
 
 
-def test_run_skips_runs_already_finished_unless_rerun_and_has_a_dry_run(tmp_path, isolated_results, mlflow_store, capsys):
+def test_run_skips_runs_already_finished_unless_rerun_and_has_a_dry_run(
+    tmp_path, isolated_results, mlflow_store, capsys
+):
     from fedbench.cli import main
 
-    task = {**{k: v for k, v in TINY.items() if k != "task"}, "name": "cli_again", "rounds": 1,
-            "grid": {"optimizer.lr": [0.05, 0.1]}}
+    task = {
+        **{k: v for k, v in TINY.items() if k != "task"},
+        "name": "cli_again",
+        "rounds": 1,
+        "grid": {"optimizer.lr": [0.05, 0.1]},
+    }
     path = tmp_path / "task.yaml"
     path.write_text(yaml.safe_dump(task))
     assert main(["run", str(path), "--dry-run"]) == 0

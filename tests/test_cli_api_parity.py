@@ -16,8 +16,12 @@ from fedbench.cli import main
 from fedbench.core.errors import ConfigError
 from tests.conftest import TINY
 
-TASK = {**{k: v for k, v in TINY.items() if k != "task"}, "name": "parity", "rounds": 1,
-        "grid": {"optimizer.lr": [0.05, 0.1]}}
+TASK = {
+    **{k: v for k, v in TINY.items() if k != "task"},
+    "name": "parity",
+    "rounds": 1,
+    "grid": {"optimizer.lr": [0.05, 0.1]},
+}
 
 TIMES = ("compute_s", "wall_s", "startup_s")
 """Leaderboard columns in seconds: never the same twice."""
@@ -51,8 +55,13 @@ def recorded(folder: Path) -> list[tuple[str, str, dict[str, float]]]:
     """(run hash, status, metrics other than timings) of every run in the folder's store, by run hash."""
     client = MlflowClient(f"sqlite:///{folder / 'mlflow.db'}")
     runs = client.search_runs([client.get_experiment_by_name(TASK["name"]).experiment_id])
-    return sorted(((r.data.params["run_hash"], r.info.status,
-                    {k: v for k, v in r.data.metrics.items() if "time_" not in k}) for r in runs), key=lambda r: r[:2])
+    return sorted(
+        (
+            (r.data.params["run_hash"], r.info.status, {k: v for k, v in r.data.metrics.items() if "time_" not in k})
+            for r in runs
+        ),
+        key=lambda r: r[:2],
+    )
 
 
 def test_run_records_the_same_runs_and_metrics(stores):
@@ -60,7 +69,7 @@ def test_run_records_the_same_runs_and_metrics(stores):
     cli, from_api = recorded(folders["cli"]), recorded(folders["api"])
     assert [(h, s) for h, s, _ in cli] == [(h, s) for h, s, _ in from_api]
     assert len({h for h, _, _ in cli}) == 2 and {s for _, s, _ in cli} == {"FINISHED"}
-    for (_, _, cli_metrics), (_, _, api_metrics) in zip(cli, from_api):
+    for (_, _, cli_metrics), (_, _, api_metrics) in zip(cli, from_api, strict=True):
         assert cli_metrics.keys() == api_metrics.keys() and "final.acc_local_mean" in cli_metrics
         assert cli_metrics == api_metrics  # the same seeds: the same numbers, bit for bit
 
@@ -81,8 +90,10 @@ def test_a_second_run_skips_the_finished_runs_and_rerun_runs_them_again(stores, 
     assert main(["run", str(task), "--rerun"]) == 0
     use(monkeypatch, folders["api"])
     assert len(api.run(task, rerun=True)) == 2
-    assert {side: len(recorded(folder)) for side, folder in folders.items()} == {"cli": before["cli"] + 2,
-                                                                                 "api": before["api"] + 2}
+    assert {side: len(recorded(folder)) for side, folder in folders.items()} == {
+        "cli": before["cli"] + 2,
+        "api": before["api"] + 2,
+    }
     assert [h for h, _, _ in recorded(folders["cli"])] == [h for h, _, _ in recorded(folders["api"])]
 
 
@@ -103,10 +114,14 @@ def test_leaderboard_ranks_the_same_rows_and_writes_the_same_files(stores, monke
     names = {side: sorted(p.name for p in (folder / "leaderboards").iterdir()) for side, folder in folders.items()}
     assert names["cli"] == names["api"] == ["parity.csv", "parity.md", "parity.parquet"]
     assert sorted(p.name for p in board.attrs["files"]) == names["api"]
-    tables = {side: pd.read_parquet(folder / "leaderboards" / "parity.parquet").drop(columns=list(TIMES))
-              for side, folder in folders.items()}
+    tables = {
+        side: pd.read_parquet(folder / "leaderboards" / "parity.parquet").drop(columns=list(TIMES))
+        for side, folder in folders.items()
+    }
     pd.testing.assert_frame_equal(tables["cli"], tables["api"])
-    assert list(tables["api"]["rank"]) == [1, 2] and list(board["configuration"]) == list(tables["cli"]["configuration"])
+    assert list(tables["api"]["rank"]) == [1, 2] and list(board["configuration"]) == list(
+        tables["cli"]["configuration"]
+    )
 
 
 def test_export_writes_the_same_per_round_table(stores, monkeypatch):
@@ -140,7 +155,9 @@ def test_list_shows_what_the_api_lists(capsys):
     assert main(["list"]) == 0
     out = " ".join(capsys.readouterr().out.split())
     listing = api.listing()
-    assert list(listing)[-1] == "presets" and all(entry.name in out for entries in listing.values() for entry in entries)
+    assert list(listing)[-1] == "presets" and all(
+        entry.name in out for entries in listing.values() for entry in entries
+    )
     assert main(["list", "algorithm", "fedprox"]) == 0
     out = " ".join(capsys.readouterr().out.split())
     [(kind, [entry])] = api.listing("algorithm", "fedprox").items()
@@ -156,14 +173,20 @@ def test_scenario_show_draws_the_same_heatmap(stores, tmp_path, capsys):
     assert (tmp_path / "cli.png").read_bytes() == view.path.read_bytes()
 
 
-@pytest.mark.parametrize("argv, call", [
-    (["plot", "--experiment", "x", "--dpi", "0"], lambda task: api.plot("x", dpi=0)),
-    (["plot", "--experiment", "x", "--format", "png,gif"], lambda task: api.plot("x", formats="png,gif")),
-    (["sweep", "{task}", "--max-concurrent", "0", "--dry-run"], lambda task: api.plan_sweep(task, max_concurrent=0)),
-    (["scenario", "show", "{task}", "--rounds", "1,4"], lambda task: api.show_scenario(task, rounds="1,4")),
-    (["scenario", "show", "{task}", "--run", "2"], lambda task: api.show_scenario(task, run_index=2)),
-    (["leaderboard", "--experiment", "nosuch"], lambda task: api.leaderboard("nosuch")),
-])
+@pytest.mark.parametrize(
+    "argv, call",
+    [
+        (["plot", "--experiment", "x", "--dpi", "0"], lambda task: api.plot("x", dpi=0)),
+        (["plot", "--experiment", "x", "--format", "png,gif"], lambda task: api.plot("x", formats="png,gif")),
+        (
+            ["sweep", "{task}", "--max-concurrent", "0", "--dry-run"],
+            lambda task: api.plan_sweep(task, max_concurrent=0),
+        ),
+        (["scenario", "show", "{task}", "--rounds", "1,4"], lambda task: api.show_scenario(task, rounds="1,4")),
+        (["scenario", "show", "{task}", "--run", "2"], lambda task: api.show_scenario(task, run_index=2)),
+        (["leaderboard", "--experiment", "nosuch"], lambda task: api.leaderboard("nosuch")),
+    ],
+)
 def test_bad_input_is_refused_with_the_same_message(argv, call, tmp_path, capsys):
     task = tmp_path / "parity.yaml"
     task.write_text(yaml.safe_dump(TASK))

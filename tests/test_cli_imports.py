@@ -25,8 +25,9 @@ print(json.dumps(sorted(set(sys.modules) & set(json.loads(sys.argv[1])))), file=
 
 def heavy_imports(*argv: str) -> set[str]:
     """The HEAVY modules a fresh process had imported once `fedbench ARGV` returned."""
-    proc = subprocess.run([sys.executable, "-c", PROBE, json.dumps(HEAVY), *argv], capture_output=True, text=True,
-                          timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", PROBE, json.dumps(HEAVY), *argv], capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 0, proc.stderr
     return set(json.loads(proc.stderr.strip().splitlines()[-1]))
 
@@ -43,10 +44,13 @@ def test_list_reads_the_cached_catalog_without_importing_what_it_lists():
     assert heavy_imports("list", "algorithms", "feroma") == set()
 
 
-@pytest.mark.parametrize("argv", [
-    ("sweep", "tasks/feroma_drift.yaml", "--profile", "reduced", "--dry-run"),
-    ("run", "tasks/quickstart.yaml", "--dry-run"),
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ("sweep", "tasks/feroma_drift.yaml", "--profile", "reduced", "--dry-run"),
+        ("run", "tasks/quickstart.yaml", "--dry-run"),
+    ],
+)
 def test_a_dry_run_imports_torch_for_the_configs_and_nothing_else_heavy(argv):
     """Expanding and hashing the specs needs the algorithms' Config classes, hence torch; not scikit-learn (the
     digits loader), pandas, MLflow, Ray, Tune or Optuna."""
@@ -56,9 +60,11 @@ def test_a_dry_run_imports_torch_for_the_configs_and_nothing_else_heavy(argv):
 def test_the_driver_of_a_plain_run_imports_neither_tune_optuna_matplotlib_nor_sklearn():
     """What `fedbench run` imports before the first run (the ray backend's pool included); the dataset's own
     loader may import more (digits: scikit-learn), and a plain run tracks to MLflow."""
-    code = ("import json, sys; import fedbench.cli, fedbench.runtime.session, fedbench.runtime.ray_pool, "
-            "fedbench.tracking.run_callbacks, fedbench.tracking.leaderboard, fedbench.tracking.console; "
-            "print(json.dumps(sorted(m for m in ('ray.tune', 'optuna', 'matplotlib', 'sklearn') if m in sys.modules)))")
+    code = (
+        "import json, sys; import fedbench.cli, fedbench.runtime.session, fedbench.runtime.ray_pool, "
+        "fedbench.tracking.run_callbacks, fedbench.tracking.leaderboard, fedbench.tracking.console; "
+        "print(json.dumps(sorted(m for m in ('ray.tune', 'optuna', 'matplotlib', 'sklearn') if m in sys.modules)))"
+    )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout) == []

@@ -30,8 +30,10 @@ def test_a_committed_result_still_matches_the_code(path):
         pytest.skip("its runs read MNIST: point FEDBENCH_DATA at the datasets (CI does)")
     saved = json.loads(path.read_text())
     problems = provenance.check(path)
-    assert not problems, (f"bench/results/{saved['result']} (made at {saved['commit']}) no longer matches the code; "
-                          f"re-run `{saved['command']}`:\n" + "\n".join(problems))
+    assert not problems, (
+        f"bench/results/{saved['result']} (made at {saved['commit']}) no longer matches the code; "
+        f"re-run `{saved['command']}`:\n" + "\n".join(problems)
+    )
 
 
 def test_the_check_names_a_run_whose_data_or_configuration_changed(tmp_path):

@@ -89,5 +89,6 @@ def test_this_environment_runs_the_pinned_versions():
         if pinned is not None and Version(installed) != Version(pinned):
             drifted.append(f"{name}: installed {installed}, pinned {pinned}")
     if drifted:
-        pytest.fail("this environment is not the one CI tests (reinstall with -c constraints.txt):\n"
-                    + "\n".join(drifted))
+        pytest.fail(
+            "this environment is not the one CI tests (reinstall with -c constraints.txt):\n" + "\n".join(drifted)
+        )

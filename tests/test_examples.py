@@ -14,8 +14,11 @@ SCRIPTS = sorted(p.name for p in (ROOT / "examples").glob("*.py"))
 
 EXPECTED = {
     "compare_fedavg_fedprox.py": [r"4 of 4 runs finished", r"^ *\d +fedprox mu=0\.1 .* 2$", r"^ *\d +fedavg .* 2$"],
-    "my_algorithm.py": [r"2 of 2 runs finished", r"^ *\d +fedavg .* 1$",
-                        r"^ *\d +examples\.my_algorithm:ServerLrFedAvg server_lr=0\.5 .* 1$"],
+    "my_algorithm.py": [
+        r"2 of 2 runs finished",
+        r"^ *\d +fedavg .* 1$",
+        r"^ *\d +examples\.my_algorithm:ServerLrFedAvg server_lr=0\.5 .* 1$",
+    ],
 }
 """Per script, patterns that must each match a line of its output; a new example adds its own."""
 
@@ -24,11 +27,15 @@ EXPECTED = {
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_example_runs_and_prints_what_it_promises(script, isolated_results, mlflow_store):
     assert script in EXPECTED, f"examples/{script} needs its expected output lines in EXPECTED"
-    env = {**os.environ, "FEDBENCH_RESULTS": str(isolated_results),
-           "PYTHONPATH": os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    env = {
+        **os.environ,
+        "FEDBENCH_RESULTS": str(isolated_results),
+        "PYTHONPATH": os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]),
+    }
     env.pop("MLFLOW_TRACKING_URI", None)
-    proc = subprocess.run([sys.executable, f"examples/{script}"], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, f"examples/{script}"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     lines = proc.stdout.splitlines()
     for pattern in EXPECTED[script]:

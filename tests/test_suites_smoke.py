@@ -14,7 +14,9 @@ pytestmark = pytest.mark.ray
 def fedbench(*args, results):
     env = {**os.environ, "FEDBENCH_RESULTS": str(results), "FEDBENCH_CACHE": str(results / "cache")}
     env.pop("MLFLOW_TRACKING_URI", None)
-    return subprocess.run([sys.executable, "-m", "fedbench.cli", *args], capture_output=True, text=True, env=env, timeout=900)
+    return subprocess.run(
+        [sys.executable, "-m", "fedbench.cli", *args], capture_output=True, text=True, env=env, timeout=900
+    )
 
 
 def test_the_smoke_profile_of_a_suite_sweeps_and_its_report_renders(isolated_results, mlflow_store):

@@ -69,14 +69,18 @@ class MixedPair(nn.Module):
     def mixed(self, x: torch.Tensor) -> torch.Tensor:
         """Logits of v_bar = alpha v + (1 - alpha) w with w held constant, and v's buffers."""
         w = dict(self.shared.named_parameters())
-        params = {name: self.alpha * v + (1 - self.alpha) * w[name].detach() for name, v in self.personal.named_parameters()}
+        params = {
+            name: self.alpha * v + (1 - self.alpha) * w[name].detach() for name, v in self.personal.named_parameters()
+        }
         return functional_call(self.personal, params, (x,))
 
     def hooks(self, lr: float) -> TrainHooks:
         """w on the loop's cross-entropy, v on the mixed model's, alpha by `alpha_step` at `lr`."""
-        return TrainHooks(forward=lambda pair, x: pair.shared(x),
-                          extra_loss=lambda pair, x, y, logits: F.cross_entropy(pair.mixed(x), y),
-                          after_batch=lambda pair: pair.alpha_step(lr))
+        return TrainHooks(
+            forward=lambda pair, x: pair.shared(x),
+            extra_loss=lambda pair, x, y, logits: F.cross_entropy(pair.mixed(x), y),
+            after_batch=lambda pair: pair.alpha_step(lr),
+        )
 
     @torch.no_grad()
     def alpha_step(self, lr: float) -> None:
@@ -89,7 +93,9 @@ class MixedPair(nn.Module):
 def mixed_weights(alpha: float, personal: Arrays, shared: Arrays, parameters: set[str]) -> Arrays:
     """v_bar's state: alpha v + (1 - alpha) w for the `parameters`, v's buffers (as `MixedPair.mixed` runs it)."""
     a = np.float32(alpha)  # float32 arithmetic, as the training's mixture computes it
-    return {name: a * v + (np.float32(1) - a) * shared[name] if name in parameters else v for name, v in personal.items()}
+    return {
+        name: a * v + (np.float32(1) - a) * shared[name] if name in parameters else v for name, v in personal.items()
+    }
 
 
 @register_algorithm("apfl")

@@ -102,7 +102,9 @@ def rate_modules(model: nn.Module) -> list[str]:
     """The modules that get a rate, in state-dict order: every parameter tensor, and the running mean and
     variance of every BatchNorm layer that tracks them (the released code's `trainable_parameters()`)."""
     params = {name for name, _ in model.named_parameters()}
-    stats = {f"{name}.{s}" for name, m in model.named_modules() if _tracks_stats(m) for s in ("running_mean", "running_var")}
+    stats = {
+        f"{name}.{s}" for name, m in model.named_modules() if _tracks_stats(m) for s in ("running_mean", "running_var")
+    }
     return [name for name in model.state_dict() if name in params or name in stats]
 
 
@@ -123,6 +125,7 @@ def batchnorm_eval(model: nn.Module) -> Iterator[dict[str, tuple[torch.Tensor, t
             shape = (1, -1) + (1,) * (x.dim() - 2)
             y = (x - m.running_mean.view(shape)) / torch.sqrt(m.running_var.view(shape) + m.eps)
             return y * m.weight.view(shape) + m.bias.view(shape) if m.affine else y
+
         return forward
 
     for name, m in layers.items():
@@ -147,7 +150,7 @@ def directions(model: nn.Module, state: Tensors, x: torch.Tensor) -> Tensors:
     with torch.enable_grad(), batchnorm_eval(model) as stats:
         loss = entropy(functional_call(model.eval(), {**state, **leaves}, (x,)))
         grads = torch.autograd.grad(loss, list(leaves.values()), allow_unused=True)
-    h = {name: torch.zeros_like(t) if g is None else g for (name, t), g in zip(leaves.items(), grads)}
+    h = {name: torch.zeros_like(t) if g is None else g for (name, t), g in zip(leaves.items(), grads, strict=True)}
     for layer, (mean, var) in stats.items():
         h[f"{layer}.running_mean"] = state[f"{layer}.running_mean"].detach() - mean
         h[f"{layer}.running_var"] = state[f"{layer}.running_var"].detach() - var
@@ -175,14 +178,15 @@ def forward(model: nn.Module, state: Tensors, x: torch.Tensor) -> torch.Tensor:
         return functional_call(model.eval(), state, (x,))
 
 
-def rate_gradient(model: nn.Module, state: Tensors, names: Sequence[str], rates: torch.Tensor, x: torch.Tensor,
-                  y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def rate_gradient(
+    model: nn.Module, state: Tensors, names: Sequence[str], rates: torch.Tensor, x: torch.Tensor, y: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(d CE(f(theta'(alpha); x), y) / d alpha, the loss) at `rates` (a vector over `names`), exact because h
     does not depend on alpha: -<dCE/dtheta'_m, h_m> for each module m."""
     alpha = rates.detach().clone().requires_grad_()
     h = directions(model, state, x)
     with torch.enable_grad():
-        adapted = adapt({k: v.detach() for k, v in state.items()}, dict(zip(names, alpha)), h)
+        adapted = adapt({k: v.detach() for k, v in state.items()}, dict(zip(names, alpha, strict=True)), h)
         loss = F.cross_entropy(forward(model, adapted, x), y)
         (grad,) = torch.autograd.grad(loss, alpha)
     return grad, loss.detach()
@@ -240,8 +244,9 @@ class ATP(FedAvg, RoundReport):
 
         def check_run(self, spec: RunSpec) -> None:
             """Warn when the rate rounds cover the whole run: the model is never trained."""
-            warn_if_phase_covers_run("rate_rounds", self.rate_rounds, spec,
-                                     "the global model is never trained, ATP adapts the initial model")
+            warn_if_phase_covers_run(
+                "rate_rounds", self.rate_rounds, spec, "the global model is never trained, ATP adapts the initial model"
+            )
 
     config: Config
     State = ATPState
@@ -268,8 +273,10 @@ class ATP(FedAvg, RoundReport):
         if not self.learning_rates(round):
             weights = average_uplinks(results)
             return replace(state, global_model=state.global_model.replace({"weights": weights}), model=Payload(weights))
-        rates = {name: np.mean([r.uplink[RATES][name] for r in results], axis=0, dtype=np.float64).astype(np.float32)
-                 for name in state.global_model[RATES]}
+        rates = {
+            name: np.mean([r.uplink[RATES][name] for r in results], axis=0, dtype=np.float64).astype(np.float32)
+            for name in state.global_model[RATES]
+        }
         return replace(state, global_model=state.global_model.replace({RATES: rates}))
 
     def round_metrics(self, state: ATPState) -> Metrics:
@@ -308,8 +315,9 @@ class ATP(FedAvg, RoundReport):
                 x, y = data.train_batch(order[start : start + ctx.batch_size], ctx.device)
                 grad, loss = rate_gradient(model, state, names, rates, x, y)
                 if not torch.isfinite(loss):
-                    raise ClientDivergedError(f"client {ctx.client_id}: ATP's loss after adaptation became "
-                                              f"{loss.item()} in round {ctx.round}")
+                    raise ClientDivergedError(
+                        f"client {ctx.client_id}: ATP's loss after adaptation became {loss.item()} in round {ctx.round}"
+                    )
                 rates = rates - self.config.rate_lr * scale * grad
                 losses.append(loss.item())
         values = rates.detach().cpu().numpy().astype(np.float32)
@@ -324,10 +332,15 @@ class ATP(FedAvg, RoundReport):
         if not n:
             return {M.ACCURACY: float("nan"), M.LOSS: float("nan"), M.TEST_SAMPLES: 0.0}
         labels = data.test_y
-        return {M.ACCURACY: float((logits.argmax(dim=1) == labels).float().mean()),
-                M.LOSS: float(F.cross_entropy(logits, labels, reduction="sum")) / n, M.TEST_SAMPLES: float(n)}
+        return {
+            M.ACCURACY: float((logits.argmax(dim=1) == labels).float().mean()),
+            M.LOSS: float(F.cross_entropy(logits, labels, reduction="sum")) / n,
+            M.TEST_SAMPLES: float(n),
+        }
 
-    def client_predict(self, payload: Payload, state: NoClientState, data: ClientData, ctx: RoundContext) -> dict[str, np.ndarray]:
+    def client_predict(
+        self, payload: Payload, state: NoClientState, data: ClientData, ctx: RoundContext
+    ) -> dict[str, np.ndarray]:
         """System accuracy's answers: the global model adapted on each batch of the client's test inputs."""
         if not self._adapts(payload):
             return super().client_predict(payload, state, data, ctx)

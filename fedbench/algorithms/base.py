@@ -24,13 +24,13 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Generic, Protocol, TypeVar, cast
 
 import numpy as np
 import torch
 from torch import nn
 
-from fedbench.algorithms.capabilities import Assignment, TestTimeAssignment
+from fedbench.algorithms.capabilities import Assignment, ClientStateT, StateT, TestTimeAssignment
 from fedbench.core.errors import ConfigError, DegenerateRunWarning
 from fedbench.core.registry import ALGORITHMS
 from fedbench.core.runspec import RunSpec
@@ -95,9 +95,23 @@ class NoClientState:
     """Client state of a method whose clients keep nothing between jobs."""
 
 
-class Algorithm(ABC):
-    """The core every method implements. Subclasses set `Config`, `State` and `ClientState` and override the
-    halves they change; the defaults are a method that federates one global model (`GlobalState`)."""
+ConfigT = TypeVar("ConfigT", bound=AlgorithmConfig)
+"""A method's hyperparameters (its `Config`)."""
+
+
+class HoldsGlobalModel(Protocol):
+    """A server state with one global model: what the core's default hooks read (`GlobalState` and the states of the
+    methods built on FedAvg)."""
+
+    @property
+    def global_model(self) -> Payload: ...
+
+
+class Algorithm(ABC, Generic[ConfigT, StateT, ClientStateT]):
+    """The core every method implements. Subclasses set `Config`, `State` and `ClientState`, name the same three
+    types as its parameters (`Algorithm["IFCA.Config", IFCAState, NoClientState]`, so that mypy checks every hook
+    against them), and override the halves they change; the defaults are a method that federates one global model
+    (`GlobalState`)."""
 
     Config: ClassVar[type[AlgorithmConfig]] = AlgorithmConfig
     State: ClassVar[type] = GlobalState
@@ -108,7 +122,7 @@ class Algorithm(ABC):
 
     def __init__(
         self,
-        config: AlgorithmConfig,
+        config: ConfigT,
         builder: ModelBuilder,
         num_clients: int,
         seed: int,
@@ -117,13 +131,13 @@ class Algorithm(ABC):
         distributions: int | None = None,
     ):
         """Args:
-            rounds: the run's number of rounds, for methods whose schedule counts back from the end
-                (FedAvgFT's last `ft_rounds`); None where unknown (unit tests of a single round).
-            training: the run's epochs, batch size and optimizer, for methods whose server trains
-                (Conditional's pooled protocol); None where unknown.
-            distributions: how many distinct distributions the clients train on over the run
-                (`Scenario.trained_distributions`), the K that clustering methods are given by default (IFCA);
-                only the count, never which client holds which. None where unknown.
+        rounds: the run's number of rounds, for methods whose schedule counts back from the end
+            (FedAvgFT's last `ft_rounds`); None where unknown (unit tests of a single round).
+        training: the run's epochs, batch size and optimizer, for methods whose server trains
+            (Conditional's pooled protocol); None where unknown.
+        distributions: how many distinct distributions the clients train on over the run
+            (`Scenario.trained_distributions`), the K that clustering methods are given by default (IFCA);
+            only the count, never which client holds which. None where unknown.
         """
         self.config = config
         self.builder = builder
@@ -136,33 +150,34 @@ class Algorithm(ABC):
         self._initial: Arrays | None = None
 
     # -- server half ---------------------------------------------------------------------------------
-    def init_state(self) -> Any:
+    def init_state(self) -> StateT:
         """The server's state before round 1: by default `State` (a `GlobalState` whose other fields have defaults)
         holding the initial global model."""
-        return self.State(Payload(self.initial_weights()))
+        return cast(StateT, self.State(Payload(self.initial_weights())))
 
-    def configure(self, round: int, state: Any, sampled: Sequence[int]) -> dict[int, Payload]:
+    def configure(self, round: int, state: StateT, sampled: Sequence[int]) -> dict[int, Payload]:
         """Per-client downlink for this round (by default, the global model to every sampled client).
 
         Return the same Payload object for clients that receive the same content: the runtime ships it once.
         """
-        return {cid: state.global_model for cid in sampled}
+        return dict.fromkeys(sampled, cast(HoldsGlobalModel, state).global_model)
 
-    def aggregate(self, round: int, state: Any, results: Sequence[ClientResult]) -> Any:
+    def aggregate(self, round: int, state: StateT, results: Sequence[ClientResult]) -> StateT:
         """The next server state from this round's results (given in client-id order)."""
         return state
 
-    def evaluation_payloads(self, state: Any, clients: Sequence[int]) -> dict[int, Payload]:
+    def evaluation_payloads(self, state: StateT, clients: Sequence[int]) -> dict[int, Payload]:
         """What each client evaluates on its local test split (by default, the global model)."""
-        return {cid: state.global_model for cid in clients}
+        return dict.fromkeys(clients, cast(HoldsGlobalModel, state).global_model)
 
     # -- client half ---------------------------------------------------------------------------------
     @abstractmethod
-    def client_update(self, payload: Payload, state: Any, data: ClientData,
-                      ctx: RoundContext) -> tuple[Payload, Any, Metrics]:
+    def client_update(
+        self, payload: Payload, state: ClientStateT, data: ClientData, ctx: RoundContext
+    ) -> tuple[Payload, ClientStateT, Metrics]:
         """One client's job in a round: (its uplink, its new `ClientState`, its training metrics)."""
 
-    def client_evaluate(self, payload: Payload, state: Any, data: ClientData, ctx: RoundContext) -> Metrics:
+    def client_evaluate(self, payload: Payload, state: ClientStateT, data: ClientData, ctx: RoundContext) -> Metrics:
         """Accuracy of the payload's model (by default) on the client's local test split."""
         return evaluate(self.model_with(payload.weights), data, device=ctx.device)
 
@@ -172,8 +187,12 @@ class Algorithm(ABC):
         number of training distributions, the true K (001 Sec. IV-C); ConfigError where neither is known."""
         clusters = configured if configured is not None else self.distributions
         if clusters is None:
-            raise ConfigError("algorithm.clusters", None, "an integer >= 1: this scenario's number of distributions "
-                              "is unknown here (the runtime gives it to algorithms it builds)")
+            raise ConfigError(
+                "algorithm.clusters",
+                None,
+                "an integer >= 1: this scenario's number of distributions "
+                "is unknown here (the runtime gives it to algorithms it builds)",
+            )
         return clusters
 
     def initial_models(self, count: int, purpose: str) -> list[Arrays]:
@@ -210,15 +229,16 @@ class Algorithm(ABC):
         return self._model
 
 
-class GlobalModelAtTestTime(TestTimeAssignment):
+class GlobalModelAtTestTime(TestTimeAssignment[GlobalState]):
     """Test time of a method with one global model (`GlobalState`): every test client gets it."""
 
     def assign(self, state: GlobalState, descriptions: dict[int, Payload]) -> Assignment:
         return Assignment({tid: state.global_model for tid in descriptions})
 
 
-def make_algorithm(spec: RunSpec, input_shape: tuple[int, ...], num_classes: int,
-                   distributions: int | None = None) -> Algorithm:
+def make_algorithm(
+    spec: RunSpec, input_shape: tuple[int, ...], num_classes: int, distributions: int | None = None
+) -> Algorithm[Any, Any, Any]:
     """The RunSpec's algorithm, configured, with a builder for the RunSpec's model.
 
     Args:
@@ -227,8 +247,15 @@ def make_algorithm(spec: RunSpec, input_shape: tuple[int, ...], num_classes: int
     cls = ALGORITHMS.get(spec.algorithm.name, field="algorithm.name")
     builder = ModelBuilder(spec.model.name, tuple(input_shape), num_classes, spec.model.params)
     training = LocalTraining(spec.local_epochs, spec.batch_size, spec.optimizer)
-    return cls(cls.Config(**spec.algorithm.kwargs), builder, spec.scenario.num_clients, spec.seed, spec.rounds, training,
-               distributions)
+    return cls(
+        cls.Config(**spec.algorithm.kwargs),
+        builder,
+        spec.scenario.num_clients,
+        spec.seed,
+        spec.rounds,
+        training,
+        distributions,
+    )
 
 
 SAMPLES = "samples"
@@ -240,8 +267,13 @@ def warn_if_phase_covers_run(field: str, rounds_of_phase: int, spec: RunSpec, co
     """For `Config.check_run`: warn (naming `algorithm.<field>`) when a phase counted in rounds (a warm-up, ATP's rate
     rounds) lasts the whole run, so what follows it never happens and `consequence` is what the run amounts to."""
     if rounds_of_phase >= spec.rounds:
-        warnings.warn(DegenerateRunWarning(f"algorithm.{field}", f"{rounds_of_phase} >= rounds ({spec.rounds}): "
-                                           f"{consequence}; lower {field} or raise rounds"), stacklevel=3)
+        warnings.warn(
+            DegenerateRunWarning(
+                f"algorithm.{field}",
+                f"{rounds_of_phase} >= rounds ({spec.rounds}): {consequence}; lower {field} or raise rounds",
+            ),
+            stacklevel=3,
+        )
 
 
 def counted(weights: Arrays | None, n: int, extras: dict[str, Arrays] | None = None) -> Payload:
@@ -307,8 +339,10 @@ class UplinkAverage:
         expected = self.order[self.average.added]
         n = samples_of(result.uplink)
         if result.client_id != expected or n != self.sizes[expected]:
-            raise RuntimeError(f"streamed aggregation expected client {expected} with {self.sizes[expected]} training "
-                               f"samples, got client {result.client_id} with {n}")
+            raise RuntimeError(
+                f"streamed aggregation expected client {expected} with {self.sizes[expected]} training "
+                f"samples, got client {result.client_id} with {n}"
+            )
         self.average.add(result.uplink.weights)
 
     def finish(self) -> GlobalState:

@@ -22,13 +22,33 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar
 
 import numpy as np
 
 from fedbench.core import metrics as M
-from fedbench.core.types import ClientResult, Metrics, Payload, RoundContext
+from fedbench.core.types import Arrays, ClientResult, Metrics, Payload, RoundContext
 from fedbench.training import ClientData, predict, probabilities
+
+if TYPE_CHECKING:
+    from torch import nn
+
+StateT = TypeVar("StateT")
+"""A method's server state between rounds (its `State`)."""
+ClientStateT = TypeVar("ClientStateT")
+"""A method's client state between jobs (its `ClientState`)."""
+
+
+class HoldsModels(Protocol):
+    """What a capability's default client half needs of the method it is mixed into (`Algorithm`)."""
+
+    def model_with(self, weights: Arrays) -> nn.Module: ...
+
+
+class EvaluatesPayloads(Protocol):
+    """What `SystemVote`'s default needs of the method it is mixed into (`Algorithm`)."""
+
+    def evaluation_payloads(self, state: Any, clients: Sequence[int]) -> dict[int, Payload]: ...
 
 
 class Aggregator(Protocol):
@@ -39,7 +59,7 @@ class Aggregator(Protocol):
     def finish(self) -> Any: ...
 
 
-class StreamedAggregation(ABC):
+class StreamedAggregation(ABC, Generic[StateT]):
     """Aggregation as a fold that builds the same next state as `aggregate`, bit for bit."""
 
     @classmethod
@@ -49,37 +69,38 @@ class StreamedAggregation(ABC):
         return True
 
     @abstractmethod
-    def aggregator(self, round: int, state: Any, train_sizes: Mapping[int, int]) -> Aggregator:
+    def aggregator(self, round: int, state: StateT, train_sizes: Mapping[int, int]) -> Aggregator:
         """A fold over this round's fit results in client-id order. `train_sizes`: each sampled client's
         training-set size, known before any result arrives."""
 
 
-class RoundReport(ABC):
+class RoundReport(ABC, Generic[StateT]):
     """The server half reports numbers of its own with every round."""
 
     @abstractmethod
-    def round_metrics(self, state: Any) -> Metrics:
+    def round_metrics(self, state: StateT) -> Metrics:
         """Numbers computed in the `aggregate` that returned `state`; the runtime adds them to the round record."""
 
 
-class DescribedRound(ABC):
+class DescribedRound(ABC, Generic[StateT, ClientStateT]):
     """A round in two exchanges (002 Sec. 3.2, Algorithm 1): every sampled client first describes the data it holds
     this round, the server turns the descriptions into the state `configure` builds the downlinks from, and the
     clients then train what they were sent on that same data. Without it a method can only fit a client's model to
     the data the client described the round before, one drift stage behind."""
 
     @abstractmethod
-    def round_describe_payloads(self, round: int, state: Any, sampled: Sequence[int]) -> dict[int, Payload]:
+    def round_describe_payloads(self, round: int, state: StateT, sampled: Sequence[int]) -> dict[int, Payload]:
         """What each sampled client needs to describe its data this round (FEROMA: the frozen extractor, to a client
         that does not hold it yet). Empty: no description this round (a warm-up), `configure` runs as usual."""
 
     @abstractmethod
-    def client_describe_round(self, payload: Payload, state: Any, data: ClientData,
-                              ctx: RoundContext) -> tuple[Payload, Any]:
+    def client_describe_round(
+        self, payload: Payload, state: ClientStateT, data: ClientData, ctx: RoundContext
+    ) -> tuple[Payload, ClientStateT]:
         """A training client's description of this round's data (`data.train`), and its new client state."""
 
     @abstractmethod
-    def receive_descriptions(self, round: int, state: Any, descriptions: Sequence[ClientResult]) -> Any:
+    def receive_descriptions(self, round: int, state: StateT, descriptions: Sequence[ClientResult]) -> StateT:
         """The server state `configure` reads this round, from the clients' descriptions (in client-id order)."""
 
 
@@ -132,7 +153,7 @@ class Assignment:
         return cls({tid: Payload() for tid in test_ids}, ensemble=Ensemble(models, sizes))
 
 
-class TestTimeAssignment(ABC):
+class TestTimeAssignment(ABC, Generic[StateT]):
     """Unseen test clients (002 Sec. 3.3) are evaluated after the last round, with what `assign` gives them."""
 
     __test__ = False  # not a pytest test class, despite its name
@@ -142,7 +163,7 @@ class TestTimeAssignment(ABC):
     routes, the Oracle's distribution id): it keeps its rule under `test_time: known`, which gives the methods
     without one the known association instead (002 App. E)."""
 
-    def describe_payloads(self, state: Any, test_clients: Sequence[int]) -> dict[int, Payload]:
+    def describe_payloads(self, state: StateT, test_clients: Sequence[int]) -> dict[int, Payload]:
         """What each test client needs to describe itself before `assign` (FEROMA: the frozen profile extractor).
         Empty (the default): test clients send nothing, and `assign` gets an empty description from each."""
         return {}
@@ -153,27 +174,28 @@ class TestTimeAssignment(ABC):
         return Payload()
 
     @abstractmethod
-    def assign(self, state: Any, descriptions: dict[int, Payload]) -> Assignment:
+    def assign(self, state: StateT, descriptions: dict[int, Payload]) -> Assignment:
         """A payload per test client (or an ensemble), from the final state and each test client's description."""
 
-    def client_probabilities(self, payload: Payload, data: ClientData, ctx: RoundContext) -> np.ndarray:
+    def client_probabilities(self: HoldsModels, payload: Payload, data: ClientData, ctx: RoundContext) -> np.ndarray:
         """Class probabilities (float64 [n_test, num_classes]) of the payload's model on `data`'s test split, which a
         test client averages over an `Ensemble`'s models."""
         return probabilities(self.model_with(payload.weights), data, device=ctx.device).numpy()
 
 
-class SystemVote(ABC):
+class SystemVote(Generic[StateT, ClientStateT]):
     """System accuracy (004 Sec. 5): every client's personal model answers a pooled test set."""
 
-    def system_payloads(self, state: Any, clients: Sequence[int]) -> dict[int, Payload]:
+    def system_payloads(self: EvaluatesPayloads, state: StateT, clients: Sequence[int]) -> dict[int, Payload]:
         """Every training client's personal model as the server holds it: by default what it evaluates. With
         `PersonalModels` each entry (empty where the server holds nothing of it) is merged with what its client
         uploads (`client_share`). Otherwise an empty payload for some client means part of the personal models
         never reaches the server, so the run has no system accuracy."""
         return self.evaluation_payloads(state, clients)
 
-    def client_predict(self, payload: Payload, state: Any, data: ClientData,
-                       ctx: RoundContext) -> dict[str, np.ndarray]:
+    def client_predict(
+        self: HoldsModels, payload: Payload, state: Any, data: ClientData, ctx: RoundContext
+    ) -> dict[str, np.ndarray]:
         """Predictions of the payload's model on `data`'s test split.
 
         Returns:
@@ -183,35 +205,51 @@ class SystemVote(ABC):
         return {M.PRED: predict(self.model_with(payload.weights), data, device=ctx.device).numpy()}
 
 
-class PersonalModels(ABC):
+class PersonalModels(ABC, Generic[ClientStateT]):
     """Each client's personal model is completed by what only the client holds."""
 
     @abstractmethod
-    def client_share(self, payload: Payload, state: Any) -> Payload:
+    def client_share(self, payload: Payload, state: ClientStateT) -> Payload:
         """What the client adds to its `system_payloads` entry (`payload`) to make its personal model: arrays it
         replaces or adds, section by section (FedRep: its head); empty where it adds nothing."""
 
 
-class PeerRelay(ABC):
+class PeerRelay:
     """A decentralized method simulated through the server as a relay: its uplinks are not metered (they only park
     at the relay); what peers send each other travels in `Payload.peers` of the downlinks, charged to both ends."""
 
 
 def gets_given_association(method: type, association: str) -> bool:
     """Whether `method`'s test-time clients are given a training client's personal model by the RunSpec's
-    `test_time` (`association`) rather than by the method's rule: with `known` (002 App. E's known association) or `index` (the
+    `test_time` (`association`) rather than by the method's rule: with `known` (002 App. E's known association) or
+    `index` (the
     same-index client, 002's baseline code), and only for a method with test-time clients and personal models for
     the vote (what a test client is then given) but no rule of its own to pick one
     (`TestTimeAssignment.picks_by_description`)."""
-    return (association in ("known", "index") and issubclass(method, TestTimeAssignment)
-            and issubclass(method, SystemVote) and not method.picks_by_description)
+    return (
+        association in ("known", "index")
+        and issubclass(method, TestTimeAssignment)
+        and issubclass(method, SystemVote)
+        and not method.picks_by_description
+    )
 
 
-CAPABILITIES: tuple[type, ...] = (StreamedAggregation, RoundReport, DescribedRound, TestTimeAssignment, SystemVote,
-                                  PersonalModels, PeerRelay)
+CAPABILITIES: tuple[type, ...] = (
+    StreamedAggregation,
+    RoundReport,
+    DescribedRound,
+    TestTimeAssignment,
+    SystemVote,
+    PersonalModels,
+    PeerRelay,
+)
 
 
 def capabilities_of(cls: type) -> list[str]:
     """The names of the capabilities an algorithm class has, in `CAPABILITIES` order (for `fedbench list`)."""
-    return [capability.__name__ for capability in CAPABILITIES if issubclass(cls, capability)
-            and (capability is not StreamedAggregation or cls.streams())]
+    return [
+        capability.__name__
+        for capability in CAPABILITIES
+        if issubclass(cls, capability)
+        and (capability is not StreamedAggregation or (issubclass(cls, StreamedAggregation) and cls.streams()))
+    ]

@@ -68,8 +68,9 @@ CLUSTER_OF = "cfl_cluster_of_{}"
 """Round metric, one per client: the index of its cluster after this round (clusters ordered by smallest member)."""
 
 
-def inner_products(rows: Sequence[Arrays], cols: Sequence[Arrays], names: Sequence[str],
-                   origin: Arrays | None = None) -> np.ndarray:
+def inner_products(
+    rows: Sequence[Arrays], cols: Sequence[Arrays], names: Sequence[str], origin: Arrays | None = None
+) -> np.ndarray:
     """[len(rows), len(cols)] inner products of the models' `names` arrays, flattened in float64, each minus
     `origin` (None: the models themselves). Computed one array at a time, so no model is ever copied whole, by
     einsum rather than BLAS: on a busy machine OpenBLAS's thread pool made these small products take seconds."""
@@ -155,9 +156,11 @@ class CFL(FedAvg, RoundReport):
         def __post_init__(self) -> None:
             super().__post_init__()
             if self.client_fraction != 1.0:
-                raise ConfigError("client_fraction", self.client_fraction,
-                                  "1.0: CFL compares the updates of all of a cluster's clients every round "
-                                  "(Algorithm 2)")
+                raise ConfigError(
+                    "client_fraction",
+                    self.client_fraction,
+                    "1.0: CFL compares the updates of all of a cluster's clients every round (Algorithm 2)",
+                )
             if not self.eps1 > 0:
                 raise ConfigError("eps1", self.eps1, "a number > 0")
             if self.eps2 is None:
@@ -171,8 +174,9 @@ class CFL(FedAvg, RoundReport):
 
         def check_run(self, spec: RunSpec) -> None:
             """Warn when the warm-up covers the whole run: no cluster can split, so the run is FedAvg."""
-            warn_if_phase_covers_run("warmup_rounds", self.warmup_rounds, spec,
-                                     "CFL never splits a cluster, so this run is FedAvg")
+            warn_if_phase_covers_run(
+                "warmup_rounds", self.warmup_rounds, spec, "CFL never splits a cluster, so this run is FedAvg"
+            )
 
     # -- server half ---------------------------------------------------------------------------------
     def init_state(self) -> CFLState:
@@ -184,7 +188,7 @@ class CFL(FedAvg, RoundReport):
     def aggregate(self, round: int, state: CFLState, results: Sequence[ClientResult]) -> CFLState:
         uplinks = {r.client_id: r for r in results}
         clusters, models, splits, norms = [], [], 0, {}
-        for members, model in zip(state.clusters, state.models):
+        for members, model in zip(state.clusters, state.models, strict=True):
             group = [uplinks[c] for c in members]
             halves = [group]
             if len(group) >= 2:
@@ -200,9 +204,13 @@ class CFL(FedAvg, RoundReport):
                 models.append(Payload(average_weights([r.uplink.weights for r in half], self._model_weights(half))))
         order = sorted(range(len(clusters)), key=lambda k: clusters[k][0])
         largest = max(state.clusters, key=len)
-        return dataclasses.replace(state, clusters=tuple(clusters[k] for k in order),
-                                   models=tuple(models[k] for k in order), splits=splits,
-                                   norms=norms.get(largest, (math.nan, math.nan)))
+        return dataclasses.replace(
+            state,
+            clusters=tuple(clusters[k] for k in order),
+            models=tuple(models[k] for k in order),
+            splits=splits,
+            norms=norms.get(largest, (math.nan, math.nan)),
+        )
 
     def round_metrics(self, state: CFLState) -> Metrics:
         metrics = {CLUSTERS: float(len(state.clusters)), SPLITS: float(state.splits)}

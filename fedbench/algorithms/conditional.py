@@ -107,12 +107,19 @@ class ConditionalConfig(AlgorithmConfig):
     def check_run(self, spec: RunSpec) -> None:
         conditioned_options(spec.model.name, dict(spec.model.params), self.num_eigenvalues)
         if self.centralized_pool and spec.local_steps is not None:
-            raise ConfigError("local_steps", spec.local_steps, "null with algorithm.centralized_pool (the server "
-                              "trains local_epochs whole epochs on the pool each round)")
+            raise ConfigError(
+                "local_steps",
+                spec.local_steps,
+                "null with algorithm.centralized_pool (the server "
+                "trains local_epochs whole epochs on the pool each round)",
+            )
         facts = dataset_facts(spec.dataset.name, **spec.dataset.kwargs)
         if self.feature_map == "random_conv" and not (facts.image_size and min(facts.image_size) >= 4):
-            raise ConfigError("algorithm.feature_map", "random_conv", f"identity or auto for {facts.dataset} "
-                              "(the encoder takes images [C, H, W] with H, W >= 4)")
+            raise ConfigError(
+                "algorithm.feature_map",
+                "random_conv",
+                f"identity or auto for {facts.dataset} (the encoder takes images [C, H, W] with H, W >= 4)",
+            )
 
 
 @dataclass(frozen=True)
@@ -147,14 +154,19 @@ def conditioned_models() -> list[str]:
     return [name for name in MODELS.names() if "cond_dim" in inspect.signature(MODELS.get(name)).parameters]
 
 
-def conditioned_options(model: str, options: dict, l: int) -> dict:
-    """The model's options with cond_dim = l; a model without the conditioning input, or another cond_dim, is refused."""
+def conditioned_options(model: str, options: dict, eigenvalues: int) -> dict:
+    """The model's options with cond_dim = l (001's number of eigenvalues, `eigenvalues`); a model without the
+    conditioning input, or another cond_dim, is refused."""
     if model not in conditioned_models():
-        raise ConfigError("model.name", model,
-                          f"a model taking cond_dim for the conditional algorithm: {', '.join(conditioned_models())}")
-    if options.get("cond_dim", 0) not in (0, l):  # 0 is the factory's default: the algorithm sets it
-        raise ConfigError("model.cond_dim", options["cond_dim"], f"unset, 0 or {l} (= algorithm.num_eigenvalues)")
-    return {**options, "cond_dim": l}
+        raise ConfigError(
+            "model.name",
+            model,
+            f"a model taking cond_dim for the conditional algorithm: {', '.join(conditioned_models())}",
+        )
+    if options.get("cond_dim", 0) not in (0, eigenvalues):  # 0 is the factory's default: the algorithm sets it
+        allowed = f"unset, 0 or {eigenvalues} (= algorithm.num_eigenvalues)"
+        raise ConfigError("model.cond_dim", options["cond_dim"], allowed)
+    return {**options, "cond_dim": eigenvalues}
 
 
 def data_key(data: ClientData) -> str:
@@ -217,8 +229,10 @@ class Conditional(Algorithm, RoundReport, GlobalModelAtTestTime, SystemVote):
         if not self.config.centralized_pool:
             return super().configure(round, state, sampled)
         held = state.pool
-        return {cid: Payload(extras={POOL: {"key": held[cid].key if cid in held else np.zeros(0, np.uint8)}})
-                for cid in sampled}
+        return {
+            cid: Payload(extras={POOL: {"key": held[cid].key if cid in held else np.zeros(0, np.uint8)}})
+            for cid in sampled
+        }
 
     def aggregate(self, round: int, state: ConditionalState, results: Sequence[ClientResult]) -> ConditionalState:
         if not self.config.centralized_pool:
@@ -232,7 +246,9 @@ class Conditional(Algorithm, RoundReport, GlobalModelAtTestTime, SystemVote):
                 rows = np.concatenate([upload["x"].reshape(n, -1), stats], axis=1)
                 pool[r.client_id] = PooledRows(rows, upload["y"], upload["key"])
         model = self.model_with(state.global_model.weights)
-        metrics = train_local(model, pooled_data(pool), self._server_context(round), TrainHooks(forward=self._split_forward))
+        metrics = train_local(
+            model, pooled_data(pool), self._server_context(round), TrainHooks(forward=self._split_forward)
+        )
         return replace(state, global_model=Payload(get_weights(model)), pool=pool, pool_loss=metrics[M.TRAIN_LOSS])
 
     def round_metrics(self, state: ConditionalState) -> Metrics:
@@ -241,16 +257,26 @@ class Conditional(Algorithm, RoundReport, GlobalModelAtTestTime, SystemVote):
 
     def _server_context(self, round: int) -> RoundContext:
         if self.training is None:
-            raise ConfigError("algorithm.centralized_pool", True, "a run with known training settings (built by make_algorithm)")
+            raise ConfigError(
+                "algorithm.centralized_pool", True, "a run with known training settings (built by make_algorithm)"
+            )
         t = self.training
-        return RoundContext(round=round, client_id=-1, seed=self.seed, local_epochs=t.local_epochs, batch_size=t.batch_size,
-                            optimizer=t.optimizer, num_classes=self.builder.num_classes, num_threads=torch.get_num_threads(),
-                            rounds=self.rounds or round)
+        return RoundContext(
+            round=round,
+            client_id=-1,
+            seed=self.seed,
+            local_epochs=t.local_epochs,
+            batch_size=t.batch_size,
+            optimizer=t.optimizer,
+            num_classes=self.builder.num_classes,
+            num_threads=torch.get_num_threads(),
+            rounds=self.rounds or round,
+        )
 
     def _split_forward(self, model: nn.Module, rows: torch.Tensor) -> torch.Tensor:
         """f(x; theta, s) on pooled rows [flattened x || s]."""
-        l = self.config.num_eigenvalues
-        return model(rows[:, :-l].reshape(len(rows), *self.builder.input_shape), rows[:, -l:])
+        eigenvalues = self.config.num_eigenvalues
+        return model(rows[:, :-eigenvalues].reshape(len(rows), *self.builder.input_shape), rows[:, -eigenvalues:])
 
     # -- client half ---------------------------------------------------------------------------------
     def client_update(
@@ -266,24 +292,33 @@ class Conditional(Algorithm, RoundReport, GlobalModelAtTestTime, SystemVote):
         metrics = train_local(model, data, ctx, TrainHooks(forward=with_cond(torch.tensor(state.stats))))
         return counted(get_weights(model), data.num_train), state, metrics
 
-    def _pool_upload(self, payload: Payload, state: ConditionalClientState, data: ClientData,
-                     ctx: RoundContext) -> Payload:
+    def _pool_upload(
+        self, payload: Payload, state: ConditionalClientState, data: ClientData, ctx: RoundContext
+    ) -> Payload:
         """Pooled protocol: the client's rows as the model sees them, labels and s_i, unless the server holds them."""
         key = np.frombuffer(bytes.fromhex(state.stats_key), dtype=np.uint8)
         if np.array_equal(payload[POOL]["key"], key):
             return counted(None, data.num_train)
         rows = [data.train_batch(idx)[0].numpy() for idx in torch.arange(data.num_train).split(CHUNK)]
-        upload = {"x": np.concatenate(rows).astype(np.float32), "y": data.train_y.numpy(), "stats": np.array(state.stats),
-                  "key": key}
+        upload = {
+            "x": np.concatenate(rows).astype(np.float32),
+            "y": data.train_y.numpy(),
+            "stats": np.array(state.stats),
+            "key": key,
+        }
         return counted(None, data.num_train, {POOL: upload})
 
-    def client_evaluate(self, payload: Payload, state: ConditionalClientState, data: ClientData,
-                        ctx: RoundContext) -> Metrics:
+    def client_evaluate(
+        self, payload: Payload, state: ConditionalClientState, data: ClientData, ctx: RoundContext
+    ) -> Metrics:
         model = self.model_with(payload.weights)
-        return evaluate(model, data, device=ctx.device, forward=with_cond(self._evaluation_stats(model, state, data, ctx)))
+        return evaluate(
+            model, data, device=ctx.device, forward=with_cond(self._evaluation_stats(model, state, data, ctx))
+        )
 
-    def client_predict(self, payload: Payload, state: ConditionalClientState, data: ClientData,
-                       ctx: RoundContext) -> dict[str, np.ndarray]:
+    def client_predict(
+        self, payload: Payload, state: ConditionalClientState, data: ClientData, ctx: RoundContext
+    ) -> dict[str, np.ndarray]:
         model = self.model_with(payload.weights)
         stats = self._evaluation_stats(model, state, data, ctx)
         return {M.PRED: self._predict(model, data, ctx, stats).numpy()}
@@ -296,11 +331,12 @@ class Conditional(Algorithm, RoundReport, GlobalModelAtTestTime, SystemVote):
     def _statistics(self, features: torch.Tensor, labels: torch.Tensor | None, ctx: RoundContext) -> torch.Tensor:
         # One random test matrix for the whole federation: the same procedure on every client (001 Sec. III-A).
         seed = derive_seed(self.seed, "conditional/svd")
-        l, labels = self.config.num_eigenvalues, None if labels is None else labels.to(features.device)
-        return client_statistics(features, labels, ctx.num_classes, l, seed, self.config.normalization).cpu()
+        eigenvalues, labels = self.config.num_eigenvalues, None if labels is None else labels.to(features.device)
+        return client_statistics(features, labels, ctx.num_classes, eigenvalues, seed, self.config.normalization).cpu()
 
-    def _evaluation_stats(self, model: nn.Module, state: ConditionalClientState, data: ClientData,
-                          ctx: RoundContext) -> torch.Tensor:
+    def _evaluation_stats(
+        self, model: nn.Module, state: ConditionalClientState, data: ClientData, ctx: RoundContext
+    ) -> torch.Tensor:
         """The client's own s_i when its state holds one for these data; else see the module docstring."""
         if state.stats is not None and state.stats_key == data_key(data):
             return torch.tensor(state.stats)

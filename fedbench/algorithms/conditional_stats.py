@@ -29,6 +29,7 @@ IDENTITY_MAX_DIM = 1024
 """Inputs with at most this many values use phi = identity (28x28 = 784, digits 8x8 = 64, feature vectors);
 larger ones (CIFAR's 3 x 32 x 32 = 3072) go through the random encoder (001 Sec. III-A)."""
 
+
 class _Centre(nn.Module):
     """x - 0.5: images in [0, 1] centred, so a zero-mean random filter responds with both signs."""
 

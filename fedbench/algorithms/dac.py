@@ -165,7 +165,9 @@ class DAC(Decentralized):
         # p_i computed in round t >= 2 serves round t + 1: exchange round t - 2 of the released code's loop
         tau = temperature(self.config.tau, self.config.tau_schedule, max(ctx.round - 2, 0))
         n = min(self.config.neighbours, self.num_clients - 1)
-        request = sample_neighbours(similarity, ctx.client_id, tau, n, np.random.default_rng(ctx.rng_seed("neighbours")))
+        request = sample_neighbours(
+            similarity, ctx.client_id, tau, n, np.random.default_rng(ctx.rng_seed("neighbours"))
+        )
         trained = get_weights(model)
         uplink = counted(trained, data.num_train, {SIMILARITY: {"s": similarity}, REQUEST: {"ids": request}})
         return uplink, dataclasses.replace(state, model=trained, similarity=similarity, contacted=contacted), metrics

@@ -63,17 +63,21 @@ class FedAvgFT(FedAvg):
             """Refuse a run that fine-tunes in every round: nothing would ever be aggregated, so the method's
             federated phase would not run at all (the default `ft_rounds` are 004's, out of 800 rounds)."""
             if self.ft_rounds >= spec.rounds:
-                raise ConfigError("algorithm.ft_rounds", self.ft_rounds,
-                                  f"fewer than the run's rounds ({spec.rounds}): with {self.ft_rounds} every round "
-                                  "fine-tunes locally and nothing is ever aggregated (the default is 004's, out of "
-                                  "800 rounds)")
+                raise ConfigError(
+                    "algorithm.ft_rounds",
+                    self.ft_rounds,
+                    f"fewer than the run's rounds ({spec.rounds}): with {self.ft_rounds} every round "
+                    "fine-tunes locally and nothing is ever aggregated (the default is 004's, out of "
+                    "800 rounds)",
+                )
 
     def fine_tuning(self, round: int) -> bool:
         """Whether `round` is one of the last `ft_rounds` rounds of the run."""
         return self.rounds is not None and round > self.rounds - self.config.ft_rounds
 
     def fine_tuning_hooks(self) -> TrainHooks:
-        """How the fine-tuning rounds train: the whole model, plainly (004 Sec. 3.1); FedBABU may train its head only."""
+        """How the fine-tuning rounds train: the whole model, plainly (004 Sec. 3.1); FedBABU may train its head
+        only."""
         return TrainHooks()
 
     # -- server half ---------------------------------------------------------------------------------

@@ -162,8 +162,9 @@ def merge_groups(distances: np.ndarray, delta: float) -> list[list[int]]:
         return []
     finite = np.where(np.isfinite(distances), distances, np.finfo(np.float64).max)
     np.fill_diagonal(finite, 0.0)
-    labels = hierarchy.fcluster(hierarchy.linkage(squareform(finite, checks=False), method="complete"),
-                                t=delta, criterion="distance")
+    labels = hierarchy.fcluster(
+        hierarchy.linkage(squareform(finite, checks=False), method="complete"), t=delta, criterion="distance"
+    )
     groups: dict[int, list[int]] = {}
     for row, label in enumerate(labels):
         groups.setdefault(int(label), []).append(row)
@@ -226,8 +227,15 @@ class FedDrift(Algorithm, RoundReport, TestTimeAssignment, SystemVote):
             if len(models) >= self.num_clients:
                 self._drop_least_recently_used(models, cluster_of, last_used)
             models[k], last_used[k], cluster_of[cid] = Payload(uploads[cid]), round, k
-        return replace(state, models=models, cluster_of=cluster_of, last_used={k: last_used[k] for k in models},
-                       next_id=state.next_id + len(drifted), drifted=len(drifted), merges=merges)
+        return replace(
+            state,
+            models=models,
+            cluster_of=cluster_of,
+            last_used={k: last_used[k] for k in models},
+            next_id=state.next_id + len(drifted),
+            drifted=len(drifted),
+            merges=merges,
+        )
 
     def round_metrics(self, state: FedDriftState) -> Metrics:
         metrics = {MODELS: float(len(state.models)), DRIFTED: float(state.drifted), MERGES: float(state.merges)}
@@ -248,8 +256,13 @@ class FedDrift(Algorithm, RoundReport, TestTimeAssignment, SystemVote):
         models = {k: state.models[k] for k in sorted(held)}
         return Assignment.size_weighted(models, {k: float(held[k]) for k in models}, list(descriptions))
 
-    def _merge(self, models: dict[int, Payload], cluster_of: dict[int, int], stayed: Sequence[ClientResult],
-               state: FedDriftState) -> int:
+    def _merge(
+        self,
+        models: dict[int, Payload],
+        cluster_of: dict[int, int],
+        stayed: Sequence[ClientResult],
+        state: FedDriftState,
+    ) -> int:
         """Merge clusters (in place, models and `cluster_of`) by the losses `stayed`, this round's clients that
         did not drift, reported on the models of `state`; returns how many clusters were merged away.
 
@@ -281,8 +294,9 @@ class FedDrift(Algorithm, RoundReport, TestTimeAssignment, SystemVote):
         return merged
 
     @staticmethod
-    def _drop_least_recently_used(models: dict[int, Payload], cluster_of: dict[int, int],
-                                  last_used: dict[int, int]) -> None:
+    def _drop_least_recently_used(
+        models: dict[int, Payload], cluster_of: dict[int, int], last_used: dict[int, int]
+    ) -> None:
         """Drop the least recently used model that no client holds (ties to the smallest id)."""
         held = set(cluster_of.values())
         del models[min((k for k in models if k not in held), key=lambda k: (last_used[k], k))]

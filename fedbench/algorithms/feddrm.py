@@ -74,7 +74,9 @@ def feddrm_hooks(lam: float, client_id: int) -> TrainHooks:
 
     def loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         class_logits, client_logits = model.both(x)
-        return lam * F.cross_entropy(class_logits, y) + (1.0 - lam) * F.cross_entropy(client_logits, torch.full_like(y, client_id))
+        return lam * F.cross_entropy(class_logits, y) + (1.0 - lam) * F.cross_entropy(
+            client_logits, torch.full_like(y, client_id)
+        )
 
     return TrainHooks(loss=loss)
 
@@ -138,7 +140,7 @@ class FedDRM(Algorithm, TestTimeAssignment, SystemVote):
     def aggregate(self, round: int, state: FedDRMState, results: Sequence[ClientResult]) -> FedDRMState:
         counts = sample_counts(results)
         heads = {**state.heads, **{r.client_id: r.uplink[HEAD] for r in results}}
-        known = {**state.counts, **{r.client_id: n for r, n in zip(results, counts)}}
+        known = {**state.counts, **{r.client_id: n for r, n in zip(results, counts, strict=True)}}
         return replace(state, global_model=Payload(average_uplinks(results)), heads=heads, counts=known)
 
     def evaluation_payloads(self, state: FedDRMState, clients: Sequence[int]) -> dict[int, Payload]:
@@ -194,8 +196,9 @@ class FedDRM(Algorithm, TestTimeAssignment, SystemVote):
         """Each test client gets the model of the client most of its samples route to (ties: smallest id)."""
         matched = {tid: int(np.argmax(d[ROUTES]["counts"])) for tid, d in descriptions.items()}
         models = self.evaluation_payloads(state, sorted(set(matched.values())))
-        return Assignment({tid: models[j] for tid, j in matched.items()},
-                          {tid: TrainedOn(j) for tid, j in matched.items()})
+        return Assignment(
+            {tid: models[j] for tid, j in matched.items()}, {tid: TrainedOn(j) for tid, j in matched.items()}
+        )
 
     def answer(
         self, model: nn.Module, log_pi: np.ndarray, data: ClientData, ctx: RoundContext
@@ -227,6 +230,9 @@ def client_path_options(model: str, options: dict, num_clients: int) -> dict:
     if "num_clients" not in signature_fields(MODELS.get(model, field="model.name"), skip=2):
         raise ConfigError("model.name", model, "a model with a client path for feddrm: feddrm_net")
     if options.get("num_clients", 0) not in (0, num_clients):
-        raise ConfigError("model.num_clients", options["num_clients"],
-                          f"the run's number of clients ({num_clients}), or 0: feddrm sets it")
+        raise ConfigError(
+            "model.num_clients",
+            options["num_clients"],
+            f"the run's number of clients ({num_clients}), or 0: feddrm sets it",
+        )
     return {**options, "num_clients": num_clients}

@@ -73,6 +73,8 @@ MASS = "fedem_component_mass_{}"
 """Round metric, one per component m: the sum of pi_m over this round's clients (a soft count of clients)."""
 MAIN = "fedem_component_of_{}"
 """Round metric, one per client that has reported: the argmax of its last pi."""
+
+
 def e_step(pi: np.ndarray, losses: torch.Tensor) -> tuple[torch.Tensor, np.ndarray]:
     """Algorithm 1's client update of q and pi from the components' per-sample losses ([M, n]).
 
@@ -161,20 +163,24 @@ class FedEM(Algorithm, RoundReport, TestTimeAssignment, SystemVote, PersonalMode
 
     def aggregate(self, round: int, state: FedEMState, results: Sequence[ClientResult]) -> FedEMState:
         counts = sample_counts(results)
-        components = tuple(average_weights([r.uplink.models[m].weights for r in results], counts)
-                           for m in range(self.count))
+        components = tuple(
+            average_weights([r.uplink.models[m].weights for r in results], counts) for m in range(self.count)
+        )
         pi = {**state.pi, **{r.client_id: r.uplink[MIXTURE]["pi"] for r in results}}
-        return dataclasses.replace(state, components=components, pi=pi,
-                                   round_clients=tuple(r.client_id for r in results))
+        return dataclasses.replace(
+            state, components=components, pi=pi, round_clients=tuple(r.client_id for r in results)
+        )
 
     def round_metrics(self, state: FedEMState) -> Metrics:
         latest = [state.pi[c] for c in state.round_clients]
         if not latest:
             return {}
         mass = np.sum(latest, axis=0)
-        return {ENTROPY: float(np.mean([entropy(p) for p in latest])),
-                **{MASS.format(m): float(v) for m, v in enumerate(mass)},
-                **{MAIN.format(c): float(np.argmax(p)) for c, p in sorted(state.pi.items())}}
+        return {
+            ENTROPY: float(np.mean([entropy(p) for p in latest])),
+            **{MASS.format(m): float(v) for m, v in enumerate(mass)},
+            **{MAIN.format(c): float(np.argmax(p)) for c, p in sorted(state.pi.items())},
+        }
 
     def evaluation_payloads(self, state: FedEMState, clients: Sequence[int]) -> dict[int, Payload]:
         """All M components: each client mixes them with its own pi."""

@@ -71,7 +71,9 @@ class ServerOptimizer(FedAvg):
         optimizer steps them), the others (buffers) will take FedAvg's average."""
         return ServerOptimizerState(Payload(weights), {name: self.initial_slots(weights[name]) for name in parameters})
 
-    def aggregate(self, round: int, state: ServerOptimizerState, results: Sequence[ClientResult]) -> ServerOptimizerState:
+    def aggregate(
+        self, round: int, state: ServerOptimizerState, results: Sequence[ClientResult]
+    ) -> ServerOptimizerState:
         average = average_uplinks(results)
         current = state.global_model.weights
         model, slots = dict(average), {}

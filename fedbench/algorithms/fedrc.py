@@ -88,8 +88,9 @@ FLOOR = 1e-8
 """Least label count per cluster and class before normalising (the released run_experiment.py's floor)."""
 
 
-def responsibilities(losses: torch.Tensor, labels: torch.Tensor, omega: np.ndarray,
-                     marginal: np.ndarray | None) -> torch.Tensor:
+def responsibilities(
+    losses: torch.Tensor, labels: torch.Tensor, omega: np.ndarray, marginal: np.ndarray | None
+) -> torch.Tensor:
     """FedRC's E-step: gamma [n, K] = softmax_k(log omega_k - losses[:, k] - log P_k(y)), P uniform when None.
 
     Args:
@@ -176,8 +177,9 @@ class FedRC(Algorithm, RoundReport, TestTimeAssignment, SystemVote):
         def __post_init__(self) -> None:
             super().__post_init__()
             if self.clusters is not None and self.clusters < 1:
-                raise ConfigError("clusters", self.clusters,
-                                  "an integer >= 1, or null for the scenario's number of distributions")
+                raise ConfigError(
+                    "clusters", self.clusters, "an integer >= 1, or null for the scenario's number of distributions"
+                )
             if self.prediction not in ("mixture", "argmax"):
                 raise ConfigError("prediction", self.prediction, "mixture or argmax")
 
@@ -199,18 +201,27 @@ class FedRC(Algorithm, RoundReport, TestTimeAssignment, SystemVote):
 
     def aggregate(self, round: int, state: FedRCState, results: Sequence[ClientResult]) -> FedRCState:
         counts = sample_counts(results)
-        models = tuple(Payload(average_weights([r.uplink.models[k].weights for r in results], counts))
-                       for k in range(self.clusters))
-        reported = {r.client_id: r.uplink[LABELS]["counts"] for r in results
-                    if mixture_of(r.uplink[LABELS]["counts"]) is not None}
+        models = tuple(
+            Payload(average_weights([r.uplink.models[k].weights for r in results], counts))
+            for k in range(self.clusters)
+        )
+        reported = {
+            r.client_id: r.uplink[LABELS]["counts"]
+            for r in results
+            if mixture_of(r.uplink[LABELS]["counts"]) is not None
+        }
         labels = {**state.labels, **reported}
         now = {cid: mixture_of(c) for cid, c in reported.items()}
         picks = Counter(int(np.argmax(w)) for w in now.values())
         return dataclasses.replace(
-            state, models=models, labels=labels, omega={**state.omega, **now},
+            state,
+            models=models,
+            labels=labels,
+            omega={**state.omega, **now},
             marginal=label_marginal(list(labels.values())) if labels else state.marginal,
             sizes=tuple(picks[k] for k in range(self.clusters)),
-            entropy=float(np.mean([entropy(w) for w in now.values()])) if now else math.nan)
+            entropy=float(np.mean([entropy(w) for w in now.values()])) if now else math.nan,
+        )
 
     def round_metrics(self, state: FedRCState) -> Metrics:
         return {ENTROPY: state.entropy, **{SIZE.format(k): float(n) for k, n in enumerate(state.sizes)}}
@@ -266,8 +277,11 @@ class FedRC(Algorithm, RoundReport, TestTimeAssignment, SystemVote):
         if not n:
             return {M.ACCURACY: float("nan"), M.LOSS: float("nan"), M.TEST_SAMPLES: 0.0}
         picked = np.maximum(mixture[np.arange(n), labels], 1e-12)
-        return {M.ACCURACY: float((mixture.argmax(axis=1) == labels).mean()), M.LOSS: float(-np.log(picked).mean()),
-                M.TEST_SAMPLES: float(n)}
+        return {
+            M.ACCURACY: float((mixture.argmax(axis=1) == labels).mean()),
+            M.LOSS: float(-np.log(picked).mean()),
+            M.TEST_SAMPLES: float(n),
+        }
 
     def client_predict(
         self, payload: Payload, state: FedRCClientState, data: ClientData, ctx: RoundContext
@@ -293,6 +307,9 @@ class FedRC(Algorithm, RoundReport, TestTimeAssignment, SystemVote):
         `prediction: argmax`, the probabilities of the model of largest omega)."""
         if self.config.prediction == "argmax":
             omega = np.eye(self.clusters)[int(np.argmax(omega))]
-        parts = [w * probabilities(self.model_with(payload.models[k].weights), data, device=ctx.device).numpy()
-                 for k, w in enumerate(omega) if w > 0]
+        parts = [
+            w * probabilities(self.model_with(payload.models[k].weights), data, device=ctx.device).numpy()
+            for k, w in enumerate(omega)
+            if w > 0
+        ]
         return np.sum(parts, axis=0)

@@ -83,9 +83,11 @@ class FedRep(FedAvgTraining, PersonalModels):
         def check_run(self, spec: RunSpec) -> None:
             """Warn where one local step a round leaves no step for the heads (half of them, rounded down)."""
             if spec.local_steps == 1:
-                warnings.warn("local_steps: 1 with FedRep: the step trains the representation and the heads keep "
-                              "their initial weights (the head gets half the steps, rounded down); use 2 or more",
-                              stacklevel=2)
+                warnings.warn(
+                    "local_steps: 1 with FedRep: the step trains the representation and the heads keep "
+                    "their initial weights (the head gets half the steps, rounded down); use 2 or more",
+                    stacklevel=2,
+                )
 
     # -- server half ---------------------------------------------------------------------------------
     def init_state(self) -> GlobalState:
@@ -103,8 +105,9 @@ class FedRep(FedAvgTraining, PersonalModels):
         uplink = counted(without_parts(weights, HEAD), data.num_train)
         return uplink, FedRepClientState(select_parts(weights, HEAD)), joined(first, second)
 
-    def client_evaluate(self, payload: Payload, state: FedRepClientState, data: ClientData,
-                        ctx: RoundContext) -> Metrics:
+    def client_evaluate(
+        self, payload: Payload, state: FedRepClientState, data: ClientData, ctx: RoundContext
+    ) -> Metrics:
         """The client's own head on the received global representation."""
         return evaluate(self.model_with({**payload.weights, **self.head_of(state)}), data, device=ctx.device)
 
@@ -119,11 +122,12 @@ class FedRep(FedAvgTraining, PersonalModels):
     def phases(self, ctx: RoundContext) -> tuple[RoundContext, RoundContext]:
         """The head's job and the representation's: the config's epochs, or the run's steps split in two."""
         if ctx.local_steps is None:
-            return (replace(ctx, local_epochs=self.config.head_epochs),
-                    replace(ctx, local_epochs=self.config.body_epochs))
+            return (
+                replace(ctx, local_epochs=self.config.head_epochs),
+                replace(ctx, local_epochs=self.config.body_epochs),
+            )
         head_steps = ctx.local_steps // 2  # >= 1 from 2 steps on; 0 with one step (`check_run`)
-        return (replace(ctx, local_steps=head_steps),
-                replace(ctx, local_steps=ctx.local_steps - head_steps))
+        return (replace(ctx, local_steps=head_steps), replace(ctx, local_steps=ctx.local_steps - head_steps))
 
 
 def joined(first: Metrics, second: Metrics) -> Metrics:

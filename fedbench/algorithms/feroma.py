@@ -79,7 +79,8 @@ class FeromaConfig(AlgorithmConfig):
     """FEROMA's hyperparameters; defaults reproduce the paper (002 Sec. 3, App. B.3-B.4, I.8-I.10)."""
 
     warmup_rounds: int = 5
-    """FedAvg rounds before profiles are used; the round-W global model is the frozen extractor (002 App. B.5; docs/methods.md)."""
+    """FedAvg rounds before profiles are used; the round-W global model is the frozen extractor (002 App. B.5;
+    docs/methods.md)."""
     variant: Literal["paper", "released"] = "paper"
     """paper: Bernoulli masks, softmax(-cosine) weights; released: pooled 50% subsets, 1/(D+1e-8) Euclidean
     weights times data size, per-block min-max scaling of profiles (docs/methods.md)."""
@@ -92,7 +93,8 @@ class FeromaConfig(AlgorithmConfig):
     tau: float | Literal["mean"] | None = None
     """Threshold zeroing association weights below it; "mean": 1/|A_{t-1}| as in 002 I.9; None: off (002 eq. 4)."""
     size_weighting: bool | None = None
-    """Multiply weights by the sender's sample count (002 Sec. 3.2.1); None: the variant's own (paper off, released on)."""
+    """Multiply weights by the sender's sample count (002 Sec. 3.2.1); None: the variant's own (paper off, released
+    on)."""
     bound_margin: float = 1.02
     """Upper latent bound = margin x the clients' largest latent (002 B.4 S1; released 1.02)."""
     pca_points: int = 200
@@ -119,8 +121,9 @@ class FeromaConfig(AlgorithmConfig):
 
     def check_run(self, spec: RunSpec) -> None:
         """Warn when the warm-up covers the whole run: its profile mapping never starts, it is FedAvg."""
-        warn_if_phase_covers_run("warmup_rounds", self.warmup_rounds, spec,
-                                 "FEROMA never leaves its FedAvg warm-up, so this run is FedAvg")
+        warn_if_phase_covers_run(
+            "warmup_rounds", self.warmup_rounds, spec, "FEROMA never leaves its FedAvg warm-up, so this run is FedAvg"
+        )
 
 
 @dataclass(frozen=True)
@@ -256,7 +259,9 @@ class Feroma(Algorithm, DescribedRound, RoundReport, TestTimeAssignment, SystemV
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         config = self.config
-        self.size_weighting = config.size_weighting if config.size_weighting is not None else config.variant == "released"
+        self.size_weighting = (
+            config.size_weighting if config.size_weighting is not None else config.variant == "released"
+        )
         self._projections: dict[tuple, dpe.Projection] = {}
 
     # -- server half ---------------------------------------------------------------------------------
@@ -290,11 +295,17 @@ class Feroma(Algorithm, DescribedRound, RoundReport, TestTimeAssignment, SystemV
                 previous, now = scaler(previous), scaler(now)
             c = self.config
             weights, kinds = association_weights(now, previous, sizes, c.variant, c.tau, self.size_weighting)
-            for i, row in zip(receivers, weights):
+            for i, row in zip(receivers, weights, strict=True):
                 used = np.flatnonzero(row > 0)
                 personal[i] = Payload(average_weights([sources[j].model.weights for j in used], row[used]))
-        return dataclasses.replace(state, personal=personal, profiles={**state.profiles, **current}, scaler=scaler,
-                                   kinds=tuple(kinds), equipped=tuple(sorted({*state.equipped, *current})))
+        return dataclasses.replace(
+            state,
+            personal=personal,
+            profiles={**state.profiles, **current},
+            scaler=scaler,
+            kinds=tuple(kinds),
+            equipped=tuple(sorted({*state.equipped, *current})),
+        )
 
     def configure(self, round: int, state: FeromaState, sampled: Sequence[int]) -> dict[int, Payload]:
         """Warm-up: the global model. After it: the model built for the client's profile of this round."""
@@ -313,10 +324,15 @@ class Feroma(Algorithm, DescribedRound, RoundReport, TestTimeAssignment, SystemV
             return dataclasses.replace(state, global_model=averaged, kinds=kinds, extractor=extractor)
         trained = dict(state.trained)
         for r in results:  # each trained on its client's data of this round, which it profiled
-            trained[r.client_id] = TrainedModel(state.profiles[r.client_id], Payload(r.uplink.weights), round,
-                                                samples_of(r.uplink))
-        return dataclasses.replace(state, global_model=Payload(average_uplinks(results)), trained=trained,
-                                   returned=tuple(r.client_id for r in results))
+            trained[r.client_id] = TrainedModel(
+                state.profiles[r.client_id], Payload(r.uplink.weights), round, samples_of(r.uplink)
+            )
+        return dataclasses.replace(
+            state,
+            global_model=Payload(average_uplinks(results)),
+            trained=trained,
+            returned=tuple(r.client_id for r in results),
+        )
 
     def round_metrics(self, state: FeromaState) -> Metrics:
         """How many of this round's participants got a clustered, personalized or global model (`kinds`)."""
@@ -364,8 +380,9 @@ class Feroma(Algorithm, DescribedRound, RoundReport, TestTimeAssignment, SystemV
         return Assignment(payloads, matched)
 
     # -- client half ---------------------------------------------------------------------------------
-    def client_describe_round(self, payload: Payload, state: FeromaClientState, data: ClientData,
-                              ctx: RoundContext) -> tuple[Payload, FeromaClientState]:
+    def client_describe_round(
+        self, payload: Payload, state: FeromaClientState, data: ClientData, ctx: RoundContext
+    ) -> tuple[Payload, FeromaClientState]:
         """The full profile of this round's training data; the extractor, when it comes with the request, is kept."""
         if EXTRACTOR in payload:  # the first profile request: keep the extractor, it is never sent again
             state = dataclasses.replace(state, extractor=FrozenExtractor.sent_in(payload))
@@ -397,8 +414,9 @@ class Feroma(Algorithm, DescribedRound, RoundReport, TestTimeAssignment, SystemV
         profile = {MARGINAL: self._describe(extractor, inputs, None, data.num_test, ctx, "test_profile")}
         if data.num_train > 0:
             labelled = _train_inputs(data, ctx.device)
-            profile[CONDITIONAL] = self._describe(extractor, labelled, data.train_y.numpy(), data.num_train, ctx,
-                                                  "test_profile_labelled", marginal=False)
+            profile[CONDITIONAL] = self._describe(
+                extractor, labelled, data.train_y.numpy(), data.num_train, ctx, "test_profile_labelled", marginal=False
+            )
         return Payload(extras={PROFILE: profile})
 
     def _describe(
@@ -415,8 +433,18 @@ class Feroma(Algorithm, DescribedRound, RoundReport, TestTimeAssignment, SystemV
         rng = np.random.default_rng(ctx.rng_seed(purpose))
         c = self.config
         scale = dpe.laplace_scale(lower, upper, n, c.epsilon)
-        vector = dpe.describe(projection(latents), labels, self.builder.num_classes, c.variant, c.masks, c.mask_prob,
-                              c.sentinel, scale, rng, marginal=marginal)
+        vector = dpe.describe(
+            projection(latents),
+            labels,
+            self.builder.num_classes,
+            c.variant,
+            c.masks,
+            c.mask_prob,
+            c.sentinel,
+            scale,
+            rng,
+            marginal=marginal,
+        )
         return vector.astype(np.float32)
 
     def _projection(self, lower: float, upper: float, dim: int) -> dpe.Projection:
@@ -424,6 +452,7 @@ class Feroma(Algorithm, DescribedRound, RoundReport, TestTimeAssignment, SystemV
         key = (lower, upper, dim)
         if key not in self._projections:
             seed = derive_seed(self.seed, "feroma", "pca")
-            self._projections[key] = dpe.shared_projection(lower, upper, dim, self.builder.num_classes, seed,
-                                                           self.config.pca_points)
+            self._projections[key] = dpe.shared_projection(
+                lower, upper, dim, self.builder.num_classes, seed, self.config.pca_points
+            )
         return self._projections[key]

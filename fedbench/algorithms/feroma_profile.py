@@ -134,7 +134,9 @@ def marginal_moments(z: np.ndarray, weights: np.ndarray, sentinel: float) -> np.
     return np.concatenate([mean, std])
 
 
-def conditional_moments(z: np.ndarray, labels: np.ndarray, weights: np.ndarray, num_classes: int, sentinel: float) -> np.ndarray:
+def conditional_moments(
+    z: np.ndarray, labels: np.ndarray, weights: np.ndarray, num_classes: int, sentinel: float
+) -> np.ndarray:
     """The class-conditional part: [means (C x k) | stds (C x k)]; a class with fewer than MIN_SAMPLES
     samples gets the sentinel for its mean and std (released code: -1)."""
     means, stds = [], []

@@ -57,6 +57,7 @@ CLUSTER_OF = "fesem_cluster_of_{}"
 
 def squared_distances(rows: Sequence[Arrays], cols: Sequence[Arrays], names: Sequence[str]) -> np.ndarray:
     """[len(rows), len(cols)] squared L2 distances between the models' `names` arrays (float64)."""
+
     def squared_norms(models: Sequence[Arrays]) -> np.ndarray:
         return np.array([sum(np.sum(np.asarray(m[name], np.float64) ** 2) for name in names) for m in models])
 
@@ -113,21 +114,26 @@ class FeSEM(FedAvg, RoundReport):
         def __post_init__(self) -> None:
             super().__post_init__()
             if self.clusters is not None and self.clusters < 1:
-                raise ConfigError("clusters", self.clusters,
-                                  "an integer >= 1, or null for the scenario's number of distributions")
+                raise ConfigError(
+                    "clusters", self.clusters, "an integer >= 1, or null for the scenario's number of distributions"
+                )
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.clusters = self.resolve_clusters(self.config.clusters)
         if self.clusters > self.num_clients:
-            raise ConfigError("algorithm.clusters", self.clusters,
-                              f"at most the number of clients ({self.num_clients})")
+            raise ConfigError(
+                "algorithm.clusters", self.clusters, f"at most the number of clients ({self.num_clients})"
+            )
         first = self.config.clients_per_round(self.num_clients)
         if first < self.clusters:
-            raise ConfigError("algorithm.client_fraction", self.config.client_fraction,
-                              f"a fraction sampling at least algorithm.clusters = {self.clusters} of the "
-                              f"{self.num_clients} clients (it samples {first}): round 1's models seed the centers; "
-                              "or lower algorithm.clusters")
+            raise ConfigError(
+                "algorithm.client_fraction",
+                self.config.client_fraction,
+                f"a fraction sampling at least algorithm.clusters = {self.clusters} of the "
+                f"{self.num_clients} clients (it samples {first}): round 1's models seed the centers; "
+                "or lower algorithm.clusters",
+            )
 
     # -- server half ---------------------------------------------------------------------------------
     def init_state(self) -> FeSEMState:
@@ -141,14 +147,20 @@ class FeSEM(FedAvg, RoundReport):
         centers = state.centers or self._seed_centers(models)
         # E-step
         assigned = squared_distances(models, [c.weights for c in centers], self.parameter_names).argmin(axis=1)
-        now = {r.client_id: int(k) for r, k in zip(results, assigned)}
+        now = {r.client_id: int(k) for r, k in zip(results, assigned, strict=True)}
         averaged = cluster_averages(results, lambda r: now[r.client_id])  # M-step; a center nobody joined stays
         centers = tuple(averaged.get(k, center) for k, center in enumerate(centers))
         moved = sum(c in state.member_of and state.member_of[c] != k for c, k in now.items())
         sizes = Counter(now.values())
-        samples = {**state.samples, **dict(zip(now, sample_counts(results)))}
-        return dataclasses.replace(state, centers=centers, member_of={**state.member_of, **now}, samples=samples,
-                                   moved=moved, sizes=tuple(sizes[k] for k in range(self.clusters)))
+        samples = {**state.samples, **dict(zip(now, sample_counts(results), strict=True))}
+        return dataclasses.replace(
+            state,
+            centers=centers,
+            member_of={**state.member_of, **now},
+            samples=samples,
+            moved=moved,
+            sizes=tuple(sizes[k] for k in range(self.clusters)),
+        )
 
     def round_metrics(self, state: FeSEMState) -> Metrics:
         metrics = {MOVED: float(state.moved), **{SIZE.format(k): float(n) for k, n in enumerate(state.sizes)}}

@@ -37,7 +37,7 @@ def random_pairs(seed: int, round: int, clients: Sequence[int]) -> list[tuple[in
     odd), the same on every process for the same run seed."""
     rng = np.random.default_rng(derive_seed(seed, round, "gossip_pairs"))
     order = [int(c) for c in rng.permutation(sorted(clients))]
-    return list(zip(order[0::2], order[1::2]))
+    return list(zip(order[0::2], order[1::2], strict=False))
 
 
 @register_algorithm("gossip")

@@ -68,7 +68,12 @@ class IFCAState:
 
 
 @register_algorithm("ifca")
-class IFCA(Algorithm, RoundReport, TestTimeAssignment, SystemVote):
+class IFCA(
+    Algorithm["IFCA.Config", IFCAState, NoClientState],
+    RoundReport[IFCAState],
+    TestTimeAssignment[IFCAState],
+    SystemVote[IFCAState, NoClientState],
+):
     """K cluster models; each client trains the one with the lowest loss on its data and says which."""
 
     State = IFCAState
@@ -86,11 +91,13 @@ class IFCA(Algorithm, RoundReport, TestTimeAssignment, SystemVote):
         def __post_init__(self) -> None:
             super().__post_init__()
             if self.clusters is not None and self.clusters < 1:
-                raise ConfigError("clusters", self.clusters,
-                                  "an integer >= 1, or null for the scenario's number of distributions")
+                raise ConfigError(
+                    "clusters", self.clusters, "an integer >= 1, or null for the scenario's number of distributions"
+                )
             if self.refine_rounds is not None and self.refine_rounds < 1:
-                raise ConfigError("refine_rounds", self.refine_rounds,
-                                  "an integer >= 1, or null to re-estimate every round")
+                raise ConfigError(
+                    "refine_rounds", self.refine_rounds, "an integer >= 1, or null to re-estimate every round"
+                )
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -104,12 +111,12 @@ class IFCA(Algorithm, RoundReport, TestTimeAssignment, SystemVote):
     def configure(self, round: int, state: IFCAState, sampled: Sequence[int]) -> dict[int, Payload]:
         """All K models to every sampled client; after `refine_rounds`, a client's own cluster's model only
         (one Payload object per cluster, so equal downlinks are shared)."""
-        offers = {None: Payload(models=dict(enumerate(state.models)))}
+        offers: dict[int | None, Payload] = {None: Payload(models=dict(enumerate(state.models)))}
         refining = self.config.refine_rounds is None or round <= self.config.refine_rounds
         payloads = {}
         for cid in sampled:
             k = None if refining else state.chosen.get(cid)
-            if k not in offers:
+            if k is not None and k not in offers:  # None: all K, offered above
                 offers[k] = Payload(models={k: state.models[k]})
             payloads[cid] = offers[k]
         return payloads
@@ -119,10 +126,15 @@ class IFCA(Algorithm, RoundReport, TestTimeAssignment, SystemVote):
         models = tuple(averaged.get(k, model) for k, model in enumerate(state.models))
         chosen = {**state.chosen, **{r.client_id: reported_cluster(r.uplink) for r in results}}
         picks = Counter(reported_cluster(r.uplink) for r in results)
-        return dataclasses.replace(state, models=models, chosen=chosen, sizes=tuple(picks[k] for k in range(self.clusters)))
+        return dataclasses.replace(
+            state, models=models, chosen=chosen, sizes=tuple(picks[k] for k in range(self.clusters))
+        )
 
     def round_metrics(self, state: IFCAState) -> Metrics:
-        return {NONEMPTY: float(sum(1 for s in state.sizes if s)), **{SIZE.format(k): float(s) for k, s in enumerate(state.sizes)}}
+        return {
+            NONEMPTY: float(sum(1 for s in state.sizes if s)),
+            **{SIZE.format(k): float(s) for k, s in enumerate(state.sizes)},
+        }
 
     def evaluation_payloads(self, state: IFCAState, clients: Sequence[int]) -> dict[int, Payload]:
         """The model of the cluster each client picked last; cluster 0's for a client never sampled."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from fedbench.algorithms.base import Algorithm
+from fedbench.algorithms.base import Algorithm, AlgorithmConfig
 from fedbench.core.registry import register_algorithm
 from fedbench.core.types import Arrays, Metrics, Payload, RoundContext
 from fedbench.training import ClientData, evaluate, get_weights, train_local
@@ -29,7 +29,7 @@ class LocalClientState:
 
 
 @register_algorithm("local")
-class Local(Algorithm):
+class Local(Algorithm[AlgorithmConfig, LocalState, LocalClientState]):
     """Clients start from the run's seeded initial model (rebuilt locally from the shared seed, so no
     download is needed) and keep training their own copy, which lives in the client state."""
 
@@ -52,7 +52,9 @@ class Local(Algorithm):
         metrics = train_local(model, data, ctx)
         return Payload(), LocalClientState(get_weights(model)), metrics
 
-    def client_evaluate(self, payload: Payload, state: LocalClientState, data: ClientData, ctx: RoundContext) -> Metrics:
+    def client_evaluate(
+        self, payload: Payload, state: LocalClientState, data: ClientData, ctx: RoundContext
+    ) -> Metrics:
         return evaluate(self.own_model(state), data, device=ctx.device)
 
     def own_model(self, state: LocalClientState):

@@ -87,8 +87,12 @@ FEATURE_CHUNK = 1024
 
 def all_inputs(data: ClientData, device: str) -> torch.Tensor:
     """The client's training images as the models see them, in row order."""
-    return torch.cat([data.train_batch(torch.arange(s, min(s + FEATURE_CHUNK, data.num_train)), device)[0]
-                      for s in range(0, data.num_train, FEATURE_CHUNK)])
+    return torch.cat(
+        [
+            data.train_batch(torch.arange(s, min(s + FEATURE_CHUNK, data.num_train)), device)[0]
+            for s in range(0, data.num_train, FEATURE_CHUNK)
+        ]
+    )
 
 
 def image_digest(data: ClientData) -> str:
@@ -101,7 +105,9 @@ def image_digest(data: ClientData) -> str:
 
 def adam_job(ctx: RoundContext, epochs: int, batch_size: int, lr: float) -> RoundContext:
     """`ctx` with an auxiliary model's training settings: `epochs` of Adam at `lr` (FedDisk's optimiser)."""
-    return replace(ctx, local_epochs=epochs, local_steps=None, batch_size=batch_size, optimizer=OptimizerSpec(name="adam", lr=lr))
+    return replace(
+        ctx, local_epochs=epochs, local_steps=None, batch_size=batch_size, optimizer=OptimizerSpec(name="adam", lr=lr)
+    )
 
 
 def nll_per_pixel(made: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -148,8 +154,9 @@ def binary_cross_entropy(clf: nn.Module, u: torch.Tensor, target: torch.Tensor) 
     return F.binary_cross_entropy_with_logits(clf(u), target.float())
 
 
-def fit_classifier(u_local: torch.Tensor, u_global: torch.Tensor, hidden: int, epochs: int, batch_size: int,
-                   ctx: RoundContext) -> RatioClassifier:
+def fit_classifier(
+    u_local: torch.Tensor, u_global: torch.Tensor, hidden: int, epochs: int, batch_size: int, ctx: RoundContext
+) -> RatioClassifier:
     """Train h to tell local-MADE features (label 0) from global-MADE features (label 1) by `train_local`:
     Adam, lr 1e-3, binary cross-entropy (FedDisk's shallow classifier: Keras Adam defaults, batch 32).
     `ctx` seeds the initial weights and the shuffling and names the device."""
@@ -180,7 +187,9 @@ class SampleWeights:
         with torch.no_grad():
             return torch.exp(self.classifier(made_features(self.local_made, x, self.features)).clamp(-30.0, 30.0))
 
-    def __call__(self, x: torch.Tensor, y: torch.Tensor | None = None, rows: torch.Tensor | None = None) -> torch.Tensor:
+    def __call__(
+        self, x: torch.Tensor, y: torch.Tensor | None = None, rows: torch.Tensor | None = None
+    ) -> torch.Tensor:
         r = self.ratio(x)
         if self.rescale == "mean_clip":
             return (r / self.scale[0]).clamp(0.0, 2.0)
@@ -250,26 +259,34 @@ class MADEReweighting(Algorithm, GlobalModelAtTestTime, SystemVote):
 
         def __post_init__(self) -> None:
             super().__post_init__()
-            positive = {"density_rounds": self.density_rounds, "made_epochs": self.made_epochs,
-                        "classifier_epochs": self.classifier_epochs, "made_batch_size": self.made_batch_size,
-                        "classifier_batch_size": self.classifier_batch_size}
+            positive = {
+                "density_rounds": self.density_rounds,
+                "made_epochs": self.made_epochs,
+                "classifier_epochs": self.classifier_epochs,
+                "made_batch_size": self.made_batch_size,
+                "classifier_batch_size": self.classifier_batch_size,
+            }
             for name, value in positive.items():
                 if value < 1:
                     raise ConfigError(name, value, "an integer >= 1")
             if not self.made_hidden or any(h < 1 for h in self.made_hidden):
-                raise ConfigError("made_hidden", list(self.made_hidden),
-                                  "a non-empty list of positive integers")
+                raise ConfigError("made_hidden", list(self.made_hidden), "a non-empty list of positive integers")
             if self.made_lr <= 0:
                 raise ConfigError("made_lr", self.made_lr, "a number > 0")
             if self.classifier_hidden < 0:
-                raise ConfigError("classifier_hidden", self.classifier_hidden,
-                                  "an integer >= 0 (0: logistic regression)")
+                raise ConfigError(
+                    "classifier_hidden", self.classifier_hidden, "an integer >= 0 (0: logistic regression)"
+                )
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         masks = derive_seed(self.seed, "made-masks") % (2**31)  # shared by every party, so MADEs can be averaged
-        self.made_builder = ModelBuilder("made", self.builder.input_shape, self.builder.num_classes,
-                                         (("hidden", self.config.made_hidden), ("seed", masks)))
+        self.made_builder = ModelBuilder(
+            "made",
+            self.builder.input_shape,
+            self.builder.num_classes,
+            (("hidden", self.config.made_hidden), ("seed", masks)),
+        )
         self._mades: dict[str, MADE] = {}
         self._classifier: RatioClassifier | None = None
 
@@ -368,8 +385,14 @@ class MADEReweighting(Algorithm, GlobalModelAtTestTime, SystemVote):
         glob = self._made("global", final).to(ctx.device).eval()
         x = all_inputs(data, ctx.device)
         u_local = made_features(local.eval(), x, c.features)
-        clf = fit_classifier(u_local, made_features(glob, x, c.features), c.classifier_hidden, c.classifier_epochs,
-                             c.classifier_batch_size, self._weighting_job(ctx, "made-classifier", 0))
+        clf = fit_classifier(
+            u_local,
+            made_features(glob, x, c.features),
+            c.classifier_hidden,
+            c.classifier_epochs,
+            c.classifier_batch_size,
+            self._weighting_job(ctx, "made-classifier", 0),
+        )
         with torch.no_grad():
             r = torch.exp(clf(u_local).clamp(-30.0, 30.0))
         scale = [r.mean().item()] if c.rescale == "mean_clip" else [r.min().item(), r.max().item()]
@@ -407,8 +430,15 @@ class MADEReweighting(Algorithm, GlobalModelAtTestTime, SystemVote):
 
     def _phase_settings(self) -> tuple:
         c = self.config
-        return (c.density_rounds, c.made_epochs, c.made_hidden, c.made_lr, c.made_batch_size, self.num_clients,
-                self.seed)
+        return (
+            c.density_rounds,
+            c.made_epochs,
+            c.made_hidden,
+            c.made_lr,
+            c.made_batch_size,
+            self.num_clients,
+            self.seed,
+        )
 
     def _weighting_settings(self) -> tuple:
         c = self.config

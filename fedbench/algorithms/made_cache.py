@@ -80,8 +80,10 @@ class DensityCache:
         """A stored density phase's MADE loss of each job, by (round, client)."""
         path = self.root / "final" / final_id / "losses.json"
         if not path.exists():
-            raise FileNotFoundError(f"made: the server replays cached density phase {final_id} but {path} is missing "
-                                    "here; the cache folder (FEDBENCH_CACHE) must be shared by the driver and workers")
+            raise FileNotFoundError(
+                f"made: the server replays cached density phase {final_id} but {path} is missing "
+                "here; the cache folder (FEDBENCH_CACHE) must be shared by the driver and workers"
+            )
         by_name = json.loads(path.read_text())
         return {tuple(int(part) for part in name.split(":")): loss for name, loss in by_name.items()}
 

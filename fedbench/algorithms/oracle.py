@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 from fedbench.algorithms.base import (
     Algorithm,
+    AlgorithmConfig,
     NoClientState,
     cluster_averages,
     cluster_section,
@@ -45,7 +46,11 @@ class OracleState:
 
 
 @register_algorithm("oracle")
-class Oracle(Algorithm, TestTimeAssignment, SystemVote):
+class Oracle(
+    Algorithm[AlgorithmConfig, OracleState, NoClientState],
+    TestTimeAssignment[OracleState],
+    SystemVote[OracleState, NoClientState],
+):
     """FedAvg per ground-truth cluster."""
 
     State = OracleState
@@ -69,7 +74,7 @@ class Oracle(Algorithm, TestTimeAssignment, SystemVote):
         return {tid: Payload() for tid in test_clients}
 
     def assign(self, state: OracleState, descriptions: dict[int, Payload]) -> Assignment:
-        first_member = {}
+        first_member: dict[int, int] = {}
         for cid, cluster in sorted(state.cluster_of.items()):
             first_member.setdefault(cluster, cid)
         payloads, matched = {}, {}
@@ -82,7 +87,8 @@ class Oracle(Algorithm, TestTimeAssignment, SystemVote):
 
     def _models_for(self, state: OracleState, clients: Sequence[int]) -> dict[int, Payload]:
         """Each client's last cluster's model (the same object for a cluster's members, so it ships once)."""
-        return {cid: state.models.get(state.cluster_of.get(cid), state.initial) for cid in clients}
+        held = state.cluster_of
+        return {cid: state.models.get(held[cid], state.initial) if cid in held else state.initial for cid in clients}
 
     # -- client half ---------------------------------------------------------------------------------
     def client_update(
@@ -103,5 +109,7 @@ def ground_truth(ctx: RoundContext) -> int:
         ValueError: the runtime did not say (-1): the Oracle would silently be FedAvg.
     """
     if ctx.distribution_id < 0:
-        raise ValueError(f"client {ctx.client_id}: the oracle needs the ground-truth distribution id, and the runtime gave none")
+        raise ValueError(
+            f"client {ctx.client_id}: the oracle needs the ground-truth distribution id, and the runtime gave none"
+        )
     return ctx.distribution_id

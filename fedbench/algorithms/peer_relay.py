@@ -95,8 +95,9 @@ class Decentralized(Algorithm, PeerRelay, PersonalModels, TestTimeAssignment, Sy
         """The client's model: from its state, or the run's seeded initial model before its first job."""
         return state.model if state.model is not None else self.initial_weights()
 
-    def client_evaluate(self, payload: Payload, state: DecentralizedClientState, data: ClientData,
-                        ctx: RoundContext) -> Metrics:
+    def client_evaluate(
+        self, payload: Payload, state: DecentralizedClientState, data: ClientData, ctx: RoundContext
+    ) -> Metrics:
         return evaluate(self.model_with(self.own_weights(state)), data, device=ctx.device)
 
     def client_share(self, payload: Payload, state: DecentralizedClientState) -> Payload:

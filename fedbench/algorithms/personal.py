@@ -48,8 +48,9 @@ class PersonalBesideGlobal(PersonalModels):
         """Nothing for a client with a personal model (it evaluates that); the global model for the others."""
         return {cid: Payload() if cid in state.personalised else state.global_model for cid in clients}
 
-    def client_evaluate(self, payload: Payload, state: PersonalClientState, data: ClientData,
-                        ctx: RoundContext) -> Metrics:
+    def client_evaluate(
+        self, payload: Payload, state: PersonalClientState, data: ClientData, ctx: RoundContext
+    ) -> Metrics:
         """The personal model where the client has one, else the payload's (global) model."""
         weights = state.personal if state.personal is not None else payload.weights
         return evaluate(self.model_with(weights), data, device=ctx.device)

@@ -10,7 +10,8 @@ server mixes the sample-weighted average of the sampled clients' w into the glob
 w_global <- (1 - beta) w_global + beta * avg(w_i).
 
 Both updates are the paper's plain gradient steps: the run's optimizer gives only eta and its schedule (which
-scales `personal_lr` too); its momentum, weight decay and kind do not apply (`check_run` warns where they are set). R is the run's number of
+scales `personal_lr` too); its momentum, weight decay and kind do not apply (`check_run` warns where they are set). R is
+the run's number of
 mini-batches (`local_steps`, or `local_epochs` passes of `batch_size`).
 
 Where the paper is silent (choices, as the authors' released code makes them):
@@ -67,8 +68,9 @@ class MoreauEnvelope:
             w.sub_(self.eta * self.lam * (w - theta))
 
     def hooks(self, inner_steps: int) -> TrainHooks:
-        return TrainHooks(extra_loss=proximal_term(self.lam, self.local), inner_steps=inner_steps,
-                          after_batch=self.outer_step)
+        return TrainHooks(
+            extra_loss=proximal_term(self.lam, self.local), inner_steps=inner_steps, after_batch=self.outer_step
+        )
 
     def weights(self, model: nn.Module) -> Arrays:
         """The uplink's model: w's parameters, with the buffers of `model` (theta)."""
@@ -111,20 +113,29 @@ class PFedMe(PersonalBesideGlobal, FedAvg):
             steps, which take only its learning rate and schedule, so the rest of its settings would be silently
             ignored."""
             opt = spec.optimizer
-            ignored = [f"optimizer.{name} = {value}" for name, value, plain in
-                       (("name", opt.name, "sgd"), ("momentum", opt.momentum, 0.0),
-                        ("weight_decay", opt.weight_decay, 0.0))
-                       if value != plain]
+            ignored = [
+                f"optimizer.{name} = {value}"
+                for name, value, plain in (
+                    ("name", opt.name, "sgd"),
+                    ("momentum", opt.momentum, 0.0),
+                    ("weight_decay", opt.weight_decay, 0.0),
+                )
+                if value != plain
+            ]
             if ignored:
-                warnings.warn(f"pFedMe ignores {', '.join(ignored)}: its inner and outer updates are plain gradient "
-                              "steps at optimizer.lr and its schedule (Dinh et al. 2020, Algorithm 1)", stacklevel=2)
+                warnings.warn(
+                    f"pFedMe ignores {', '.join(ignored)}: its inner and outer updates are plain gradient "
+                    "steps at optimizer.lr and its schedule (Dinh et al. 2020, Algorithm 1)",
+                    stacklevel=2,
+                )
 
     # -- server half ---------------------------------------------------------------------------------
     def aggregate(self, round: int, state: PersonalisedState, results: Sequence[ClientResult]) -> PersonalisedState:
         """(1 - beta) w_global + beta * the sample-weighted average of the uplinks (Algorithm 1, line 12;
         integer buffers are the average's)."""
-        mixed = average_weights([average_uplinks(results), state.global_model.weights],
-                                [self.config.beta, 1 - self.config.beta])
+        mixed = average_weights(
+            [average_uplinks(results), state.global_model.weights], [self.config.beta, 1 - self.config.beta]
+        )
         return self.with_trained(replace(state, global_model=Payload(mixed)), results)
 
     # -- client half ---------------------------------------------------------------------------------
@@ -132,7 +143,9 @@ class PFedMe(PersonalBesideGlobal, FedAvg):
         self, payload: Payload, state: PersonalClientState, data: ClientData, ctx: RoundContext
     ) -> tuple[Payload, PersonalClientState, Metrics]:
         theta = self.model_with(payload.weights)
-        envelope = MoreauEnvelope(theta, self.config.lam, scheduled_lr(ctx.optimizer, ctx.round, ctx.rounds), ctx.device)
+        envelope = MoreauEnvelope(
+            theta, self.config.lam, scheduled_lr(ctx.optimizer, ctx.round, ctx.rounds), ctx.device
+        )
         inner = OptimizerSpec(lr=self.config.personal_lr, momentum=0.0, schedule=ctx.optimizer.schedule)
         metrics = train_local(theta, data, replace(ctx, optimizer=inner), envelope.hooks(self.config.inner_steps))
         return counted(envelope.weights(theta), data.num_train), PersonalClientState(get_weights(theta)), metrics

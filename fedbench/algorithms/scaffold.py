@@ -120,11 +120,19 @@ class Scaffold(Algorithm, GlobalModelAtTestTime, SystemVote):
         def check_run(self, spec: RunSpec) -> None:
             """Option II's control variate is exact only under plain SGD (module docstring): refuse anything else."""
             if spec.optimizer.name != "sgd":
-                raise ConfigError("optimizer.name", spec.optimizer.name, "sgd with SCAFFOLD (its option-II control "
-                                  "variate reads (x - y) / (K lr) as the mean gradient, true only of plain SGD)")
+                raise ConfigError(
+                    "optimizer.name",
+                    spec.optimizer.name,
+                    "sgd with SCAFFOLD (its option-II control "
+                    "variate reads (x - y) / (K lr) as the mean gradient, true only of plain SGD)",
+                )
             if spec.optimizer.momentum != 0:
-                raise ConfigError("optimizer.momentum", spec.optimizer.momentum, "0 with SCAFFOLD (plain SGD, as in "
-                                  "the paper: with momentum its option-II control variates overshoot and diverge)")
+                raise ConfigError(
+                    "optimizer.momentum",
+                    spec.optimizer.momentum,
+                    "0 with SCAFFOLD (plain SGD, as in "
+                    "the paper: with momentum its option-II control variates overshoot and diverge)",
+                )
 
     State = ScaffoldState
     ClientState = ScaffoldClientState
@@ -163,10 +171,12 @@ class Scaffold(Algorithm, GlobalModelAtTestTime, SystemVote):
         y = get_weights(model)
         lr = scheduled_lr(ctx.optimizer, ctx.round, ctx.rounds)
         c_new = option_ii(c_i, c, x, y, int(metrics[M.TRAIN_STEPS]), lr)
-        uplink = Payload(extras={
-            MODEL_DELTA: {name: y[name] - x[name] for name in y},
-            CONTROL_DELTA: {name: c_new[name] - c_i[name] for name in c},
-        })
+        uplink = Payload(
+            extras={
+                MODEL_DELTA: {name: y[name] - x[name] for name in y},
+                CONTROL_DELTA: {name: c_new[name] - c_i[name] for name in c},
+            }
+        )
         return uplink, ScaffoldClientState(c_new), metrics
 
 

@@ -45,8 +45,11 @@ def parse_spec(cls: type, raw: Any, path: str) -> Any:
     if inline is not None:
         extra = {k: v for k, v in section.items() if k not in fields}
         if "name" in extra:  # it would silently replace the component's own name
-            raise ConfigError(_join(path, "name"), extra["name"],
-                              f"no such field: write {inline.name}: {extra['name']} to choose the {inline.name}")
+            raise ConfigError(
+                _join(path, "name"),
+                extra["name"],
+                f"no such field: write {inline.name}: {extra['name']} to choose the {inline.name}",
+            )
         own = {k: v for k, v in section.items() if k in fields and k != inline.name}
         own[inline.name] = {**_section(section.get(inline.name, _default(inline)), _join(path, inline.name)), **extra}
         section = own
@@ -73,8 +76,9 @@ def _parse_value(f: dataclasses.Field, annotation: Any, value: Any, path: str) -
     if "registry" in f.metadata:
         if typing.get_origin(annotation) is tuple:
             if not isinstance(value, (list, tuple)):
-                raise ConfigError(path, value,
-                                  f"a list of {f.metadata['registry'].kind} names or mappings with a 'name' key")
+                raise ConfigError(
+                    path, value, f"a list of {f.metadata['registry'].kind} names or mappings with a 'name' key"
+                )
             item_type = typing.get_args(annotation)[0]
             return tuple(_parse_component(f, item_type, item, f"{path}[{i}]") for i, item in enumerate(value))
         return _parse_component(f, annotation, value, path)
@@ -84,7 +88,8 @@ def _parse_value(f: dataclasses.Field, annotation: Any, value: Any, path: str) -
 
 
 _parsed_components: contextvars.ContextVar[dict[tuple, Component] | None] = contextvars.ContextVar(
-    "parsed_components", default=None)
+    "parsed_components", default=None
+)
 """While `components_parsed_once` is open (in this thread or task): each component parsed so far, by field, place
 and text."""
 
@@ -123,8 +128,11 @@ def _parse_new_component(f: dataclasses.Field, cls: type, raw: Any, path: str) -
     params_path = path.rpartition(".")[0] if f.metadata.get(INLINE) else path
     name_path = path if f.metadata.get(INLINE) else f"{path}.name"
     hints = type_hints(cls)
-    own = {k: coerce(_join(path, k), section.pop(k), hints[k])
-           for k in [x.name for x in dataclasses.fields(cls) if x.name not in ("name", "params")] if k in section}
+    own = {
+        k: coerce(_join(path, k), section.pop(k), hints[k])
+        for k in [x.name for x in dataclasses.fields(cls) if x.name not in ("name", "params")]
+        if k in section
+    }
     name = coerce(name_path, section.pop("name"), str)
     entry = registry.get(name, field=name_path)
     target = getattr(entry, "Config", entry)

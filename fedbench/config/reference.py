@@ -95,8 +95,9 @@ def _table(raw: Any, where: str, known: set[str] | None) -> ReferenceTable:
         raise ConfigError(where, raw, "a mapping with title, source, metric, rows, columns and cells")
     unknown = set(raw) - TABLE_KEYS
     if unknown:
-        raise ConfigError(f"{where}.{sorted(unknown)[0]}", raw[sorted(unknown)[0]],
-                          f"one of the keys {sorted(TABLE_KEYS)}")
+        raise ConfigError(
+            f"{where}.{sorted(unknown)[0]}", raw[sorted(unknown)[0]], f"one of the keys {sorted(TABLE_KEYS)}"
+        )
     for key in ("title", "source", "metric"):
         if not isinstance(raw.get(key), str) or not raw[key].strip():
             raise ConfigError(f"{where}.{key}", raw.get(key), "a non-empty string")
@@ -111,18 +112,29 @@ def _table(raw: Any, where: str, known: set[str] | None) -> ReferenceTable:
     cells = raw.get("cells")
     if not isinstance(cells, list) or not cells:
         raise ConfigError(f"{where}.cells", cells, "a non-empty list of {field: value, ..., value: number or null}")
-    parsed = tuple(_cell(cell, f"{where}.cells[{i}]", known, common, layout["rows"] + layout["columns"])
-                   for i, cell in enumerate(cells))
-    return ReferenceTable(raw["title"], raw["source"], M.canonical(raw["metric"]), float(scale), layout["rows"],
-                          layout["columns"], parsed, cost)
+    parsed = tuple(
+        _cell(cell, f"{where}.cells[{i}]", known, common, layout["rows"] + layout["columns"])
+        for i, cell in enumerate(cells)
+    )
+    return ReferenceTable(
+        raw["title"],
+        raw["source"],
+        M.canonical(raw["metric"]),
+        float(scale),
+        layout["rows"],
+        layout["columns"],
+        parsed,
+        cost,
+    )
 
 
 def _fields(raw: Any, where: str, known: set[str] | None) -> tuple[str, ...]:
     if isinstance(raw, str):
         raw = [raw]
     if not isinstance(raw, list) or not raw or not all(isinstance(f, str) for f in raw):
-        raise ConfigError(where, raw,
-                          "a field or a list of fields (e.g. [algorithm] or [scenario.preset, scenario.drift_every])")
+        raise ConfigError(
+            where, raw, "a field or a list of fields (e.g. [algorithm] or [scenario.preset, scenario.drift_every])"
+        )
     for name in raw:
         _check_known(name, where, known)
     return tuple(field_path(f) for f in raw)
@@ -136,27 +148,37 @@ def _values(raw: Any, where: str, known: set[str] | None) -> dict[str, Any]:
     return {field_path(name): value for name, value in raw.items()}
 
 
-def _cell(raw: Any, where: str, known: set[str] | None, common: dict[str, Any],
-          layout: tuple[str, ...]) -> ReferenceCell:
+def _cell(
+    raw: Any, where: str, known: set[str] | None, common: dict[str, Any], layout: tuple[str, ...]
+) -> ReferenceCell:
     if not isinstance(raw, dict) or "value" not in raw:
-        raise ConfigError(where, raw,
-                          "a mapping of fields to values with a `value` (a number, or null where the paper has none)")
+        raise ConfigError(
+            where, raw, "a mapping of fields to values with a `value` (a number, or null where the paper has none)"
+        )
     value = raw["value"]
     if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
         raise ConfigError(f"{where}.value", value, "a number, or null where the paper prints none")
     std = raw.get("std")
-    if std is not None and (isinstance(std, bool) or not isinstance(std, (int, float)) or not math.isfinite(std)
-                            or std < 0):
+    if std is not None and (
+        isinstance(std, bool) or not isinstance(std, (int, float)) or not math.isfinite(std) or std < 0
+    ):
         raise ConfigError(f"{where}.std", std, "a number >= 0 (the published std over the paper's seeds), or no entry")
     fields = {**common, **_values({k: v for k, v in raw.items() if k not in CELL_KEYS}, where, known)}
     missing = [f for f in layout if f not in fields]
     if missing:
         raise ConfigError(f"{where}.{missing[0]}", None, "a value: every cell names its row and column fields")
-    return ReferenceCell(tuple(sorted(fields.items())), None if value is None else float(value),
-                         str(raw.get("note", "")), None if std is None else float(std))
+    return ReferenceCell(
+        tuple(sorted(fields.items())),
+        None if value is None else float(value),
+        str(raw.get("note", "")),
+        None if std is None else float(std),
+    )
 
 
 def _check_known(name: str, where: str, known: set[str] | None) -> None:
     if known is not None and field_path(name) not in known:
-        raise ConfigError(where, name, "a field the task's runs have (dotted, as --set writes it; algorithm, dataset "
-                                       "and model mean their name)")
+        raise ConfigError(
+            where,
+            name,
+            "a field the task's runs have (dotted, as --set writes it; algorithm, dataset and model mean their name)",
+        )

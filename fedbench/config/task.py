@@ -175,8 +175,9 @@ class TaskLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
             key, line = self.construct_object(key_node, deep=True), key_node.start_mark.line + 1
             try:
                 if key in lines:
-                    raise DuplicateKeyError(None, None,
-                                            f"the key {key!r} is written twice (lines {lines[key]} and {line})")
+                    raise DuplicateKeyError(
+                        None, None, f"the key {key!r} is written twice (lines {lines[key]} and {line})"
+                    )
             except TypeError:  # an unhashable key: the base constructor says what is wrong with it
                 break
             lines[key] = line
@@ -209,8 +210,11 @@ def run_name(spec: RunSpec, point: dict[str, Any]) -> str:
         if axis in ("seed", "seeds") or axis.split(".")[0] == "algorithm":
             continue
         if isinstance(value, dict):  # a component (its name says it) or a section (its preset, else its values)
-            value = (value.get("name") or value.get("preset")
-                     or "_".join(f"{initials(k)}{short(v)}" for k, v in value.items()))
+            value = (
+                value.get("name")
+                or value.get("preset")
+                or "_".join(f"{initials(k)}{short(v)}" for k, v in value.items())
+            )
         parts.append(short(value) if isinstance(value, str) else f"{initials(axis)}{short(value)}")
     parts.append(f"s{spec.seed}")
     return re.sub(r"[^A-Za-z0-9._=+-]", "_", "-".join(parts))
@@ -260,8 +264,12 @@ def read_task_file(path: str | Path) -> dict[str, Any]:
     if not path.is_file():
         raise ConfigError("task", str(path), "a path to an existing task YAML file")
     if path.stat().st_size > MAX_TASK_BYTES:
-        raise ConfigError("task", str(path), f"a task file of at most {MAX_TASK_BYTES // 2**20} MiB "
-                          f"(this one has {path.stat().st_size / 2**20:.1f} MiB)")
+        raise ConfigError(
+            "task",
+            str(path),
+            f"a task file of at most {MAX_TASK_BYTES // 2**20} MiB "
+            f"(this one has {path.stat().st_size / 2**20:.1f} MiB)",
+        )
     try:
         raw = yaml.load(path.read_text(encoding="utf-8"), Loader=TaskLoader)
     except UnicodeDecodeError as exc:
@@ -307,8 +315,12 @@ def check_expanded_size(field: str, shown: Any, tree: Any) -> None:
 
     found = size(tree)
     if found > limit:
-        raise ConfigError(field, shown, f"at most {limit:,} values with YAML aliases expanded (this one holds more: "
-                          f"aliases nested in aliases?); set {MAX_TASK_NODES_ENV} to raise the limit")
+        raise ConfigError(
+            field,
+            shown,
+            f"at most {limit:,} values with YAML aliases expanded (this one holds more: "
+            f"aliases nested in aliases?); set {MAX_TASK_NODES_ENV} to raise the limit",
+        )
 
 
 def task_from_dict(raw: dict[str, Any], overrides: Sequence[Override] = (), default_name: str = "task") -> TaskSpec:
@@ -334,8 +346,11 @@ def task_from_dict(raw: dict[str, Any], overrides: Sequence[Override] = (), defa
     seeds = raw.pop("seeds", [0])
     if isinstance(seeds, int) and not isinstance(seeds, bool):
         seeds = [seeds]
-    if (not isinstance(seeds, list) or not seeds
-            or not all(isinstance(s, int) and not isinstance(s, bool) and 0 <= s < 2**32 for s in seeds)):
+    if (
+        not isinstance(seeds, list)
+        or not seeds
+        or not all(isinstance(s, int) and not isinstance(s, bool) and 0 <= s < 2**32 for s in seeds)
+    ):
         raise ConfigError("seeds", seeds, "an integer or a non-empty list of integers in [0, 2^32)")
     if len(set(seeds)) < len(seeds):
         raise ConfigError("seeds", seeds, "distinct integers: a seed listed twice is the same run")
@@ -345,10 +360,25 @@ def task_from_dict(raw: dict[str, Any], overrides: Sequence[Override] = (), defa
     description = raw.pop("description", "")
     raw_reference = raw.pop("reference", None)
     max_failures = check_max_failures("max_failures", raw.pop("max_failures", DEFAULT_MAX_FAILURES))
-    check_run_count(grid, 1 if any(path == "seed" for path, _ in run_overrides) else len(seeds),
-                    raw.pop("max_runs", DEFAULT_MAX_RUNS))
-    task = TaskSpec(name, raw, grid, tuple(seeds), tuple(run_overrides), str(description), profile,
-                    (PAPER_PROFILE, *profiles), (), source, given, max_failures)
+    check_run_count(
+        grid,
+        1 if any(path == "seed" for path, _ in run_overrides) else len(seeds),
+        raw.pop("max_runs", DEFAULT_MAX_RUNS),
+    )
+    task = TaskSpec(
+        name,
+        raw,
+        grid,
+        tuple(seeds),
+        tuple(run_overrides),
+        str(description),
+        profile,
+        (PAPER_PROFILE, *profiles),
+        (),
+        source,
+        given,
+        max_failures,
+    )
     runs = task._expansion()  # validate now, so bad input fails before anything runs
     known = {key for spec in runs for key in spec.flat()} if profile == PAPER_PROFILE else None
     return dataclasses.replace(task, reference=parse_reference(raw_reference, known), runs=runs)
@@ -361,8 +391,9 @@ def parse_grid(raw: Any, overridden: set[str]) -> tuple[Grid, ...]:
     for i, block in enumerate(blocks):
         where = "grid" if len(blocks) == 1 and not isinstance(raw, list) else f"grid[{i}]"
         if not isinstance(block, dict):
-            raise ConfigError(where, block,
-                              "a mapping of dotted field paths to lists of values, or a list of such mappings")
+            raise ConfigError(
+                where, block, "a mapping of dotted field paths to lists of values, or a list of such mappings"
+            )
         axes = []
         for axis, values in block.items():
             if not isinstance(values, list) or not values:
@@ -380,24 +411,34 @@ def check_run_count(grid: tuple[Grid, ...], seeds: int, max_runs: Any) -> None:
     count = seeds * sum(math.prod(len(values) for _, values in block) for block in grid)
     if count > max_runs:
         sizes = " + ".join(" x ".join(str(len(v)) for _, v in block) or "1" for block in grid)
-        raise ConfigError("grid", f"{count:,} runs ({sizes} points x {seeds} seeds)",
-                          f"at most {max_runs:,} runs (max_runs); write max_runs: {count} in the task file, "
-                          f"or --set max_runs={count}, to run them all")
+        raise ConfigError(
+            "grid",
+            f"{count:,} runs ({sizes} points x {seeds} seeds)",
+            f"at most {max_runs:,} runs (max_runs); write max_runs: {count} in the task file, "
+            f"or --set max_runs={count}, to run them all",
+        )
 
 
 def profile_overrides(profiles: Any, profile: Any) -> list[tuple[str, Any]]:
     """The overrides `profile` makes (none for `paper`), checked against the task file's `profiles:`."""
     if not isinstance(profiles, dict) or not all(isinstance(v, dict) for v in profiles.values()):
-        raise ConfigError("profiles", profiles, "a mapping of profile names to mappings of overrides "
-                          "(dotted field -> value, as --set takes them)")
+        raise ConfigError(
+            "profiles",
+            profiles,
+            "a mapping of profile names to mappings of overrides (dotted field -> value, as --set takes them)",
+        )
     if PAPER_PROFILE in profiles:
-        raise ConfigError(f"profiles.{PAPER_PROFILE}", profiles[PAPER_PROFILE],
-                          "no entry: the task file's own fields are the paper profile")
+        raise ConfigError(
+            f"profiles.{PAPER_PROFILE}",
+            profiles[PAPER_PROFILE],
+            "no entry: the task file's own fields are the paper profile",
+        )
     if profile == PAPER_PROFILE:
         return []
     if profile not in profiles:
-        raise ConfigError("profile", profile,
-                          f"one of {', '.join([PAPER_PROFILE, *profiles])} (the task file's profiles)")
+        raise ConfigError(
+            "profile", profile, f"one of {', '.join([PAPER_PROFILE, *profiles])} (the task file's profiles)"
+        )
     return list(profiles[profile].items())
 
 

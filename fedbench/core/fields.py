@@ -55,10 +55,11 @@ def signature_fields(target: Callable | type, skip: int = 0) -> dict[str, tuple[
 @functools.lru_cache(maxsize=1024)
 def _signature_fields(target: Callable | type, skip: int) -> tuple[tuple[str, tuple[Any, Any]], ...]:
     """Cached: a sweep's dry run resolves thousands of configurations against the same few classes."""
-    hints = type_hints(target.__init__ if isinstance(target, type) else target)
+    hints = type_hints(target.__init__ if isinstance(target, type) else target)  # type: ignore[misc]  # a class's
     params = list(inspect.signature(target).parameters.values())[skip:]
-    return tuple((p.name, (hints.get(p.name, Any), p.default)) for p in params
-                 if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL))
+    return tuple(
+        (p.name, (hints.get(p.name, Any), p.default)) for p in params if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)
+    )
 
 
 @functools.lru_cache(maxsize=1024)

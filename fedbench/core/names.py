@@ -13,8 +13,10 @@ from typing import Any
 from fedbench.core.errors import ConfigError
 
 SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
-SAFE_NAME_ALLOWED = ("letters, digits, '.', '_' and '-', starting with a letter or digit, at most 100 characters "
-                     "(it names files and folders under results/)")
+SAFE_NAME_ALLOWED = (
+    "letters, digits, '.', '_' and '-', starting with a letter or digit, at most 100 characters "
+    "(it names files and folders under results/)"
+)
 
 
 def check_name(field: str, value: Any) -> str:

@@ -92,13 +92,15 @@ class Registry:
         return self._imported[name]
 
     def _checked(self, name: str, field: str | None, target: str, load: Callable[[], Any]) -> Any:
-        """What `load` imports for `name`, if it is of this registry's kind; else a ConfigError saying what was tried."""
+        """What `load` imports for `name`, if it is of this registry's kind; else a ConfigError saying what was
+        tried."""
         allowed = f"a known {self.kind} ({', '.join(self.names())}) or an importable module:attribute"
         try:
             obj = load()
         except Exception as exc:  # an import runs the user's module: any error it raises is a bad name
-            raise ConfigError(field or self.kind, name, f"{allowed}; importing {target} failed: "
-                                                        f"{type(exc).__name__}: {exc}") from exc
+            raise ConfigError(
+                field or self.kind, name, f"{allowed}; importing {target} failed: {type(exc).__name__}: {exc}"
+            ) from exc
         problem = self._kind_problem(obj)
         if problem:
             raise ConfigError(field or self.kind, name, f"{allowed}; {target} {problem}")

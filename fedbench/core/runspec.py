@@ -94,8 +94,11 @@ class Normalization:
         if self.mode != "values":
             for name in ("mean", "std"):
                 if getattr(self, name):
-                    raise ConfigError(name, list(getattr(self, name)),
-                                      f"only with mode: values (mode is {self.mode!r}); write mode: values to give your own")
+                    raise ConfigError(
+                        name,
+                        list(getattr(self, name)),
+                        f"only with mode: values (mode is {self.mode!r}); write mode: values to give your own",
+                    )
             return
         if len(self.mean) not in (1, 3):
             raise ConfigError("mean", list(self.mean), "1 value (every channel) or 3 (one per RGB channel)")
@@ -242,13 +245,19 @@ class RunSpec:
             if getattr(self, name) < 1:
                 raise ConfigError(name, getattr(self, name), "an integer >= 1")
         if self.rounds > MAX_ROUNDS:
-            raise ConfigError("rounds", self.rounds, f"at most {MAX_ROUNDS:,} (a sane maximum: the papers run up to 800)")
+            raise ConfigError(
+                "rounds", self.rounds, f"at most {MAX_ROUNDS:,} (a sane maximum: the papers run up to 800)"
+            )
         if not isinstance(self.system_accuracy, bool):
             raise ConfigError("system_accuracy", self.system_accuracy, "true or false")
         if self.test_time not in ("own", "known", "index"):
-            raise ConfigError("test_time", self.test_time, "own (each method's rule), known (002 App. E's known "
-                              "association for methods without one) or index (test client i gets training client i's "
-                              "model, as 002's baseline code did)")
+            raise ConfigError(
+                "test_time",
+                self.test_time,
+                "own (each method's rule), known (002 App. E's known "
+                "association for methods without one) or index (test client i gets training client i's "
+                "model, as 002's baseline code did)",
+            )
         if self.local_steps is not None and self.local_steps < 1:
             raise ConfigError("local_steps", self.local_steps, "an integer >= 1, or null for local_epochs epochs")
 
@@ -267,7 +276,8 @@ class RunSpec:
         return digest(plain(self, identity_only=True))[:10]
 
     def flat(self) -> dict[str, Any]:
-        """Dotted keys to scalar values, for MLflow params and tables (a new mapping each call; its values are shared)."""
+        """Dotted keys to scalar values, for MLflow params and tables (a new mapping each call; its values are
+        shared)."""
         return dict(self._flat)
 
     @functools.cached_property
@@ -310,7 +320,7 @@ def plain(value: Any, identity_only: bool = False) -> Any:
 
 def _fields(value: Any, identity_only: bool, skip: tuple[str, ...] = ()) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    for name, identity, default, inline in _field_facts(type(value)):
+    for name, identity, default, inline in _field_facts(type(value)):  # type: ignore[arg-type]  # classes hash
         if name in skip or (identity_only and not identity):
             continue
         if identity_only and identity == "unless_default" and getattr(value, name) == default:
@@ -328,8 +338,10 @@ def _fields(value: Any, identity_only: bool, skip: tuple[str, ...] = ()) -> dict
 def _field_facts(cls: type) -> tuple[tuple[str, Any, Any, bool], ...]:
     """(name, identity, default, inline) of each dataclass field, read once per class: a paper suite's plan
     turns thousands of specs into plain values."""
-    return tuple((f.name, f.metadata.get("identity", True), f.default, bool(f.metadata.get(INLINE)))
-                 for f in dataclasses.fields(cls))
+    return tuple(
+        (f.name, f.metadata.get("identity", True), f.default, bool(f.metadata.get(INLINE)))
+        for f in dataclasses.fields(cls)
+    )
 
 
 def algorithm_defaults(name: str) -> dict[str, Any]:

@@ -35,8 +35,11 @@ def dumps(state: Any) -> bytes:
     arrays: list[np.ndarray] = []
     tree = _Encoder(arrays).encode(state, "state")
     buffer = io.BytesIO()
-    np.savez(buffer, **{TREE: np.frombuffer(json.dumps(tree).encode(), dtype=np.uint8)},
-             **{f"a{i}": a for i, a in enumerate(arrays)})
+    named = {
+        TREE: np.frombuffer(json.dumps(tree).encode(), dtype=np.uint8),
+        **{f"a{i}": a for i, a in enumerate(arrays)},
+    }
+    np.savez(buffer, **named)  # type: ignore[arg-type]  # numpy's stubs take **kwds as allow_pickle, not arrays
     return buffer.getvalue()
 
 
@@ -76,7 +79,9 @@ class _Encoder:
         if isinstance(value, torch.Tensor):
             return {"tensor": self._array(value.detach().cpu().numpy()), "grad": value.requires_grad}
         if type(value) is dict:
-            return {"dict": [[self.encode(k, f"{path} key"), self.encode(v, f"{path}[{k!r}]")] for k, v in value.items()]}
+            return {
+                "dict": [[self.encode(k, f"{path} key"), self.encode(v, f"{path}[{k!r}]")] for k, v in value.items()]
+            }
         if isinstance(value, (list, tuple)) and type(value) in (list, tuple):
             return {type(value).__name__: [self.encode(v, f"{path}[{i}]") for i, v in enumerate(value)]}
         if type(value) in (set, frozenset):
@@ -84,11 +89,14 @@ class _Encoder:
             return {type(value).__name__: [self.encode(v, f"{path} item") for v in items]}
         if dataclasses.is_dataclass(value) and not isinstance(value, type):
             cls = type(value)
-            fields = {f.name: self.encode(getattr(value, f.name), f"{path}.{f.name}") for f in dataclasses.fields(value)}
+            fields = {
+                f.name: self.encode(getattr(value, f.name), f"{path}.{f.name}") for f in dataclasses.fields(value)
+            }
             return {"class": f"{cls.__module__}:{cls.__qualname__}", "fields": fields}
         kind = type(value)
-        raise StateCodecError(f"{path}: a {kind.__qualname__} from {kind.__module__} ({value!r:.60}); a state holds "
-                              f"only {ALLOWED}")
+        raise StateCodecError(
+            f"{path}: a {kind.__qualname__} from {kind.__module__} ({value!r:.60}); a state holds only {ALLOWED}"
+        )
 
     def _array(self, array: np.ndarray) -> int:
         if array.dtype == object:

@@ -18,7 +18,7 @@ import time
 try:
     import resource
 except ImportError:  # Windows has no getrusage
-    resource = None
+    resource = None  # type: ignore[assignment]
 
 _marked_once: set[str] = set()
 

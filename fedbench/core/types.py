@@ -48,13 +48,19 @@ class Payload:
     models: dict[int, Payload]
     peers: dict[int, Payload]
 
-    def __init__(self, weights: Arrays | None = None, extras: Mapping[str, Arrays] | None = None, *,
-                 models: Mapping[int, Payload] | None = None, peers: Mapping[int, Payload] | None = None):
+    def __init__(
+        self,
+        weights: Arrays | None = None,
+        extras: Mapping[str, Arrays] | None = None,
+        *,
+        models: Mapping[int, Payload] | None = None,
+        peers: Mapping[int, Payload] | None = None,
+    ):
         """Args:
-            weights: the `weights` section; None: the payload carries no model to average.
-            extras: the other sections by name, never averaged (a `weights` entry here is the weights section).
-            models: indexed models, by an int the method gives them (a cluster's, a mixture component's).
-            peers: relayed payloads, by the id of the client that sent each.
+        weights: the `weights` section; None: the payload carries no model to average.
+        extras: the other sections by name, never averaged (a `weights` entry here is the weights section).
+        models: indexed models, by an int the method gives them (a cluster's, a mixture component's).
+        peers: relayed payloads, by the id of the client that sent each.
         """
         sections = {} if weights is None else {WEIGHTS: weights}
         object.__setattr__(self, "sections", {**sections, **(extras or {})})
@@ -81,8 +87,11 @@ class Payload:
         """A new payload with `other`'s arrays added to this one's, section by section, and its indexed models and
         peers added to this one's (`other` wins a clash)."""
         names = {**self.sections, **other.sections}
-        return Payload(extras={s: {**self.sections.get(s, {}), **other.sections.get(s, {})} for s in names},
-                       models={**self.models, **other.models}, peers={**self.peers, **other.peers})
+        return Payload(
+            extras={s: {**self.sections.get(s, {}), **other.sections.get(s, {})} for s in names},
+            models={**self.models, **other.models},
+            peers={**self.peers, **other.peers},
+        )
 
     def replace(self, sections: Mapping[str, Arrays]) -> Payload:
         """A new payload with `sections` added or replaced (`weights` too); the rest is shared with this one."""
@@ -102,7 +111,9 @@ class Payload:
 
     def __repr__(self) -> str:
         parts = [f"{name}: {len(arrays)} arrays" for name, arrays in self.sections.items()]
-        parts += [f"models {sorted(self.models)}"] * bool(self.models) + [f"peers {sorted(self.peers)}"] * bool(self.peers)
+        parts += [f"models {sorted(self.models)}"] * bool(self.models) + [f"peers {sorted(self.peers)}"] * bool(
+            self.peers
+        )
         return f"Payload({', '.join(parts)}; {self.nbytes} bytes)"
 
 

@@ -168,9 +168,11 @@ def _check_split(part: Mapping[str, np.ndarray], num_classes: int, where: str, s
             raise DataCorruptError(f"{where}: {len(y)} labels but {len(array)} rows of {key!r} in the {split} split")
     bad = np.flatnonzero((y < 0) | (y >= num_classes))
     if bad.size:
-        raise DataCorruptError(f"{where}: label {y[bad[0]]} at row {bad[0]} of the {split} split is outside the "
-                               f"{num_classes} classes 0..{num_classes - 1} "
-                               f"(out of range: {bad.size} of its {len(y)} labels)")
+        raise DataCorruptError(
+            f"{where}: label {y[bad[0]]} at row {bad[0]} of the {split} split is outside the "
+            f"{num_classes} classes 0..{num_classes - 1} "
+            f"(out of range: {bad.size} of its {len(y)} labels)"
+        )
 
 
 @dataclass(frozen=True)
@@ -252,8 +254,9 @@ def resolve_options(name: str, loader: Callable[..., Any], options: Mapping[str,
     fields = signature_fields(loader, skip=1)
     for option, value in options.items():
         if option not in fields:
-            raise ConfigError(f"dataset.{option}", value,
-                              f"options of {name} are: {', '.join(sorted(fields)) or 'none'}")
+            raise ConfigError(
+                f"dataset.{option}", value, f"options of {name} are: {', '.join(sorted(fields)) or 'none'}"
+            )
     return {
         opt: coerce(f"dataset.{opt}", options[opt], annotation) if opt in options else default
         for opt, (annotation, default) in fields.items()
@@ -290,8 +293,9 @@ def load_dataset(name: str, data_root: str | os.PathLike | None = None, **option
     return _LOADED[key]
 
 
-def normalization_values(normalize: Normalization,
-                         dataset: BaseDataset) -> tuple[tuple[float, ...], tuple[float, ...]] | None:
+def normalization_values(
+    normalize: Normalization, dataset: BaseDataset
+) -> tuple[tuple[float, ...], tuple[float, ...]] | None:
     """The per-channel (mean, std) a run standardises its images with; None: the images stay in [0, 1].
 
     Vector datasets are never normalised (their features are what the generating process gives).

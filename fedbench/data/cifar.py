@@ -60,8 +60,11 @@ CIFAR100_MEAN_STD = ((0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762))
 
 
 @register_dataset("cifar10")
-@with_facts(DatasetFacts(10, 3, (32, 32), superclasses=CIFAR10_SUPERCLASSES, mean_std=CIFAR10_MEAN_STD,
-                         train_size=50000, test_size=10000))
+@with_facts(
+    DatasetFacts(
+        10, 3, (32, 32), superclasses=CIFAR10_SUPERCLASSES, mean_std=CIFAR10_MEAN_STD, train_size=50000, test_size=10000
+    )
+)
 def cifar10(root: Path) -> BaseDataset:
     """CIFAR-10: 50000 train + 10000 test colour images, 10 classes, from `<root>/cifar-10-batches-py/`."""
 
@@ -75,9 +78,16 @@ def cifar10(root: Path) -> BaseDataset:
 def _cifar100_facts(label: str) -> DatasetFacts:
     """100 fine classes grouped by the official table, or the 20 coarse ones; both labels always in meta."""
     fine = label == "fine"
-    return DatasetFacts(100 if fine else 20, 3, (32, 32), ("fine_label", "coarse_label"),
-                        CIFAR100_COARSE_OF_FINE if fine else None, mean_std=CIFAR100_MEAN_STD, train_size=50000,
-                        test_size=10000)
+    return DatasetFacts(
+        100 if fine else 20,
+        3,
+        (32, 32),
+        ("fine_label", "coarse_label"),
+        CIFAR100_COARSE_OF_FINE if fine else None,
+        mean_std=CIFAR100_MEAN_STD,
+        train_size=50000,
+        test_size=10000,
+    )
 
 
 @register_dataset("cifar100")
@@ -92,8 +102,9 @@ def cifar100(root: Path, label: Literal["fine", "coarse"] = "fine") -> BaseDatas
     """
 
     def build(train: Batches, test: Batches, meta: dict[str, Any], read_from: dict[str, str]) -> BaseDataset:
-        parts = [_arrays(p, f"{label}_labels", fine_label="fine_labels", coarse_label="coarse_labels")
-                 for p in (train, test)]
+        parts = [
+            _arrays(p, f"{label}_labels", fine_label="fine_labels", coarse_label="coarse_labels") for p in (train, test)
+        ]
         return BaseDataset.from_splits("cifar100", meta[f"{label}_label_names"], *parts, read_from)
 
     return _cifar_dataset("cifar100", root, "CIFAR100", _CIFAR100, {"label": label}, build)
@@ -177,8 +188,10 @@ class SafeUnpickler(pickle.Unpickler):
         try:
             return _ALLOWED_GLOBALS[(module, name)]
         except KeyError:
-            raise pickle.UnpicklingError(f"refused to load {module}.{name}: a CIFAR batch holds only numpy arrays, "
-                                         "lists, dicts, strings and numbers") from None
+            raise pickle.UnpicklingError(
+                f"refused to load {module}.{name}: a CIFAR batch holds only numpy arrays, "
+                "lists, dicts, strings and numbers"
+            ) from None
 
 
 def _unpickle(path: Path) -> dict[str, Any]:

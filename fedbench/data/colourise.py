@@ -46,8 +46,9 @@ def colour_facts(facts: DatasetFacts, colourise: bool, colour_seed: int) -> Data
     """A gray dataset's facts with its `colourise` option: 3 channels, and no published mean/std (the
     colourised training split's own are computed); the options are checked here, when a task loads."""
     require(colour_seed >= 0, "colour_seed", colour_seed, "an integer >= 0")
-    require(colourise or colour_seed == 0, "colour_seed", colour_seed,
-            "0 unless colourise is true (it seeds the colours)")
+    require(
+        colourise or colour_seed == 0, "colour_seed", colour_seed, "0 unless colourise is true (it seeds the colours)"
+    )
     if not colourise:
         return facts
     require(facts.channels == 1, "colourise", colourise, f"false: {facts.channels}-channel images are not gray")

@@ -48,8 +48,9 @@ if TYPE_CHECKING:
 MANIFEST = "manifest.json"
 
 
-def cached_dataset(name: str, sources: Sequence[Path], decode: Callable[[], BaseDataset],
-                   **options: Any) -> BaseDataset:
+def cached_dataset(
+    name: str, sources: Sequence[Path], decode: Callable[[], BaseDataset], **options: Any
+) -> BaseDataset:
     """The dataset `decode()` builds from `sources`, read from the cache when an entry exists, else decoded and cached.
 
     Args:
@@ -71,8 +72,11 @@ def cached_dataset(name: str, sources: Sequence[Path], decode: Callable[[], Base
     try:
         _write_entry(entry, dataset, options)
     except OSError as exc:
-        warnings.warn(f"{name}: cannot cache the decoded dataset in {folder} ({type(exc).__name__}: {exc}); "
-                      "it is decoded on every run (set FEDBENCH_CACHE to a writable folder)", stacklevel=3)
+        warnings.warn(
+            f"{name}: cannot cache the decoded dataset in {folder} ({type(exc).__name__}: {exc}); "
+            "it is decoded on every run (set FEDBENCH_CACHE to a writable folder)",
+            stacklevel=3,
+        )
         return dataset
     reread = _read_entry(entry, name)
     return dataset if reread is None else reread
@@ -125,8 +129,9 @@ def _read_entry(entry: Path, name: str) -> BaseDataset | None:
     try:
         manifest = json.loads((entry / MANIFEST).read_text())
         x, y = (_load(entry / f"{key}.npy", mmap=True) for key in ("x", "y"))
-        meta = pd.DataFrame({c: _load(entry / f"meta.{i}.npy", mmap=False)
-                             for i, c in enumerate(manifest["meta_columns"])})
+        meta = pd.DataFrame(
+            {c: _load(entry / f"meta.{i}.npy", mmap=False) for i, c in enumerate(manifest["meta_columns"])}
+        )
         return BaseDataset(name, x, y, meta, len(manifest["classes"]), tuple(manifest["classes"]))
     except (OSError, ValueError, KeyError, TypeError):
         return None

@@ -21,8 +21,9 @@ def _facts(test_fraction: float, colourise: bool = False, colour_seed: int = 0) 
     """Digits' facts; also where its options are checked, so that a task fails when it is loaded."""
     require(0.0 < test_fraction < 1.0, "test_fraction", test_fraction, "a number in (0, 1)")
     test_size = math.ceil(test_fraction * DIGITS_SAMPLES)  # as scikit-learn's train_test_split rounds
-    gray = DatasetFacts(num_classes=10, channels=1, image_size=(8, 8), train_size=DIGITS_SAMPLES - test_size,
-                        test_size=test_size)
+    gray = DatasetFacts(
+        num_classes=10, channels=1, image_size=(8, 8), train_size=DIGITS_SAMPLES - test_size, test_size=test_size
+    )
     return colour_facts(gray, colourise, colour_seed)
 
 

@@ -52,8 +52,12 @@ def femnist(root: Path, digits_only: bool = False) -> BaseDataset:
         DataCorruptError: a file is not JSON, or a writer's labels or pixels do not fit (naming file and writer).
     """
     files = _find(root)
-    return cached_dataset("femnist", [p for paths in files.values() for p in paths],
-                          lambda: _decode(files, digits_only), digits_only=digits_only)
+    return cached_dataset(
+        "femnist",
+        [p for paths in files.values() for p in paths],
+        lambda: _decode(files, digits_only),
+        digits_only=digits_only,
+    )
 
 
 def _decode(files: dict[str, list[Path]], digits_only: bool) -> BaseDataset:
@@ -66,8 +70,11 @@ def _decode(files: dict[str, list[Path]], digits_only: bool) -> BaseDataset:
 
     def stack(split: list[Record]) -> dict[str, np.ndarray]:
         if not split:
-            return {"x": np.zeros((0, 1, 28, 28), np.uint8), "y": np.zeros(0, np.int64),
-                    "writer": np.zeros(0, np.int64)}
+            return {
+                "x": np.zeros((0, 1, 28, 28), np.uint8),
+                "y": np.zeros(0, np.int64),
+                "writer": np.zeros(0, np.int64),
+            }
         return {
             "x": np.concatenate([x for _, x, _ in split]),
             "y": np.concatenate([y for _, _, y in split]),
@@ -112,8 +119,9 @@ def _read(path: Path, digits_only: bool) -> list[Record]:
             raise DataCorruptError(f"{path}: user {user} has labels outside 0..{len(CLASSES) - 1}")
         pixels = np.asarray(data["x"], dtype=np.float64)
         if pixels.size != len(y) * 28 * 28:
-            raise DataCorruptError(f"{path}: user {user} has {len(y)} labels but {pixels.size} pixels, "
-                                   "not 28x28 per label")
+            raise DataCorruptError(
+                f"{path}: user {user} has {len(y)} labels but {pixels.size} pixels, not 28x28 per label"
+            )
         keep = y < 10 if digits_only else slice(None)
         pixels = pixels.reshape(len(y), 1, 28, 28)[keep]
         if len(pixels):

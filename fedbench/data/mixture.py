@@ -52,9 +52,15 @@ def _facts(parts: tuple[str, ...]) -> DatasetFacts:
         shapes = [(f.channels, f.image_size) for f in found]
         raise ConfigError(FIELD, parts, f"parts with equal (channels, image size), got {shapes}")
     same_groups = all(f.superclasses == first.superclasses for f in found)
-    return DatasetFacts(first.num_classes, first.channels, first.image_size, ("domain",),
-                        first.superclasses if same_groups else None, train_size=_total(f.train_size for f in found),
-                        test_size=_total(f.test_size for f in found))
+    return DatasetFacts(
+        first.num_classes,
+        first.channels,
+        first.image_size,
+        ("domain",),
+        first.superclasses if same_groups else None,
+        train_size=_total(f.train_size for f in found),
+        test_size=_total(f.test_size for f in found),
+    )
 
 
 def _total(sizes) -> int | None:

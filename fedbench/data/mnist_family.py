@@ -52,8 +52,16 @@ def mnist(root: Path, colourise: bool = False, colour_seed: int = 0) -> BaseData
     sample tinted with a base colour drawn from `colour_seed` (`fedbench.data.colourise`)."""
     colour_facts(MNIST_FACTS, colourise, colour_seed)
     options = {"colourise": colourise, "colour_seed": colour_seed}
-    return _idx_dataset("mnist", root, "MNIST", _MNIST_FILES, options, lambda train, test, read_from: colourised(
-        BaseDataset.from_splits("mnist", DIGITS, train, test, read_from), **options))
+    return _idx_dataset(
+        "mnist",
+        root,
+        "MNIST",
+        _MNIST_FILES,
+        options,
+        lambda train, test, read_from: colourised(
+            BaseDataset.from_splits("mnist", DIGITS, train, test, read_from), **options
+        ),
+    )
 
 
 @register_dataset("fmnist")
@@ -64,9 +72,16 @@ def fmnist(root: Path, colourise: bool = False, colour_seed: int = 0) -> BaseDat
     as for mnist."""
     colour_facts(FMNIST_FACTS, colourise, colour_seed)
     options = {"colourise": colourise, "colour_seed": colour_seed}
-    return _idx_dataset("fmnist", root, "FashionMNIST", _MNIST_FILES, options,
-                        lambda train, test, read_from: colourised(
-                            BaseDataset.from_splits("fmnist", FASHION, train, test, read_from), **options))
+    return _idx_dataset(
+        "fmnist",
+        root,
+        "FashionMNIST",
+        _MNIST_FILES,
+        options,
+        lambda train, test, read_from: colourised(
+            BaseDataset.from_splits("fmnist", FASHION, train, test, read_from), **options
+        ),
+    )
 
 
 @register_dataset("emnist")
@@ -127,8 +142,9 @@ def _idx_dataset(
         return None
 
     expected = ", ".join(f"{n}.gz" for n in names) + " (or the same files extracted, without .gz)"
-    where, gz = read_or_download(name, root, f"{folder}/raw", expected, locate,
-                                 lambda to: open_torchvision(to, True, True))
+    where, gz = read_or_download(
+        name, root, f"{folder}/raw", expected, locate, lambda to: open_torchvision(to, True, True)
+    )
 
     def path(file: str) -> Path:
         return where / folder / "raw" / (f"{file}.gz" if gz else file)
@@ -139,8 +155,10 @@ def _idx_dataset(
         try:
             loaded = open_torchvision(where, split == "train", False)
         except (AssertionError, RuntimeError, ValueError) as exc:  # torchvision's checks: bare asserts, a bad reshape
-            raise DataCorruptError(f"{path(images)} or {path(labels)}: not a readable idx file "
-                                   f"({type(exc).__name__}{f': {exc}' if str(exc) else ''})") from exc
+            raise DataCorruptError(
+                f"{path(images)} or {path(labels)}: not a readable idx file "
+                f"({type(exc).__name__}{f': {exc}' if str(exc) else ''})"
+            ) from exc
         return loaded.data.numpy(), loaded.targets.numpy()
 
     def decode() -> BaseDataset:
@@ -163,8 +181,9 @@ def read_idx_gz(path: Path, magic: int) -> np.ndarray:
     try:
         blob = gzip.decompress(packed)  # one output buffer (GzipFile.read joins chunks: another copy)
     except (OSError, EOFError, zlib.error) as exc:  # OSError: gzip.BadGzipFile, a bad CRC or length
-        raise DataCorruptError(f"{path}: not a readable gzip file ({type(exc).__name__}: {exc}); "
-                               "replace it with the original download") from exc
+        raise DataCorruptError(
+            f"{path}: not a readable gzip file ({type(exc).__name__}: {exc}); replace it with the original download"
+        ) from exc
     found = int.from_bytes(blob[:4], "big")
     if found != magic:
         raise DataCorruptError(f"{path}: idx magic number {found}, expected {magic}")

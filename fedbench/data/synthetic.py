@@ -28,8 +28,15 @@ def _facts(
     require(0.0 < test_fraction < 1.0, "test_fraction", test_fraction, "a number in (0, 1)")
     counts = _device_counts(np.random.default_rng(seed), num_devices, samples_per_device)
     train = sum(_train_rows(n, test_fraction) for n in counts)
-    return DatasetFacts(num_classes=NUM_CLASSES, channels=None, image_size=None, features=DIM, meta_columns=("device",),
-                        train_size=int(train), test_size=int(counts.sum() - train))
+    return DatasetFacts(
+        num_classes=NUM_CLASSES,
+        channels=None,
+        image_size=None,
+        features=DIM,
+        meta_columns=("device",),
+        train_size=int(train),
+        test_size=int(counts.sum() - train),
+    )
 
 
 def _device_counts(rng: np.random.Generator, num_devices: int, samples_per_device: int | None) -> np.ndarray:

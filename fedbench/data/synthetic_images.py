@@ -24,8 +24,13 @@ def _facts(
     require(num_classes >= 2, "num_classes", num_classes, "an integer >= 2")
     require(train_samples >= 1, "train_samples", train_samples, "an integer >= 1")
     require(test_samples >= 0, "test_samples", test_samples, "an integer >= 0")
-    return DatasetFacts(num_classes=num_classes, channels=channels, image_size=(size, size),
-                        train_size=train_samples, test_size=test_samples)
+    return DatasetFacts(
+        num_classes=num_classes,
+        channels=channels,
+        image_size=(size, size),
+        train_size=train_samples,
+        test_size=test_samples,
+    )
 
 
 @register_dataset("synthetic_images")

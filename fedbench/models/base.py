@@ -114,8 +114,9 @@ def build_model(name: str, input_shape: tuple[int, ...], num_classes: int, **opt
 
 
 @functools.lru_cache(maxsize=256)
-def check_model(name: str, options: tuple[tuple[str, Any], ...], input_shape: tuple[int, ...],
-                num_classes: int) -> None:
+def check_model(
+    name: str, options: tuple[tuple[str, Any], ...], input_shape: tuple[int, ...], num_classes: int
+) -> None:
     """Build the model on torch's meta device (shapes, no memory) when a task loads, so that an option the model
     refuses (`hidden: [-5]`) fails before any run starts, and refuse a model whose parameters alone exceed this
     machine's memory (`hidden: [1000000000]`: a 296 GB layer), naming its size. A grid repeats a few models."""
@@ -124,10 +125,13 @@ def check_model(name: str, options: tuple[tuple[str, Any], ...], input_shape: tu
     size = sum(p.numel() * p.element_size() for p in model.parameters())
     memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     if size > memory:
-        raise ConfigError("model", {"name": name, **dict(options)},
-                          f"a model whose parameters fit in this machine's memory ({memory / 2**30:.0f} GiB): "
-                          f"this one has {count_parameters(model):,} parameters ({size / 2**30:,.1f} GiB) "
-                          f"for inputs {list(input_shape)}")
+        raise ConfigError(
+            "model",
+            {"name": name, **dict(options)},
+            f"a model whose parameters fit in this machine's memory ({memory / 2**30:.0f} GiB): "
+            f"this one has {count_parameters(model):,} parameters ({size / 2**30:,.1f} GiB) "
+            f"for inputs {list(input_shape)}",
+        )
 
 
 def count_parameters(model: nn.Module) -> int:

@@ -55,8 +55,10 @@ def made_masks(dim: int, hidden: tuple[int, ...], seed: int) -> list[torch.Tenso
     """Masks [out, in] per layer: hidden M[k, k'] = 1 iff m^l(k) >= m^{l-1}(k'); output M[d, k] = 1 iff
     d > m^L(k) (Germain et al. 2015, eq. 12-13), so output d depends on inputs 1..d-1 only."""
     degrees = made_degrees(dim, hidden, seed)
-    masks = [torch.from_numpy((out[:, None] >= inp[None, :]).astype(np.float32))
-             for inp, out in zip(degrees, degrees[1:], strict=False)]
+    masks = [
+        torch.from_numpy((out[:, None] >= inp[None, :]).astype(np.float32))
+        for inp, out in zip(degrees, degrees[1:], strict=False)
+    ]
     masks.append(torch.from_numpy((degrees[0][:, None] > degrees[-1][None, :]).astype(np.float32)))
     return masks
 

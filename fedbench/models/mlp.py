@@ -12,8 +12,9 @@ from fedbench.models.base import FedModel
 
 
 @register_model("mlp")
-def mlp(input_shape: tuple[int, ...], num_classes: int, hidden: tuple[int, ...] = (200,),
-        cond_dim: int = 0) -> FedModel:
+def mlp(
+    input_shape: tuple[int, ...], num_classes: int, hidden: tuple[int, ...] = (200,), cond_dim: int = 0
+) -> FedModel:
     """Flatten -> [Linear -> ReLU] per hidden width -> head. Takes any input shape.
 
     The flattened input is `fc_input`; the last hidden layer's output is `represent`. With `hidden=()`

@@ -46,8 +46,15 @@ def resnet18(
     if cifar_stem:
         net.maxpool = nn.Identity()
     features = nn.Sequential(
-        net.conv1, net.bn1, net.relu, net.maxpool,
-        net.layer1, net.layer2, net.layer3, net.layer4,
-        net.avgpool, nn.Flatten(),
+        net.conv1,
+        net.bn1,
+        net.relu,
+        net.maxpool,
+        net.layer1,
+        net.layer2,
+        net.layer3,
+        net.layer4,
+        net.avgpool,
+        nn.Flatten(),
     )
     return FedModel(features, nn.Sequential(), net.fc)

@@ -33,7 +33,9 @@ class SerialBackend:
     def run(self, job: Job, round: int, payloads: Mapping[int, Payload], store: StateStore) -> list[ClientResult]:
         return list(self.stream(job, round, payloads, store))
 
-    def stream(self, job: Job, round: int, payloads: Mapping[int, Payload], store: StateStore) -> Iterator[ClientResult]:
+    def stream(
+        self, job: Job, round: int, payloads: Mapping[int, Payload], store: StateStore
+    ) -> Iterator[ClientResult]:
         """The jobs' results one at a time, in client-id order, each computed when asked for."""
         for cid in sorted(payloads):
             result = self.worker.run(job, round, cid, payloads[cid], store.get(cid))
@@ -63,9 +65,12 @@ def check_serial_fits(resources: ResourceSpec) -> None:
 
     found = torch.cuda.device_count()
     if resources.client_gpus > found:
-        raise ConfigError("resources.client_gpus", resources.client_gpus,
-                          f"at most the {found} CUDA device{'s' * (found != 1)} torch sees here: the serial backend "
-                          "trains in this process (0 trains on CPU)")
+        raise ConfigError(
+            "resources.client_gpus",
+            resources.client_gpus,
+            f"at most the {found} CUDA device{'s' * (found != 1)} torch sees here: the serial backend "
+            "trains in this process (0 trains on CPU)",
+        )
 
 
 def make_backend(name: str, dataset: BaseDataset, scenario: Scenario, spec: RunSpec, pool=None):

@@ -71,7 +71,7 @@ class CheckpointFolder:
         partial = path.with_name(path.name + ".partial")
         partial.write_bytes(dumps(checkpoint))
         os.replace(partial, path)
-        for old in self._written()[:-self.keep]:
+        for old in self._written()[: -self.keep]:
             old.unlink(missing_ok=True)
         return path
 

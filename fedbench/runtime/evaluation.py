@@ -51,7 +51,8 @@ class Evaluate(Job):
 
     def run(self, worker: Any, round: int, client_id: int, payload: Payload, state: Any) -> ClientResult:
         metrics, seconds = worker.on_data(
-            self, round, client_id, lambda data, ctx: worker.algorithm.client_evaluate(payload, state, data, ctx))
+            self, round, client_id, lambda data, ctx: worker.algorithm.client_evaluate(payload, state, data, ctx)
+        )
         train_samples = float(worker.train_samples(round, client_id))
         return ClientResult(client_id, Payload(), {**metrics, M.TRAIN_SAMPLES: train_samples}, seconds)
 
@@ -91,7 +92,8 @@ class Describe(Job):
 
     def run(self, worker: Any, round: int, client_id: int, payload: Payload, state: Any) -> ClientResult:
         uplink, seconds = worker.on_data(
-            self, round, client_id, lambda data, ctx: worker.algorithm.client_describe(payload, data, ctx))
+            self, round, client_id, lambda data, ctx: worker.algorithm.client_describe(payload, data, ctx)
+        )
         return ClientResult(client_id, uplink, {}, seconds)
 
 
@@ -181,6 +183,7 @@ class Evaluation:
         """`acc_system` (and `acc_routing`) from every training client's personal model. Where every client answers
         with the one model it was just evaluated with, the last evaluation already holds the answer (no job)."""
         algorithm = self.algorithm
+        assert isinstance(algorithm, SystemVote)  # the caller asked
         held = algorithm.system_payloads(state, list(range(self.spec.scenario.num_clients)))
         if answered_by_evaluation(algorithm, held, last.payloads):
             return pooled_accuracy(last.results)
@@ -197,6 +200,7 @@ class Evaluation:
         association."""
         if self.personal is None:
             algorithm = self.algorithm
+            assert isinstance(algorithm, SystemVote)  # only a voting method has personal models to gather
             personal = algorithm.system_payloads(state, list(range(self.spec.scenario.num_clients)))
             if isinstance(algorithm, PersonalModels) and personal:
                 completed = self._run(SHARE, round, personal, downloaded=False)
@@ -213,8 +217,11 @@ class Evaluation:
         with what it got."""
         test_ids = list(range(len(self.scenario.test_clients)))
         given: dict[int, int] = {}
-        personal = self.personal_models(round, state) \
-            if gets_given_association(type(self.algorithm), self.spec.test_time) else {}
+        personal = (
+            self.personal_models(round, state)
+            if gets_given_association(type(self.algorithm), self.spec.test_time)
+            else {}
+        )
         if personal and self.spec.test_time == "index":
             given = {tid: tid for tid in test_ids if tid in personal}
         elif personal:
@@ -230,6 +237,7 @@ class Evaluation:
         if not test_ids:
             return [], {}
         algorithm = self.algorithm
+        assert isinstance(algorithm, TestTimeAssignment)  # the caller asked
         no_state = StateStore()  # test-time clients never trained: they have no client state
         descriptions = {tid: Payload() for tid in test_ids}
         requests = algorithm.describe_payloads(state, test_ids)
@@ -245,8 +253,14 @@ class Evaluation:
             return [], {}
         return self._run(TEST, round, payloads, no_state), dict(assignment.matched)
 
-    def _run(self, job: Job, round: int, payloads: Mapping[int, Payload], store: StateStore | None = None,
-             downloaded: bool = True) -> list[ClientResult]:
+    def _run(
+        self,
+        job: Job,
+        round: int,
+        payloads: Mapping[int, Payload],
+        store: StateStore | None = None,
+        downloaded: bool = True,
+    ) -> list[ClientResult]:
         """`job` for every client of `payloads`; where the payloads travel (`downloaded`; not where they stand for
         what the server already holds, as for `SHARE`), metered on the evaluation channel."""
         if downloaded:
@@ -264,13 +278,19 @@ class LocalResults:
     results: list[ClientResult]
 
 
-def answered_by_evaluation(algorithm: Algorithm, system: Mapping[int, Payload], evaluated: Mapping[int, Payload]) -> bool:
+def answered_by_evaluation(
+    algorithm: Algorithm, system: Mapping[int, Payload], evaluated: Mapping[int, Payload]
+) -> bool:
     """Whether system accuracy's vote would answer every sample as the last evaluation did, so that its pass can be
     skipped: one payload answers for every client (the vote of one model is its prediction), it is the payload
     each client was evaluated with, and the algorithm evaluates and predicts with that payload's model as the
     defaults do (the same model on the same batches, the same argmax), with no client part to upload."""
     kind = type(algorithm)
-    return (bool(system) and not isinstance(algorithm, PersonalModels)
-            and kind.client_evaluate is Algorithm.client_evaluate and kind.client_predict is SystemVote.client_predict
-            and len({id(p) for p in system.values()}) == 1
-            and all(evaluated.get(cid) is payload and not payload.is_empty for cid, payload in system.items()))
+    return (
+        bool(system)
+        and not isinstance(algorithm, PersonalModels)
+        and kind.client_evaluate is Algorithm.client_evaluate
+        and getattr(kind, "client_predict", None) is SystemVote.client_predict
+        and len({id(p) for p in system.values()}) == 1
+        and all(evaluated.get(cid) is payload and not payload.is_empty for cid, payload in system.items())
+    )

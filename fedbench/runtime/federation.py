@@ -45,17 +45,24 @@ from fedbench.scenarios import build_scenario
 class Federation:
     """Runs one RunSpec on the serial or the ray backend and reports to callbacks."""
 
-    def __init__(self, spec: RunSpec, callbacks: Sequence[Callback] = (), backend: str | None = None, pool=None,
-                 gpu_check: SharedGpuCheck | None = None, checkpoints: CheckpointFolder | None = None):
+    def __init__(
+        self,
+        spec: RunSpec,
+        callbacks: Sequence[Callback] = (),
+        backend: str | None = None,
+        pool=None,
+        gpu_check: SharedGpuCheck | None = None,
+        checkpoints: CheckpointFolder | None = None,
+    ):
         """Args:
-            spec: the run.
-            callbacks: called at run start, after every round and at run end.
-            backend: `serial` or `ray`; None uses `spec.resources.backend`.
-            pool: a `RayWorkerPool` shared with other runs (ray backend); None starts one for this run.
-            gpu_check: told where the workers train once they have started, before the first round, to warn of
-                workers sharing a GPU without MPS (a command's runs share one, so it warns once).
-            checkpoints: where the run writes a checkpoint every few rounds and, when it finds one of this run
-                there (it was killed), goes on from it; None: neither.
+        spec: the run.
+        callbacks: called at run start, after every round and at run end.
+        backend: `serial` or `ray`; None uses `spec.resources.backend`.
+        pool: a `RayWorkerPool` shared with other runs (ray backend); None starts one for this run.
+        gpu_check: told where the workers train once they have started, before the first round, to warn of
+            workers sharing a GPU without MPS (a command's runs share one, so it warns once).
+        checkpoints: where the run writes a checkpoint every few rounds and, when it finds one of this run
+            there (it was killed), goes on from it; None: neither.
         """
         self.spec = spec
         self.callbacks = list(callbacks)
@@ -85,8 +92,9 @@ class Federation:
             timeline.mark("dataset_loaded")
             scenario = build_scenario(dataset, self.spec.scenario, self.spec.seed, self.spec.rounds)
             timeline.mark("scenario_built")
-            algorithm = make_algorithm(self.spec, scenario.input_shape, dataset.num_classes,
-                                       scenario.trained_distributions(self.spec.rounds))
+            algorithm = make_algorithm(
+                self.spec, scenario.input_shape, dataset.num_classes, scenario.trained_distributions(self.spec.rounds)
+            )
             startup = time.perf_counter()
             backend = make_backend(self.backend_name, dataset, scenario, self.spec, self.pool)
             timeline.mark("workers_loaded")
@@ -137,8 +145,9 @@ class Federation:
         timeline.mark("resumed", round=checkpoint.round)
         return checkpoint.server, checkpoint.round + 1
 
-    def _loop(self, algorithm, backend, scenario, history: list[dict[str, float]], startup_s: float, state,
-              first: int) -> None:
+    def _loop(
+        self, algorithm, backend, scenario, history: list[dict[str, float]], startup_s: float, state, first: int
+    ) -> None:
         """Rounds `first`..R from server state `state`; `startup_s` (workers started, loaded and warmed up) is
         reported with the first of them."""
         spec = self.spec
@@ -154,8 +163,11 @@ class Federation:
             meter.downlink(payloads)
             state, results, aggregate_s = self._fit(algorithm, backend, scenario, round, state, payloads, store, meter)
             self.state = state
-            record = {M.ROUND: float(round), M.TIME_AGGREGATE_S: aggregate_s,
-                      M.TIME_STARTUP_S: startup_s if round == first else 0.0}
+            record = {
+                M.ROUND: float(round),
+                M.TIME_AGGREGATE_S: aggregate_s,
+                M.TIME_STARTUP_S: startup_s if round == first else 0.0,
+            }
             record.update(training_metrics(results))
             record[M.TIME_CLIENT_COMPUTE_S] += describe_s
             if isinstance(algorithm, RoundReport):
@@ -172,14 +184,24 @@ class Federation:
             record[M.TIME_ROUND_S] = time.perf_counter() - round_start
             history.append(record)
             if self.checkpoints is not None and self.checkpoints.due(round, spec.rounds):  # before the callbacks,
-                self.checkpoints.save(RunCheckpoint(spec.run_hash, round, state, backend.client_states(store),
-                                                    list(history), self.per_client.table()))  # which may ship it
+                self.checkpoints.save(
+                    RunCheckpoint(
+                        spec.run_hash,
+                        round,
+                        state,
+                        backend.client_states(store),
+                        list(history),
+                        self.per_client.table(),
+                    )
+                )  # which may ship it
             stop = [cb.on_round_end(spec, record) for cb in self.callbacks]
             timeline.mark("round_end")
             if any(stop):
                 break
 
-    def _describe(self, algorithm, backend, round: int, state, sampled: list[int], store, meter) -> tuple[object, float]:
+    def _describe(
+        self, algorithm, backend, round: int, state, sampled: list[int], store, meter
+    ) -> tuple[object, float]:
         """A `DescribedRound` method's first exchange: the sampled clients describe this round's data and the server
         takes the descriptions into its state. Returns that state and the jobs' compute seconds (0 where none ran)."""
         if not isinstance(algorithm, DescribedRound):
@@ -192,7 +214,9 @@ class Federation:
         meter.uplink(described)
         return algorithm.receive_descriptions(round, state, described), sum(r.compute_s for r in described)
 
-    def _fit(self, algorithm, backend, scenario, round: int, state, payloads, store, meter) -> tuple[object, list, float]:
+    def _fit(
+        self, algorithm, backend, scenario, round: int, state, payloads, store, meter
+    ) -> tuple[object, list, float]:
         """The round's fit jobs and their aggregation: (next server state, results, seconds spent aggregating).
 
         Where the algorithm folds results one at a time (`StreamedAggregation`), each is added as it arrives and kept

@@ -24,8 +24,10 @@ from pathlib import Path
 DEFAULT_PIPE_DIRECTORY = "/tmp/nvidia-mps"
 """Where CUDA looks for the MPS control daemon when CUDA_MPS_PIPE_DIRECTORY is unset (NVIDIA's MPS guide)."""
 
-START_MPS = ("export CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps CUDA_MPS_LOG_DIRECTORY=/tmp/nvidia-mps-log && "
-             "nvidia-cuda-mps-control -d")
+START_MPS = (
+    "export CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps CUDA_MPS_LOG_DIRECTORY=/tmp/nvidia-mps-log && "
+    "nvidia-cuda-mps-control -d"
+)
 """How to start MPS on a GPU machine before Ray (README, "GPUs"); `echo quit | nvidia-cuda-mps-control` stops it."""
 
 
@@ -96,7 +98,9 @@ def shared_gpu_message(shared: Mapping[tuple[str, str], set[str]]) -> str:
     (node, gpu), workers = max(shared.items(), key=lambda item: len(item[1]))
     where = f"GPU {gpu}" + ("" if node == "local" else f" of node {node[:12]}")
     more = f" (and {len(shared) - 1} more GPU{'s' * (len(shared) > 2)})" if len(shared) > 1 else ""
-    return (f"{len(workers)} client workers share {where}{more} without CUDA MPS, so the GPU runs one worker's kernels "
-            "at a time: on an H200, 8 workers x 0.125 GPU took 1.60 s a round this way and 0.69 s under MPS "
-            f"(docs/cluster.md). Start MPS on the GPU's machine before Ray: `{START_MPS}` (README, \"GPUs\"; "
-            "cluster.yaml starts it on GPU nodes)")
+    return (
+        f"{len(workers)} client workers share {where}{more} without CUDA MPS, so the GPU runs one worker's kernels "
+        "at a time: on an H200, 8 workers x 0.125 GPU took 1.60 s a round this way and 0.69 s under MPS "
+        f"(docs/cluster.md). Start MPS on the GPU's machine before Ray: `{START_MPS}` (README, \"GPUs\"; "
+        "cluster.yaml starts it on GPU nodes)"
+    )

@@ -42,7 +42,8 @@ class Fit(Job):
     def run(self, worker: Any, round: int, client_id: int, payload: Payload, state: Any) -> tuple[ClientResult, Any]:
         timeline.mark_once("job_start")
         (uplink, new_state, metrics), seconds = worker.on_data(
-            self, round, client_id, lambda data, ctx: worker.algorithm.client_update(payload, state, data, ctx))
+            self, round, client_id, lambda data, ctx: worker.algorithm.client_update(payload, state, data, ctx)
+        )
         return ClientResult(client_id, uplink, metrics, seconds), new_state
 
 
@@ -55,7 +56,8 @@ class DescribeData(Job):
 
     def run(self, worker: Any, round: int, client_id: int, payload: Payload, state: Any) -> tuple[ClientResult, Any]:
         (uplink, new_state), seconds = worker.on_data(
-            self, round, client_id, lambda data, ctx: worker.algorithm.client_describe_round(payload, state, data, ctx))
+            self, round, client_id, lambda data, ctx: worker.algorithm.client_describe_round(payload, state, data, ctx)
+        )
         return ClientResult(client_id, uplink, {}, seconds), new_state
 
 

@@ -18,8 +18,14 @@ import numpy as np
 from fedbench.core import metrics as M
 from fedbench.core.types import ClientResult
 
-COLUMNS = {"round": np.int32, "client": np.int32, "acc_local": np.float64, "test_samples": np.int64,
-           "train_samples": np.int64, "train_loss": np.float64}
+COLUMNS = {
+    "round": np.int32,
+    "client": np.int32,
+    "acc_local": np.float64,
+    "test_samples": np.int64,
+    "train_samples": np.int64,
+    "train_loss": np.float64,
+}
 PerClientTable = dict[str, np.ndarray]
 
 
@@ -33,9 +39,14 @@ class PerClientRecorder:
         """One row per evaluated client of `round`, with its training loss where it trained that round."""
         losses = {r.client_id: r.metrics.get(M.TRAIN_LOSS, math.nan) for r in trained}
         for result in sorted(evaluated, key=lambda r: r.client_id):
-            row = {"round": round, "client": result.client_id, "acc_local": result.metrics[M.ACCURACY],
-                   "test_samples": result.metrics[M.TEST_SAMPLES], "train_samples": result.metrics[M.TRAIN_SAMPLES],
-                   "train_loss": losses.get(result.client_id, math.nan)}
+            row = {
+                "round": round,
+                "client": result.client_id,
+                "acc_local": result.metrics[M.ACCURACY],
+                "test_samples": result.metrics[M.TEST_SAMPLES],
+                "train_samples": result.metrics[M.TRAIN_SAMPLES],
+                "train_loss": losses.get(result.client_id, math.nan),
+            }
             for name, value in row.items():
                 self._columns[name].append(value)
 
@@ -54,7 +65,7 @@ class PerClientRecorder:
 def encode(table: PerClientTable) -> str:
     """The table as text (base64 of a compressed .npz), for a sweep's trial to report to its driver."""
     buffer = io.BytesIO()
-    np.savez_compressed(buffer, **table)
+    np.savez_compressed(buffer, **table)  # type: ignore[arg-type]  # numpy's stubs: **kwds as allow_pickle
     return base64.b64encode(buffer.getvalue()).decode("ascii")
 
 

@@ -52,8 +52,10 @@ def placement_tags(places: Sequence[WorkerPlace], num_clients: int) -> dict[str,
     `20 clients on cuda: 6 workers (GPUs 0,1, no MPS); cpu: 2 workers`."""
     tags = {f"workers.{i}.{key}": value for i, place in enumerate(places) for key, value in place.items()}
     groups = sorted(Counter((place["device"], place["gpu_ids"] != "") for place in places).items())
-    parts = [f"{device}: {count} worker{'s' * (count > 1)}{_gpus(places, device, has_gpus)}"
-             for (device, has_gpus), count in groups]
+    parts = [
+        f"{device}: {count} worker{'s' * (count > 1)}{_gpus(places, device, has_gpus)}"
+        for (device, has_gpus), count in groups
+    ]
     if len(parts) == 1:
         tags["clients.device"] = parts[0].replace(": ", f": {num_clients} clients on ", 1)
     else:
@@ -71,5 +73,7 @@ def _gpus(places: Sequence[WorkerPlace], device: str, has_gpus: bool) -> str:
     text = f"{'simulated ' if device == 'cpu' else ''}GPU{'s' * (len(ids) > 1)} {','.join(ids)}"
     if device == "cuda":
         under = sum(place.get("mps") == "yes" for place in on_device)
-        text += ", " + ("MPS" if under == len(on_device) else "no MPS" if not under else f"MPS on {under} of {len(on_device)}")
+        text += ", " + (
+            "MPS" if under == len(on_device) else "no MPS" if not under else f"MPS on {under} of {len(on_device)}"
+        )
     return f" ({text})"

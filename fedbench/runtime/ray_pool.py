@@ -71,8 +71,13 @@ def ensure_ray(address: str | None = None, num_cpus: int | None = None) -> None:
         os.environ.setdefault("RAY_AUTH_TOKEN", secrets.token_hex(32))
     # "local", not None: ray.init(address=None) joins the last cluster `ray start` or a test's Cluster recorded
     # in /tmp/ray/ray_current_cluster on this host, anyone's, instead of starting one
-    ray.init(address="local" if starts_local else address, num_cpus=num_cpus, include_dashboard=False,
-             log_to_driver=True, configure_logging=False)
+    ray.init(
+        address="local" if starts_local else address,
+        num_cpus=num_cpus,
+        include_dashboard=False,
+        log_to_driver=True,
+        configure_logging=False,
+    )
 
 
 def pool_size(resources: ResourceSpec, available: Mapping[str, float], max_clients: int) -> int:
@@ -95,7 +100,9 @@ class RayWorkerPool:
         n = pool_size(resources, ray.available_resources(), max_clients)
         self._options = {"num_cpus": resources.client_cpus, "num_gpus": resources.client_gpus}
         self.workers = [RemoteClientWorker.options(**self._options).remote() for _ in range(n)]
-        self._dataset = None  # (dataset, ref) of the last dataset shipped: runs of a task usually share it
+        self._dataset: tuple[BaseDataset, Any] | None = (
+            None  # (dataset, ref) of the last dataset shipped: runs of a task usually share it
+        )
         self._loaded: tuple = ()  # the arguments of the last `load`: what a replacement worker is loaded with
         self.places: list = []  # each worker's WorkerPlace (node, GPU ids, device), from its last `load`
 
@@ -117,8 +124,9 @@ class RayWorkerPool:
         """
         ray.kill(dead)  # a worker that is only unreachable must not come back beside its replacement
         worker = RemoteClientWorker.options(**self._options).remote()
-        [place] = get_reporting_waits([worker.load.remote(*self._loaded)], "a replacement client worker to start",
-                                      self.resources)
+        [place] = get_reporting_waits(
+            [worker.load.remote(*self._loaded)], "a replacement client worker to start", self.resources
+        )
         slot = self.workers.index(dead)
         self.workers[slot], self.places[slot] = worker, place
         return worker
@@ -170,8 +178,14 @@ class RayBackend:
 
     name = "ray"
 
-    def __init__(self, dataset: BaseDataset, scenario: Scenario, spec: RunSpec, pool: RayWorkerPool | None = None,
-                 clients_per_job: int | None = None):
+    def __init__(
+        self,
+        dataset: BaseDataset,
+        scenario: Scenario,
+        spec: RunSpec,
+        pool: RayWorkerPool | None = None,
+        clients_per_job: int | None = None,
+    ):
         self.owns_pool = pool is None
         self.pool = pool or RayWorkerPool(spec.resources, spec.scenario.num_clients)
         self.pool.load(dataset, scenario, spec)
@@ -185,14 +199,17 @@ class RayBackend:
         largest_first = sorted(payloads, key=lambda cid: (-sizes[cid], cid))  # the round ends soonest
         return list(self._results(job, round, payloads, store, largest_first))
 
-    def stream(self, job: Job, round: int, payloads: Mapping[int, Payload], store: StateStore) -> Iterator[ClientResult]:
+    def stream(
+        self, job: Job, round: int, payloads: Mapping[int, Payload], store: StateStore
+    ) -> Iterator[ClientResult]:
         """The jobs' results in client-id order, each fetched once it and every lower id are done, for a consumer that
         folds and drops them. Jobs are handed out in client-id order too, so results arrive about as they are
         consumed and few wait for a lower id."""
         return self._results(job, round, payloads, store, sorted(payloads))
 
-    def _results(self, job: Job, round: int, payloads: Mapping[int, Payload], store: StateStore,
-                 dispatch_order: list[int]) -> Iterator[ClientResult]:
+    def _results(
+        self, job: Job, round: int, payloads: Mapping[int, Payload], store: StateStore, dispatch_order: list[int]
+    ) -> Iterator[ClientResult]:
         """Hand the jobs out in `dispatch_order` to idle workers; yield the results in client-id order."""
         shipped: dict[int, ray.ObjectRef] = {}  # id(payload) -> ref: each distinct payload is put once
         for payload in payloads.values():
@@ -254,8 +271,16 @@ class RayBackend:
         by_balance = -(-remaining // (2 * JOBS_IN_FLIGHT * len(self.workers)))
         return max(1, min(by_time, by_balance))
 
-    def _submit(self, worker, job: Job, round: int, clients: list[int], payloads: Mapping[int, Payload],
-                shipped: dict, store: StateStore) -> tuple[ray.ObjectRef, list | None]:
+    def _submit(
+        self,
+        worker,
+        job: Job,
+        round: int,
+        clients: list[int],
+        payloads: Mapping[int, Payload],
+        shipped: dict,
+        store: StateStore,
+    ) -> tuple[ray.ObjectRef, list | None]:
         """One call: `run` for one client, `jobs` for several. Returns the ref of its result(s) and, where the job
         keeps state, a ref per new client state (each stays in the object store)."""
         if len(clients) == 1:
@@ -274,8 +299,17 @@ class RayBackend:
         result_ref, *state_refs = worker.jobs.options(num_returns=1 + len(clients)).remote(*args)
         return result_ref, state_refs
 
-    def _after_death(self, dead, exc: Exception, pending: dict, queue: collections.deque, idle: list, lost: dict,
-                     job: Job, round: int) -> list:
+    def _after_death(
+        self,
+        dead,
+        exc: Exception,
+        pending: dict,
+        queue: collections.deque,
+        idle: list,
+        lost: dict,
+        job: Job,
+        round: int,
+    ) -> list:
         """Put every call the dead worker held back at the front of the queue, in dispatch order, and give its
         slots to a replacement; returns the new idle slots. Only the clients of the call it was running (the first
         it was handed: an actor runs its calls one at a time) count an attempt: those queued behind did nothing."""
@@ -293,13 +327,27 @@ class RayBackend:
         """A new worker for the call whose worker died, or WorkerLostError once its job has taken down
         `JOB_ATTEMPTS` workers (a client that died with others runs alone after, so this names one client)."""
         cause = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        jobs = f"client {clients[0]}'s {job.name} job" if len(clients) == 1 else f"the {job.name} jobs of clients {clients}"
+        jobs = (
+            f"client {clients[0]}'s {job.name} job"
+            if len(clients) == 1
+            else f"the {job.name} jobs of clients {clients}"
+        )
         if lost >= JOB_ATTEMPTS:
-            raise WorkerLostError(f"{jobs} of round {round} ran on {lost} client workers and each "
-                                  f"one's process died ({type(exc).__name__}: {cause}); a job that kills every worker "
-                                  "it runs on, e.g. out of memory, cannot finish") from exc
-        log.warning("a client worker died running %s of round %d (%s: %s): replaced, the job runs again, one client "
-                    "per call (attempt %d of %d)", jobs, round, type(exc).__name__, cause, lost + 1, JOB_ATTEMPTS)
+            raise WorkerLostError(
+                f"{jobs} of round {round} ran on {lost} client workers and each "
+                f"one's process died ({type(exc).__name__}: {cause}); a job that kills every worker "
+                "it runs on, e.g. out of memory, cannot finish"
+            ) from exc
+        log.warning(
+            "a client worker died running %s of round %d (%s: %s): replaced, the job runs again, one client "
+            "per call (attempt %d of %d)",
+            jobs,
+            round,
+            type(exc).__name__,
+            cause,
+            lost + 1,
+            JOB_ATTEMPTS,
+        )
         return self.pool.replace(dead)
 
     def _sizes(self, job: Job, round: int) -> list[int]:

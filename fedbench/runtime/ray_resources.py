@@ -37,8 +37,12 @@ def check_fits(need: Mapping[str, float], cluster: Mapping[str, float], what: st
     for key, field in FIELD_OF.items():
         if need.get(key, 0) > cluster.get(key, 0):
             value = getattr(value_of, field.removeprefix("resources."))
-            raise ConfigError(field, value, f"a request the Ray cluster can hold: {what} needs {describe(need)}, "
-                                            f"the cluster has {describe(cluster)} in all")
+            raise ConfigError(
+                field,
+                value,
+                f"a request the Ray cluster can hold: {what} needs {describe(need)}, "
+                f"the cluster has {describe(cluster)} in all",
+            )
 
 
 def node_resources() -> list[dict[str, float]]:
@@ -68,16 +72,24 @@ def check_worker_fits(resources: ResourceSpec, nodes: Sequence[Mapping[str, floa
     """
     gpus = resources.client_gpus
     if gpus > 1 and not float(gpus).is_integer():
-        raise ConfigError(FIELD_OF["GPU"], gpus, "0 (no GPU), a share of one GPU in (0, 1] or a whole number of "
-                                                 f"GPUs; the Ray cluster has {describe_nodes(nodes)}")
+        raise ConfigError(
+            FIELD_OF["GPU"],
+            gpus,
+            "0 (no GPU), a share of one GPU in (0, 1] or a whole number of "
+            f"GPUs; the Ray cluster has {describe_nodes(nodes)}",
+        )
     need = {"CPU": resources.client_cpus, "GPU": gpus}
     check_fits(need, cluster_total(nodes), "one client worker", resources)
     if any(all(need[key] <= node.get(key, 0) for key in need) for node in nodes):
         return
     short = "GPU" if not any(need["GPU"] <= node.get("GPU", 0) for node in nodes) else "CPU"
     value = getattr(resources, FIELD_OF[short].removeprefix("resources."))
-    raise ConfigError(FIELD_OF[short], value, f"a request one Ray node can hold: one client worker needs {describe(need)}, "
-                                              f"the cluster has {describe_nodes(nodes)}")
+    raise ConfigError(
+        FIELD_OF[short],
+        value,
+        f"a request one Ray node can hold: one client worker needs {describe(need)}, "
+        f"the cluster has {describe_nodes(nodes)}",
+    )
 
 
 def get_reporting_waits(refs: Sequence, what: str, resources: ResourceSpec) -> list:
@@ -89,8 +101,13 @@ def get_reporting_waits(refs: Sequence, what: str, resources: ResourceSpec) -> l
     while pending:
         _, pending = ray.wait(pending, num_returns=len(pending), timeout=WAIT_NOTICE_S)
         if pending:
-            log.warning("waited %.0f s for %d of %d %s (each needs %s); free in the cluster now: %s",
-                        time.monotonic() - start, len(pending), len(refs), what,
-                        describe({"CPU": resources.client_cpus, "GPU": resources.client_gpus}),
-                        describe(ray.available_resources()))
+            log.warning(
+                "waited %.0f s for %d of %d %s (each needs %s); free in the cluster now: %s",
+                time.monotonic() - start,
+                len(pending),
+                len(refs),
+                what,
+                describe({"CPU": resources.client_cpus, "GPU": resources.client_gpus}),
+                describe(ray.available_resources()),
+            )
     return ray.get(list(refs))

@@ -40,8 +40,9 @@ def evaluation_metrics(results: Sequence[ClientResult]) -> RoundRecord:
     }
 
 
-def test_time_metrics(results: Sequence[ClientResult], matched: Mapping[int, TrainedOn], scenario: Scenario,
-                      round: int) -> RoundRecord:
+def test_time_metrics(
+    results: Sequence[ClientResult], matched: Mapping[int, TrainedOn], scenario: Scenario, round: int
+) -> RoundRecord:
     """Mean accuracy over test-time clients and, for methods that pick a training client's model, how often that
     model was trained on the test client's distribution (002 Sec. 5's association accuracy; "known": over test
     clients whose distribution occurred in training). `round` is the last round, where a match names none."""
@@ -49,8 +50,11 @@ def test_time_metrics(results: Sequence[ClientResult], matched: Mapping[int, Tra
         return {}
     record = {M.ACC_TEST_TIME: float(np.mean([r.metrics[M.ACCURACY] for r in results]))}
     if matched:
-        hits = {tid: scenario.view(round if on.round is None else on.round, on.client).distribution_id
-                == scenario.test_clients[tid].view.distribution_id for tid, on in matched.items()}
+        hits = {
+            tid: scenario.view(round if on.round is None else on.round, on.client).distribution_id
+            == scenario.test_clients[tid].view.distribution_id
+            for tid, on in matched.items()
+        }
         record[M.ACC_ASSOCIATION] = float(np.mean(list(hits.values())))
         known = [hit for tid, hit in hits.items() if scenario.test_clients[tid].seen]
         if known:
@@ -88,6 +92,8 @@ def meaningless(final: Mapping[str, float]) -> str:
     local accuracy is NaN (some client held no local test sample), which would otherwise rank as a result."""
     key = M.FINAL_PREFIX + M.ACC_LOCAL_MEAN
     if key in final and math.isnan(final[key]):
-        return (f"{key} is NaN: some client has no local test sample "
-                "(fewer scenario.num_clients or a larger scenario.test_fraction would give each one)")
+        return (
+            f"{key} is NaN: some client has no local test sample "
+            "(fewer scenario.num_clients or a larger scenario.test_fraction would give each one)"
+        )
     return ""

@@ -20,8 +20,11 @@ from fedbench.runtime.federation import Federation
 from fedbench.runtime.gpu_sharing import SharedGpuCheck
 
 
-def run_specs(specs: Sequence[RunSpec], callbacks: Callable[[int, RunSpec], Sequence[Callback]],
-              checkpoints: Callable[[RunSpec], CheckpointFolder | None] = lambda spec: None) -> list[RunResult]:
+def run_specs(
+    specs: Sequence[RunSpec],
+    callbacks: Callable[[int, RunSpec], Sequence[Callback]],
+    checkpoints: Callable[[RunSpec], CheckpointFolder | None] = lambda spec: None,
+) -> list[RunResult]:
     """Run `specs` in order, the i-th (from 1) with the callbacks `callbacks(i, spec)` makes for it and the checkpoint
     folder `checkpoints(spec)` gives it (a run killed before goes on from its last checkpoint there); a failed
     run is reported in its result and the others go on."""
@@ -46,11 +49,13 @@ def run_specs(specs: Sequence[RunSpec], callbacks: Callable[[int, RunSpec], Sequ
         for i, spec in enumerate(specs, 1):
             pool = None
             if spec.resources.backend == "ray":
+                assert pools is not None  # made above, before the first of the task's Ray runs
                 pool = pools.for_run(spec, max(s.scenario.num_clients for s in specs))
-            result = Federation(spec, callbacks(i, spec), pool=pool, gpu_check=gpu_check,
-                                checkpoints=checkpoints(spec)).run()
+            result = Federation(
+                spec, callbacks(i, spec), pool=pool, gpu_check=gpu_check, checkpoints=checkpoints(spec)
+            ).run()
             results.append(result)
-            if pool is not None:
+            if pool is not None and pools is not None:
                 pools.after(result.status)
     finally:
         if pools is not None:

@@ -46,7 +46,7 @@ def bundle(payloads: Mapping[int, Payload]) -> Payload:
 
 def _referencing(payload: Payload, k: int, place: tuple, shipped: dict[tuple, int]) -> Payload:
     """`payload` as model k of a bundle: each array an earlier model shipped at the same place is a reference."""
-    sections = {}
+    sections: dict[str, dict[str, np.ndarray]] = {}
     for section, arrays in payload.sections.items():
         out = sections[section] = {}
         for name, value in arrays.items():
@@ -68,7 +68,7 @@ def unbundle(flat: Payload) -> tuple[list[Payload], np.ndarray]:
 
 def _resolved(model: Payload, place: tuple, earlier: list[Payload]) -> Payload:
     """`model` with each reference replaced by the array the earlier model it names carries at the same place."""
-    sections = {}
+    sections: dict[str, dict[str, np.ndarray]] = {}
     for section, arrays in model.sections.items():
         out = sections[section] = {}
         for name, value in arrays.items():
@@ -98,17 +98,21 @@ def ensemble_metrics(probabilities: Sequence[np.ndarray], flat: Payload, labels:
     for model k of `unbundle(flat)`) on one test client's split."""
     owners, weight = flat[OWNERS]["index"], flat[ENSEMBLE]["weight"]
     per_model = np.bincount(owners, weights=weight, minlength=len(probabilities))
-    mixture = sum(w * p for w, p in zip(per_model / per_model.sum(), probabilities))
+    mixture = sum(w * p for w, p in zip(per_model / per_model.sum(), probabilities, strict=True))
     n = len(labels)
     if not n:
         return {M.ACCURACY: float("nan"), M.LOSS: float("nan"), M.TEST_SAMPLES: 0.0}
     picked = mixture[np.arange(n), labels]
-    return {M.ACCURACY: float((mixture.argmax(axis=1) == labels).mean()),
-            M.LOSS: float(-np.log(np.maximum(picked, 1e-12)).mean()), M.TEST_SAMPLES: float(n)}
+    return {
+        M.ACCURACY: float((mixture.argmax(axis=1) == labels).mean()),
+        M.LOSS: float(-np.log(np.maximum(picked, 1e-12)).mean()),
+        M.TEST_SAMPLES: float(n),
+    }
 
 
-def system_counts(outputs: Sequence[dict[str, np.ndarray]], owners: np.ndarray, labels: np.ndarray, client_id: int,
-                  num_classes: int) -> dict[str, float]:
+def system_counts(
+    outputs: Sequence[dict[str, np.ndarray]], owners: np.ndarray, labels: np.ndarray, client_id: int, num_classes: int
+) -> dict[str, float]:
     """Correct system answers (and, with a router, samples routed home) on one client's test split.
 
     Args:
@@ -148,5 +152,7 @@ def pooled_accuracy(evals: Sequence[ClientResult]) -> dict[str, float]:
     total = sum(r.metrics[M.TEST_SAMPLES] for r in evals)
     if not total:
         return {}
-    correct = sum(float(round(r.metrics[M.ACCURACY] * r.metrics[M.TEST_SAMPLES])) for r in evals if r.metrics[M.TEST_SAMPLES])
+    correct = sum(
+        float(round(r.metrics[M.ACCURACY] * r.metrics[M.TEST_SAMPLES])) for r in evals if r.metrics[M.TEST_SAMPLES]
+    )
     return {M.ACC_SYSTEM: correct / total}

@@ -59,8 +59,11 @@ def client_device(client_gpus: float) -> str:
         return "cpu"
     if torch.cuda.is_available():
         return "cuda"
-    warnings.warn(f"resources.client_gpus is {client_gpus} but torch sees no CUDA device here: clients train on CPU",
-                  RuntimeWarning, stacklevel=2)
+    warnings.warn(
+        f"resources.client_gpus is {client_gpus} but torch sees no CUDA device here: clients train on CPU",
+        RuntimeWarning,
+        stacklevel=2,
+    )
     return "cpu"
 
 
@@ -77,8 +80,9 @@ class ClientWorker:
         self.dataset = dataset
         self.scenario = scenario
         self.spec = spec
-        self.algorithm = make_algorithm(spec, scenario.input_shape, dataset.num_classes,
-                                        scenario.trained_distributions(spec.rounds))
+        self.algorithm = make_algorithm(
+            spec, scenario.input_shape, dataset.num_classes, scenario.trained_distributions(spec.rounds)
+        )
         self.device = client_device(spec.resources.client_gpus)
         self.threads = max(1, int(spec.resources.client_cpus))
         self.normalization = normalization_values(spec.normalize, dataset)
@@ -95,7 +99,8 @@ class ClientWorker:
             model = self.algorithm.builder().to(self.device)
             optimizer = make_optimizer(list(model.parameters()), self.spec.optimizer, self.spec.optimizer.lr)
             x = torch.zeros((2, *self.scenario.input_shape), device=self.device)
-            cond = torch.zeros((2, model.cond_dim), device=self.device) if getattr(model, "cond_dim", 0) else None
+            cond_dim = int(getattr(model, "cond_dim", 0))
+            cond = torch.zeros((2, cond_dim), device=self.device) if cond_dim else None
             model(x, cond).float().sum().backward()
             optimizer.step()
 
@@ -136,9 +141,11 @@ class ClientWorker:
         new state] (a Ray call with `num_returns=1 + len(client_ids)`, so each state stays in the object store on
         its own).
         """
-        states = objects[len(objects) - len(client_ids):]
-        outputs = [self.run(job, round, cid, objects[slot], state)
-                   for cid, slot, state in zip(client_ids, payload_slots, states)]
+        states = objects[len(objects) - len(client_ids) :]
+        outputs = [
+            self.run(job, round, cid, objects[slot], state)
+            for cid, slot, state in zip(client_ids, payload_slots, states, strict=True)
+        ]
         if not job.keeps_state:
             return outputs
         return [[result for result, _ in outputs], *(state for _, state in outputs)]
@@ -147,7 +154,9 @@ class ClientWorker:
         """How many training rows the client holds in `round`."""
         return len(self.scenario.view(round, client_id).train)
 
-    def on_data(self, job: Job, round: int, client_id: int, call: Callable[[ClientData, RoundContext], T]) -> tuple[T, float]:
+    def on_data(
+        self, job: Job, round: int, client_id: int, call: Callable[[ClientData, RoundContext], T]
+    ) -> tuple[T, float]:
         """Run `call` on the client's data for `round` in a scope seeded by (run seed, round, client, job name) with
         a fixed thread count; returns (its output, seconds).
 
@@ -161,12 +170,19 @@ class ClientWorker:
         else:
             view, labelled = self.scenario.view(round, client_id), None
         ctx = self._context(round, client_id, view)
-        data = materialize(self.dataset, view, self.scenario.input_shape, train=labelled, normalization=self.normalization)
+        data = materialize(
+            self.dataset, view, self.scenario.input_shape, train=labelled, normalization=self.normalization
+        )
         with torch_job_scope(derive_seed(self.spec.seed, round, client_id, purpose), self.threads, self.device):
             out = call(data, ctx)
         seconds = time.perf_counter() - start
-        timeline.mark("job", kind=purpose, seconds=seconds, cpu_s=time.process_time() - cpu_start,
-                      page_faults=timeline.page_faults() - faults_start)
+        timeline.mark(
+            "job",
+            kind=purpose,
+            seconds=seconds,
+            cpu_s=time.process_time() - cpu_start,
+            page_faults=timeline.page_faults() - faults_start,
+        )
         return out, seconds
 
     def pid(self) -> int:

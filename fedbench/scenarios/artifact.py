@@ -86,8 +86,9 @@ class Scenario:
 
     def distribution_ids(self, rounds: int) -> np.ndarray:
         """Ground truth [rounds, clients]: the distribution id of every client in every round (1-based rows)."""
-        return np.array([[self.view(r, c).distribution_id for c in range(self.num_clients)]
-                         for r in range(1, rounds + 1)])
+        return np.array(
+            [[self.view(r, c).distribution_id for c in range(self.num_clients)] for r in range(1, rounds + 1)]
+        )
 
     def trained_distributions(self, rounds: int) -> int:
         """How many distinct distributions the clients train on in `rounds` rounds: the true number of clusters

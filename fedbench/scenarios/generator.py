@@ -118,15 +118,20 @@ class Parts:
                 shift.check(facts, spec.num_clients)
                 if canvas is not None:
                     shift.check_ops(canvas, spec.num_clients)
-        if spec.test_clients.unseen_rate > 0 and not (self.partition.offers_unseen
-                                                      or any(s.offers_unseen for s in self.shifts)):
-            raise ConfigError("scenario.test_clients.unseen_rate", spec.test_clients.unseen_rate,
-                              "0 for this scenario, or a partition or shift with distributions outside training "
-                              "(class_bank, dirichlet, feature_bank, rotation, noise, label_permutation, "
-                              "conditional_transform)")
+        if spec.test_clients.unseen_rate > 0 and not (
+            self.partition.offers_unseen or any(s.offers_unseen for s in self.shifts)
+        ):
+            raise ConfigError(
+                "scenario.test_clients.unseen_rate",
+                spec.test_clients.unseen_rate,
+                "0 for this scenario, or a partition or shift with distributions outside training "
+                "(class_bank, dirichlet, feature_bank, rotation, noise, label_permutation, "
+                "conditional_transform)",
+            )
         if spec.local_test == "official" and spec.source == "all":
-            raise ConfigError("scenario.local_test", "official",
-                              "split when source is all (no official test data is left over)")
+            raise ConfigError(
+                "scenario.local_test", "official", "split when source is all (no official test data is left over)"
+            )
 
     def canvas(self, facts: DatasetFacts) -> Canvas | None:
         """The images the shifts' ops apply to (RGB once any shift colours them); None for vector data."""
@@ -151,8 +156,10 @@ def check_client_sizes(partition: Partition, spec: ScenarioSpec, facts: DatasetF
     if facts.train_size is None or (spec.source == "all" and facts.test_size is None):
         return
     pool = facts.train_size + (facts.test_size if spec.source == "all" else 0)
-    data = (f"{facts.dataset or 'the dataset'} has {pool} "
-            f"{'training' if spec.source == 'train' else 'training and test'} samples")
+    data = (
+        f"{facts.dataset or 'the dataset'} has {pool} "
+        f"{'training' if spec.source == 'train' else 'training and test'} samples"
+    )
     if spec.local_test == "split" and spec.test_fraction > 0:
         needed = smallest_split(spec.test_fraction)
         need = f"a client needs {needed} to keep a training and a test sample at test_fraction {spec.test_fraction}"
@@ -163,12 +170,18 @@ def check_client_sizes(partition: Partition, spec: ScenarioSpec, facts: DatasetF
     if spec.num_clients > most:
         raise ConfigError("num_clients", spec.num_clients, f"at most {most}: {data}{copies} and {need}")
     if spec.local_test == "official" and facts.test_size is not None and spec.num_clients > facts.test_size:
-        raise ConfigError("num_clients", spec.num_clients,
-                          f"at most {facts.test_size}: local_test official draws each client's test samples from the "
-                          f"{facts.test_size} of {facts.dataset or 'the dataset'}'s official test split")
+        raise ConfigError(
+            "num_clients",
+            spec.num_clients,
+            f"at most {facts.test_size}: local_test official draws each client's test samples from the "
+            f"{facts.test_size} of {facts.dataset or 'the dataset'}'s official test split",
+        )
     if partition.min_samples * spec.num_clients > pool:
-        raise ConfigError("min_samples", partition.min_samples,
-                          f"at most {pool // spec.num_clients} for {spec.num_clients} clients ({data})")
+        raise ConfigError(
+            "min_samples",
+            partition.min_samples,
+            f"at most {pool // spec.num_clients} for {spec.num_clients} clients ({data})",
+        )
 
 
 def smallest_split(test_fraction: float) -> int:
@@ -200,8 +213,14 @@ def _generate(dataset: BaseDataset, spec: ScenarioSpec, seed: int, key: str, sta
     parts.check(spec, facts)
     split_col = dataset.meta["split"].to_numpy()
     pool = np.arange(len(dataset)) if spec.source == "all" else np.flatnonzero(split_col == "train")
-    ctx = PoolContext(pool, dataset.y[pool], dataset.meta.iloc[pool].reset_index(drop=True), facts, spec.copies,
-                      bank_seed=derive_seed(seed, "banks", key))
+    ctx = PoolContext(
+        pool,
+        dataset.y[pool],
+        dataset.meta.iloc[pool].reset_index(drop=True),
+        facts,
+        spec.copies,
+        bank_seed=derive_seed(seed, "banks", key),
+    )
     banks = [shift.bank(ctx, spec.num_clients) for shift in parts.shifts]
     official_test = np.flatnonzero(split_col == "test") if spec.source == "train" else np.zeros(0, dtype=np.int64)
 
@@ -212,20 +231,34 @@ def _generate(dataset: BaseDataset, spec: ScenarioSpec, seed: int, key: str, sta
         fresh = split is None or (split.redraws and stage > 0)
         if fresh:
             split = parts.split(ctx, spec, rng)
-        modes = [bank.draw(spec.num_clients, rng) if stage == 0 or bank.drifts else previous
-                 for bank, previous in zip(banks, records[-1][1] if records else [None] * len(banks), strict=True)]
-        views = _stage_views(dataset, ctx, spec, split, banks, modes, registry, official_test, rng,
-                             None if fresh else stage_views[-1])
+        modes = [
+            bank.draw(spec.num_clients, rng) if stage == 0 or bank.drifts else previous
+            for bank, previous in zip(banks, records[-1][1] if records else [None] * len(banks), strict=True)
+        ]
+        views = _stage_views(
+            dataset, ctx, spec, split, banks, modes, registry, official_test, rng, None if fresh else stage_views[-1]
+        )
         records.append(([DistributionRecord.of(v, dataset.y, dataset.num_classes) for v in views], modes))
         stage_views.append(tuple(views))
 
     rng = np.random.default_rng(derive_seed(seed, "test_clients", key))
-    test_pool = (official_test if len(official_test)
-                 else np.concatenate([v.test for s in stage_views[:stages] for v in s]))
+    test_pool = (
+        official_test if len(official_test) else np.concatenate([v.test for s in stage_views[:stages] for v in s])
+    )
     trained_ids = {v.distribution_id for views in stage_views[:stages] for v in views}
     test_clients = make_test_clients(
-        spec.test_clients, records[stages - 1][0], records[stages][0], split, banks, registry, dataset.y,
-        dataset.num_classes, test_pool, _has_label_shift(split, banks), trained_ids, rng,
+        spec.test_clients,
+        records[stages - 1][0],
+        records[stages][0],
+        split,
+        banks,
+        registry,
+        dataset.y,
+        dataset.num_classes,
+        test_pool,
+        _has_label_shift(split, banks),
+        trained_ids,
+        rng,
     )
     channels = 3 if any(m.rgb for b in banks for m in b.modes + b.unseen) else facts.channels
     input_shape = (channels, *dataset.x.shape[2:]) if facts.channels is not None else tuple(dataset.x.shape[1:])
@@ -235,8 +268,9 @@ def _generate(dataset: BaseDataset, spec: ScenarioSpec, seed: int, key: str, sta
         num_classes=dataset.num_classes,
         input_shape=tuple(int(d) for d in input_shape),
         stages=tuple(stage_views[:stages]),
-        round_stage=(() if spec.drift_every is None
-                     else tuple(s for s in range(stages) for _ in range(spec.drift_every))),
+        round_stage=(
+            () if spec.drift_every is None else tuple(s for s in range(stages) for _ in range(spec.drift_every))
+        ),
         test_clients=test_clients,
         duplicated=spec.copies > 1,
         distributions=tuple(registry.descriptions),
@@ -257,8 +291,18 @@ class _DistributionIds:
         return self.ids[key]
 
 
-def _stage_views(dataset, ctx, spec, split: Split, banks: list[Bank], modes, registry, official_test, rng,
-                 kept: tuple[ClientView, ...] | None) -> list[ClientView]:
+def _stage_views(
+    dataset,
+    ctx,
+    spec,
+    split: Split,
+    banks: list[Bank],
+    modes,
+    registry,
+    official_test,
+    rng,
+    kept: tuple[ClientView, ...] | None,
+) -> list[ClientView]:
     """Every client's view in one stage; `kept`: the previous stage's views when the data stays (only shifts drift)."""
     views = []
     official = spec.local_test == "official"
@@ -295,14 +339,15 @@ def _official_test_parts(dataset, ctx: PoolContext, split: Split, official_test:
     001 Sec. IV-B splits test data identically to training data."""
     ratio = len(official_test) / max(len(ctx.labels), 1)
     test_labels = dataset.y[official_test]
-    demand = np.stack([
-        weights_demand(histogram(ctx.labels[p], ctx.num_classes), int(round(len(p) * ratio))) for p in split.parts
-    ])
+    demand = np.stack(
+        [weights_demand(histogram(ctx.labels[p], ctx.num_classes), int(round(len(p) * ratio))) for p in split.parts]
+    )
     positions = allocate(demand, class_queues(test_labels, ctx.num_classes, rng))
     return [official_test[p] for p in positions]
 
 
 def _has_label_shift(split: Split, banks: list[Bank]) -> bool:
     """Concept shift P(Y|X): some client sees relabelled classes (FEROMA then tests on the client's own)."""
-    return any(m.label_map is not None for b in banks for m in b.modes) or bool(split.label_maps and any(
-        lm is not None for lm in split.label_maps))
+    return any(m.label_map is not None for b in banks for m in b.modes) or bool(
+        split.label_maps and any(lm is not None for lm in split.label_maps)
+    )

@@ -98,8 +98,9 @@ class IID(Partition):
 
     def split(self, ctx, num_clients, rng):
         parts = [np.sort(p) for p in np.array_split(rng.permutation(len(ctx.labels)), num_clients)]
-        return Split(parts, [0] * num_clients, ["iid"] * num_clients,
-                     class_weights={0: histogram(ctx.labels, ctx.num_classes)})
+        return Split(
+            parts, [0] * num_clients, ["iid"] * num_clients, class_weights={0: histogram(ctx.labels, ctx.num_classes)}
+        )
 
 
 @register_partition("dirichlet")
@@ -139,14 +140,21 @@ class Dirichlet(Partition):
             parts = [np.sort(np.concatenate(s)) for s in shares]
             if min(len(p) for p in parts) >= self.min_samples:
                 weights = {c: histogram(ctx.labels[p], ctx.num_classes) for c, p in enumerate(parts)}
-                unseen = [(rng.dirichlet(np.full(ctx.num_classes, self.alpha)), f"new Dir({self.alpha}) draw")
-                          for _ in range(num_clients)]
-                return Split(parts, list(range(num_clients)),
-                             [f"Dir({self.alpha}) client {c}" for c in range(num_clients)],
-                             class_weights=weights, unseen=unseen)
+                unseen = [
+                    (rng.dirichlet(np.full(ctx.num_classes, self.alpha)), f"new Dir({self.alpha}) draw")
+                    for _ in range(num_clients)
+                ]
+                return Split(
+                    parts,
+                    list(range(num_clients)),
+                    [f"Dir({self.alpha}) client {c}" for c in range(num_clients)],
+                    class_weights=weights,
+                    unseen=unseen,
+                )
         raise ConfigError(
-            "alpha", self.alpha,
-            f"a value for which every client gets >= {self.min_samples} samples (raise alpha or lower min_samples)"
+            "alpha",
+            self.alpha,
+            f"a value for which every client gets >= {self.min_samples} samples (raise alpha or lower min_samples)",
         )
 
 
@@ -162,7 +170,8 @@ class Shards(Partition):
         total = num_clients * self.shards_per_client
         if self.shards_per_client < 1 or total % facts.num_classes:
             raise ConfigError(
-                "shards_per_client", self.shards_per_client,
+                "shards_per_client",
+                self.shards_per_client,
                 f"a value with num_clients x shards_per_client divisible by the {facts.num_classes} classes, "
                 f"so every shard holds one class ({num_clients} x {self.shards_per_client} = {total})",
             )
@@ -176,8 +185,9 @@ class Shards(Partition):
         parts = [np.sort(np.concatenate([shards[s] for s in row])) for row in order]
         weights = {c: histogram(ctx.labels[p], ctx.num_classes) for c, p in enumerate(parts)}
         classes = [sorted({int(ctx.labels[shards[s][0]]) for s in row if len(shards[s])}) for row in order]
-        return Split(parts, list(range(num_clients)), [f"shards of classes {cl}" for cl in classes],
-                     class_weights=weights)
+        return Split(
+            parts, list(range(num_clients)), [f"shards of classes {cl}" for cl in classes], class_weights=weights
+        )
 
 
 @register_partition("quantity")
@@ -201,8 +211,12 @@ class Quantity(Partition):
         sizes = self.min_samples + np.floor(rng.dirichlet(np.full(num_clients, self.alpha)) * spare).astype(int)
         cuts = np.cumsum(sizes)[:-1]
         parts = [np.sort(p) for p in np.split(rng.permutation(len(ctx.labels))[: sizes.sum()], cuts)]
-        return Split(parts, [0] * num_clients, [f"iid, {len(p)} samples" for p in parts],
-                     class_weights={0: histogram(ctx.labels, ctx.num_classes)})
+        return Split(
+            parts,
+            [0] * num_clients,
+            [f"iid, {len(p)} samples" for p in parts],
+            class_weights={0: histogram(ctx.labels, ctx.num_classes)},
+        )
 
 
 @register_partition("chunks")
@@ -270,8 +284,14 @@ class ClassBank(Partition):
         demand = np.stack([weights_demand(weights[g], size) for g in groups])
         parts = allocate(demand, class_queues(ctx.labels, ctx.num_classes, rng, ctx.copies))
         unseen = [(_uniform_over(s, ctx.num_classes), f"classes {list(s)}") for s in self._unseen(bank, ctx)]
-        return Split(parts, groups, [f"classes {list(bank[g])}" for g in groups], class_weights=weights, unseen=unseen,
-                     redraws=True)
+        return Split(
+            parts,
+            groups,
+            [f"classes {list(bank[g])}" for g in groups],
+            class_weights=weights,
+            unseen=unseen,
+            redraws=True,
+        )
 
 
 @register_partition("class_clusters")
@@ -300,8 +320,12 @@ class ClassClusters(Partition):
         groups = blocks(num_clients, self.clusters)
         members = [np.flatnonzero(np.isin(ctx.labels, g)) for g in class_groups]
         parts, weights = _grouped_split(ctx, groups, members, rng)
-        return Split(parts, groups.tolist(), [f"cluster {g}: classes {class_groups[g].tolist()}" for g in groups],
-                     class_weights=weights)
+        return Split(
+            parts,
+            groups.tolist(),
+            [f"cluster {g}: classes {class_groups[g].tolist()}" for g in groups],
+            class_weights=weights,
+        )
 
 
 @register_partition("subclass_clusters")
@@ -325,8 +349,13 @@ class SubclassClusters(Partition):
         members = [np.flatnonzero(np.isin(ctx.labels, s)) for s in sets]
         parts, weights = _grouped_split(ctx, groups, members, rng)
         label_map = superclass_of(ctx.facts) if self.label == "superclass" else None
-        return Split(parts, groups.tolist(), [f"cluster {g}: subclasses {sets[g]}" for g in groups],
-                     label_maps=[label_map] * num_clients, class_weights=weights)
+        return Split(
+            parts,
+            groups.tolist(),
+            [f"cluster {g}: subclasses {sets[g]}" for g in groups],
+            label_maps=[label_map] * num_clients,
+            class_weights=weights,
+        )
 
 
 @register_partition("concept_covariate")
@@ -353,8 +382,13 @@ class ConceptCovariate(Partition):
         parts, weights = _grouped_split(ctx, groups, members, rng)
         maps = [superclass_of(ctx.facts), second_concept(ctx.facts)]
         names = ["semantic", "size" if ctx.facts.dataset == "cifar10" else "parity"]
-        return Split(parts, groups.tolist(), [f"{names[g // c]} labels, subclasses {sets[g % c]}" for g in groups],
-                     label_maps=[maps[g // c] for g in groups], class_weights=weights)
+        return Split(
+            parts,
+            groups.tolist(),
+            [f"{names[g // c]} labels, subclasses {sets[g % c]}" for g in groups],
+            label_maps=[maps[g // c] for g in groups],
+            class_weights=weights,
+        )
 
 
 @register_partition("natural")
@@ -382,8 +416,9 @@ class Natural(Partition):
             owners = np.array_split(rng.permutation(distinct), num_clients)
             parts = [np.sort(np.flatnonzero(np.isin(values, o))) for o in owners]
             weights = {c: histogram(ctx.labels[p], ctx.num_classes) for c, p in enumerate(parts)}
-            return Split(parts, list(range(num_clients)), [f"{len(o)} {self.column}s" for o in owners],
-                         class_weights=weights)
+            return Split(
+                parts, list(range(num_clients)), [f"{len(o)} {self.column}s" for o in owners], class_weights=weights
+            )
         groups = blocks(num_clients, len(distinct))
         members = [np.flatnonzero(values == v) for v in distinct]
         parts, weights = _grouped_split(ctx, groups, members, rng)
@@ -404,5 +439,3 @@ def _uniform_over(classes, num_classes: int) -> np.ndarray:
     w = np.zeros(num_classes)
     w[list(classes)] = 1.0 / len(classes)
     return w
-
-

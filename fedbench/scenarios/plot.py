@@ -44,23 +44,27 @@ def plot_scenario(
         counts = class_histograms(labels, scenario, r, num_classes)
         stage = f", stage {scenario.stage_of(r)}" if len(scenario.stages) > 1 else ""
         ids = [scenario.view(r, c).distribution_id for c in range(scenario.num_clients)]
-        panels.append((
-            f"round {r}{stage}",
-            counts,
-            [f"c{c}" for c in range(scenario.num_clients)],
-            [f"d{i}" for i in ids],
-            [f"n={n}" for n in counts.sum(axis=1)],
-        ))
+        panels.append(
+            (
+                f"round {r}{stage}",
+                counts,
+                [f"c{c}" for c in range(scenario.num_clients)],
+                [f"d{i}" for i in ids],
+                [f"n={n}" for n in counts.sum(axis=1)],
+            )
+        )
     if scenario.test_clients:
         counts = test_client_histograms(labels, scenario, num_classes)
         unseen = sum(not tc.seen for tc in scenario.test_clients)
-        panels.append((
-            f"test clients ({unseen} unseen)" if unseen else "test clients",
-            counts,
-            [f"t{i}" for i in range(len(counts))],
-            [f"d{tc.view.distribution_id}" + ("" if tc.seen else " new") for tc in scenario.test_clients],
-            [f"n={n}" for n in counts.sum(axis=1)],
-        ))
+        panels.append(
+            (
+                f"test clients ({unseen} unseen)" if unseen else "test clients",
+                counts,
+                [f"t{i}" for i in range(len(counts))],
+                [f"d{tc.view.distribution_id}" + ("" if tc.seen else " new") for tc in scenario.test_clients],
+                [f"n={n}" for n in counts.sum(axis=1)],
+            )
+        )
 
     max_rows = max(len(p[1]) for p in panels)
     # Tall panels (many clients) go side by side; wide ones (many classes) two to a row.
@@ -91,10 +95,18 @@ def plot_scenario(
         _class_ticks(ax, num_classes, class_names)
         for i in range(n):
             text = markers[i] if dense else f"{markers[i]}  {sizes[i]}"
-            ax.annotate(text, xy=(1.01, i), xycoords=("axes fraction", "data"), ha="left", va="center",
-                        fontsize=font, family="monospace", annotation_clip=False,
-                        color="tab:red" if markers[i].endswith("new") else "black")
-    for ax in axes.ravel()[len(panels):]:
+            ax.annotate(
+                text,
+                xy=(1.01, i),
+                xycoords=("axes fraction", "data"),
+                ha="left",
+                va="center",
+                fontsize=font,
+                family="monospace",
+                annotation_clip=False,
+                color="tab:red" if markers[i].endswith("new") else "black",
+            )
+    for ax in axes.ravel()[len(panels) :]:
         ax.set_axis_off()
     bar = fig.colorbar(image, ax=axes.ravel().tolist(), shrink=0.6, aspect=30)
     bar.set_label("share of the client's samples per class", fontsize=8)

@@ -26,8 +26,11 @@ SPARSITY_CLIENTS_PER_CLUSTER = {"rich": 5, "medium": 10, "sparse": 20, "very_spa
 
 FEROMA_LEVELS = {
     # 002 Table 12 (and docs/methods.md, ANDA): per level, for each non-IID type.
-    "feature_skew": {"low": dict(rotations=4, colours=False), "medium": dict(rotations=2, colours=True),
-                     "high": dict(rotations=4, colours=True)},
+    "feature_skew": {
+        "low": dict(rotations=4, colours=False),
+        "medium": dict(rotations=2, colours=True),
+        "high": dict(rotations=4, colours=True),
+    },
     "label_skew": {"low": 4, "medium": 6, "high": 8},
     "conditional_label_skew": {"low": 3, "medium": 4, "high": 5},
     "conditional_label_skew_cifar100": {"low": 40, "medium": 60, "high": 80},
@@ -77,10 +80,13 @@ def expand_preset(section: dict[str, Any], facts: DatasetFacts) -> dict[str, Any
 def _images(facts: DatasetFacts, name: str, classes: tuple[int, ...] = (10, 100)) -> None:
     if facts.channels is None or facts.num_classes not in classes:
         fits = " or ".join(str(c) for c in classes)
-        raise ConfigError("scenario.preset", name,
-                          f"an image dataset with {fits} classes (e.g. mnist, fmnist, cifar10, cifar100); "
-                          f"{facts.dataset or 'this dataset'} has {facts.num_classes} classes"
-                          f"{'' if facts.channels else ' and no images'}")
+        raise ConfigError(
+            "scenario.preset",
+            name,
+            f"an image dataset with {fits} classes (e.g. mnist, fmnist, cifar10, cifar100); "
+            f"{facts.dataset or 'this dataset'} has {facts.num_classes} classes"
+            f"{'' if facts.channels else ' and no images'}",
+        )
 
 
 def _feroma_common(num_clients: int, drift_every: int | None) -> dict[str, Any]:
@@ -108,17 +114,24 @@ def _feroma(kind: str, level: str):
             # 002 App. E: 20 labelled samples per class let test clients be matched under P(Y|X).
             out.update(partition="chunks", shifts=[shift], test_clients={"mode": "feroma", "labelled_per_class": 20})
         else:
-            out.update(partition="chunks",
-                       shifts=[{"name": "conditional_transform", "banks": FEROMA_LEVELS[kind][level]}])
+            out.update(
+                partition="chunks", shifts=[{"name": "conditional_transform", "banks": FEROMA_LEVELS[kind][level]}]
+            )
         return out
 
-    build.__doc__ = (f"002 I.2 {FEROMA_KINDS[kind]}, level {level} ({_level_text(kind, level)}); 20 clients, "
-                     f"drift every 4 rounds unless drift_every says otherwise; I.3 duplication for 50-100 clients.")
+    build.__doc__ = (
+        f"002 I.2 {FEROMA_KINDS[kind]}, level {level} ({_level_text(kind, level)}); 20 clients, "
+        f"drift every 4 rounds unless drift_every says otherwise; I.3 duplication for 50-100 clients."
+    )
     preset(name)(build)
 
 
-FEROMA_KINDS = {"feature_skew": "feature skew P(X)", "label_skew": "label skew P(Y)",
-                "conditional_label_skew": "concept shift P(Y|X)", "conditional_feature_skew": "concept shift P(X|Y)"}
+FEROMA_KINDS = {
+    "feature_skew": "feature skew P(X)",
+    "label_skew": "label skew P(Y)",
+    "conditional_label_skew": "concept shift P(Y|X)",
+    "conditional_feature_skew": "concept shift P(X|Y)",
+}
 
 
 def _level_text(kind: str, level: str) -> str:
@@ -139,8 +152,11 @@ for _kind in ("feature_skew", "label_skew", "conditional_label_skew", "condition
 
 def _conditional_common(clusters: int, sparsity: str) -> dict[str, Any]:
     """001 Sec. IV-B: clients of a cluster hold disjoint shares; test data split the same way (official split)."""
-    return {"num_clients": clusters * SPARSITY_CLIENTS_PER_CLUSTER[sparsity], "local_test": "official",
-            "test_clients": {"mode": "own"}}
+    return {
+        "num_clients": clusters * SPARSITY_CLIENTS_PER_CLUSTER[sparsity],
+        "local_test": "official",
+        "test_clients": {"mode": "own"},
+    }
 
 
 @preset("conditional/E1")
@@ -161,16 +177,22 @@ def conditional_e2a(facts: DatasetFacts, clusters: int = 2, sparsity: Sparsity =
 def conditional_e2b(facts: DatasetFacts, clusters: int = 4, sparsity: Sparsity = "rich") -> dict[str, Any]:
     """001 E2b rotation covariate shift: cluster k sees images rotated by k * 360 / K (Table I: FMNIST K=4)."""
     _images(facts, "conditional/E2b")
-    return {**_conditional_common(clusters, sparsity), "partition": "iid",
-            "shifts": [{"name": "rotation", "clusters": clusters}]}
+    return {
+        **_conditional_common(clusters, sparsity),
+        "partition": "iid",
+        "shifts": [{"name": "rotation", "clusters": clusters}],
+    }
 
 
 @preset("conditional/E3a")
 def conditional_e3a(facts: DatasetFacts, sparsity: Sparsity = "rich") -> dict[str, Any]:
     """001 E3a semantic concept shift: one cluster labels odd/even, the other below-5/above-5."""
     _images(facts, "conditional/E3a", (10,))
-    return {**_conditional_common(2, sparsity), "partition": "iid",
-            "shifts": [{"name": "relabel", "groupings": ["parity", "half"]}]}
+    return {
+        **_conditional_common(2, sparsity),
+        "partition": "iid",
+        "shifts": [{"name": "relabel", "groupings": ["parity", "half"]}],
+    }
 
 
 @preset("conditional/E3b")
@@ -185,8 +207,11 @@ def conditional_e3b(facts: DatasetFacts, clusters: int = 2, sparsity: Sparsity =
 def conditional_e4a(facts: DatasetFacts, sparsity: Sparsity = "rich") -> dict[str, Any]:
     """001 E4a domain shift: MNIST clients beside Fashion-MNIST clients (dataset `mixture`), one cluster each."""
     if "domain" not in facts.meta_columns:
-        raise ConfigError("scenario.preset", "conditional/E4a",
-                          "a dataset with a 'domain' column: {name: mixture, parts: [mnist, fmnist]}")
+        raise ConfigError(
+            "scenario.preset",
+            "conditional/E4a",
+            "a dataset with a 'domain' column: {name: mixture, parts: [mnist, fmnist]}",
+        )
     return {**_conditional_common(2, sparsity), "partition": "natural", "column": "domain"}
 
 
@@ -194,16 +219,26 @@ def conditional_e4a(facts: DatasetFacts, sparsity: Sparsity = "rich") -> dict[st
 def conditional_e4b(facts: DatasetFacts, covariate_clusters: int = 2, sparsity: Sparsity = "rich") -> dict[str, Any]:
     """001 E4b combined shift on CIFAR-10: 2 concept groups x C in {2, 3, 4} covariate clusters."""
     if facts.dataset != "cifar10":
-        raise ConfigError("scenario.preset", "conditional/E4b",
-                          "dataset cifar10 (its semantic and size label concepts)")
-    return {**_conditional_common(2 * covariate_clusters, sparsity), "partition": "concept_covariate",
-            "covariate_clusters": covariate_clusters}
+        raise ConfigError(
+            "scenario.preset", "conditional/E4b", "dataset cifar10 (its semantic and size label concepts)"
+        )
+    return {
+        **_conditional_common(2 * covariate_clusters, sparsity),
+        "partition": "concept_covariate",
+        "covariate_clusters": covariate_clusters,
+    }
 
 
 def _feddrm(partition: dict[str, Any]) -> dict[str, Any]:
     """004 Sec. 5: train and test pooled, 8 clients from the 3 photometric bits, 70/30 split per client."""
-    return {**partition, "num_clients": 8, "source": "all", "test_fraction": 0.3, "shifts": [{"name": "photometric"}],
-            "test_clients": {"mode": "none"}}
+    return {
+        **partition,
+        "num_clients": 8,
+        "source": "all",
+        "test_fraction": 0.3,
+        "shifts": [{"name": "photometric"}],
+        "test_clients": {"mode": "none"},
+    }
 
 
 @preset("feddrm/dir0.3")
@@ -232,11 +267,18 @@ def feddrm_spc(facts: DatasetFacts) -> dict[str, Any]:
 def made_writers_noise(facts: DatasetFacts, num_clients: int = 30, sigma: float = 0.5) -> dict[str, Any]:
     """003 Sec. III-A / IV: disjoint writer groups over 30 clients, plus noise sigma * i / N (sigma = 0.5)."""
     if "writer" not in facts.meta_columns:
-        raise ConfigError("scenario.preset", "made/writers_noise",
-                          "a dataset with a 'writer' column, e.g. femnist "
-                          "(LEAF JSON; digits_only: true for 003's EMNIST digits)")
-    return {"num_clients": num_clients, "partition": "natural", "column": "writer",
-            "shifts": [{"name": "noise", "sigma": sigma}], "test_clients": {"mode": "none"}}
+        raise ConfigError(
+            "scenario.preset",
+            "made/writers_noise",
+            "a dataset with a 'writer' column, e.g. femnist (LEAF JSON; digits_only: true for 003's EMNIST digits)",
+        )
+    return {
+        "num_clients": num_clients,
+        "partition": "natural",
+        "column": "writer",
+        "shifts": [{"name": "noise", "sigma": sigma}],
+        "test_clients": {"mode": "none"},
+    }
 
 
 @preset("made/dirichlet")

@@ -65,8 +65,17 @@ def round_summary(labels: np.ndarray, scenario: Scenario, round: int, num_classe
     rows = []
     for c in range(scenario.num_clients):
         view = scenario.view(round, c)
-        rows.append(ClientRow(c, len(view.train), len(view.test), int(view.distribution_id), view.description,
-                              tuple(int(k) for k in np.flatnonzero(hist[c])), hist[c]))
+        rows.append(
+            ClientRow(
+                c,
+                len(view.train),
+                len(view.test),
+                int(view.distribution_id),
+                view.description,
+                tuple(int(k) for k in np.flatnonzero(hist[c])),
+                hist[c],
+            )
+        )
     return rows
 
 
@@ -120,13 +129,16 @@ def histogram_text(counts: np.ndarray, top: int = 10) -> str:
     return f"{len(present)} cls, top {shown} +{len(present) - top} more"
 
 
-
-def describe_scenario(labels: np.ndarray, scenario: Scenario, rounds: Sequence[int], total_rounds: int,
-                      num_classes: int) -> list[RenderableType]:
+def describe_scenario(
+    labels: np.ndarray, scenario: Scenario, rounds: Sequence[int], total_rounds: int, num_classes: int
+) -> list[RenderableType]:
     """What `fedbench scenario show` prints, in order: a table per round in `rounds` (a round of a stage
     already shown says so), the test clients, and a summary of the federation and its label skew."""
-    return [*round_tables(labels, scenario, rounds, num_classes), table_of_test_clients(labels, scenario, num_classes),
-            *summary_lines(labels, scenario, total_rounds, num_classes)]
+    return [
+        *round_tables(labels, scenario, rounds, num_classes),
+        table_of_test_clients(labels, scenario, num_classes),
+        *summary_lines(labels, scenario, total_rounds, num_classes),
+    ]
 
 
 def round_tables(labels: np.ndarray, scenario: Scenario, rounds: Sequence[int], num_classes: int) -> list[Table]:
@@ -141,8 +153,14 @@ def round_tables(labels: np.ndarray, scenario: Scenario, rounds: Sequence[int], 
         for column in ("client", "train", "test", "dist", "description", "classes (label:count)"):
             table.add_column(column, justify="right" if column in ("client", "train", "test", "dist") else "left")
         for row in round_summary(labels, scenario, r, num_classes):
-            table.add_row(str(row.client), str(row.train), str(row.test), f"d{row.distribution_id}",
-                          escape(row.description), histogram_text(row.counts))
+            table.add_row(
+                str(row.client),
+                str(row.train),
+                str(row.test),
+                f"d{row.distribution_id}",
+                escape(row.description),
+                histogram_text(row.counts),
+            )
         tables.append(table)
     return tables
 
@@ -156,9 +174,15 @@ def table_of_test_clients(labels: np.ndarray, scenario: Scenario, num_classes: i
     histograms = test_client_histograms(labels, scenario, num_classes)
     for i, (tc, counts) in enumerate(zip(scenario.test_clients, histograms, strict=True)):
         dist = f"d{tc.view.distribution_id}" + ("" if tc.seen else " [red]unseen[/]")
-        table.add_row(f"t{i}", str(len(tc.view.test)), str(len(tc.labelled)),
-                      f"c{tc.origin}" if tc.origin >= 0 else "-", dist, escape(tc.view.description),
-                      histogram_text(counts))
+        table.add_row(
+            f"t{i}",
+            str(len(tc.view.test)),
+            str(len(tc.labelled)),
+            f"c{tc.origin}" if tc.origin >= 0 else "-",
+            dist,
+            escape(tc.view.description),
+            histogram_text(counts),
+        )
     return table
 
 
@@ -174,6 +198,8 @@ def summary_lines(labels: np.ndarray, scenario: Scenario, total_rounds: int, num
         + (f" ({len(trained | tested)} with the test clients), " if tested - trained else ", ")
         + f"{'duplicated' if scenario.duplicated else 'not duplicated'}, input shape {scenario.input_shape}"
     )
-    skew = (f"label skew: mean pairwise Jensen-Shannon divergence of round 1's class histograms {js:.3f} "
-            "(0: identical, ln 2 = 0.693: disjoint classes)")
+    skew = (
+        f"label skew: mean pairwise Jensen-Shannon divergence of round 1's class histograms {js:.3f} "
+        "(0: identical, ln 2 = 0.693: disjoint classes)"
+    )
     return [federation, skew]

@@ -96,8 +96,9 @@ class Shift:
 def _require_images(facts: DatasetFacts, name: str) -> None:
     if facts.channels not in (1, 3):
         holds = "feature vectors" if facts.channels is None else f"{facts.channels}-channel images"
-        raise ConfigError("name", name,
-                          f"image datasets with 1 or 3 channels ({facts.dataset or 'the dataset'} holds {holds})")
+        raise ConfigError(
+            "name", name, f"image datasets with 1 or 3 channels ({facts.dataset or 'the dataset'} holds {holds})"
+        )
 
 
 def pattern_ops(angle: float, colour: int | None, classes: tuple[int, ...] | None = None) -> tuple[Op, ...]:
@@ -205,8 +206,10 @@ class Noise(Shift):
 
     def _levels(self, num_clients: int) -> tuple[list[float], list[float]]:
         """Client i (1-based) gets sigma * i / N, so the last client has the full sigma; unseen: the half-steps."""
-        return ([self.sigma * i / num_clients for i in range(1, num_clients + 1)],
-                [self.sigma * (i + 0.5) / num_clients for i in range(num_clients)])
+        return (
+            [self.sigma * i / num_clients for i in range(1, num_clients + 1)],
+            [self.sigma * (i + 0.5) / num_clients for i in range(num_clients)],
+        )
 
     def op_sources(self, num_clients):
         seen, unseen = self._levels(num_clients)
@@ -294,7 +297,7 @@ class LabelPermutation(Shift):
         if len(others) >= 2:  # unseen: a swap among classes the bank never touches
             unseen = [_relabel_mode(others[:2], others[:2][::-1], n)]
         else:
-            extra = _distinct_permutations(pool, len(orders) + 4, rng)[len(orders):]
+            extra = _distinct_permutations(pool, len(orders) + 4, rng)[len(orders) :]
             unseen = [_relabel_mode(pool, o, n) for o in extra if not any(np.array_equal(o, k) for k in orders)]
         return Bank(modes, self.assign, unseen)
 

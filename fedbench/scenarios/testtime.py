@@ -52,8 +52,11 @@ def make_test_clients(
     n = len(last)
     unseen = set(rng.permutation(n)[: int(round(spec.unseen_rate * n))].tolist())
     if unseen and not split.unseen and not any(b.unseen for b in banks):
-        raise ConfigError("scenario.test_clients.unseen_rate", spec.unseen_rate,
-                          "0 for this scenario: its partition and shifts define no distribution outside training")
+        raise ConfigError(
+            "scenario.test_clients.unseen_rate",
+            spec.unseen_rate,
+            "0 for this scenario: its partition and shifts define no distribution outside training",
+        )
     pool_labels = labels[test_pool]
     clients = []
     for t in range(n):
@@ -74,8 +77,9 @@ def make_test_clients(
         positions = allocate(weights_demand(weights, size)[None, :], queues)[0]
         indices = test_pool[positions]
         labelled = _labelled(indices, labels, spec.labelled_per_class, rng)
-        test_view = ClientView(np.zeros(0, dtype=np.int64), indices, view.distribution_id, view.transform,
-                               view.label_map, view.description)
+        test_view = ClientView(
+            np.zeros(0, dtype=np.int64), indices, view.distribution_id, view.transform, view.label_map, view.description
+        )
         clients.append(TestClient(test_view, labelled, origin, view.distribution_id in trained_ids))
     return tuple(clients)
 
@@ -101,8 +105,14 @@ def _unseen_view(record: DistributionRecord, split: Split, banks: list[Bank], id
         if mode.label_map is not None:
             label_map = mode.label_map if label_map is None else mode.label_map[label_map]
     description = "unseen: " + " | ".join(p for p in parts if p)
-    return ClientView(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), ids.id_of(tuple(key), description),
-                      tuple(ops), label_map, description)
+    return ClientView(
+        np.zeros(0, dtype=np.int64),
+        np.zeros(0, dtype=np.int64),
+        ids.id_of(tuple(key), description),
+        tuple(ops),
+        label_map,
+        description,
+    )
 
 
 def _labelled(indices: np.ndarray, labels: np.ndarray, per_class: int, rng: np.random.Generator) -> np.ndarray:

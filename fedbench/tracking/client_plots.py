@@ -40,19 +40,24 @@ def draw_client_distribution(table: pd.DataFrame, title: str):
     fig = Figure(figsize=(max(4.5, 0.9 + 0.75 * len(configurations)) * cols, 3.8 * rows + 0.6), layout="constrained")
     axes = np.atleast_1d(fig.subplots(rows, cols, sharey=True, squeeze=False)).ravel()
     jitter = np.random.default_rng(0)  # where the dots sit across their box only; the values are the clients'
-    for ax, group in zip(axes, groups):
+    for ax, group in zip(axes, groups, strict=False):
         panel = final[final["group"] == group]
         values = [panel.loc[panel["configuration"] == c, "acc_local"].to_numpy() for c in configurations]
         present = [i for i, v in enumerate(values) if len(v)]
         ax.boxplot([values[i] for i in present], positions=present, widths=0.55, showfliers=False)
         for i in present:
             ax.scatter(i + jitter.uniform(-0.18, 0.18, len(values[i])), values[i], s=8, alpha=0.5, color="tab:blue")
-        ax.set_xticks(range(len(configurations)), shown, rotation=25 if slanted else 0,
-                      ha="right" if slanted else "center", fontsize=8)
+        ax.set_xticks(
+            range(len(configurations)),
+            shown,
+            rotation=25 if slanted else 0,
+            ha="right" if slanted else "center",
+            fontsize=8,
+        )
         ax.set_title(group, fontsize=9)
         ax.set_ylim(-0.02, 1.02)
         ax.grid(axis="y", alpha=0.3)
-    for ax in axes[len(groups):]:
+    for ax in axes[len(groups) :]:
         ax.set_visible(False)
     for ax in axes[::cols]:
         ax.set_ylabel("local test accuracy of a client")
@@ -73,13 +78,16 @@ def draw_client_map(table: pd.DataFrame, title: str):
     clients = table["client"].nunique()
     fig = Figure(figsize=(3.4 * cols + 0.8, (1.2 + min(6.0, 0.12 * clients + 0.8)) * rows + 0.5), layout="constrained")
     axes = np.atleast_1d(fig.subplots(rows, cols, squeeze=False)).ravel()
-    names = dict(zip(sorted(table["configuration"].unique()), readable(sorted(table["configuration"].unique()))))
+    names = dict(
+        zip(sorted(table["configuration"].unique()), readable(sorted(table["configuration"].unique())), strict=True)
+    )
     image = None
-    for ax, (group, configuration) in zip(axes, panels):
+    for ax, (group, configuration) in zip(axes, panels, strict=False):
         mine = table[(table["group"] == group) & (table["configuration"] == configuration)]
         grid = mine.pivot_table(index="client", columns="round", values="acc_local", aggfunc="mean")
-        image = ax.imshow(grid.to_numpy(dtype=float), aspect="auto", cmap="viridis", vmin=0.0, vmax=1.0,
-                          interpolation="nearest")
+        image = ax.imshow(
+            grid.to_numpy(dtype=float), aspect="auto", cmap="viridis", vmin=0.0, vmax=1.0, interpolation="nearest"
+        )
         rounds = list(grid.columns)
         ticks = sorted(set(np.linspace(0, len(rounds) - 1, min(len(rounds), 6)).round().astype(int)))
         ax.set_xticks(ticks, [str(rounds[t]) for t in ticks], fontsize=7)
@@ -87,10 +95,10 @@ def draw_client_map(table: pd.DataFrame, title: str):
         ax.set_ylabel("client", fontsize=8)
         ax.tick_params(axis="y", labelsize=7)
         ax.set_title(f"{names[configuration]}\n{group}", fontsize=8)
-    for ax in axes[len(panels):]:
+    for ax in axes[len(panels) :]:
         ax.set_visible(False)
     if image is not None:
-        fig.colorbar(image, ax=axes[:len(panels)].tolist(), shrink=0.8, label="local test accuracy")
+        fig.colorbar(image, ax=axes[: len(panels)].tolist(), shrink=0.8, label="local test accuracy")
     more = f" ({left_out} more configurations not drawn)" if left_out > 0 else ""
     fig.suptitle(title + more, fontsize=10)
     return fig

@@ -64,7 +64,9 @@ class ResultLine(Callback):
     def on_run_end(self, result: RunResult) -> None:
         acc = result.final.get(M.FINAL_PREFIX + M.ACC_LOCAL_MEAN, float("nan"))
         status = "[green]ok" if result.status == "FINISHED" else f"[red]FAILED: {escape(result.reason)}"
-        resumed = f" (went on from its round-{result.tags[RESUMED_TAG]} checkpoint)" if RESUMED_TAG in result.tags else ""
+        resumed = (
+            f" (went on from its round-{result.tags[RESUMED_TAG]} checkpoint)" if RESUMED_TAG in result.tags else ""
+        )
         self.console.print(f"{self.position}{result.spec.label}: {M.ACC_LOCAL_MEAN}={acc:.4f} {status}[/]{resumed}")
 
 
@@ -82,7 +84,7 @@ def configurations_table(specs: Sequence[RunSpec], rows: int | None = None) -> T
         table.add_column(column)
     shown = list(enumerate(specs))
     if rows is not None and len(specs) > rows:
-        head, tail = shown[:rows - TAIL_ROWS], shown[len(specs) - TAIL_ROWS:]
+        head, tail = shown[: rows - TAIL_ROWS], shown[len(specs) - TAIL_ROWS :]
         omitted = len(specs) - len(head) - len(tail)
         shown = [*head, (None, f"... {omitted} more (--all lists every run)"), *tail]
     for i, spec in shown:
@@ -93,8 +95,15 @@ def configurations_table(specs: Sequence[RunSpec], rows: int | None = None) -> T
         if spec.scenario.drift_every:
             scenario += f", drift every {spec.scenario.drift_every}"
         algorithm = " ".join([spec.algorithm.name] + [f"{k}={v}" for k, v in changed_params(spec.algorithm).items()])
-        table.add_row(str(i), escape(spec.label), escape(algorithm), spec.dataset.name, escape(scenario), str(spec.rounds),
-                      str(spec.seed))
+        table.add_row(
+            str(i),
+            escape(spec.label),
+            escape(algorithm),
+            spec.dataset.name,
+            escape(scenario),
+            str(spec.rounds),
+            str(spec.seed),
+        )
     return table
 
 
@@ -105,8 +114,12 @@ def varying_fields(specs: Sequence[RunSpec]) -> list[str]:
     return [k for k in keys if len({str(f.get(k)) for f in flats}) > 1] or ["algorithm.name"]
 
 
-def results_table(results: Sequence[RunResult], metric: str = M.FINAL_PREFIX + M.ACC_LOCAL_MEAN, mode: str = "max",
-                  references: Sequence[str] = ()) -> Table:
+def results_table(
+    results: Sequence[RunResult],
+    metric: str = M.FINAL_PREFIX + M.ACC_LOCAL_MEAN,
+    mode: str = "max",
+    references: Sequence[str] = (),
+) -> Table:
     """One row per configuration, named as leaderboards name it (`feroma tau=0.047 warmup_rounds=3`; an algorithm
     in `references`, a search's reference, says so), best first by `metric`: its mean ± std over seeds, the worst
     client's accuracy, the costs and n. A run hash counts once."""
@@ -117,10 +130,12 @@ def results_table(results: Sequence[RunResult], metric: str = M.FINAL_PREFIX + M
     finished = list({r.spec.run_hash: r for r in results if r.status == "FINISHED"}.values())
     frame = pd.DataFrame([{f"params.{k}": str(v) for k, v in r.spec.flat().items() if v is not None} for r in finished])
     labels = label_runs(frame, varying_params(frame)) if len(frame) else pd.Series(dtype=str)
-    labels = [f"{label} (reference)" if r.spec.algorithm.name in references else label
-              for label, r in zip(labels, finished)]
+    labels = [
+        f"{label} (reference)" if r.spec.algorithm.name in references else label
+        for label, r in zip(labels, finished, strict=True)
+    ]
     groups: dict[str, list[RunResult]] = defaultdict(list)
-    for label, r in zip(labels, finished):
+    for label, r in zip(labels, finished, strict=True):
         groups[label].append(r)
     table = Table(title="fedbench results: final round, mean ± std over seeds", caption=STD_NOTE)
     table.add_column("configuration")
@@ -132,11 +147,17 @@ def results_table(results: Sequence[RunResult], metric: str = M.FINAL_PREFIX + M
 
     def stat(runs: list[RunResult], key: str, scale: float = 1.0, digits: int = 3) -> str:
         found = values(runs, key, scale)
-        return f"{found.mean():.{digits}f} ± {found.std(ddof=1):.{digits}f}" if len(found) > 1 else f"{found[0]:.{digits}f}"
+        return (
+            f"{found.mean():.{digits}f} ± {found.std(ddof=1):.{digits}f}"
+            if len(found) > 1
+            else f"{found[0]:.{digits}f}"
+        )
 
     sign = -1 if mode == "max" else 1
-    ranked = sorted(groups.items(), key=lambda kv: sign * np.nan_to_num(values(kv[1], metric).mean(), nan=-sign * np.inf))
-    for label, (_, runs) in zip(readable([label for label, _ in ranked]), ranked):
+    ranked = sorted(
+        groups.items(), key=lambda kv: sign * np.nan_to_num(values(kv[1], metric).mean(), nan=-sign * np.inf)
+    )
+    for label, (_, runs) in zip(readable([label for label, _ in ranked]), ranked, strict=True):
         table.add_row(
             escape(label),
             stat(runs, metric),

@@ -28,7 +28,7 @@ def long_metrics(experiment: str, uri: str, group_by: Sequence[str] = ("dataset"
     group, configuration = group_and_configuration(runs, group_by)
     fields = varying_params(runs)
     rows = []
-    for (_, run), run_group, run_configuration in zip(runs.iterrows(), group, configuration):
+    for (_, run), run_group, run_configuration in zip(runs.iterrows(), group, configuration, strict=True):
         keys = [c.removeprefix("metrics.") for c in runs if c.startswith("metrics.") and pd.notna(run[c])]
         described = run_description(run, run_group, run_configuration, fields)
         for key in keys:
@@ -44,8 +44,13 @@ def long_metrics(experiment: str, uri: str, group_by: Sequence[str] = ("dataset"
 def run_description(run: pd.Series, group: str, configuration: str, fields: Sequence[str]) -> dict:
     """The columns that say which run a row of an export belongs to: its hash, seed, group, configuration and
     varying fields."""
-    return {"run_hash": run["params.run_hash"], "seed": run.get("params.seed"), "group": group,
-            "configuration": configuration, **{f: run[f"params.{f}"] for f in fields}}
+    return {
+        "run_hash": run["params.run_hash"],
+        "seed": run.get("params.seed"),
+        "group": group,
+        "configuration": configuration,
+        **{f: run[f"params.{f}"] for f in fields},
+    }
 
 
 def write_table(table: pd.DataFrame, path: Path) -> Path:

@@ -50,6 +50,7 @@ def run_costs(runs: pd.DataFrame) -> pd.DataFrame:
     (`startup_s`): the first run on a new worker pool pays it (13.7 s against 2.1 s for the same configuration
     on warm workers), so with it in, wall time would rank runs by who came first. A store from before
     `time_startup_s` has no start-up to take out: its `wall_s` stays as recorded."""
+
     def column(key: str, scale: float) -> pd.Series:
         return runs.get(f"metrics.{key}", pd.Series(np.nan, index=runs.index)).astype(float) * scale
 
@@ -71,8 +72,10 @@ def read_runs(experiment: str, uri: str) -> pd.DataFrame:
     """The experiment's fedbench runs (sweep parent runs left out), as `mlflow.search_runs` returns them."""
     import mlflow
 
-    where = (f"the tracking store {uri} (results go to results/ under the folder fedbench runs in, or to "
-             "FEDBENCH_RESULTS or MLFLOW_TRACKING_URI when set)")
+    where = (
+        f"the tracking store {uri} (results go to results/ under the folder fedbench runs in, or to "
+        "FEDBENCH_RESULTS or MLFLOW_TRACKING_URI when set)"
+    )
     if store_missing(uri):
         raise ConfigError("--experiment", experiment, f"an experiment in {where}; that store does not exist")
     with searching(uri):
@@ -131,7 +134,7 @@ def finished_scores(experiment: str, uri: str, metric: str | None = None) -> dic
     finished = latest_finished(runs) if len(runs) else runs
     column = f"metrics.{M.canonical(metric or '')}"
     values = finished[column] if column in finished else pd.Series(np.nan, index=finished.index)
-    return dict(zip(finished.get("params.run_hash", []), values.astype(float)))
+    return dict(zip(finished.get("params.run_hash", []), values.astype(float), strict=True))
 
 
 def latest_finished(runs: pd.DataFrame) -> pd.DataFrame:
@@ -150,8 +153,12 @@ def latest_finished(runs: pd.DataFrame) -> pd.DataFrame:
     return finished.drop_duplicates("params.run_hash", keep="last").sort_index()
 
 
-def build_leaderboard(runs: pd.DataFrame, metric: str = DEFAULT_METRIC, group_by: Sequence[str] = ("dataset", "scenario"),
-                      mode: str = "max") -> Leaderboard:
+def build_leaderboard(
+    runs: pd.DataFrame,
+    metric: str = DEFAULT_METRIC,
+    group_by: Sequence[str] = ("dataset", "scenario"),
+    mode: str = "max",
+) -> Leaderboard:
     """Mean, sample std and n over seeds per configuration, ranked within each group (1 = best).
 
     A configuration none of whose runs report the metric (`local` has no system accuracy) keeps its row,
@@ -172,18 +179,23 @@ def build_leaderboard(runs: pd.DataFrame, metric: str = DEFAULT_METRIC, group_by
         table[name] = stats[name].mean().to_numpy()
     table["rank"] = table.groupby("group")["mean"].rank(ascending=(mode == "min"), method="min").astype("Int64")
     marks = versus_best(frame, mode)
-    table["vs_best"] = [marks.get((g, c), "") for g, c in zip(table["group"], table["configuration"])]
+    table["vs_best"] = [marks.get((g, c), "") for g, c in zip(table["group"], table["configuration"], strict=True)]
     table = table.sort_values(["group", "rank"]).reset_index(drop=True)
-    return Leaderboard(table[["group", "rank", "configuration", "mean", "std", "n", "vs_best", *COSTS]],
-                       failed_runs(runs)[["run", "reason"]], metric)
+    return Leaderboard(
+        table[["group", "rank", "configuration", "mean", "std", "n", "vs_best", *COSTS]],
+        failed_runs(runs)[["run", "reason"]],
+        metric,
+    )
 
 
 TIE_ALPHA = 0.05
 """Below this p-value a configuration's seeds differ from the best's (Welch's t-test, two-sided)."""
 
-TIE_NOTE = ("vs_best: each configuration's seeds against its group's best by Welch's t-test (two-sided): "
-            f"'≈' not distinguishable from it (p >= {TIE_ALPHA}), 'worse' distinguishable, '?' fewer than 2 seeds on "
-            "either side")
+TIE_NOTE = (
+    "vs_best: each configuration's seeds against its group's best by Welch's t-test (two-sided): "
+    f"'≈' not distinguishable from it (p >= {TIE_ALPHA}), 'worse' distinguishable, '?' fewer than 2 seeds on "
+    "either side"
+)
 """What the vs_best marks mean, said wherever they are shown."""
 
 
@@ -228,11 +240,13 @@ def failed_runs(runs: pd.DataFrame) -> pd.DataFrame:
     failed = runs[runs["status"] != "FINISHED"]
     if f"tags.{RETRIED_TAG}" in failed:
         failed = failed[failed[f"tags.{RETRIED_TAG}"].isna()]
-    return pd.DataFrame({
-        "run": failed.get("tags.mlflow.runName", pd.Series(dtype=str)),
-        "status": failed["status"],
-        "reason": failed.get(f"tags.{FAILURE_REASON_TAG}", pd.Series(dtype=str)),
-    }).reset_index(drop=True)
+    return pd.DataFrame(
+        {
+            "run": failed.get("tags.mlflow.runName", pd.Series(dtype=str)),
+            "status": failed["status"],
+            "reason": failed.get(f"tags.{FAILURE_REASON_TAG}", pd.Series(dtype=str)),
+        }
+    ).reset_index(drop=True)
 
 
 def write_leaderboard(board: Leaderboard, path: Path, fmt: str) -> Path:
@@ -250,7 +264,7 @@ def write_leaderboard(board: Leaderboard, path: Path, fmt: str) -> Path:
 def to_markdown(board: Leaderboard) -> str:
     header = ["group", "rank", "configuration", f"{board.metric} (mean ± std)", "n", "vs_best", *COSTS]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for row, shown in zip(board.table.to_dict("records"), readable(board.table["configuration"])):
+    for row, shown in zip(board.table.to_dict("records"), readable(board.table["configuration"]), strict=True):
         costs = [number(row[c], 2) for c in COSTS]
         value = f"{number(row['mean'], 4)} ± {number(row['std'], 4)}" if pd.notna(row["mean"]) else MISSING
         cells = [row["group"], number(row["rank"]), shown, value, row["n"], row["vs_best"] or MISSING, *costs]
@@ -267,9 +281,15 @@ def to_table(board: Leaderboard, title: str) -> Table:
     columns = list(board.table.columns)
     for column in columns:
         table.add_column(column, justify="left" if column in ("group", "configuration") else "right")
-    for row, shown in zip(board.table.to_dict("records"), readable(board.table["configuration"])):
-        cells = {**row, "configuration": shown, "rank": number(row["rank"]), "mean": number(row["mean"], 4),
-                 "std": number(row["std"], 4), **{c: number(row[c], 2) for c in COSTS}}
+    for row, shown in zip(board.table.to_dict("records"), readable(board.table["configuration"]), strict=True):
+        cells = {
+            **row,
+            "configuration": shown,
+            "rank": number(row["rank"]),
+            "mean": number(row["mean"], 4),
+            "std": number(row["std"], 4),
+            **{c: number(row[c], 2) for c in COSTS},
+        }
         table.add_row(*(escape(str(cells[c])) for c in columns))
     return table
 
@@ -305,7 +325,11 @@ def group_and_configuration(runs: pd.DataFrame, group_by: Sequence[str]) -> tupl
 def varying_params(runs: pd.DataFrame) -> list[str]:
     """RunSpec fields (params) whose value differs across `runs`, less those that never tell configurations apart."""
     fields = [c.removeprefix("params.") for c in runs if c.startswith("params.")]
-    return sorted(f for f in fields if f not in IGNORED and not f.startswith("resources.") and runs[f"params.{f}"].nunique(dropna=False) > 1)
+    return sorted(
+        f
+        for f in fields
+        if f not in IGNORED and not f.startswith("resources.") and runs[f"params.{f}"].nunique(dropna=False) > 1
+    )
 
 
 def expand_group_by(group_by: Sequence[str], varying: list[str], recorded: list[str]) -> list[str]:
@@ -331,14 +355,26 @@ def label_runs(runs: pd.DataFrame, fields: list[str]) -> pd.Series:
     if not fields:
         return pd.Series("all", index=runs.index)
     own = [f for f in fields if f.startswith("algorithm.") and f != "algorithm.name"]
-    telling = {name: _telling_params(group, own) for name, group in runs.groupby(ALGORITHM_PARAM, dropna=False)} \
-        if ALGORITHM_PARAM in runs else {}
+    telling = (
+        {name: _telling_params(group, own) for name, group in runs.groupby(ALGORITHM_PARAM, dropna=False)}
+        if ALGORITHM_PARAM in runs
+        else {}
+    )
     shown = [f"params.{f}" for f in fields]
-    return runs.apply(lambda row: label({f: row[c] for f, c in zip(fields, shown)
-                                         if f not in own or f in telling.get(row.get(ALGORITHM_PARAM), own)}), axis=1)
+    return runs.apply(
+        lambda row: label(
+            {
+                f: row[c]
+                for f, c in zip(fields, shown, strict=True)
+                if f not in own or f in telling.get(row.get(ALGORITHM_PARAM), own)
+            }
+        ),
+        axis=1,
+    )
 
 
 ALGORITHM_PARAM = "params.algorithm.name"
+
 
 def _telling_params(group: pd.DataFrame, fields: list[str]) -> set[str]:
     """The algorithm parameters among `fields` that say something about this algorithm's runs: recorded, and
@@ -348,8 +384,12 @@ def _telling_params(group: pd.DataFrame, fields: list[str]) -> set[str]:
         defaults = algorithm_defaults(str(group[ALGORITHM_PARAM].iloc[0]))
     except FedbenchError:
         return set(recorded)
-    return {f for f in recorded if group[f"params.{f}"].nunique(dropna=False) > 1
-            or any(str(v) != str(defaults.get(f.removeprefix("algorithm."))) for v in group[f"params.{f}"])}
+    return {
+        f
+        for f in recorded
+        if group[f"params.{f}"].nunique(dropna=False) > 1
+        or any(str(v) != str(defaults.get(f.removeprefix("algorithm."))) for v in group[f"params.{f}"])
+    }
 
 
 LONG_NUMBER = re.compile(r"-?\d+\.\d{4,}(?:e[+-]?\d+)?")
@@ -367,7 +407,9 @@ def label(values: dict[str, object]) -> str:
     """'algorithm k=v, field=value, ...' from a run's varying fields, those without a value left out."""
     present = {f: v for f, v in values.items() if not pd.isna(v)}
     algorithm = [str(present.pop("algorithm.name"))] if "algorithm.name" in present else []
-    algorithm += [f"{f.removeprefix('algorithm.')}={present.pop(f)}" for f in list(present) if f.startswith("algorithm.")]
+    algorithm += [
+        f"{f.removeprefix('algorithm.')}={present.pop(f)}" for f in list(present) if f.startswith("algorithm.")
+    ]
     parts = [" ".join(algorithm)] if algorithm else []
     parts += [f"{f.removesuffix('.name')}={v}" for f, v in present.items()]
     return ", ".join(parts) or "all"

@@ -84,7 +84,7 @@ class MlflowCallback(Callback):
         batches MLflow accepts (a run on many workers has three tags per worker)."""
         items = [RunTag(k, v) for k, v in tags.items()]
         for start in range(0, len(items), MAX_TAGS_PER_BATCH):
-            self.client.log_batch(self.run_id, tags=items[start:start + MAX_TAGS_PER_BATCH])
+            self.client.log_batch(self.run_id, tags=items[start : start + MAX_TAGS_PER_BATCH])
 
     def on_round_end(self, spec: RunSpec, record: RoundRecord) -> None:
         step = int(record["round"])

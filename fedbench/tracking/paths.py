@@ -43,8 +43,11 @@ def check_results_writable() -> None:
     uri = tracking_uri()
     store = Path(uri.removeprefix("sqlite:///")) if uri.startswith("sqlite:///") else None
     if store is not None and store.is_file() and not os.access(store, os.W_OK):
-        raise ConfigError("MLFLOW_TRACKING_URI" if os.environ.get("MLFLOW_TRACKING_URI") else results_field(), uri,
-                          "a tracking store fedbench can write (this file is read-only)")
+        raise ConfigError(
+            "MLFLOW_TRACKING_URI" if os.environ.get("MLFLOW_TRACKING_URI") else results_field(),
+            uri,
+            "a tracking store fedbench can write (this file is read-only)",
+        )
 
 
 PROBE_BYTES = 1 << 20
@@ -56,7 +59,9 @@ def inside(root: Path, *parts: str) -> Path:
     root = Path(root).resolve()
     path = root.joinpath(*parts).resolve()
     if not path.is_relative_to(root):
-        raise ConfigError("output path", "/".join(parts), f"a path inside {root} (names must not hold '..' or start with '/')")
+        raise ConfigError(
+            "output path", "/".join(parts), f"a path inside {root} (names must not hold '..' or start with '/')"
+        )
     return path
 
 

@@ -37,26 +37,32 @@ class StoreLockedError(FedbenchError):
     """The tracking store stayed locked by another process for longer than fedbench waits."""
 
     def __init__(self, uri: str, waited_s: float, what: str):
-        super().__init__(f"the tracking store {uri} stayed locked by another process for {waited_s:.0f} s while "
-                         f"{what}; is another process holding it in a transaction? Set {STORE_WAIT_ENV} to wait longer")
+        super().__init__(
+            f"the tracking store {uri} stayed locked by another process for {waited_s:.0f} s while "
+            f"{what}; is another process holding it in a transaction? Set {STORE_WAIT_ENV} to wait longer"
+        )
 
 
 class StoreUnwritableError(ResultsUnwritableError):
     """The tracking store cannot take another write: its disk is full or it is read-only."""
 
     def __init__(self, uri: str, reason: str, what: str):
-        super().__init__(f"the tracking store {uri} cannot be written ({reason}) while {what}: free space on its disk, "
-                         "or point FEDBENCH_RESULTS or MLFLOW_TRACKING_URI elsewhere. The runs recorded so far are kept; "
-                         "the same command again runs only those that did not finish")
+        super().__init__(
+            f"the tracking store {uri} cannot be written ({reason}) while {what}: free space on its disk, "
+            "or point FEDBENCH_RESULTS or MLFLOW_TRACKING_URI elsewhere. The runs recorded so far are kept; "
+            "the same command again runs only those that did not finish"
+        )
 
 
 class ServerGoneError(ResultsUnwritableError):
     """The tracking server stopped answering and did not come back while MLflow retried."""
 
     def __init__(self, uri: str, what: str):
-        super().__init__(f"the tracking server {uri} stopped answering while {what}, and did not come back while MLflow "
-                         "retried (MLFLOW_HTTP_REQUEST_MAX_RETRIES); start it again and run the same command: the runs "
-                         "it recorded are kept, and only those that did not finish run again")
+        super().__init__(
+            f"the tracking server {uri} stopped answering while {what}, and did not come back while MLflow "
+            "retried (MLFLOW_HTTP_REQUEST_MAX_RETRIES); start it again and run the same command: the runs "
+            "it recorded are kept, and only those that did not finish run again"
+        )
 
 
 def server_gone(exc: BaseException | None) -> bool:
@@ -69,8 +75,11 @@ def server_gone(exc: BaseException | None) -> bool:
 
 
 UNWRITABLE = {"database or disk is full": "the disk is full", "readonly database": "it is read-only"}
-UNWRITABLE_ERRNO = {errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota is used up",
-                    errno.EROFS: "it is on a read-only file system"}
+UNWRITABLE_ERRNO = {
+    errno.ENOSPC: "the disk is full",
+    errno.EDQUOT: "the disk quota is used up",
+    errno.EROFS: "it is on a read-only file system",
+}
 
 
 def unwritable_reason(exc: BaseException | None) -> str | None:
@@ -100,7 +109,8 @@ def store_wait_s() -> float:
 
 
 def is_locked(exc: BaseException) -> bool:
-    """Whether `exc` (sqlite's, SQLAlchemy's, or MLflow's wrapping of either) says another connection holds the store."""
+    """Whether `exc` (sqlite's, SQLAlchemy's, or MLflow's wrapping of either) says another connection holds the
+    store."""
     while exc is not None:
         if "database is locked" in str(exc) or "database table is locked" in str(exc):
             return True
@@ -126,8 +136,12 @@ def patiently(call: Callable[[], T], uri: str, what: str) -> T:
             if time.monotonic() + delay > deadline:
                 raise StoreLockedError(uri, time.monotonic() - start, what) from exc
             if not said:
-                log.warning("the tracking store %s is locked by another process: waiting (up to %.0f s) while %s",
-                            uri, store_wait_s(), what)
+                log.warning(
+                    "the tracking store %s is locked by another process: waiting (up to %.0f s) while %s",
+                    uri,
+                    store_wait_s(),
+                    what,
+                )
                 said = True
         time.sleep(delay)
         delay = min(delay * 2, MAX_BACKOFF_S)

@@ -60,7 +60,7 @@ def per_client_runs(experiment: str, uri: str, group_by: Sequence[str] = ("datas
     group, configuration = group_and_configuration(runs, group_by)
     fields = varying_params(runs)
     parts, without, measured = [], 0, []
-    for (_, run), run_group, run_configuration in zip(runs.iterrows(), group, configuration):
+    for (_, run), run_group, run_configuration in zip(runs.iterrows(), group, configuration, strict=True):
         rows = read_per_client(client, run["run_id"])
         if rows is None:
             without += 1

@@ -70,9 +70,16 @@ FORMATS = ("png", "pdf", "svg")
 """Figure formats: PNG to look at, PDF and SVG for papers."""
 
 
-def plot_experiment(experiment: str, uri: str, out: Path, metric: str = DEFAULT_METRIC,
-                    group_by: Sequence[str] = ("scenario",), log_artifacts: bool = True,
-                    formats: Sequence[str] = ("png",), dpi: int = 110) -> Plots:
+def plot_experiment(
+    experiment: str,
+    uri: str,
+    out: Path,
+    metric: str = DEFAULT_METRIC,
+    group_by: Sequence[str] = ("scenario",),
+    log_artifacts: bool = True,
+    formats: Sequence[str] = ("png",),
+    dpi: int = 110,
+) -> Plots:
     """Draw the curves and the heatmap of `experiment` into folder `out`, and log them under its latest sweep run.
 
     Args:
@@ -88,15 +95,23 @@ def plot_experiment(experiment: str, uri: str, out: Path, metric: str = DEFAULT_
     runs = read_runs(experiment, uri)
     finished = latest_finished(runs) if len(runs) else runs
     if finished.empty:
-        raise ConfigError("--experiment", experiment, f"an experiment with finished fedbench runs (it has {len(runs)} "
-                          f"fedbench runs, none FINISHED)")
+        raise ConfigError(
+            "--experiment",
+            experiment,
+            f"an experiment with finished fedbench runs (it has {len(runs)} fedbench runs, none FINISHED)",
+        )
     metric = M.canonical(metric).removeprefix(M.FINAL_PREFIX)
     check_metric(finished, metric)
     client = PatientClient(uri)
     group, configuration = group_and_configuration(finished, group_by)
     fields = varying_params(finished)
-    labels = pd.DataFrame({"run_id": finished["run_id"], "group": for_figures(group, fields),
-                           "configuration": for_figures(configuration, fields)})
+    labels = pd.DataFrame(
+        {
+            "run_id": finished["run_id"],
+            "group": for_figures(group, fields),
+            "configuration": for_figures(configuration, fields),
+        }
+    )
     histories = {run_id: metric_history(client, run_id, metric) for run_id in labels["run_id"]}
     curves = curve_table(labels, histories)
     heatmap_metric = M.FINAL_PREFIX + metric
@@ -106,13 +121,22 @@ def plot_experiment(experiment: str, uri: str, out: Path, metric: str = DEFAULT_
     heatmap, spread = heatmap_table(labels, values), heatmap_table(labels, values, "std")
     plots = Plots(curves, heatmap, heatmap_metric, failed_runs(runs))
     out.mkdir(parents=True, exist_ok=True)
-    curves_figure = draw_curves(curves, f"{M.display_name(metric)} per round, mean ± std over seeds",
-                                M.display_name(metric), M.value_range(metric))
+    curves_figure = draw_curves(
+        curves,
+        f"{M.display_name(metric)} per round, mean ± std over seeds",
+        M.display_name(metric),
+        M.value_range(metric),
+    )
     plots.files = save(curves_figure, out / f"curves_{metric}", formats, dpi)
     if len(heatmap.columns) > 1:  # one group is one column: the leaderboard says it better than a strip of colour
         marks = versus_best(labels.assign(value=values.to_numpy()), M.better(heatmap_metric))
-        heatmap_figure = draw_heatmap(heatmap, spread, f"{M.display_name(heatmap_metric)}, mean ± std over seeds",
-                                      xlabel=", ".join(dict.fromkeys(g.split("=")[0] for g in heatmap.columns)), marks=marks)
+        heatmap_figure = draw_heatmap(
+            heatmap,
+            spread,
+            f"{M.display_name(heatmap_metric)}, mean ± std over seeds",
+            xlabel=", ".join(dict.fromkeys(g.split("=")[0] for g in heatmap.columns)),
+            marks=marks,
+        )
         plots.files += save(heatmap_figure, out / f"heatmap_{heatmap_metric.replace('.', '_')}", formats, dpi)
     plots.files += client_figures(experiment, uri, out, group_by, formats, dpi)
     parent = latest_sweep_run(client, client.get_experiment_by_name(experiment).experiment_id)
@@ -123,8 +147,9 @@ def plot_experiment(experiment: str, uri: str, out: Path, metric: str = DEFAULT_
     return plots
 
 
-def client_figures(experiment: str, uri: str, out: Path, group_by: Sequence[str], formats: Sequence[str],
-                   dpi: int) -> list[Path]:
+def client_figures(
+    experiment: str, uri: str, out: Path, group_by: Sequence[str], formats: Sequence[str], dpi: int
+) -> list[Path]:
     """The per-client figures (`fedbench.tracking.client_plots`), where the runs kept per-client results."""
     from fedbench.tracking.client_plots import draw_client_distribution, draw_client_map
     from fedbench.tracking.per_client import per_client_runs
@@ -133,16 +158,21 @@ def client_figures(experiment: str, uri: str, out: Path, group_by: Sequence[str]
     table = runs.table
     if table.empty:
         return []
-    table = table.assign(group=for_figures(table["group"], runs.fields),
-                         configuration=for_figures(table["configuration"], runs.fields))
+    table = table.assign(
+        group=for_figures(table["group"], runs.fields), configuration=for_figures(table["configuration"], runs.fields)
+    )
     seeds = table.groupby(["group", "configuration"])["run_hash"].nunique().max()
     over = f"{seeds} seeds pooled" if seeds > 1 else "one seed"
     distribution = draw_client_distribution(
-        table, f"each client's local test accuracy at the final round ({over}; a dot per client)")
+        table, f"each client's local test accuracy at the final round ({over}; a dot per client)"
+    )
     clients_map = draw_client_map(
-        table, "each client's local test accuracy per round" + (", mean over seeds" if seeds > 1 else ""))
-    return [*save(distribution, out / "clients_final_acc_local", formats, dpi),
-            *save(clients_map, out / "clients_by_round_acc_local", formats, dpi)]
+        table, "each client's local test accuracy per round" + (", mean over seeds" if seeds > 1 else "")
+    )
+    return [
+        *save(distribution, out / "clients_final_acc_local", formats, dpi),
+        *save(clients_map, out / "clients_by_round_acc_local", formats, dpi),
+    ]
 
 
 def heatmap_console_table(plots: Plots, title: str) -> Table:
@@ -166,16 +196,20 @@ def for_figures(labels: pd.Series, fields: Sequence[str]) -> pd.Series:
     Tables and exports keep the full names, which say where a field lives in a task file."""
     bare = [f.rsplit(".", 1)[-1] for f in fields]
     clashing = {name for name in bare if bare.count(name) > 1}
-    return labels.map(lambda text: SECTIONED.sub(lambda m: m.group(0) if m.group(1) in clashing else f"{m.group(1)}=",
-                                                 str(text)))
+    return labels.map(
+        lambda text: SECTIONED.sub(lambda m: m.group(0) if m.group(1) in clashing else f"{m.group(1)}=", str(text))
+    )
 
 
 def check_metric(finished: pd.DataFrame, metric: str) -> None:
     """`metric` must be logged per round by some finished run; the error lists those that are."""
     column = f"metrics.{metric}"
     if column not in finished or finished[column].isna().all():
-        known = sorted(c.removeprefix("metrics.") for c in finished
-                       if c.startswith("metrics.") and not M.is_summary(c.removeprefix("metrics.")) and finished[c].notna().any())
+        known = sorted(
+            c.removeprefix("metrics.")
+            for c in finished
+            if c.startswith("metrics.") and not M.is_summary(c.removeprefix("metrics.")) and finished[c].notna().any()
+        )
         raise ConfigError("--metric", metric, "a per-round metric the finished runs report: " + ", ".join(known))
 
 
@@ -187,8 +221,11 @@ def metric_history(client, run_id: str, metric: str) -> pd.Series:
 
 def curve_table(labels: pd.DataFrame, histories: dict[str, pd.Series]) -> pd.DataFrame:
     """Mean, std and n over a configuration's seeds, per group and round."""
-    rows = [{"group": r.group, "configuration": r.configuration, "round": int(step), "value": value}
-            for r in labels.itertuples(index=False) for step, value in histories[r.run_id].items()]
+    rows = [
+        {"group": r.group, "configuration": r.configuration, "round": int(step), "value": value}
+        for r in labels.itertuples(index=False)
+        for step, value in histories[r.run_id].items()
+    ]
     frame = pd.DataFrame(rows, columns=["group", "configuration", "round", "value"])
     return seed_stats(frame.groupby(["group", "configuration", "round"], sort=True))
 
@@ -196,8 +233,9 @@ def curve_table(labels: pd.DataFrame, histories: dict[str, pd.Series]) -> pd.Dat
 def heatmap_table(labels: pd.DataFrame, values: pd.Series, statistic: str = "mean") -> pd.DataFrame:
     """Configurations × groups, the mean (or sample std) over seeds of `values` (NaN where one did not run)."""
     frame = labels.assign(value=values.to_numpy())
-    return frame.pivot_table(index="configuration", columns="group", values="value", aggfunc=statistic, sort=True,
-                             dropna=False)
+    return frame.pivot_table(
+        index="configuration", columns="group", values="value", aggfunc=statistic, sort=True, dropna=False
+    )
 
 
 def save(figure, stem: Path, formats: Sequence[str], dpi: int) -> list[Path]:
@@ -217,43 +255,53 @@ def draw_curves(curves: pd.DataFrame, title: str, ylabel: str, bounds: tuple[flo
 
     groups = list(dict.fromkeys(curves["group"]))
     configurations = list(dict.fromkeys(sorted(curves["configuration"])))
-    shown = dict(zip(configurations, readable(configurations)))
+    shown = dict(zip(configurations, readable(configurations), strict=True))
     palette = colours(len(configurations))
     cols = min(3, len(groups))
     rows = math.ceil(len(groups) / cols)
     fig = Figure(figsize=(5.0 * cols, 3.6 * rows + 0.4 + 0.25 * len(configurations)), layout="constrained")
     axes = np.atleast_1d(fig.subplots(rows, cols, sharex=True, sharey=True, squeeze=False)).ravel()
-    for ax, group in zip(axes, groups):
+    for ax, group in zip(axes, groups, strict=False):
         panel = curves[curves["group"] == group]
         for i, configuration in enumerate(configurations):
             line = panel[panel["configuration"] == configuration].sort_values("round")
             if line.empty:
                 continue
             x, mean, std = line["round"].to_numpy(), line["mean"].to_numpy(), line["std"].to_numpy()
-            ax.plot(x, mean, color=palette[i], marker="o" if len(x) < 15 else None, markersize=3, label=shown[configuration])
-            ax.fill_between(x, np.clip(mean - std, *bounds), np.clip(mean + std, *bounds), color=palette[i], alpha=0.2,
-                            linewidth=0)
+            ax.plot(
+                x, mean, color=palette[i], marker="o" if len(x) < 15 else None, markersize=3, label=shown[configuration]
+            )
+            ax.fill_between(
+                x, np.clip(mean - std, *bounds), np.clip(mean + std, *bounds), color=palette[i], alpha=0.2, linewidth=0
+            )
         ax.set_title(group, fontsize=9)
         ax.set_xlabel("round")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
-    for ax in axes[len(groups):]:
+    for ax in axes[len(groups) :]:
         ax.set_visible(False)
     for ax in axes[::cols]:
         ax.set_ylabel(ylabel)
     handles, names = [], []
-    for ax in axes[:len(groups)]:
-        for handle, name in zip(*ax.get_legend_handles_labels()):
+    for ax in axes[: len(groups)]:
+        for handle, name in zip(*ax.get_legend_handles_labels(), strict=True):
             if name not in names:
                 handles.append(handle)
                 names.append(name)
-    fig.legend(handles, names, loc="outside lower center", fontsize=8, ncols=1 if len(names) > 6 else min(2, len(names)))
+    fig.legend(
+        handles, names, loc="outside lower center", fontsize=8, ncols=1 if len(names) > 6 else min(2, len(names))
+    )
     fig.suptitle(fitted(title, fig), fontsize=10)
     return fig
 
 
-def draw_heatmap(heatmap: pd.DataFrame, spread: pd.DataFrame, title: str, xlabel: str,
-                 marks: dict[tuple[str, str], str] | None = None):
+def draw_heatmap(
+    heatmap: pd.DataFrame,
+    spread: pd.DataFrame,
+    title: str,
+    xlabel: str,
+    marks: dict[tuple[str, str], str] | None = None,
+):
     """Configurations (rows) × groups (columns), each cell annotated with its mean ± std over seeds and, from `marks`
     (the leaderboard's `versus_best`), ★ on each column's best and ≈ on those its seeds cannot tell from it."""
     from matplotlib.figure import Figure
@@ -265,11 +313,17 @@ def draw_heatmap(heatmap: pd.DataFrame, spread: pd.DataFrame, title: str, xlabel
     ax = fig.subplots()
     finite = values[np.isfinite(values)]
     low, high = (finite.min(), finite.max()) if finite.size else (0.0, 1.0)
-    image = ax.imshow(np.ma.masked_invalid(values), cmap="viridis", aspect="auto", vmin=low,
-                      vmax=high if high > low else low + 1e-9)
+    image = ax.imshow(
+        np.ma.masked_invalid(values), cmap="viridis", aspect="auto", vmin=low, vmax=high if high > low else low + 1e-9
+    )
     slanted = n_cols > 3
-    ax.set_xticks(range(n_cols), [str(c) for c in heatmap.columns], rotation=20 if slanted else 0,
-                  ha="right" if slanted else "center", fontsize=8)
+    ax.set_xticks(
+        range(n_cols),
+        [str(c) for c in heatmap.columns],
+        rotation=20 if slanted else 0,
+        ha="right" if slanted else "center",
+        fontsize=8,
+    )
     ax.set_yticks(range(n_rows), rows, fontsize=8)
     middle = (low + high) / 2
     for i in range(n_rows):
@@ -279,12 +333,22 @@ def draw_heatmap(heatmap: pd.DataFrame, spread: pd.DataFrame, title: str, xlabel
             if np.isfinite(value) and np.isfinite(std):
                 text += f"\n± {std:.3f}" if abs(std) < 1000 else f"\n± {std:.3g}"
             text += cell_mark((marks or {}).get((heatmap.columns[j], heatmap.index[i]), ""))
-            ax.text(j, i, text, ha="center", va="center", fontsize=8,
-                    color="white" if np.isfinite(value) and value <= middle else "black")
+            ax.text(
+                j,
+                i,
+                text,
+                ha="center",
+                va="center",
+                fontsize=8,
+                color="white" if np.isfinite(value) and value <= middle else "black",
+            )
     fig.colorbar(image, ax=ax, shrink=0.8)
     if marks:
-        xlabel += "\n" + fitted(f"★ best of its column; ≈ not distinguishable from it (Welch's t-test over seeds, "
-                                 f"p >= {TIE_ALPHA}); ? fewer than 2 seeds", fig)
+        xlabel += "\n" + fitted(
+            f"★ best of its column; ≈ not distinguishable from it (Welch's t-test over seeds, "
+            f"p >= {TIE_ALPHA}); ? fewer than 2 seeds",
+            fig,
+        )
     ax.set_xlabel(xlabel)
     ax.set_ylabel("configuration")
     ax.set_title(fitted(title, fig), fontsize=10)

@@ -32,6 +32,10 @@ def run_callbacks(total: int, console: Console, track: bool = True) -> Callable[
         from fedbench.tracking.mlflow_callback import MlflowCallback  # MLflow's import (~0.8 s) after Ray has started
 
         position = f"[{i}/{total}] "
-        return [*([MlflowCallback()] if track else []), ProgressCallback(position=position), ResultLine(console, position)]
+        return [
+            *([MlflowCallback()] if track else []),
+            ProgressCallback(position=position),
+            ResultLine(console, position),
+        ]
 
     return make

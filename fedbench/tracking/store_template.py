@@ -37,7 +37,9 @@ def prepare_store(uri: str) -> None:
         finally:
             partial.unlink(missing_ok=True)
     except Exception as exc:  # the template is only a shortcut: MLflow can always build the store itself
-        warnings.warn(f"no MLflow store template ({type(exc).__name__}: {exc}); MLflow migrates {target} itself")
+        warnings.warn(
+            f"no MLflow store template ({type(exc).__name__}: {exc}); MLflow migrates {target} itself", stacklevel=2
+        )
 
 
 def template() -> Path:

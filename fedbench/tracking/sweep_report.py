@@ -22,8 +22,9 @@ DESCRIPTION_TAG = "mlflow.note.content"
 """The tag MLflow's UI shows as a run's or an experiment's description."""
 
 
-def report_sweep(uri: str, experiment: str, parent_run_id: str, task: dict[str, Any], description: str,
-                 out: Path) -> list[str]:
+def report_sweep(
+    uri: str, experiment: str, parent_run_id: str, task: dict[str, Any], description: str, out: Path
+) -> list[str]:
     """Log the task (its fields, grid and seeds as params, its description), the leaderboard (`leaderboard.md`)
     and the plots (`plots/`) on the parent run; returns what was logged. Nothing here can fail the sweep:
     a part that cannot be made (no finished run to rank) is skipped with a warning."""

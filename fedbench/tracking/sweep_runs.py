@@ -46,8 +46,9 @@ class SweepParent:
 
 def latest_sweep_run(client: PatientClient, experiment_id: str, name: str | None = None) -> Run | None:
     """The experiment's most recently started sweep parent run (of sweep `name`, or of any sweep); None if none."""
-    runs = client.search_runs([experiment_id], where({f"tags.{SWEEP_TAG}": name}), order_by=["start_time DESC"],
-                              max_results=1)
+    runs = client.search_runs(
+        [experiment_id], where({f"tags.{SWEEP_TAG}": name}), order_by=["start_time DESC"], max_results=1
+    )
     return runs[0] if runs else None
 
 
@@ -61,9 +62,11 @@ class SweepRuns:
 
     def start_parent(self, sweep: str, trials: int) -> SweepParent:
         """A new parent run for sweep `sweep` of `trials` trials, as its first attempt, leased to this process."""
-        run = self.client.create_run(self.experiment_id, run_name=f"sweep {sweep}",
-                                     tags={SWEEP_TAG: sweep, TRIALS_TAG: str(trials), ATTEMPTS_TAG: "1",
-                                           LEASE_TAG: Lease.mine().text()})
+        run = self.client.create_run(
+            self.experiment_id,
+            run_name=f"sweep {sweep}",
+            tags={SWEEP_TAG: sweep, TRIALS_TAG: str(trials), ATTEMPTS_TAG: "1", LEASE_TAG: Lease.mine().text()},
+        )
         return SweepParent(run.info.run_id, 1)
 
     def reopen_parent(self, sweep: str) -> SweepParent | None:
@@ -74,8 +77,12 @@ class SweepRuns:
             return None
         holder = Lease.parse(run.data.tags.get(LEASE_TAG))
         if run.info.status == "RUNNING" and holder is not None and holder.alive():
-            raise ConfigError("--resume", sweep, f"a sweep no other process is running: {holder.describe()} runs it "
-                              "now; wait for it to end, or stop it (Ctrl-C) and --resume again")
+            raise ConfigError(
+                "--resume",
+                sweep,
+                f"a sweep no other process is running: {holder.describe()} runs it "
+                "now; wait for it to end, or stop it (Ctrl-C) and --resume again",
+            )
         attempt = int(run.data.tags.get(ATTEMPTS_TAG, "0")) + 1
         self._claim(run.info.run_id, attempt, sweep)
         self.client.update_run(run.info.run_id, status="RUNNING")
@@ -91,8 +98,11 @@ class SweepRuns:
         except MlflowException as exc:
             if exc.error_code != ErrorCode.Name(RESOURCE_ALREADY_EXISTS):
                 raise
-            raise ConfigError("--resume", sweep, "one --resume of a sweep at a time: another process resumed it at "
-                              "the same moment and runs it now") from None
+            raise ConfigError(
+                "--resume",
+                sweep,
+                "one --resume of a sweep at a time: another process resumed it at the same moment and runs it now",
+            ) from None
         self.client.delete_experiment(claim)
 
     def heartbeat(self, parent_run_id: str) -> Heartbeat:
@@ -101,14 +111,18 @@ class SweepRuns:
 
     def children(self, parent_run_id: str) -> list[Run]:
         """Every child run of the parent, one per trial that started."""
-        return self.client.search_runs([self.experiment_id], where({f"tags.{PARENT_RUN_TAG}": parent_run_id}),
-                                       max_results=50000)
+        return self.client.search_runs(
+            [self.experiment_id], where({f"tags.{PARENT_RUN_TAG}": parent_run_id}), max_results=50000
+        )
 
     def finished_trials(self, parent_run_id: str) -> set[str]:
         """The trial keys of the children that ended (retried attempts aside): a resumed sweep does not run those
         trials again."""
-        return {run.data.tags.get(TRIAL_KEY_TAG) for run in self.children(parent_run_id)
-                if run.info.status in ENDED and RETRIED_TAG not in run.data.tags}
+        return {
+            run.data.tags.get(TRIAL_KEY_TAG)
+            for run in self.children(parent_run_id)
+            if run.info.status in ENDED and RETRIED_TAG not in run.data.tags
+        }
 
     def drop_unfinished_children(self, parent_run_id: str) -> int:
         """Delete the children an interrupted sweep left unended (their trials run again); how many there were."""

@@ -22,8 +22,10 @@ from typing import IO
 from fedbench.core.errors import ConfigError, FedbenchError
 from fedbench.tracking.paths import results_path, store_missing, tracking_uri
 
-MODEL_TRAINING_HINT = ('In MLflow 3\'s UI, switch the toggle at the top left from "GenAI" to "Model training" to see '
-                       "the runs and their per-round charts")
+MODEL_TRAINING_HINT = (
+    'In MLflow 3\'s UI, switch the toggle at the top left from "GenAI" to "Model training" to see '
+    "the runs and their per-round charts"
+)
 
 
 @dataclass
@@ -52,7 +54,9 @@ def start_ui(uri: str | None = None, port: int | None = None, timeout_s: float =
     """
     uri = uri or tracking_uri()
     if uri.startswith(("http://", "https://")):
-        raise ConfigError("MLFLOW_TRACKING_URI", uri, "a local store: a tracking server serves its UI at its own address")
+        raise ConfigError(
+            "MLFLOW_TRACKING_URI", uri, "a local store: a tracking server serves its UI at its own address"
+        )
     if store_missing(uri):
         raise ConfigError("store", uri, "an existing store: `fedbench run` or `fedbench sweep` makes one")
     return serve_store(uri, results_path("mlartifacts"), port, timeout_s)
@@ -63,8 +67,22 @@ def serve_store(uri: str, artifacts: Path, port: int | None = None, timeout_s: f
     on 127.0.0.1 (a free port unless `port`); returned once its /health answers. The tests' tracking servers
     are these too."""
     port = port or free_port()
-    cmd = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", uri, "--host", "127.0.0.1",
-           "--port", str(port), "--workers", "1", "--artifacts-destination", str(artifacts)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "mlflow",
+        "server",
+        "--backend-store-uri",
+        uri,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--workers",
+        "1",
+        "--artifacts-destination",
+        str(artifacts),
+    ]
     env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
     log = tempfile.TemporaryFile()  # not a pipe: a server logging more than a pipe holds would block
     process = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=log, start_new_session=True)

@@ -53,8 +53,9 @@ class Standardized:
         key = (batch.dtype, batch.device, batch.dim())
         if key not in self._constants:
             shape = (1, len(self.mean), *([1] * (batch.dim() - 2)))
-            self._constants[key] = tuple(torch.tensor(v, dtype=batch.dtype, device=batch.device).view(shape)
-                                         for v in (self.mean, self.std))
+            self._constants[key] = tuple(
+                torch.tensor(v, dtype=batch.dtype, device=batch.device).view(shape) for v in (self.mean, self.std)
+            )
         mean, std = self._constants[key]
         return (batch - mean).div_(std)  # the subtraction made a new tensor: divided in place
 
@@ -89,18 +90,21 @@ class ClientData:
         """Training rows `idx` (an int64 tensor) as a (float input, label) batch on `device`; uint8 crosses to the
         device (4x fewer bytes). Rows are gathered with `index_select`: the same tensor as `train_x[idx]`, which
         costs 28 us a batch of 64 MNIST images here against 2 us (advanced indexing's set-up on a 4-d tensor)."""
-        x = self.prepare(self.train_x.index_select(0, idx).to(device),
-                         self.train_source_y.index_select(0, idx).to(device))
+        x = self.prepare(
+            self.train_x.index_select(0, idx).to(device), self.train_source_y.index_select(0, idx).to(device)
+        )
         return x, self.train_y.index_select(0, idx).to(device)
 
-    def train_batches(self, batch_size: int,
-                      device: str | torch.device = "cpu") -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    def train_batches(
+        self, batch_size: int, device: str | torch.device = "cpu"
+    ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         """The training split in order, as (float input, label) batches, for scoring a model on it (no shuffle)."""
         for rows in torch.arange(self.num_train).split(batch_size):
             yield self.train_batch(rows, device)
 
-    def test_batches(self, batch_size: int,
-                     device: str | torch.device = "cpu") -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    def test_batches(
+        self, batch_size: int, device: str | torch.device = "cpu"
+    ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         """The local test split in order, as (float input, label) batches."""
         for start in range(0, self.num_test, batch_size):
             rows = slice(start, start + batch_size)
@@ -141,7 +145,8 @@ def materialize(
     if normalization is not None:
         mean, std = normalization
         if len(mean) not in (1, channels):
-            raise ConfigError("normalize.mean", list(mean),
-                              f"1 value or {channels}, one per channel of this scenario's images")
+            raise ConfigError(
+                "normalize.mean", list(mean), f"1 value or {channels}, one per channel of this scenario's images"
+            )
         prepare = Standardized(prepare, mean, std)
     return ClientData(train_x, train_y, test_x, test_y, train_source, test_source, prepare)

@@ -133,8 +133,9 @@ def batch_indices(num_train: int, ctx: RoundContext) -> Iterator[torch.Tensor]:
         epochs += 1
 
 
-def train_local(model: nn.Module, data: ClientData, ctx: RoundContext,
-                hooks: TrainHooks = TrainHooks()) -> dict[str, float]:
+def train_local(
+    model: nn.Module, data: ClientData, ctx: RoundContext, hooks: TrainHooks = TrainHooks()
+) -> dict[str, float]:
     """Train `model` in place on the job's mini-batches (`batch_indices`: epochs or steps) at the round's
     learning rate (`scheduled_lr`).
 
@@ -149,8 +150,10 @@ def train_local(model: nn.Module, data: ClientData, ctx: RoundContext,
         `train_samples`.
     """
     if hooks.loss is not None and (hooks.sample_weight is not None or hooks.forward is not None):
-        raise ValueError("TrainHooks.loss replaces the cross-entropy of the logits; it cannot be combined with "
-                         "sample_weight or forward")
+        raise ValueError(
+            "TrainHooks.loss replaces the cross-entropy of the logits; it cannot be combined with "
+            "sample_weight or forward"
+        )
     if hooks.inner_steps < 1:
         raise ValueError(f"TrainHooks.inner_steps must be >= 1, got {hooks.inner_steps}")
     device = torch.device(ctx.device)
@@ -193,13 +196,22 @@ def train_local(model: nn.Module, data: ClientData, ctx: RoundContext,
         if hooks.after_batch is not None:
             hooks.after_batch(model)
         steps += 1
-    return {M.TRAIN_LOSS: total_loss / max(steps, 1), M.TRAIN_STEPS: float(steps),
-            M.TRAIN_SAMPLES: float(data.num_train)}
+    return {
+        M.TRAIN_LOSS: total_loss / max(steps, 1),
+        M.TRAIN_STEPS: float(steps),
+        M.TRAIN_SAMPLES: float(data.num_train),
+    }
 
 
 @torch.no_grad()
-def _over_test_split(model: nn.Module, data: ClientData, batch_size: int, device: str, forward: Forward | None,
-                     per_batch: Callable[[torch.Tensor, torch.Tensor], T]) -> list[T]:
+def _over_test_split(
+    model: nn.Module,
+    data: ClientData,
+    batch_size: int,
+    device: str,
+    forward: Forward | None,
+    per_batch: Callable[[torch.Tensor, torch.Tensor], T],
+) -> list[T]:
     """`per_batch(logits, labels)` of each batch of the client's local test split, in order.
 
     The set-up `evaluate`, `predict` and `probabilities` share, so that the three score a model the same way:
@@ -231,8 +243,9 @@ def probabilities(
     forward: Forward | None = None,
 ) -> torch.Tensor:
     """Softmax of the model's logits (float64 [n_test, classes], on the CPU) for the client's local test split."""
-    rows = _over_test_split(model, data, batch_size, device, forward,
-                            lambda logits, _: F.softmax(logits.double(), dim=1).cpu())
+    rows = _over_test_split(
+        model, data, batch_size, device, forward, lambda logits, _: F.softmax(logits.double(), dim=1).cpu()
+    )
     return torch.cat(rows) if rows else torch.zeros((0, 0), dtype=torch.float64)
 
 
@@ -254,8 +267,11 @@ def evaluate(
         loss_sum += batch_loss  # one float addition a batch, in order (sum() compensates from Python 3.12)
         correct += batch_correct
     n = data.num_test
-    return {M.ACCURACY: correct / n if n else float("nan"), M.LOSS: loss_sum / n if n else float("nan"),
-            M.TEST_SAMPLES: float(n)}
+    return {
+        M.ACCURACY: correct / n if n else float("nan"),
+        M.LOSS: loss_sum / n if n else float("nan"),
+        M.TEST_SAMPLES: float(n),
+    }
 
 
 @torch.no_grad()
@@ -274,6 +290,7 @@ def training_losses(model: nn.Module, data: ClientData, device: str = "cpu", bat
     """Cross-entropy of `model` (eval mode) on each training row (float64 [n_train], on the CPU; empty without
     rows)."""
     on_device(model, device).eval()
-    losses = [F.cross_entropy(model(x), y, reduction="none").double().cpu()
-              for x, y in data.train_batches(batch_size, device)]
+    losses = [
+        F.cross_entropy(model(x), y, reduction="none").double().cpu() for x, y in data.train_batches(batch_size, device)
+    ]
     return torch.cat(losses) if losses else torch.zeros(0, dtype=torch.float64)

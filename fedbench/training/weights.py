@@ -69,5 +69,7 @@ class RunningAverage:
         """The average, each tensor cast back to its own dtype."""
         if self.added != len(self.coeffs):
             raise ValueError(f"{self.added} of the average's {len(self.coeffs)} models were added")
-        return {name: total.astype(self._dtypes[name]) if np.issubdtype(self._dtypes[name], np.floating) else total
-                for name, total in self._sums.items()}
+        return {
+            name: total.astype(self._dtypes[name]) if np.issubdtype(self._dtypes[name], np.floating) else total
+            for name, total in self._sums.items()
+        }

@@ -65,8 +65,16 @@ class MlflowBridge(tune.Callback):
             callback.set_tags({k: str(v) for k, v in result.items() if k.startswith("trial.")})
             run_tags = json.loads(result.get(RUN_TAGS, "{}"))
             self.gpu_check.add(places_from_tags(run_tags))
-            outcome = RunResult(spec, result["status"], history, final, result.get("reason", ""), result.get("traceback", ""), run_tags,
-                                per_client.decode(result[PER_CLIENT]) if result.get(PER_CLIENT) else {})
+            outcome = RunResult(
+                spec,
+                result["status"],
+                history,
+                final,
+                result.get("reason", ""),
+                result.get("traceback", ""),
+                run_tags,
+                per_client.decode(result[PER_CLIENT]) if result.get(PER_CLIENT) else {},
+            )
             self._finish(trial.trial_id, outcome)
 
     def on_trial_complete(self, iteration, trials, trial, **info) -> None:
@@ -84,8 +92,10 @@ class MlflowBridge(tune.Callback):
             spec, callback, history = self.runs.pop(trial.trial_id)
             failures = trial.run_metadata.num_failures
             callback.set_tags({RETRIED_TAG: f"attempt {failures} of the trial"})
-            reason = f"retried: trial {trial.trial_id} crashed (attempt {failures}), Tune runs it again: " \
-                     f"{trial.error_file or 'see the Tune logs'}"
+            reason = (
+                f"retried: trial {trial.trial_id} crashed (attempt {failures}), Tune runs it again: "
+                f"{trial.error_file or 'see the Tune logs'}"
+            )
             callback.on_run_end(RunResult(spec, "FAILED", history, {}, reason))
 
     def on_trial_error(self, iteration, trials, trial, **info) -> None:
@@ -102,8 +112,11 @@ class MlflowBridge(tune.Callback):
 
 def _metric_keys(result: dict[str, Any]) -> set[str]:
     """The fedbench metrics of a report: its numbers, less what Tune adds to every report."""
-    return {k for k, v in result.items()
-            if isinstance(v, (int, float)) and not isinstance(v, bool) and k not in AUTO_RESULT_KEYS and k not in TUNE_KEYS}
+    return {
+        k
+        for k, v in result.items()
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and k not in AUTO_RESULT_KEYS and k not in TUNE_KEYS
+    }
 
 
 def _trial_tags(trial, placement) -> dict[str, str]:

@@ -22,8 +22,14 @@ from fedbench.tuning.search_space import ALGORITHM, SearchSpace, apply, load_sea
 
 SCHEDULERS = ("asha",)
 
-EVERY_ROUND = (M.TRAIN_LOSS_MEAN, M.ACC_LOCAL_MEAN, M.ACC_LOCAL_STD, M.ACC_LOCAL_MIN, M.ACC_LOCAL_WEIGHTED,
-               M.ACC_LOCAL_PI_WEIGHTED)
+EVERY_ROUND = (
+    M.TRAIN_LOSS_MEAN,
+    M.ACC_LOCAL_MEAN,
+    M.ACC_LOCAL_STD,
+    M.ACC_LOCAL_MIN,
+    M.ACC_LOCAL_WEIGHTED,
+    M.ACC_LOCAL_PI_WEIGHTED,
+)
 """Metrics a trial reports every round (with `eval_every: 1`): the only ones a scheduler can compare early."""
 
 
@@ -99,8 +105,11 @@ class SweepPlan:
     def name(self) -> str:
         """Stable for the same task and configurations, so `--resume` finds the interrupted sweep."""
         if self.space:
-            key = json.dumps([self.base, repr(self.space), self.num_samples, self.metric, self.mode, self.scheduler,
-                              self.seeds], sort_keys=True, default=str)
+            key = json.dumps(
+                [self.base, repr(self.space), self.num_samples, self.metric, self.mode, self.scheduler, self.seeds],
+                sort_keys=True,
+                default=str,
+            )
         else:
             key = ",".join(sorted(s.run_hash for s in self.specs)) + f"|{self.metric}|{self.mode}|{self.scheduler}"
         return f"{self.task}-{hashlib.sha1(key.encode()).hexdigest()[:8]}"
@@ -111,11 +120,20 @@ class SweepPlan:
 
     def max_rounds(self) -> int:
         """The longest trial's rounds (a scheduler's time budget)."""
-        return max(s.rounds for s in self.specs) if self.specs else apply(self.base, {}).rounds
+        if self.specs:
+            return max(s.rounds for s in self.specs)
+        assert self.base is not None, "a search plan has its base run"
+        return apply(self.base, {}).rounds
 
 
-def make_plan(task: TaskSpec, space: SearchSpace | None = None, num_samples: int | None = None,
-              metric: str | None = None, mode: str = "max", scheduler: str | None = None) -> SweepPlan:
+def make_plan(
+    task: TaskSpec,
+    space: SearchSpace | None = None,
+    num_samples: int | None = None,
+    metric: str | None = None,
+    mode: str = "max",
+    scheduler: str | None = None,
+) -> SweepPlan:
     """The sweep to run, with every problem reported now: unknown metric or scheduler, a search space field
     that does not exist or a value it cannot take, a metric no trial would report."""
     metric = M.canonical(metric) if metric else metric
@@ -124,12 +142,16 @@ def make_plan(task: TaskSpec, space: SearchSpace | None = None, num_samples: int
     if scheduler is not None and scheduler not in SCHEDULERS:
         raise ConfigError("--scheduler", scheduler, " or ".join(SCHEDULERS))
     if (space or scheduler) and metric is None:
-        raise ConfigError("--metric", None, f"a metric to {'search' if space else 'schedule'} on, one of {', '.join(known_metrics())}")
+        raise ConfigError(
+            "--metric", None, f"a metric to {'search' if space else 'schedule'} on, one of {', '.join(known_metrics())}"
+        )
     if metric is not None and metric not in known_metrics():
         raise ConfigError("--metric", metric, ", ".join(known_metrics()))
     bare = metric.removeprefix(M.FINAL_PREFIX) if metric else None
     if scheduler and bare not in EVERY_ROUND:
-        raise ConfigError("--metric", metric, f"a metric reported every round for --scheduler {scheduler}: {', '.join(EVERY_ROUND)}")
+        raise ConfigError(
+            "--metric", metric, f"a metric reported every round for --scheduler {scheduler}: {', '.join(EVERY_ROUND)}"
+        )
     if space is None:
         if num_samples is not None:
             raise ConfigError("--num-samples", num_samples, "only with --search SPACE.yaml")
@@ -142,17 +164,34 @@ def make_plan(task: TaskSpec, space: SearchSpace | None = None, num_samples: int
         space = space.resolved(base)
         space.check(base)
         seeds = (base["seed"],) if task.seed_overridden else task.seeds
-        plan = SweepPlan(task.name, space=space, base=base, num_samples=num_samples, metric=metric, mode=mode,
-                         scheduler=scheduler, seeds=tuple(seeds))
+        plan = SweepPlan(
+            task.name,
+            space=space,
+            base=base,
+            num_samples=num_samples,
+            metric=metric,
+            mode=mode,
+            scheduler=scheduler,
+            seeds=tuple(seeds),
+        )
         runs = (apply(base, {}),)
     if bare in M.TEST_TIME and all(run.scenario.test_clients.mode == "none" for run in runs):
-        raise ConfigError("--metric", metric, "a metric these runs report: their scenarios have no test-time clients "
-                          "(scenario.test_clients.mode: none)")
+        raise ConfigError(
+            "--metric",
+            metric,
+            "a metric these runs report: their scenarios have no test-time clients (scenario.test_clients.mode: none)",
+        )
     return plan
 
 
-def plan_sweep(task: TaskSpec, search: str | Path | SearchSpace | None = None, num_samples: int | None = None,
-               metric: str | None = None, mode: str = "max", scheduler: str | None = None) -> SweepPlan:
+def plan_sweep(
+    task: TaskSpec,
+    search: str | Path | SearchSpace | None = None,
+    num_samples: int | None = None,
+    metric: str | None = None,
+    mode: str = "max",
+    scheduler: str | None = None,
+) -> SweepPlan:
     """The sweep of `task`: its grid, or `num_samples` Optuna samples of `search` (a space or its YAML file);
     every problem is reported now (see `make_plan`)."""
     space = load_search_space(search) if isinstance(search, (str, os.PathLike)) else search

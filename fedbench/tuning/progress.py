@@ -41,8 +41,16 @@ class SweepProgress(tune.Callback):
         status_every_s: the least seconds between two status lines.
     """
 
-    def __init__(self, total: int | Callable[[], int], metric: str, mode: str, describe: Callable[[dict[str, Any]], str],
-                 console: Console, rounds: Callable[[dict[str, Any]], int], status_every_s: float = STATUS_EVERY_S):
+    def __init__(
+        self,
+        total: int | Callable[[], int],
+        metric: str,
+        mode: str,
+        describe: Callable[[dict[str, Any]], str],
+        console: Console,
+        rounds: Callable[[dict[str, Any]], int],
+        status_every_s: float = STATUS_EVERY_S,
+    ):
         self.planned, self.metric, self.mode = total, metric, mode
         self.describe, self.console = describe, console
         self.rounds_of, self.status_every_s = rounds, status_every_s
@@ -86,8 +94,11 @@ class SweepProgress(tune.Callback):
     def on_trial_recover(self, iteration: int, trials: list, trial, **info) -> None:
         """A trial whose process died and which Tune starts again (`max_failures`): not ended, said anyway."""
         self.console = self.console or Console(highlight=False, soft_wrap=True)
-        self.console.print(f"[yellow]restarted[/] {escape(self.describe(trial.config))}: its process died "
-                           f"(failure {trial.run_metadata.num_failures}); Tune runs it again from round 1", highlight=False)
+        self.console.print(
+            f"[yellow]restarted[/] {escape(self.describe(trial.config))}: its process died "
+            f"(failure {trial.run_metadata.num_failures}); Tune runs it again from round 1",
+            highlight=False,
+        )
 
     def __getstate__(self) -> dict[str, Any]:
         """Tune pickles its callbacks with the experiment; a console holds a lock and is made anew."""
@@ -126,13 +137,19 @@ class SweepProgress(tune.Callback):
         """Which round each running trial is in, and the ETA."""
         self.last_status = time.monotonic()
         running = [t for t in trials if t.status == "RUNNING" and t.trial_id not in self.ended]
-        shown = [f"{escape(self.describe(t.config))} round {self.rounds.get(t.trial_id, (0, 0))[0]}/"
-                 f"{self.rounds.get(t.trial_id, (0, self.rounds_of(t.config)))[1]}" for t in running[:STATUS_TRIALS_SHOWN]]
+        shown = [
+            f"{escape(self.describe(t.config))} round {self.rounds.get(t.trial_id, (0, 0))[0]}/"
+            f"{self.rounds.get(t.trial_id, (0, self.rounds_of(t.config)))[1]}"
+            for t in running[:STATUS_TRIALS_SHOWN]
+        ]
         more = f", {len(running) - STATUS_TRIALS_SHOWN} more" if len(running) > STATUS_TRIALS_SHOWN else ""
         elapsed = time.monotonic() - self.started
         self.console = self.console or Console(highlight=False, soft_wrap=True)
-        self.console.print(f"[{self.done + self.failed}/{self.total}] running: {', '.join(shown) or 'none'}{more} | "
-                           f"{clock(elapsed)} elapsed, ETA {clock(self._eta(elapsed))}", highlight=False)
+        self.console.print(
+            f"[{self.done + self.failed}/{self.total}] running: {', '.join(shown) or 'none'}{more} | "
+            f"{clock(elapsed)} elapsed, ETA {clock(self._eta(elapsed))}",
+            highlight=False,
+        )
 
     @property
     def total(self) -> int:
@@ -159,4 +176,3 @@ def clock(seconds: float) -> str:
         return "-"
     seconds = int(round(seconds))
     return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
-

@@ -29,6 +29,12 @@ def for_trial(spec: RunSpec) -> RunSpec:
     return spec.replace(resources=dataclasses.replace(spec.resources, backend="ray", num_workers=workers))
 
 
+def trial_workers(spec: RunSpec) -> int:
+    """The client workers of a trial's RunSpec, which `for_trial` always sets."""
+    assert spec.resources.num_workers is not None, "a trial's RunSpec comes from for_trial"
+    return spec.resources.num_workers
+
+
 def placement(spec: RunSpec, driver_cpus: float = DRIVER_CPUS) -> tune.PlacementGroupFactory:
     """One driver bundle, then one bundle per client worker with its CPU and GPU fraction."""
     from ray import tune
@@ -36,27 +42,34 @@ def placement(spec: RunSpec, driver_cpus: float = DRIVER_CPUS) -> tune.Placement
     worker = {"CPU": spec.resources.client_cpus}
     if spec.resources.client_gpus > 0:
         worker["GPU"] = spec.resources.client_gpus
-    return tune.PlacementGroupFactory([{"CPU": driver_cpus}] + [worker] * spec.resources.num_workers)
+    return tune.PlacementGroupFactory([{"CPU": driver_cpus}] + [worker] * trial_workers(spec))
 
 
 def trials_at_once(specs: Sequence[RunSpec], cpus: float, driver_cpus: float = DRIVER_CPUS) -> int:
     """How many trials (specs as `for_trial` made them) `cpus` CPUs hold at once, each reserving what the largest
     of `specs` does: Tune runs no more than this, whatever `--max-concurrent` asks."""
-    need = max(driver_cpus + spec.resources.client_cpus * spec.resources.num_workers for spec in specs)
+    need = max(driver_cpus + spec.resources.client_cpus * trial_workers(spec) for spec in specs)
     return max(1, int(cpus // need))
 
 
-def concurrency_note(asked: int | None, specs: Sequence[RunSpec], cpus: float, driver_cpus: float = DRIVER_CPUS,
-                     trials: int | None = None) -> str | None:
+def concurrency_note(
+    asked: int | None,
+    specs: Sequence[RunSpec],
+    cpus: float,
+    driver_cpus: float = DRIVER_CPUS,
+    trials: int | None = None,
+) -> str | None:
     """What to tell a user whose `--max-concurrent` the cluster's CPUs cannot hold for a sweep of `trials` (None
     when they can, or when there are no more trials than fit): Tune would quietly run fewer at a time."""
     fit = trials_at_once(specs, cpus, driver_cpus)
     if asked is None or min(asked, trials or asked) <= fit:
         return None
-    largest = max(specs, key=lambda spec: spec.resources.client_cpus * spec.resources.num_workers).resources
-    return (f"--max-concurrent {asked}: {fit} trial{'s' if fit > 1 else ''} at a time fit{'' if fit > 1 else 's'} "
-            f"{cpus:g} CPUs, each reserving {driver_cpus:g} for its driver and {largest.client_cpus:g} per client "
-            f"worker ({largest.num_workers}); --set resources.client_cpus=<less> fits more (run ids do not change)")
+    largest = max(specs, key=lambda spec: spec.resources.client_cpus * trial_workers(spec)).resources
+    return (
+        f"--max-concurrent {asked}: {fit} trial{'s' if fit > 1 else ''} at a time fit{'' if fit > 1 else 's'} "
+        f"{cpus:g} CPUs, each reserving {driver_cpus:g} for its driver and {largest.client_cpus:g} per client "
+        f"worker ({largest.num_workers}); --set resources.client_cpus=<less> fits more (run ids do not change)"
+    )
 
 
 def check_trial_fits(spec: RunSpec, nodes: Sequence[Mapping[str, float]], driver_cpus: float = DRIVER_CPUS) -> None:

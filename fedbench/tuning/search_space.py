@@ -54,7 +54,9 @@ def bound_value(field: str, bound: Any, run: Mapping[str, Any]) -> int | float:
     """A bound's number: itself, or its run field's value (in the run the search samples on) plus its offset."""
     if not isinstance(bound, str):
         return bound
-    name, sign, offset = BOUND.match(bound).groups()
+    match = BOUND.match(bound)
+    assert match is not None, bound  # checked when the space loaded
+    name, sign, offset = match.groups()
     value = run.get(name)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         numeric = sorted(k for k, v in run.items() if isinstance(v, (int, float)) and not isinstance(v, bool))
@@ -95,8 +97,12 @@ class Distribution:
             raise ConfigError(field, values, f"a non-empty list for {kind}")
         if kind != "categorical":
             if len(values) != 2 or not all(is_bound(v) for v in values):
-                raise ConfigError(field, values, f"[low, high] for {kind}: two finite numbers, or a run field with an "
-                                                 "optional + or - a number (`rounds - 1`)")
+                raise ConfigError(
+                    field,
+                    values,
+                    f"[low, high] for {kind}: two finite numbers, or a run field with an "
+                    "optional + or - a number (`rounds - 1`)",
+                )
             if not any(isinstance(v, str) for v in values):
                 check_range(field, kind, values)
         return cls(path, kind, tuple(values))
@@ -162,8 +168,9 @@ class SearchSpace:
         for dist in self.common:
             dist.suggest(trial, dist.path)
         if self.branches:
-            name = self.fixed.get(f"{ALGORITHM}.name") or trial.suggest_categorical(f"{ALGORITHM}.name",
-                                                                                     [n for n, _ in self.tuned])
+            name = self.fixed.get(f"{ALGORITHM}.name") or trial.suggest_categorical(
+                f"{ALGORITHM}.name", [n for n, _ in self.tuned]
+            )
             for dist in dict(self.tuned)[name]:
                 dist.suggest(trial, f"{ALGORITHM}.{dist.path}")
         return self.complete(trial.params)
@@ -176,8 +183,9 @@ class SearchSpace:
         """This space with every bound that names a run field evaluated on `base`'s run (`--set rounds=4` included)."""
         run = apply(base, {}).flat()
         common = tuple(d.resolved("space", run) for d in self.common)
-        branches = tuple((name, tuple(d.resolved(f"space.{ALGORITHM}.{name}", run) for d in own))
-                         for name, own in self.branches)
+        branches = tuple(
+            (name, tuple(d.resolved(f"space.{ALGORITHM}.{name}", run) for d in own)) for name, own in self.branches
+        )
         return dataclasses.replace(self, common=common, branches=branches)
 
     def check(self, base: dict[str, Any]) -> None:
@@ -197,8 +205,9 @@ class SearchSpace:
                 _probe(self.name, base, fixed, f"{ALGORITHM}.name", dists)
 
 
-def _probe(space: str, base: dict[str, Any], sample: Mapping[str, Any], path: str,
-           dists: Mapping[str, Distribution]) -> None:
+def _probe(
+    space: str, base: dict[str, Any], sample: Mapping[str, Any], path: str, dists: Mapping[str, Distribution]
+) -> None:
     """`sample` (`path` at a probe value, the others at their first) must make a valid RunSpec on `base`, and not a
     degenerate one (`DegenerateRunWarning`): a task may ask for FEROMA with a warm-up as long as the run, but a
     search would spend trials on it unasked. The error names the field at fault where the space samples it (a
@@ -212,11 +221,18 @@ def _probe(space: str, base: dict[str, Any], sample: Mapping[str, Any], path: st
         raise ConfigError(f"search space {space}: {at}", sample[at], f"a valid value: {exc}") from exc
     except DegenerateRunWarning as exc:
         if exc.field not in dists:  # the task's value, or the method's default, in every trial
-            raise ConfigError(f"search space {space}: {exc.field}", "not sampled", "sampled, or set in the task, so "
-                              f"that every trial trains the method: as it is, every trial has {exc}") from None
-        raise ConfigError(f"search space {space}: {exc.field}", dists[exc.field].text(), "a range whose every value "
-                          f"trains the method this task runs; at {sample[exc.field]}: {exc} (a bound may name a run "
-                          "field: `rounds - 1`)") from None
+            raise ConfigError(
+                f"search space {space}: {exc.field}",
+                "not sampled",
+                f"sampled, or set in the task, so that every trial trains the method: as it is, every trial has {exc}",
+            ) from None
+        raise ConfigError(
+            f"search space {space}: {exc.field}",
+            dists[exc.field].text(),
+            "a range whose every value "
+            f"trains the method this task runs; at {sample[exc.field]}: {exc} (a bound may name a run "
+            "field: `rounds - 1`)",
+        ) from None
 
 
 def apply(base: dict[str, Any], sample: Mapping[str, Any]):
@@ -261,6 +277,9 @@ def load_search_space(path: str | Path) -> SearchSpace:
         )
     found = SearchSpace(name, common, branches, raw.get("description", ""))
     if not found.common and not found.tuned:
-        raise ConfigError(f"{path.name}: space", dict(space), "at least one distribution to sample: every algorithm "
-                          "listed has nothing to tune")
+        raise ConfigError(
+            f"{path.name}: space",
+            dict(space),
+            "at least one distribution to sample: every algorithm listed has nothing to tune",
+        )
     return found

@@ -44,13 +44,17 @@ class SeedAveragedSearch(Searcher):
     """See the module docstring. `recorded` maps the run hash of every run finished in the store to its metric; the
     runs this search ends are added (a failed one with None)."""
 
-    def __init__(self, plan: SweepPlan, study, recorded: dict[str, float | None], say: Callable[[str], None] = log.info):
+    def __init__(
+        self, plan: SweepPlan, study, recorded: dict[str, float | None], say: Callable[[str], None] = log.info
+    ):
         super().__init__(metric=plan.metric, mode=plan.mode)
         self.plan, self.study, self.recorded, self.say = plan, study, recorded, say
+        assert plan.space is not None, "a search plan has a search space"
+        self.space = plan.space
         self.spec_of = plan.spec_of
         self.queue: deque[Config] = deque()
         self.proposals: dict[str, Proposal] = {}
-        self.running: dict[str, tuple[str, int]] = {}
+        self.running: dict[str, tuple[str, int, str]] = {}
         self.reused = 0
         """Proposals answered from the store."""
         self.sent = 0
@@ -84,7 +88,7 @@ class SeedAveragedSearch(Searcher):
     def suggest(self, trial_id: str) -> Config | str | None:
         while not self.queue and self.proposed < self.plan.num_samples:
             trial = self.study.ask()
-            self._propose(self.plan.space.sample(trial), trial.number)
+            self._propose(self.space.sample(trial), trial.number)
         if not self.queue:
             return Searcher.FINISHED if not self.proposals else None  # None: the last proposals' trials still run
         config = self.queue.popleft()
@@ -124,8 +128,10 @@ class SeedAveragedSearch(Searcher):
         proposal.scores.update(self._recorded_scores(params))
         if len(proposal.scores) == len(self.plan.seeds):
             self.reused += 1
-            self.say(f"sample {number + 1}: {self._label(params)} already ran on every seed: answered with its "
-                     "recorded scores, no trial (it counts against --num-samples)")
+            self.say(
+                f"sample {number + 1}: {self._label(params)} already ran on every seed: answered with its "
+                "recorded scores, no trial (it counts against --num-samples)"
+            )
             self._answer_if_scored(key)
             return
         self._send(params, proposal)
@@ -137,11 +143,12 @@ class SeedAveragedSearch(Searcher):
 
     def _note_reference(self, key: str) -> None:
         """Once a reference's seeds have all ended: its mean score in the study (`REFERENCE_ATTR`), for the plots."""
-        for name in self.plan.space.references:
+        for name in self.space.references:
             params = {f"{ALGORITHM}.name": name}
             scores = self._recorded_scores(params)
             if self._key(params) == key and len(scores) == len(self.plan.seeds) and None not in scores.values():
-                self.study.set_user_attr(REFERENCE_ATTR + name, sum(scores.values()) / len(scores))
+                mean = sum(s for s in scores.values() if s is not None) / len(scores)
+                self.study.set_user_attr(REFERENCE_ATTR + name, mean)
 
     def _answer_if_scored(self, key: str) -> None:
         proposal = self.proposals[key]
@@ -153,7 +160,7 @@ class SeedAveragedSearch(Searcher):
         scores = list(proposal.scores.values())
         for number in proposal.trials:
             if all(s is not None and math.isfinite(s) for s in scores):
-                self.study.tell(number, sum(scores) / len(scores))
+                self.study.tell(number, sum(s for s in scores if s is not None) / len(scores))
             else:
                 self.study.tell(number, state=optuna.trial.TrialState.FAIL)
 
@@ -162,7 +169,7 @@ class SeedAveragedSearch(Searcher):
         import optuna
 
         for trial in self.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
-            self._propose(self.plan.space.complete(trial.params), trial.number)
+            self._propose(self.space.complete(trial.params), trial.number)
 
     def _recorded_scores(self, params: Config) -> dict[int, float | None]:
         """The seeds whose run of `params` ended (in the store, or in this search), with their scores."""
@@ -180,6 +187,11 @@ class SeedAveragedSearch(Searcher):
     def _label(self, params: Config) -> str:
         """`feroma tau=0.0174 warmup_rounds=8`."""
         name = params.get(f"{ALGORITHM}.name")
-        fields = [f"{k.removeprefix(ALGORITHM + '.')}={v:.3g}" if isinstance(v, float) else f"{k.removeprefix(ALGORITHM + '.')}={v}"
-                  for k, v in params.items() if k != f"{ALGORITHM}.name"]
+        fields = [
+            f"{k.removeprefix(ALGORITHM + '.')}={v:.3g}"
+            if isinstance(v, float)
+            else f"{k.removeprefix(ALGORITHM + '.')}={v}"
+            for k, v in params.items()
+            if k != f"{ALGORITHM}.name"
+        ]
         return " ".join([name, *fields] if name else fields)

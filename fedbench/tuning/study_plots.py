@@ -47,8 +47,9 @@ class StudyPlots:
     skipped: dict[str, str] = field(default_factory=dict)
 
 
-def plot_study(sweep: str, out: Path, metric: str | None = None, formats: Sequence[str] = ("png",),
-               dpi: int = 110) -> StudyPlots:
+def plot_study(
+    sweep: str, out: Path, metric: str | None = None, formats: Sequence[str] = ("png",), dpi: int = 110
+) -> StudyPlots:
     """Draw the views of search `sweep`'s study into folder `out`; `metric` (what the search optimised) is recorded
     in the study, so that a later `fedbench plot` names the axis the same way."""
     import optuna
@@ -62,7 +63,8 @@ def plot_study(sweep: str, out: Path, metric: str | None = None, formats: Sequen
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             study.set_metric_names([metric])
     target = study.metric_names[0] if study.metric_names else "objective"
-    scores = [t.value for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))]
+    complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    scores = [t.value for t in complete if t.value is not None]  # a complete trial has its value
     plots = StudyPlots(sweep)
     for view, title in VIEWS.items():
         why = _skip(view, scores)
@@ -83,15 +85,19 @@ def report_study(uri: str, experiment: str, parent_run_id: str, sweep: str, out:
     return SweepRuns(uri, experiment).log_files(parent_run_id, plots.files, ARTIFACT_FOLDER)
 
 
-def plot_latest_search(uri: str, experiment: str, out: Path, formats: Sequence[str] = ("png",),
-                       dpi: int = 110) -> StudyPlots | None:
+def plot_latest_search(
+    uri: str, experiment: str, out: Path, formats: Sequence[str] = ("png",), dpi: int = 110
+) -> StudyPlots | None:
     """For `fedbench plot`: the views of `experiment`'s latest search whose study is here, drawn into `out` and
     logged on that search's parent run (which need not be the latest sweep: a grid may have followed it); None
     when the experiment has no such search."""
     runs = SweepRuns(uri, experiment)
     pattern = f"{glob.escape(experiment)}-*.log"  # a sweep is named <task>-<digest>
-    searches = [(parent, journal.stem) for journal in results_path("optuna").glob(pattern)
-                if (parent := runs.latest_parent(journal.stem)) is not None]
+    searches = [
+        (parent, journal.stem)
+        for journal in results_path("optuna").glob(pattern)
+        if (parent := runs.latest_parent(journal.stem)) is not None
+    ]
     if not searches:
         return None
     parent, sweep = max(searches, key=lambda search: search[0].info.start_time)
@@ -156,10 +162,14 @@ def _reference_lines(drawn, study, view: str) -> None:
     so a sample is read against what the untuned method gets on the same seeds."""
     import numpy as np
 
-    references = {k.removeprefix(REFERENCE_ATTR): v for k, v in study.user_attrs.items() if k.startswith(REFERENCE_ATTR)}
+    references = {
+        k.removeprefix(REFERENCE_ATTR): v for k, v in study.user_attrs.items() if k.startswith(REFERENCE_ATTR)
+    }
     for ax in np.atleast_1d(drawn).ravel():
-        lines = [ax.axhline(score, linestyle="--", linewidth=1, color=f"C{3 + i}", label=f"{name} (reference)")
-                 for i, (name, score) in enumerate(sorted(references.items()))]
+        lines = [
+            ax.axhline(score, linestyle="--", linewidth=1, color=f"C{3 + i}", label=f"{name} (reference)")
+            for i, (name, score) in enumerate(sorted(references.items()))
+        ]
         if lines:  # a slice panel's legend would list Optuna's empty "Infeasible Trial" too
             ax.legend(handles=lines if view == "slice" else None, loc="best", fontsize="small")
 

@@ -5,11 +5,13 @@ this process (the one writer). MLflow is also what `--resume` trusts: a trial co
 child run ended (FINISHED or FAILED); children left RUNNING by an interrupted sweep are deleted and their
 trials run again, so every trial ends with exactly one child run (`tracking.sweep_runs` keeps those
 runs; nothing here imports MLflow). A running sweep holds a lease on its parent run, so a `--resume` while it
-lives is refused instead of deleting its live children (`tracking.sweep_lease`). A trial whose process dies is restarted by Tune up to `max_failures` times;
+lives is refused instead of deleting its live children (`tracking.sweep_lease`). A trial whose process dies is restarted
+by Tune up to `max_failures` times;
 the attempt it cut short stays as a FAILED child marked retried, which neither the leaderboard nor `--resume`
 counts (`MlflowBridge.on_trial_recover`). Tune's own folders live under
 `results/ray_results/<sweep>-<attempt>-<start time>-<random suffix>`, one per invocation, so two sweeps of one task
-started at once never write into the same folder (`--resume` needs none of them); an Optuna search keeps its study in `results/optuna/<sweep>.log`, so a resumed search goes on with what
+started at once never write into the same folder (`--resume` needs none of them); an Optuna search keeps its study in
+`results/optuna/<sweep>.log`, so a resumed search goes on with what
 TPE learnt.
 """
 
@@ -22,7 +24,7 @@ import secrets
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -103,9 +105,12 @@ def run_sweep(
     folder = tune_folder_name(plan.name, parent.attempt)
     outcome = SweepOutcome(plan.name, parent.run_id, str(results_path("ray_results", folder)), resumed_done=len(done))
     try:
-        recorded = finished_scores(plan.task, uri, plan.metric) if plan.space is not None else {}
-        tuner, ending = _tuner(plan, done, recorded, max_concurrent, driver_cpus, bridge, storage, folder, max_failures,
-                               checkpoint_every)
+        recorded: dict[str, float | None] = {}
+        if plan.space is not None:
+            recorded.update(finished_scores(plan.task, uri, plan.metric))
+        tuner, ending = _tuner(
+            plan, done, recorded, max_concurrent, driver_cpus, bridge, storage, folder, max_failures, checkpoint_every
+        )
         if tuner is not None:
             with runs.heartbeat(parent.run_id), sigterm_as_ctrl_c():
                 tuner.fit()  # returns after Ctrl-C too (Tune stops gracefully): count what ended
@@ -168,15 +173,29 @@ def _parent_run(runs: SweepRuns, plan: SweepPlan, resume: bool) -> tuple[SweepPa
         return runs.start_parent(plan.name, plan.trials), set()
     parent = runs.reopen_parent(plan.name)
     if parent is None:
-        raise ConfigError("--resume", plan.name, "an interrupted sweep of this task and configuration: none is recorded "
-                          "in this tracking store (run it once without --resume)")
+        raise ConfigError(
+            "--resume",
+            plan.name,
+            "an interrupted sweep of this task and configuration: none is recorded "
+            "in this tracking store (run it once without --resume)",
+        )
     done = runs.finished_trials(parent.run_id)
     runs.drop_unfinished_children(parent.run_id)
     return parent, done
 
 
-def _tuner(plan: SweepPlan, done: set, recorded: dict[str, float], max_concurrent, driver_cpus, bridge, storage: str,
-           folder: str, max_failures: int, checkpoint_every: int):
+def _tuner(
+    plan: SweepPlan,
+    done: set,
+    recorded: dict[str, float | None],
+    max_concurrent,
+    driver_cpus,
+    bridge,
+    storage: str,
+    folder: str,
+    max_failures: int,
+    checkpoint_every: int,
+):
     """The Tune experiment for the trials not done yet (None: nothing left), and what says whether they all ended:
     a grid's count of trials, or a search's searcher."""
     import ray
@@ -193,8 +212,10 @@ def _tuner(plan: SweepPlan, done: set, recorded: dict[str, float], max_concurren
 
     spec_of, console = plan.spec_of, Console(highlight=False, soft_wrap=True)
     cpus = ray.cluster_resources().get("CPU", 1)
-    trainable = tune.with_resources(tune.with_parameters(run_trial, spec_of=spec_of, checkpoint_every=checkpoint_every),
-                                    lambda config: placement(spec_of(config), driver_cpus or DRIVER_CPUS))
+    trainable = tune.with_resources(
+        tune.with_parameters(run_trial, spec_of=spec_of, checkpoint_every=checkpoint_every),
+        lambda config: placement(spec_of(config), driver_cpus or DRIVER_CPUS),
+    )
     if plan.metric is not None:
         # not every report carries the metric: rounds between evaluations (eval_every) have no accuracy, and
         # only the last report has the final.* values. The scheduler and the searcher skip such reports.
@@ -205,8 +226,12 @@ def _tuner(plan: SweepPlan, done: set, recorded: dict[str, float], max_concurren
 
         # rounds report the bare name (acc_local_mean), the run's end final.acc_local_mean; time is the report
         # count: one per round plus the final report
-        scheduler = ASHAScheduler(metric=plan.metric.removeprefix(M.FINAL_PREFIX), mode=plan.mode,
-                                  max_t=plan.max_rounds() + 1, grace_period=1)
+        assert plan.metric is not None, "a scheduler is planned with its metric"
+        scheduler = ASHAScheduler(
+            metric=plan.metric.removeprefix(M.FINAL_PREFIX), mode=plan.mode, max_t=plan.max_rounds() + 1, grace_period=1
+        )
+    ending: int | SeedAveragedSearch
+    total: int | Callable[[], int]
     if plan.space is None:
         remaining = [s for s in plan.specs if s.run_hash not in done]
         if not remaining:
@@ -219,24 +244,47 @@ def _tuner(plan: SweepPlan, done: set, recorded: dict[str, float], max_concurren
             return None, search
         param_space, samples, ending, total = {}, -1, search, search.trials_planned  # -1: until the searcher ends
         # a search's default concurrency: its trials are the base run with their own samples
-        search_alg = ConcurrencyLimiter(search, max_concurrent=max_concurrent or trials_at_once([spec_of({})], cpus, driver_cpus or DRIVER_CPUS))
-    note = concurrency_note(max_concurrent, [for_trial(s) for s in plan.specs or (spec_of({}),)], cpus,
-                            driver_cpus or DRIVER_CPUS, trials=total() if callable(total) else total)
+        search_alg = ConcurrencyLimiter(
+            search, max_concurrent=max_concurrent or trials_at_once([spec_of({})], cpus, driver_cpus or DRIVER_CPUS)
+        )
+    note = concurrency_note(
+        max_concurrent,
+        [for_trial(s) for s in plan.specs or (spec_of({}),)],
+        cpus,
+        driver_cpus or DRIVER_CPUS,
+        trials=total() if callable(total) else total,
+    )
     if note is not None:
         console.print(f"note: {escape(note)}")
-    tune_config = tune.TuneConfig(search_alg=search_alg, scheduler=scheduler, num_samples=samples,
-                                  max_concurrent_trials=max_concurrent if search_alg is None else None,
-                                  reuse_actors=True,  # a trial's process and client workers serve the next trial
-                                  trial_name_creator=_trial_name(spec_of), trial_dirname_creator=_trial_name(spec_of))
+    tune_config = tune.TuneConfig(
+        search_alg=search_alg,
+        scheduler=scheduler,
+        num_samples=samples,
+        max_concurrent_trials=max_concurrent if search_alg is None else None,
+        reuse_actors=True,  # a trial's process and client workers serve the next trial
+        trial_name_creator=_trial_name(spec_of),
+        trial_dirname_creator=_trial_name(spec_of),
+    )
     ranked = M.FINAL_PREFIX + (plan.metric or M.ACC_LOCAL_MEAN).removeprefix(M.FINAL_PREFIX)
-    progress = SweepProgress(total, ranked, plan.mode, lambda config: spec_of(config).label, console,
-                             rounds=lambda config: spec_of(config).rounds)
+    progress = SweepProgress(
+        total,
+        ranked,
+        plan.mode,
+        lambda config: spec_of(config).label,
+        console,
+        rounds=lambda config: spec_of(config).rounds,
+    )
     # Tune's own console reporter would print its trial table and a TensorBoard hint (TensorBoard is not a
     # dependency); the lines of SweepProgress say what a user needs, one per ended trial
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
-    run_config = tune.RunConfig(name=folder, storage_path=storage, callbacks=[bridge, progress], verbose=0,
-                                failure_config=tune.FailureConfig(max_failures=max_failures),
-                                checkpoint_config=tune.CheckpointConfig(num_to_keep=CHECKPOINTS_KEPT))
+    run_config = tune.RunConfig(
+        name=folder,
+        storage_path=storage,
+        callbacks=[bridge, progress],
+        verbose=0,
+        failure_config=tune.FailureConfig(max_failures=max_failures),
+        checkpoint_config=tune.CheckpointConfig(num_to_keep=CHECKPOINTS_KEPT),
+    )
     tuner = tune.Tuner(trainable, param_space=param_space, tune_config=tune_config, run_config=run_config)
     return tuner, ending
 
@@ -248,15 +296,20 @@ def _study(plan: SweepPlan):
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     storage = _study_storage(plan)
     sampler = optuna.samplers.TPESampler(seed=_sampler_seed(plan, storage))
-    return optuna.create_study(study_name=plan.name, storage=storage, sampler=sampler, load_if_exists=True,
-                               direction="maximize" if plan.mode == "max" else "minimize")
+    return optuna.create_study(
+        study_name=plan.name,
+        storage=storage,
+        sampler=sampler,
+        load_if_exists=True,
+        direction="maximize" if plan.mode == "max" else "minimize",
+    )
 
 
 def _sampler_seed(plan: SweepPlan, storage) -> int:
     """The task's seed for a new study; for a study that already holds trials (a resumed search), the seed
     shifted by their count: TPE starts with random samples, and the same seed would draw the samples the
     interrupted attempt already ran."""
-    seed = int(plan.base.get("seed", 0))
+    seed = int((plan.base or {}).get("seed", 0))
     try:
         study_id = storage.get_study_id_from_name(plan.name)
     except KeyError:
@@ -277,12 +330,16 @@ def _best_sample(plan: SweepPlan) -> tuple[dict[str, Any] | None, float | None]:
     import optuna
 
     study = optuna.load_study(study_name=plan.name, storage=_study_storage(plan))
-    complete = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE and t.value is not None
-                and math.isfinite(t.value)]
+    complete = [
+        t
+        for t in study.trials
+        if t.state == optuna.trial.TrialState.COMPLETE and t.value is not None and math.isfinite(t.value)
+    ]
     if not complete:
         return None, None
-    best = (max if plan.mode == "max" else min)(complete, key=lambda t: t.value)
-    return plan.space.complete(best.params), float(best.value)
+    best = (max if plan.mode == "max" else min)(complete, key=lambda t: float(t.value or 0.0))  # all have values
+    assert plan.space is not None
+    return plan.space.complete(best.params), float(best.value or 0.0)
 
 
 def _trial_name(spec_of):

@@ -50,9 +50,19 @@ class TuneReporter(Callback):
 
     def on_run_end(self, result: RunResult) -> None:
         last = result.history[-1] if result.history else {}
-        tune.report({**last, **result.final, **self.tags(), EVENT: "end", "status": result.status, "reason": result.reason,
-                     "traceback": result.traceback, RUN_TAGS: json.dumps(result.tags),
-                     PER_CLIENT: per_client.encode(result.per_client)})
+        tune.report(
+            {
+                **last,
+                **result.final,
+                **self.tags(),
+                EVENT: "end",
+                "status": result.status,
+                "reason": result.reason,
+                "traceback": result.traceback,
+                RUN_TAGS: json.dumps(result.tags),
+                PER_CLIENT: per_client.encode(result.per_client),
+            }
+        )
 
 
 _pools = None
@@ -88,8 +98,11 @@ def run_trial(config: dict[str, Any], spec_of: Callable[[dict[str, Any]], RunSpe
         }
 
     # in the trial's own folder (Tune's working directory for it), one checkpoint at a time: Tune keeps its copies
-    checkpoints = CheckpointFolder(Path.cwd() / "fedbench-checkpoints", every=checkpoint_every, keep=1) \
-        if checkpoint_every else None
+    checkpoints = (
+        CheckpointFolder(Path.cwd() / "fedbench-checkpoints", every=checkpoint_every, keep=1)
+        if checkpoint_every
+        else None
+    )
     restored = tune.get_checkpoint()  # the last one this trial reported, when its process died and Tune restarted it
     if restored is not None and checkpoints is not None:
         with restored.as_directory() as folder:

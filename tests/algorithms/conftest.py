@@ -56,6 +56,13 @@ def client_setup(algorithm: dict, local_epochs: int):
     data, scenario = make({"partition": "dirichlet", "alpha": 0.5, "num_clients": 4}, dataset="digits")
     client = materialize(data, scenario.view(1, 2), scenario.input_shape)
     alg = make_algorithm(spec, scenario.input_shape, 10)
-    ctx = RoundContext(round=1, client_id=2, seed=0, local_epochs=local_epochs, batch_size=32,
-                       optimizer=OptimizerSpec(lr=0.05, momentum=0.9), num_classes=10)
+    ctx = RoundContext(
+        round=1,
+        client_id=2,
+        seed=0,
+        local_epochs=local_epochs,
+        batch_size=32,
+        optimizer=OptimizerSpec(lr=0.05, momentum=0.9),
+        num_classes=10,
+    )
     return alg, client, ctx

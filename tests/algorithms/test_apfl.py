@@ -34,8 +34,15 @@ def one_sample_step(alpha: float, lr: float) -> MixedPair:
     """One plain SGD step on the single sample x = 1, y = 0 of a pair w = 0, v = [[2], [0]] (2 classes, 1 input)."""
     x, y = torch.ones(1, 1), torch.zeros(1, dtype=torch.long)
     pair = MixedPair(linear([[0.0], [0.0]]), linear([[2.0], [0.0]]), alpha, adaptive=True)
-    job = RoundContext(round=1, client_id=0, seed=0, local_epochs=1, batch_size=1, num_classes=2,
-                       optimizer=OptimizerSpec(lr=lr, momentum=0.0))
+    job = RoundContext(
+        round=1,
+        client_id=0,
+        seed=0,
+        local_epochs=1,
+        batch_size=1,
+        num_classes=2,
+        optimizer=OptimizerSpec(lr=lr, momentum=0.0),
+    )
     train_local(pair, ClientData(x, y, x, y, y, y), job, pair.hooks(lr))
     return pair
 
@@ -47,8 +54,9 @@ def test_one_step_of_w_v_and_alpha_matches_the_hand_computed_gradients():
     p0 = 1 / (1 + math.exp(-1))
     pair = one_sample_step(alpha=0.5, lr=0.1)
     np.testing.assert_allclose(pair.shared.weight.detach().numpy(), [[0.05], [-0.05]], rtol=1e-6)
-    np.testing.assert_allclose(pair.personal.weight.detach().numpy(),
-                               [[2 - 0.1 * 0.5 * (p0 - 1)], [-0.1 * 0.5 * (1 - p0)]], rtol=1e-6)
+    np.testing.assert_allclose(
+        pair.personal.weight.detach().numpy(), [[2 - 0.1 * 0.5 * (p0 - 1)], [-0.1 * 0.5 * (1 - p0)]], rtol=1e-6
+    )
     assert pair.alpha.item() == pytest.approx(0.5 - 0.1 * 2 * (p0 - 1), rel=1e-6)
     assert pair.alpha.grad is None  # the step consumed it
     assert one_sample_step(alpha=0.5, lr=100.0).alpha.item() == 1.0  # projected onto [0, 1]
@@ -56,7 +64,9 @@ def test_one_step_of_w_v_and_alpha_matches_the_hand_computed_gradients():
 
 def setup(num_clients: int = 3):
     data, scenario = make({"partition": "dirichlet", "alpha": 0.5, "num_clients": num_clients}, dataset="digits")
-    return scenario.input_shape, [materialize(data, scenario.view(1, c), scenario.input_shape) for c in range(num_clients)]
+    return scenario.input_shape, [
+        materialize(data, scenario.view(1, c), scenario.input_shape) for c in range(num_clients)
+    ]
 
 
 def algorithm(shape, name: str = "apfl", **config):
@@ -64,8 +74,15 @@ def algorithm(shape, name: str = "apfl", **config):
 
 
 def context(cid: int, round: int = 1) -> RoundContext:
-    return RoundContext(round=round, client_id=cid, seed=0, local_epochs=1, batch_size=32,
-                        optimizer=OptimizerSpec(lr=0.05, momentum=0.9), num_classes=10)
+    return RoundContext(
+        round=round,
+        client_id=cid,
+        seed=0,
+        local_epochs=1,
+        batch_size=32,
+        optimizer=OptimizerSpec(lr=0.05, momentum=0.9),
+        num_classes=10,
+    )
 
 
 def same(a: dict, b: dict) -> bool:
@@ -80,8 +97,9 @@ def play(alg, clients, rounds: int):
         results = []
         for cid, data in enumerate(clients):
             with torch_job_scope(100 * round + cid, 1):
-                uplink, client_states[cid], _ = alg.client_update(state.global_model, client_states[cid], data,
-                                                                  context(cid, round))
+                uplink, client_states[cid], _ = alg.client_update(
+                    state.global_model, client_states[cid], data, context(cid, round)
+                )
                 draws.append(torch.rand(4))
             results.append(ClientResult(cid, uplink))
         state = alg.aggregate(round, state, results)
@@ -95,14 +113,15 @@ def test_alpha_zero_fixed_is_fedavg_bit_for_bit_with_the_same_random_stream():
     fedavg = algorithm(shape, "fedavg")
     state, client_states, ours, our_draws = play(apfl, clients, rounds=2)
     fed_state, _, theirs, their_draws = play(fedavg, clients, rounds=2)
-    assert all(same(a, b) for a, b in zip(ours, theirs))
-    assert all(torch.equal(a, b) for a, b in zip(our_draws, their_draws))
+    assert all(same(a, b) for a, b in zip(ours, theirs, strict=True))
+    assert all(torch.equal(a, b) for a, b in zip(our_draws, their_draws, strict=True))
     assert all(s.alpha == 0.0 for s in client_states)
     assert same(client_states[0].personal, get_weights(apfl.builder.initial(apfl.seed)))  # v never moved
     for cid, data in enumerate(clients):  # the evaluated mixture is the global model
         job = context(cid, 2)
-        assert apfl.client_evaluate(state.global_model, client_states[cid], data, job) == \
-            fedavg.client_evaluate(fed_state.global_model, fedavg.ClientState(), data, job)
+        assert apfl.client_evaluate(state.global_model, client_states[cid], data, job) == fedavg.client_evaluate(
+            fed_state.global_model, fedavg.ClientState(), data, job
+        )
 
 
 def test_only_w_travels_v_and_alpha_stay_and_the_mixture_is_evaluated():
@@ -116,7 +135,10 @@ def test_only_w_travels_v_and_alpha_stay_and_the_mixture_is_evaluated():
     _, state2, _ = alg.client_update(start, state, clients[0], context(0, 2))
     assert not same(state2.personal, state.personal)  # v continues from the client state
     # alpha picks the model evaluated: 1 is v alone, 0 the global model
-    by_v, by_w = evaluate(alg.model_with(state.personal), clients[0]), evaluate(alg.model_with(uplink.weights), clients[0])
+    by_v, by_w = (
+        evaluate(alg.model_with(state.personal), clients[0]),
+        evaluate(alg.model_with(uplink.weights), clients[0]),
+    )
     assert by_v != by_w
     assert alg.client_evaluate(uplink, dataclasses.replace(state, alpha=1.0), clients[0], context(0)) == by_v
     assert alg.client_evaluate(uplink, dataclasses.replace(state, alpha=0.0), clients[0], context(0)) == by_w

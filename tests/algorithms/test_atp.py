@@ -35,8 +35,16 @@ def state_of(model: nn.Module) -> dict[str, torch.Tensor]:
 
 # -- the adaptation step --------------------------------------------------------------------------------
 def test_rate_modules_are_the_parameters_and_the_running_statistics():
-    assert A.rate_modules(bn_net()) == ["0.weight", "0.bias", "1.weight", "1.bias", "1.running_mean", "1.running_var",
-                                        "3.weight", "3.bias"]
+    assert A.rate_modules(bn_net()) == [
+        "0.weight",
+        "0.bias",
+        "1.weight",
+        "1.bias",
+        "1.running_mean",
+        "1.running_var",
+        "3.weight",
+        "3.bias",
+    ]
 
 
 def test_zero_rates_leave_the_model_bit_for_bit():
@@ -104,8 +112,9 @@ def test_rate_gradient_has_the_closed_form():
 
     model = BiasOnly(b.tolist())
     x = torch.zeros(len(y), 1, dtype=torch.float64)
-    grad, loss = A.rate_gradient(model, state_of(model), ["b"], torch.tensor([alpha], dtype=torch.float64), x,
-                                 torch.tensor(y))
+    grad, loss = A.rate_gradient(
+        model, state_of(model), ["b"], torch.tensor([alpha], dtype=torch.float64), x, torch.tensor(y)
+    )
     assert grad.item() == pytest.approx(expected_grad, rel=1e-10)
     assert loss.item() == pytest.approx(expected_loss, rel=1e-10)
 
@@ -123,13 +132,15 @@ def test_rate_gradient_matches_finite_differences_through_batchnorm_statistics()
     rates = torch.tensor([0.3, -0.2, 0.1, 0.4, 0.5, 0.2, 0.7, -0.1], dtype=torch.float64)
 
     def loss_at(r):
-        adapted = A.adapt_batch(model, state, dict(zip(names, r)), x)
+        adapted = A.adapt_batch(model, state, dict(zip(names, r, strict=True)), x)
         return F.cross_entropy(A.forward(model, adapted, x), y).item()
 
     grad, _ = A.rate_gradient(model, state, names, rates, x, y)
     eps = 1e-6
-    numeric = [(loss_at(rates + eps * e) - loss_at(rates - eps * e)) / (2 * eps)
-               for e in torch.eye(len(names), dtype=torch.float64)]
+    numeric = [
+        (loss_at(rates + eps * e) - loss_at(rates - eps * e)) / (2 * eps)
+        for e in torch.eye(len(names), dtype=torch.float64)
+    ]
     assert grad.tolist() == pytest.approx(numeric, abs=1e-7)
     assert grad[names.index("1.running_mean")] != 0  # the statistics' rates get a gradient too
 
@@ -150,14 +161,16 @@ def shifted_digits():
         for _ in range(30):
             for start in range(0, 1200, 64):
                 optimizer.zero_grad()
-                F.cross_entropy(model(x[start:start + 64]), y[start:start + 64]).backward()
+                F.cross_entropy(model(x[start : start + 64]), y[start : start + 64]).backward()
                 optimizer.step()
     return model, state_of(model), 2.5 * x[1200:] + 1.0, y[1200:]
 
 
 def adapted_accuracy(model, state, rates, x, y, batch=64) -> float:
-    preds = [A.forward(model, A.adapt_batch(model, state, rates, x[i:i + batch]), x[i:i + batch]).argmax(1)
-             for i in range(0, len(x), batch)]
+    preds = [
+        A.forward(model, A.adapt_batch(model, state, rates, x[i : i + batch]), x[i : i + batch]).argmax(1)
+        for i in range(0, len(x), batch)
+    ]
     return float((torch.cat(preds) == y).float().mean())
 
 
@@ -176,11 +189,13 @@ def test_meta_steps_learn_to_adapt_the_statistics_and_lower_the_loss_after_adapt
     first = None
     for _ in range(3):
         for i in range(0, 300, 30):
-            grad, loss = A.rate_gradient(model, state, names, rates, x[i:i + 30], y[i:i + 30])
+            grad, loss = A.rate_gradient(model, state, names, rates, x[i : i + 30], y[i : i + 30])
             first = loss if first is None else first
             rates = rates - 0.1 * scale * grad
     assert rates[names.index("1.running_mean")] > 0.1
-    after = F.cross_entropy(A.forward(model, A.adapt_batch(model, state, dict(zip(names, rates)), x[:300]), x[:300]), y[:300])
+    after = F.cross_entropy(
+        A.forward(model, A.adapt_batch(model, state, dict(zip(names, rates, strict=True)), x[:300]), x[:300]), y[:300]
+    )
     assert after < 0.7 * first
 
 
@@ -191,7 +206,9 @@ def test_adaptation_at_evaluation_never_reads_labels(monkeypatch):
     seen = []
     adapt_batch = A.adapt_batch
     monkeypatch.setattr(A, "adapt_batch", lambda *args: seen.append(adapt_batch(*args)) or seen[-1])
-    garbage = dataclasses.replace(client, test_y=torch.randint(0, 10, client.test_y.shape, generator=torch.Generator().manual_seed(5)))
+    garbage = dataclasses.replace(
+        client, test_y=torch.randint(0, 10, client.test_y.shape, generator=torch.Generator().manual_seed(5))
+    )
 
     def run(data):
         seen.clear()
@@ -204,7 +221,7 @@ def test_adaptation_at_evaluation_never_reads_labels(monkeypatch):
     preds, states = run(client)
     garbage_preds, garbage_states = run(garbage)
     np.testing.assert_array_equal(preds, garbage_preds)
-    assert all(torch.equal(a[k], b[k]) for a, b in zip(states, garbage_states) for k in a)
+    assert all(torch.equal(a[k], b[k]) for a, b in zip(states, garbage_states, strict=True) for k in a)
     assert not torch.equal(states[0]["head.weight"], torch.tensor(payload.weights["head.weight"]))  # it did adapt
 
 
@@ -216,7 +233,9 @@ def test_released_gradient_norm_divides_each_modules_step_by_the_root_of_its_siz
         return {k: float(rates[k][0]) for k in rates}
 
     plain, released = delta("none"), delta("sqrt_numel")
-    sizes = {k: v.size for k, v in client_setup({"name": "atp"}, local_epochs=1)[0].init_state().global_model.weights.items()}
+    sizes = {
+        k: v.size for k, v in client_setup({"name": "atp"}, local_epochs=1)[0].init_state().global_model.weights.items()
+    }
     assert all(abs(plain[k]) > 0 for k in plain)
     assert released == pytest.approx({k: plain[k] / math.sqrt(sizes[k]) for k in plain}, rel=1e-4)
 
@@ -245,10 +264,14 @@ def test_server_averages_the_model_by_samples_then_the_rates_plainly():
     names = list(state.global_model[A.RATES])
 
     def model(cid, value, n):
-        return ClientResult(cid, Payload({k: np.full_like(v, value) for k, v in weights.items()}, {"samples": {"n": np.array([n])}}))
+        return ClientResult(
+            cid, Payload({k: np.full_like(v, value) for k, v in weights.items()}, {"samples": {"n": np.array([n])}})
+        )
 
     def rates(cid, value):
-        return ClientResult(cid, Payload(extras={A.RATES: {name: np.array([value], dtype=np.float32) for name in names}}))
+        return ClientResult(
+            cid, Payload(extras={A.RATES: {name: np.array([value], dtype=np.float32) for name in names}})
+        )
 
     state = alg.aggregate(1, state, [model(0, 1.0, 30), model(1, 4.0, 10)])
     assert all(np.allclose(v, 1.75) for v in state.global_model.weights.values())  # (30 * 1 + 10 * 4) / 40
@@ -288,8 +311,17 @@ def test_rate_rounds_covering_the_run_warn_that_the_model_never_trains():
         tiny_spec(algorithm={"name": "atp", "rate_rounds": 2}, rounds=2)
 
 
-@pytest.mark.parametrize("field, value", [("rate_rounds", -1), ("rate_lr", 0.0), ("rate_lr", math.inf),
-                                          ("rate_init", math.nan), ("rate_epochs", 0), ("rate_grad_norm", "numel")])
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("rate_rounds", -1),
+        ("rate_lr", 0.0),
+        ("rate_lr", math.inf),
+        ("rate_init", math.nan),
+        ("rate_epochs", 0),
+        ("rate_grad_norm", "numel"),
+    ],
+)
 def test_bad_values_are_rejected(field, value):
     with pytest.raises(ConfigError) as err:
         tiny_spec(algorithm={"name": "atp", field: value})

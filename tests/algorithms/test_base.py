@@ -18,8 +18,14 @@ def test_counted_uplink_carries_the_sample_count_as_a_metered_section():
 def test_average_reads_only_the_weights_even_when_extras_share_their_names():
     """Extras are never averaged, whatever they are called: no method lists what to leave out."""
     results = [
-        ClientResult(cid, counted({"w": np.full(2, value, dtype=np.float32)}, n,
-                                  {"profile": {"w": np.full(4, 100.0)}, "cluster": {"id": np.array([cid])}}))
+        ClientResult(
+            cid,
+            counted(
+                {"w": np.full(2, value, dtype=np.float32)},
+                n,
+                {"profile": {"w": np.full(4, 100.0)}, "cluster": {"id": np.array([cid])}},
+            ),
+        )
         for cid, value, n in ((0, 1.0, 1), (1, 5.0, 3))
     ]
     averaged = average_uplinks(results)

@@ -38,8 +38,15 @@ the iid one's (0.16, 0.22); after the split each half's mean norm is above 0.3."
 
 
 def ctx_for(client_id: int, round: int) -> RoundContext:
-    return RoundContext(round=round, client_id=client_id, seed=0, local_epochs=1, batch_size=32,
-                        optimizer=OptimizerSpec(lr=0.05, momentum=0.9), num_classes=10)
+    return RoundContext(
+        round=round,
+        client_id=client_id,
+        seed=0,
+        local_epochs=1,
+        batch_size=32,
+        optimizer=OptimizerSpec(lr=0.05, momentum=0.9),
+        num_classes=10,
+    )
 
 
 def federation(scenario: dict):
@@ -58,8 +65,10 @@ def play(alg, clients, rounds: int):
     state = alg.init_state()
     for r in range(1, rounds + 1):
         payloads = alg.configure(r, state, list(range(len(clients))))
-        results = [ClientResult(c, alg.client_update(payloads[c], NoClientState(), data, ctx_for(c, r))[0])
-                   for c, data in enumerate(clients)]
+        results = [
+            ClientResult(c, alg.client_update(payloads[c], NoClientState(), data, ctx_for(c, r))[0])
+            for c, data in enumerate(clients)
+        ]
         state = alg.aggregate(r, state, results)
         yield state
 
@@ -70,11 +79,14 @@ def cfl(**config) -> CFL:
 
 # -- the pieces, by hand ------------------------------------------------------------------------------------
 
+
 def test_norms_and_similarities_of_hand_made_updates():
     origin = {"a": np.array([1.0, 1.0]), "b": np.array([5.0])}
-    models = [{"a": np.array([2.0, 1.0]), "b": np.array([5.0])},   # update (1, 0, 0)
-              {"a": np.array([0.0, 1.0]), "b": np.array([5.0])},   # update (-1, 0, 0)
-              {"a": np.array([1.0, 1.0]), "b": np.array([7.0])}]   # update (0, 0, 2)
+    models = [
+        {"a": np.array([2.0, 1.0]), "b": np.array([5.0])},  # update (1, 0, 0)
+        {"a": np.array([0.0, 1.0]), "b": np.array([5.0])},  # update (-1, 0, 0)
+        {"a": np.array([1.0, 1.0]), "b": np.array([7.0])},
+    ]  # update (0, 0, 2)
     gram = inner_products(models, models, ["a", "b"], origin=origin)
     assert np.allclose(gram, [[1, -1, 0], [-1, 1, 0], [0, 0, 4]])
     # weights 1, 1, 2: mean update (1 - 1 + 0, 0, 2 * 2) / 4 = (0, 0, 1), norm 1; the largest update norm is 2
@@ -86,8 +98,8 @@ def test_the_papers_bipartition_minimises_the_largest_cross_similarity_and_compl
     # Five updates along a line with growing gaps: single linkage cuts the widest gap, complete linkage balances.
     x = np.array([0.0, 1.0, 2.1, 3.3, 4.6])
     chain = 1 - np.abs(x[:, None] - x[None, :]) / 5
-    assert bipartition(chain, "single") == ([0, 1, 2, 3], [4])       # largest cross similarity 0.74
-    assert bipartition(chain, "complete") == ([0, 1], [2, 3, 4])     # largest cross similarity 0.78
+    assert bipartition(chain, "single") == ([0, 1, 2, 3], [4])  # largest cross similarity 0.74
+    assert bipartition(chain, "complete") == ([0, 1], [2, 3, 4])  # largest cross similarity 0.78
 
     def worst_cross(s, part):
         other = [j for j in range(len(s)) if j not in part]
@@ -114,7 +126,7 @@ def opposed_updates(scale: float, counts=(10, 30, 10, 30)):
 
 def round_of(alg: CFL, state, deltas, counts, round: int = 1):
     origin = state.models[0].weights
-    results = [ClientResult(c, uplink(origin, d, n)) for c, (d, n) in enumerate(zip(deltas, counts))]
+    results = [ClientResult(c, uplink(origin, d, n)) for c, (d, n) in enumerate(zip(deltas, counts, strict=True))]
     return alg.aggregate(round, state, results)
 
 
@@ -138,10 +150,13 @@ def test_a_cluster_splits_when_its_mean_update_is_small_and_a_client_update_is_l
     assert ensemble.weights == {0: 2.0, 1: 2.0} and ensemble.models[1] is new.models[1]  # clients per cluster
 
 
-@pytest.mark.parametrize("config, scale, round", [
-    ({"eps1": 0.5, "eps2": 4.0}, 1.0, 1),                      # no client is far from stationary: max 3 < eps2
-    ({"eps1": 0.5, "eps2": 1.0, "warmup_rounds": 1}, 1.0, 1),  # still warming up
-])
+@pytest.mark.parametrize(
+    "config, scale, round",
+    [
+        ({"eps1": 0.5, "eps2": 4.0}, 1.0, 1),  # no client is far from stationary: max 3 < eps2
+        ({"eps1": 0.5, "eps2": 1.0, "warmup_rounds": 1}, 1.0, 1),  # still warming up
+    ],
+)
 def test_no_split_below_eps2_or_during_the_warm_up(config, scale, round):
     alg = cfl(**config)
     new = round_of(alg, alg.init_state(), *opposed_updates(scale), round=round)
@@ -212,6 +227,7 @@ def test_variant_defaults_and_bad_values():
 
 # -- the mechanism, on digits ------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("variant", ["paper", "released"])
 def test_two_groups_are_recovered_by_one_split_after_the_warm_up(variant):
     clients, truth = federation(TWO_GROUPS)
@@ -227,7 +243,7 @@ def test_iid_clients_never_split_and_one_cluster_is_fedavg_bit_for_bit():
     assert set(truth) == {0}
     alg = CFL(CFL.Config(**TUNED), BUILDER, 8, seed=0)
     fedavg = FedAvg(FedAvg.Config(), BUILDER, 8, seed=0)
-    for state, reference in zip(play(alg, clients, 6), play(fedavg, clients, 6)):
+    for state, reference in zip(play(alg, clients, 6), play(fedavg, clients, 6), strict=True):
         assert state.clusters == (tuple(range(8)),)
         model, global_model = state.models[0].weights, reference.global_model.weights
         assert all(np.array_equal(model[k], global_model[k]) for k in global_model)

@@ -55,8 +55,12 @@ SYNTHETIC_28 = {"name": "synthetic_images", "train_samples": 1000, "test_samples
 def cond_mlp(input_shape: tuple[int, ...], num_classes: int, hidden: int = 64, cond_dim: int = 0) -> FedModel:
     """Flatten -> [x ; s] -> Linear(hidden) ReLU -> head: the smallest model conditioned like 001 eq. 2."""
     width = math.prod(input_shape)
-    return FedModel(nn.Flatten(), nn.Sequential(nn.Linear(width + cond_dim, hidden), nn.ReLU()), nn.Linear(hidden, num_classes),
-                    cond_dim=cond_dim)
+    return FedModel(
+        nn.Flatten(),
+        nn.Sequential(nn.Linear(width + cond_dim, hidden), nn.ReLU()),
+        nn.Linear(hidden, num_classes),
+        cond_dim=cond_dim,
+    )
 
 
 @pytest.fixture
@@ -66,8 +70,15 @@ def registered_cond_mlp(monkeypatch):
 
 
 def ctx_for(client_id: int, round: int = 1, epochs: int = 1, batch: int = 32, lr: float = 0.05) -> RoundContext:
-    return RoundContext(round=round, client_id=client_id, seed=0, local_epochs=epochs, batch_size=batch,
-                        optimizer=OptimizerSpec(lr=lr, momentum=0.9), num_classes=10)
+    return RoundContext(
+        round=round,
+        client_id=client_id,
+        seed=0,
+        local_epochs=epochs,
+        batch_size=batch,
+        optimizer=OptimizerSpec(lr=lr, momentum=0.9),
+        num_classes=10,
+    )
 
 
 def clients_of(scenario_section: dict, dataset, seed: int = 0) -> tuple[list[ClientData], list[int]]:
@@ -78,15 +89,21 @@ def clients_of(scenario_section: dict, dataset, seed: int = 0) -> tuple[list[Cli
 
 def first_rows(client: ClientData, n: int) -> ClientData:
     """The client with only its first n training rows (n = 0: a test-time client without labels)."""
-    return replace(client, train_x=client.train_x[:n], train_y=client.train_y[:n], train_source_y=client.train_source_y[:n])
+    return replace(
+        client, train_x=client.train_x[:n], train_y=client.train_y[:n], train_source_y=client.train_source_y[:n]
+    )
 
 
-def conditional(model: str = "cnn_mnist", shape=(1, 28, 28), num_clients: int = 2, training: LocalTraining | None = None,
-                **config) -> Conditional:
-    return Conditional(ConditionalConfig(**config), ModelBuilder(model, shape, 10), num_clients, seed=0, training=training)
+def conditional(
+    model: str = "cnn_mnist", shape=(1, 28, 28), num_clients: int = 2, training: LocalTraining | None = None, **config
+) -> Conditional:
+    return Conditional(
+        ConditionalConfig(**config), ModelBuilder(model, shape, 10), num_clients, seed=0, training=training
+    )
 
 
 # -- statistics --------------------------------------------------------------------------------------------
+
 
 def test_randomized_eigenvalues_match_the_exact_ones_and_pad_with_zeros():
     gen = torch.Generator().manual_seed(0)
@@ -123,7 +140,10 @@ def test_statistics_are_close_within_a_label_shift_cluster_and_apart_between_clu
     for seed in range(3):  # one federation's ratio ranges 1.47 to 1.9 over seeds: judge a few
         clients, ids = clients_of({"preset": "conditional/E1", "clusters": 2}, "digits", seed=seed)
         alg = conditional("cond_mlp", (1, 8, 8), num_clients=len(clients))
-        s, ids = np.stack([alg.statistics(client, ctx_for(cid)).numpy() for cid, client in enumerate(clients)]), np.array(ids)
+        s, ids = (
+            np.stack([alg.statistics(client, ctx_for(cid)).numpy() for cid, client in enumerate(clients)]),
+            np.array(ids),
+        )
         assert len(set(ids)) == 2 and s.shape == (len(clients), 32)
         dist = np.linalg.norm(s[:, None] - s[None], axis=2)
         same, other = ids[:, None] == ids[None], ~np.eye(len(ids), dtype=bool)
@@ -150,13 +170,16 @@ def test_random_encoder_is_fixed_by_the_seed_and_used_for_32x32_images():
     assert not torch.equal(same[0], random_conv_encoder(3, seed=8)(x))
     alg = conditional("cnn_cifar", (3, 32, 32))
     assert alg.feature_map == "random_conv" and conditional().feature_map == "identity"
-    clients, _ = clients_of({"preset": "conditional/E1", "clusters": 2},
-                            {"name": "synthetic_images", "channels": 3, "size": 32, "train_samples": 400, "test_samples": 100})
+    clients, _ = clients_of(
+        {"preset": "conditional/E1", "clusters": 2},
+        {"name": "synthetic_images", "channels": 3, "size": 32, "train_samples": 400, "test_samples": 100},
+    )
     s = alg.statistics(clients[0], ctx_for(0))
     assert s.shape == (32,) and torch.isfinite(s).all() and s[0] > 0
 
 
 # -- configuration -----------------------------------------------------------------------------------------
+
 
 def test_the_model_is_built_with_cond_dim_equal_to_the_number_of_eigenvalues():
     alg = conditional(num_eigenvalues=8)
@@ -176,6 +199,7 @@ def test_models_without_cond_dim_and_bad_values_are_refused():
 
 
 # -- client state and uplink -------------------------------------------------------------------------------
+
 
 def test_statistics_are_kept_in_the_client_state_and_recomputed_when_the_data_change(registered_cond_mlp):
     clients, _ = clients_of({"preset": "conditional/E1", "clusters": 2}, "digits")
@@ -209,8 +233,10 @@ def test_uplink_is_fedavgs_for_the_same_model_and_carries_no_statistics():
 
 # -- the model uses s_i ------------------------------------------------------------------------------------
 
-def train(alg: Conditional, clients: list[ClientData], rounds: int,
-          epochs: int) -> tuple[ConditionalState, list[ConditionalClientState]]:
+
+def train(
+    alg: Conditional, clients: list[ClientData], rounds: int, epochs: int
+) -> tuple[ConditionalState, list[ConditionalClientState]]:
     state, client_states = alg.init_state(), [ConditionalClientState() for _ in clients]
     for r in range(1, rounds + 1):
         payloads = alg.configure(r, state, list(range(len(clients))))
@@ -236,9 +262,15 @@ def conflicting_clients() -> list[ClientData]:
 
     low = np.arange(5)
     train_low, test_low = rows("train", low), rows("test", low)
-    views = [ClientView(train_low[::2], test_low[::2], 0),
-             ClientView(np.sort(np.r_[train_low[1::2], rows("train", low + 5)]),
-                        np.sort(np.r_[test_low[1::2], rows("test", low + 5)]), 1, label_map=(np.arange(10) + 5) % 10)]
+    views = [
+        ClientView(train_low[::2], test_low[::2], 0),
+        ClientView(
+            np.sort(np.r_[train_low[1::2], rows("train", low + 5)]),
+            np.sort(np.r_[test_low[1::2], rows("test", low + 5)]),
+            1,
+            label_map=(np.arange(10) + 5) % 10,
+        ),
+    ]
     return [materialize(data, v, data.input_shape) for v in views]
 
 
@@ -248,7 +280,12 @@ def test_the_model_uses_the_statistics_where_the_same_image_has_different_labels
     same data but no label (empty state and train split) rebuilds s from its inputs and pseudo-labels and
     scores like the training client."""
     clients = conflicting_clients()
-    alg = conditional("cond_mlp", (1, 28, 28), centralized_pool=True, training=LocalTraining(1, 32, OptimizerSpec(lr=0.05, momentum=0.9)))
+    alg = conditional(
+        "cond_mlp",
+        (1, 28, 28),
+        centralized_pool=True,
+        training=LocalTraining(1, 32, OptimizerSpec(lr=0.05, momentum=0.9)),
+    )
     state, client_states = train(alg, clients, rounds=10, epochs=1)
     model = alg.model_with(state.global_model.weights)
     stats = [torch.from_numpy(s.stats) for s in client_states]
@@ -258,7 +295,9 @@ def test_the_model_uses_the_statistics_where_the_same_image_has_different_labels
         own = alg.client_evaluate(state.global_model, client_states[cid], client, ctx_for(cid))["accuracy"]
         swapped = evaluate(model, client, forward=with_cond(stats[1 - cid]))["accuracy"]
         zeroed = evaluate(model, client, forward=with_cond(torch.zeros(32)))["accuracy"]
-        test_time = alg.client_evaluate(state.global_model, ConditionalClientState(), first_rows(client, 0), ctx_for(cid))["accuracy"]
+        test_time = alg.client_evaluate(
+            state.global_model, ConditionalClientState(), first_rows(client, 0), ctx_for(cid)
+        )["accuracy"]
         scores.append((own, swapped, zeroed, test_time))
         assert own > 0.95 and swapped < own - 0.25 and test_time > own - 0.05, scores
     assert scores[1][2] < scores[1][0] - 0.2, scores  # zeroed s: client 1 loses its shifted labels
@@ -268,10 +307,18 @@ def test_the_model_uses_the_statistics_where_the_same_image_has_different_labels
 
 # -- pooled training ---------------------------------------------------------------------------------------
 
-def pooled_round(alg: Conditional, state: ConditionalState, clients: list[ClientData],
-                 client_states: list[ConditionalClientState], r: int) -> tuple[ConditionalState, list]:
+
+def pooled_round(
+    alg: Conditional,
+    state: ConditionalState,
+    clients: list[ClientData],
+    client_states: list[ConditionalClientState],
+    r: int,
+) -> tuple[ConditionalState, list]:
     payloads = alg.configure(r, state, list(range(len(clients))))
-    uplinks = [alg.client_update(payloads[cid], client_states[cid], c, ctx_for(cid, r))[0] for cid, c in enumerate(clients)]
+    uplinks = [
+        alg.client_update(payloads[cid], client_states[cid], c, ctx_for(cid, r))[0] for cid, c in enumerate(clients)
+    ]
     return alg.aggregate(r, state, [ClientResult(cid, up, {}) for cid, up in enumerate(uplinks)]), uplinks
 
 
@@ -281,15 +328,25 @@ def test_pooled_protocol_uploads_each_clients_rows_once_and_steps_on_their_union
     clients, _ = clients_of({"preset": "conditional/E1", "clusters": 2}, SYNTHETIC_28)
     small = [first_rows(c, 12) for c in clients[:2]]
     lr = 0.05
-    alg = Conditional(ConditionalConfig(centralized_pool=True), ModelBuilder("cnn_mnist", (1, 28, 28), 10), 2, seed=0,
-                      training=LocalTraining(local_epochs=1, batch_size=24, optimizer=OptimizerSpec(lr=lr, momentum=0.9)))
+    alg = Conditional(
+        ConditionalConfig(centralized_pool=True),
+        ModelBuilder("cnn_mnist", (1, 28, 28), 10),
+        2,
+        seed=0,
+        training=LocalTraining(local_epochs=1, batch_size=24, optimizer=OptimizerSpec(lr=lr, momentum=0.9)),
+    )
     stats = [alg.statistics(c, ctx_for(i)) for i, c in enumerate(small)]
 
     def one_step(weights):
         model = alg.builder()
         model.load_state_dict({k: torch.from_numpy(v.copy()) for k, v in weights.items()})
-        loss = sum(F.cross_entropy(model(c.train_batch(torch.arange(12))[0], s.expand(12, -1)), c.train_y, reduction="sum")
-                   for c, s in zip(small, stats)) / 24
+        loss = (
+            sum(
+                F.cross_entropy(model(c.train_batch(torch.arange(12))[0], s.expand(12, -1)), c.train_y, reduction="sum")
+                for c, s in zip(small, stats, strict=True)
+            )
+            / 24
+        )
         loss.backward()
         return {name: weights[name] - lr * p.grad.numpy() for name, p in model.named_parameters()}
 
@@ -301,7 +358,7 @@ def test_pooled_protocol_uploads_each_clients_rows_once_and_steps_on_their_union
             assert np.allclose(state.global_model.weights[name], expected[name], atol=1e-6), (r, name)
         if r == 1:
             assert [up[POOL]["x"].shape for up in uplinks] == [(12, 1, 28, 28)] * 2
-            assert all(np.array_equal(up[POOL]["stats"], s.numpy()) for up, s in zip(uplinks, stats))
+            assert all(np.array_equal(up[POOL]["stats"], s.numpy()) for up, s in zip(uplinks, stats, strict=True))
         else:  # the server holds both clients' current rows: only the sample counts travel
             assert [sorted(up.sections) for up in uplinks] == [[SAMPLES]] * 2
         assert math.isfinite(alg.round_metrics(state)[M.TRAIN_LOSS_MEAN])
@@ -309,8 +366,13 @@ def test_pooled_protocol_uploads_each_clients_rows_once_and_steps_on_their_union
 
 def test_a_client_whose_data_changed_uploads_again_and_replaces_its_rows():
     clients, _ = clients_of({"preset": "conditional/E1", "clusters": 2}, SYNTHETIC_28)
-    alg = Conditional(ConditionalConfig(centralized_pool=True), ModelBuilder("cnn_mnist", (1, 28, 28), 10), 2, seed=0,
-                      training=LocalTraining(1, 64, OptimizerSpec(lr=0.01)))
+    alg = Conditional(
+        ConditionalConfig(centralized_pool=True),
+        ModelBuilder("cnn_mnist", (1, 28, 28), 10),
+        2,
+        seed=0,
+        training=LocalTraining(1, 64, OptimizerSpec(lr=0.01)),
+    )
     state, client_states = alg.init_state(), [ConditionalClientState(), ConditionalClientState()]
     state, _ = pooled_round(alg, state, [first_rows(c, 10) for c in clients[:2]], client_states, 1)
     drifted = [first_rows(clients[0], 10), first_rows(clients[1], 20)]  # client 1's next stage holds 20 rows
@@ -328,12 +390,23 @@ def test_the_pooled_protocol_needs_the_runs_training_settings():
 
 # -- whole runs --------------------------------------------------------------------------------------------
 
+
 def run(algorithm: dict | str, model: str = "cnn_mnist", rounds: int = 1):
-    return run_spec(resolve_run({
-        "task": "t", "dataset": SYNTHETIC_28, "model": model, "algorithm": algorithm, "rounds": rounds,
-        "scenario": {"preset": "conditional/E1", "clusters": 2, "num_clients": 4}, "local_epochs": 1, "batch_size": 64,
-        "optimizer": {"name": "sgd", "lr": 0.01, "momentum": 0.9},
-    }))
+    return run_spec(
+        resolve_run(
+            {
+                "task": "t",
+                "dataset": SYNTHETIC_28,
+                "model": model,
+                "algorithm": algorithm,
+                "rounds": rounds,
+                "scenario": {"preset": "conditional/E1", "clusters": 2, "num_clients": 4},
+                "local_epochs": 1,
+                "batch_size": 64,
+                "optimizer": {"name": "sgd", "lr": 0.01, "momentum": 0.9},
+            }
+        )
+    )
 
 
 def test_whole_run_meters_fedavgs_uplink_plus_the_extra_input_columns():
@@ -346,11 +419,20 @@ def test_whole_run_meters_fedavgs_uplink_plus_the_extra_input_columns():
 
 
 def test_whole_pooled_run_finishes(registered_cond_mlp):
-    result = run_spec(resolve_run({
-        "task": "t", "dataset": "digits", "model": "cond_mlp", "algorithm": {"name": "conditional", "centralized_pool": True},
-        "rounds": 3, "scenario": {"preset": "conditional/E1", "clusters": 2}, "batch_size": 16,
-        "optimizer": {"name": "sgd", "lr": 0.05, "momentum": 0.9},
-    }))
+    result = run_spec(
+        resolve_run(
+            {
+                "task": "t",
+                "dataset": "digits",
+                "model": "cond_mlp",
+                "algorithm": {"name": "conditional", "centralized_pool": True},
+                "rounds": 3,
+                "scenario": {"preset": "conditional/E1", "clusters": 2},
+                "batch_size": 16,
+                "optimizer": {"name": "sgd", "lr": 0.05, "momentum": 0.9},
+            }
+        )
+    )
     assert result.status == "FINISHED", result.reason
     assert len(result.history) == 3 and result.final[M.FINAL_PREFIX + M.ACC_LOCAL_MEAN] > 0.5
     scenario = build_scenario(load_dataset("digits"), result.spec.scenario, result.spec.seed, 3)

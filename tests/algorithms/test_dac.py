@@ -37,15 +37,24 @@ def dac(num_clients: int, **config):
 
 
 def context(cid: int, round: int) -> RoundContext:
-    return RoundContext(round=round, client_id=cid, seed=0, local_epochs=1, batch_size=32,
-                        optimizer=OptimizerSpec(lr=0.05, momentum=0.9), num_classes=10)
+    return RoundContext(
+        round=round,
+        client_id=cid,
+        seed=0,
+        local_epochs=1,
+        batch_size=32,
+        optimizer=OptimizerSpec(lr=0.05, momentum=0.9),
+        num_classes=10,
+    )
 
 
 def test_two_hop_borrows_from_the_most_similar_neighbour_and_keeps_measured_values():
     similarity = np.array([0.0, 0.5, 0.2, 0.0, 0.0, 0.0])
     contacted = np.array([False, True, True, False, False, False])
-    heard = {1: np.array([0.9, 0.0, 0.99, 0.7, 0.0, 0.0]),  # 1 is closer to client 0 than 2 is
-             2: np.array([0.4, 0.0, 0.0, 0.3, 0.6, 0.0])}
+    heard = {
+        1: np.array([0.9, 0.0, 0.99, 0.7, 0.0, 0.0]),  # 1 is closer to client 0 than 2 is
+        2: np.array([0.4, 0.0, 0.0, 0.3, 0.6, 0.0]),
+    }
     out = two_hop(similarity, contacted, heard, client=0)
     # 3: both know it, 1 (0.5 > 0.2) lends 0.7; 4: only 2 knows it; 5: nobody; 2: measured, kept; 0: itself
     np.testing.assert_array_equal(out, [0.0, 0.5, 0.2, 0.7, 0.6, 0.0])
@@ -80,10 +89,12 @@ def test_the_exchange_measures_similarities_and_averages_by_sample_count(two_clu
     models = [{k: rng.normal(scale=0.3, size=v.shape).astype(v.dtype) for k, v in shapes.items()} for _ in range(3)]
     known_by_5 = np.zeros(8)
     known_by_5[6] = 0.25
-    received = Payload(peers={
-        2: counted(models[1], 40, {SIMILARITY: {"s": np.zeros(8)}}),
-        5: counted(models[2], 120, {SIMILARITY: {"s": known_by_5}}),
-    })
+    received = Payload(
+        peers={
+            2: counted(models[1], 40, {SIMILARITY: {"s": np.zeros(8)}}),
+            5: counted(models[2], 120, {SIMILARITY: {"s": known_by_5}}),
+        }
+    )
     weights, similarity, contacted = alg.exchange(received, DACClientState(models[0]), clients[0], context(0, 2))
     for k, peer in ((2, models[1]), (5, models[2])):
         assert similarity[k] == pytest.approx(1.0 / training_loss(alg.model_with(peer), clients[0], "cpu"))
@@ -100,8 +111,7 @@ def test_a_client_without_training_data_measures_nothing(two_clusters):
     alg = dac(8)
     before = np.array([0.0, 0.0, 0.7, 0.0, 0.0, 0.0, 0.0, 0.0])
     known = before > 0
-    received = Payload(peers={k: counted(alg.initial_weights(), 40, {SIMILARITY: {"s": np.zeros(8)}})
-                              for k in (2, 5)})
+    received = Payload(peers={k: counted(alg.initial_weights(), 40, {SIMILARITY: {"s": np.zeros(8)}}) for k in (2, 5)})
     state = DACClientState(alg.initial_weights(), similarity=before, contacted=known)
     _, similarity, contacted = alg.exchange(received, state, empty, context(0, 2))
     np.testing.assert_array_equal(similarity, before)  # not NaN: 2 keeps its measured value, 5 stays unknown
@@ -145,7 +155,7 @@ def test_bytes_are_the_neighbours_models_counts_and_similarity_vectors_on_both_e
     result = run_spec(tiny_spec(algorithm="dac", rounds=3))
     assert result.status == "FINISHED", result.reason
     transfer = MODEL_BYTES + 8 + 4 * 8
-    for rec, expected in zip(result.history, [0, 12 * transfer, 12 * transfer]):
+    for rec, expected in zip(result.history, [0, 12 * transfer, 12 * transfer], strict=True):
         assert rec[M.COMM_UP_BYTES] == rec[M.COMM_DOWN_BYTES] == expected
     # after the last round each client uploads its model (not its count or similarities) once, for the vote
     assert [rec[M.COMM_EVAL_UP_BYTES] for rec in result.history] == [0.0, 0.0, 4 * MODEL_BYTES]

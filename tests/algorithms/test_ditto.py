@@ -26,8 +26,16 @@ def algorithm(name: str, **config):
 
 
 def context(cid: int, round: int, lr: float = 0.05, momentum: float = 0.9, **changes) -> RoundContext:
-    return RoundContext(round=round, client_id=cid, seed=0, local_epochs=1, batch_size=32,
-                        optimizer=OptimizerSpec(lr=lr, momentum=momentum), num_classes=10, **changes)
+    return RoundContext(
+        round=round,
+        client_id=cid,
+        seed=0,
+        local_epochs=1,
+        batch_size=32,
+        optimizer=OptimizerSpec(lr=lr, momentum=momentum),
+        num_classes=10,
+        **changes,
+    )
 
 
 def play(alg, clients, round, state, client_states, sampled=(0, 1, 2)):
@@ -35,8 +43,9 @@ def play(alg, clients, round, state, client_states, sampled=(0, 1, 2)):
     downlinks = alg.configure(round, state, list(sampled))
     results = []
     for cid in sampled:
-        uplink, client_states[cid], metrics = alg.client_update(downlinks[cid], client_states[cid], clients[cid],
-                                                               context(cid, round))
+        uplink, client_states[cid], metrics = alg.client_update(
+            downlinks[cid], client_states[cid], clients[cid], context(cid, round)
+        )
         results.append(ClientResult(cid, uplink, metrics))
     return results, alg.aggregate(round, state, results)
 
@@ -61,7 +70,7 @@ def test_global_model_and_uplink_are_fedavgs_bit_for_bit(clients):
     for round in (1, 2):
         d_results, d_state = play(ditto, clients, round, d_state, d_clients)
         f_results, f_state = play(fedavg, clients, round, f_state, f_clients)
-        for d, f in zip(d_results, f_results):
+        for d, f in zip(d_results, f_results, strict=True):
             assert d.uplink.sections.keys() == f.uplink.sections.keys()  # only the global model and the count
             assert all(same(d.uplink[s], f.uplink[s]) for s in f.uplink.sections)
             assert d.uplink.nbytes == f.uplink.nbytes
@@ -105,7 +114,7 @@ def test_personal_model_is_pinned_to_the_received_global_model_as_lam_grows(clie
         return distance(personal.personal, received.weights)
 
     gaps = [gap(lam, 0.01) for lam in (0.0, 1.0, 10.0, 100.0)]
-    assert all(a > b for a, b in zip(gaps, gaps[1:]))
+    assert all(a > b for a, b in zip(gaps, gaps[1:], strict=False))
     assert gaps[-1] < 0.05 * gaps[0]
     assert gap(1e6, 1e-6) < 1e-4 < 0.5 < gap(0.0, 1e-6)
 
@@ -140,7 +149,11 @@ def test_clients_evaluate_their_personal_model_and_the_never_sampled_the_global_
 
 
 def test_configs():
-    assert tiny_spec(algorithm="ditto").algorithm.kwargs == {"client_fraction": 1.0, "lam": 1.0, "personal_epochs": None}
+    assert tiny_spec(algorithm="ditto").algorithm.kwargs == {
+        "client_fraction": 1.0,
+        "lam": 1.0,
+        "personal_epochs": None,
+    }
     for field, value in (("lam", -0.1), ("lam", float("inf")), ("personal_epochs", 0)):
         with pytest.raises(ConfigError) as err:
             tiny_spec(algorithm={"name": "ditto", field: value})

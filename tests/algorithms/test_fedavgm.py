@@ -51,8 +51,15 @@ def test_no_momentum_and_unit_rate_aggregate_trained_models_exactly_as_fedavg():
         results = []
         for cid in range(3):
             client = materialize(data, scenario.view(round, cid), scenario.input_shape)
-            ctx = RoundContext(round=round, client_id=cid, seed=0, local_epochs=1, batch_size=32,
-                               optimizer=OptimizerSpec(lr=0.05, momentum=0.9), num_classes=10)
+            ctx = RoundContext(
+                round=round,
+                client_id=cid,
+                seed=0,
+                local_epochs=1,
+                batch_size=32,
+                optimizer=OptimizerSpec(lr=0.05, momentum=0.9),
+                num_classes=10,
+            )
             results.append(ClientResult(cid, avg.client_update(state.global_model, avg.ClientState(), client, ctx)[0]))
         state, mstate = avg.aggregate(round, state, results), avgm.aggregate(round, mstate, results)
         expected, got = state.global_model.weights, mstate.global_model.weights

@@ -36,16 +36,24 @@ def trained(monkeypatch):
 
 def algorithm(rounds: int | None, **config):
     # a spec long enough for any ft_rounds here (check_run refuses ft_rounds >= rounds); the schedule's R is below
-    spec = tiny_spec(algorithm={"name": "fedbabu", **config}, scenario={"partition": "iid", "num_clients": 3},
-                     rounds=1000)
+    spec = tiny_spec(
+        algorithm={"name": "fedbabu", **config}, scenario={"partition": "iid", "num_clients": 3}, rounds=1000
+    )
     alg = make_algorithm(spec, (1, 8, 8), 10)
     alg.rounds = rounds  # what make_algorithm sets from RunSpec.rounds
     return alg
 
 
 def context(cid: int, round: int) -> RoundContext:
-    return RoundContext(round=round, client_id=cid, seed=0, local_epochs=1, batch_size=32,
-                        optimizer=OptimizerSpec(lr=0.05, momentum=0.9), num_classes=10)
+    return RoundContext(
+        round=round,
+        client_id=cid,
+        seed=0,
+        local_epochs=1,
+        batch_size=32,
+        optimizer=OptimizerSpec(lr=0.05, momentum=0.9),
+        num_classes=10,
+    )
 
 
 def play(alg, clients, round, state, client_states):
@@ -53,7 +61,9 @@ def play(alg, clients, round, state, client_states):
     downlinks = alg.configure(round, state, [0, 1, 2])
     results = []
     for cid, data in enumerate(clients):
-        uplink, client_states[cid], metrics = alg.client_update(downlinks[cid], client_states[cid], data, context(cid, round))
+        uplink, client_states[cid], metrics = alg.client_update(
+            downlinks[cid], client_states[cid], data, context(cid, round)
+        )
         results.append(ClientResult(cid, uplink, metrics))
     return downlinks, results, alg.aggregate(round, state, results)
 

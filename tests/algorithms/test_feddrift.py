@@ -41,8 +41,15 @@ def feddrift(num_clients: int = 8, seed: int = 0, **config) -> FedDrift:
 
 
 def ctx_for(client_id: int, round: int = 1, seed: int = 0) -> RoundContext:
-    return RoundContext(round=round, client_id=client_id, seed=seed, local_epochs=3, batch_size=32,
-                        optimizer=OptimizerSpec(lr=0.05, momentum=0.9), num_classes=10)
+    return RoundContext(
+        round=round,
+        client_id=client_id,
+        seed=seed,
+        local_epochs=3,
+        batch_size=32,
+        optimizer=OptimizerSpec(lr=0.05, momentum=0.9),
+        num_classes=10,
+    )
 
 
 def constant(value: float) -> dict:
@@ -90,11 +97,10 @@ def cluster_of(metrics) -> list[int]:
 
 # -- the distance and the merge, by hand --------------------------------------------------------------------
 
+
 def test_cluster_distances_by_hand():
     # losses[i, j]: cluster i's model on cluster j's data.
-    losses = np.array([[0.10, 0.30, 0.50],
-                       [0.20, 0.15, 0.40],
-                       [0.60, 0.70, 0.05]])
+    losses = np.array([[0.10, 0.30, 0.50], [0.20, 0.15, 0.40], [0.60, 0.70, 0.05]])
     # paper: max(L(j, i) - L(i, i), L(i, j) - L(j, j), 0), the other model against the own one on each data.
     paper = cluster_distances(losses, "paper")
     assert paper[0, 1] == pytest.approx(max(0.20 - 0.10, 0.30 - 0.15))  # 0.15
@@ -125,16 +131,23 @@ def test_two_clusters_with_equal_losses_merge_into_their_sample_weighted_average
     alg = feddrift(num_clients=3)
     state = FedDriftState({0: Payload(constant(0.0)), 1: Payload(constant(0.0))}, last_used={0: 1, 1: 1}, next_id=2)
     same = [0.25, 0.25]  # both models do equally well on both clusters' data: distance 0
-    new = alg.aggregate(2, state, [ClientResult(0, uplink(0, 10, 1.0, same)),
-                                   ClientResult(1, uplink(1, 30, 3.0, same))])
+    new = alg.aggregate(
+        2, state, [ClientResult(0, uplink(0, 10, 1.0, same)), ClientResult(1, uplink(1, 30, 3.0, same))]
+    )
     assert list(new.models) == [0]  # the merged cluster keeps the smaller id
     assert np.allclose(new.models[0].weights["head.bias"], (10 * 1.0 + 30 * 3.0) / 40)  # 2.5
     assert new.cluster_of == {0: 0, 1: 0}
-    assert alg.round_metrics(new) == {MODELS: 1.0, DRIFTED: 0.0, MERGES: 1.0,
-                                      CLUSTER_OF.format(0): 0.0, CLUSTER_OF.format(1): 0.0}
+    assert alg.round_metrics(new) == {
+        MODELS: 1.0,
+        DRIFTED: 0.0,
+        MERGES: 1.0,
+        CLUSTER_OF.format(0): 0.0,
+        CLUSTER_OF.format(1): 0.0,
+    }
     # Model 1 is 0.07 worse than model 0 on cluster 0's data (in error units, delta = 0.06): they stay apart.
-    apart = alg.aggregate(2, state, [ClientResult(0, uplink(0, 10, 1.0, [0.10, 0.17])),
-                                     ClientResult(1, uplink(1, 30, 3.0, [0.10, 0.10]))])
+    apart = alg.aggregate(
+        2, state, [ClientResult(0, uplink(0, 10, 1.0, [0.10, 0.17])), ClientResult(1, uplink(1, 30, 3.0, [0.10, 0.10]))]
+    )
     assert sorted(apart.models) == [0, 1] and apart.merges == 0
     assert np.allclose(apart.models[1].weights["head.bias"], 3.0)
 
@@ -143,11 +156,16 @@ def test_a_clusters_data_includes_the_clients_that_held_it_at_the_start_of_the_r
     # Client 1 held cluster 1 and moved to cluster 0 this round: its data still stands for cluster 1's, so the
     # abandoned cluster can merge (its model enters the average with client 1's samples).
     alg = feddrift(num_clients=3)
-    state = FedDriftState({0: Payload(constant(0.0)), 1: Payload(constant(5.0))}, cluster_of={0: 0, 1: 1},
-                          last_used={0: 1, 1: 1}, next_id=2)
+    state = FedDriftState(
+        {0: Payload(constant(0.0)), 1: Payload(constant(5.0))},
+        cluster_of={0: 0, 1: 1},
+        last_used={0: 1, 1: 1},
+        next_id=2,
+    )
     same = [0.25, 0.25]
-    new = alg.aggregate(2, state, [ClientResult(0, uplink(0, 10, 1.0, same)),
-                                   ClientResult(1, uplink(0, 30, 3.0, same))])
+    new = alg.aggregate(
+        2, state, [ClientResult(0, uplink(0, 10, 1.0, same)), ClientResult(1, uplink(0, 30, 3.0, same))]
+    )
     assert list(new.models) == [0] and new.cluster_of == {0: 0, 1: 0}
     # Cluster 0 after averaging: (10 * 1 + 30 * 3) / 40 = 2.5 over 40 samples; cluster 1 (untouched, 5.0) over 30.
     assert np.allclose(new.models[0].weights["head.bias"], (40 * 2.5 + 30 * 5.0) / 70)
@@ -177,13 +195,23 @@ def test_a_client_flags_drift_when_its_best_loss_jumps_by_more_than_delta():
 
 def test_each_drifted_client_gets_a_new_model_and_the_least_recently_used_idle_one_makes_room():
     alg = feddrift(num_clients=4)
-    state = FedDriftState({k: Payload(constant(float(k))) for k in range(4)}, cluster_of={0: 0, 1: 0},
-                          last_used={0: 2, 1: 1, 2: 0, 3: 0}, next_id=4)
+    state = FedDriftState(
+        {k: Payload(constant(float(k))) for k in range(4)},
+        cluster_of={0: 0, 1: 0},
+        last_used={0: 2, 1: 1, 2: 0, 3: 0},
+        next_id=4,
+    )
     losses = [0.1] * 4
-    new = alg.aggregate(3, state, [ClientResult(0, uplink(0, 10, 4.0, new=True)),
-                                   ClientResult(1, uplink(0, 10, 6.0, new=True)),
-                                   ClientResult(2, uplink(0, 10, 2.0, losses)),
-                                   ClientResult(3, uplink(0, 10, 2.0, losses))])
+    new = alg.aggregate(
+        3,
+        state,
+        [
+            ClientResult(0, uplink(0, 10, 4.0, new=True)),
+            ClientResult(1, uplink(0, 10, 6.0, new=True)),
+            ClientResult(2, uplink(0, 10, 2.0, losses)),
+            ClientResult(3, uplink(0, 10, 2.0, losses)),
+        ],
+    )
     # At most one model per client (4), and models 1-3 are held by nobody: each new model replaces the one used
     # longest ago (2, then 3: ties to the smaller id). Each new model is its client's upload.
     assert sorted(new.models) == [0, 1, 4, 5] and new.cluster_of == {0: 4, 1: 5, 2: 0, 3: 0}
@@ -207,6 +235,7 @@ def test_delta_must_be_positive():
 
 # -- on digits ------------------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("seed", [0, 1])
 def test_a_label_permutation_drift_creates_new_models_and_the_drifted_clients_move_to_them(seed):
     history = play(feddrift(initial="shared", seed=seed), rounds=6, drift_from=4, seed=seed)
@@ -229,6 +258,7 @@ def test_a_local_start_gives_every_client_a_model_and_identical_clients_merge():
 
 
 # -- whole runs -------------------------------------------------------------------------------------------------
+
 
 def test_every_model_travels_down_and_the_losses_and_cluster_id_up():
     changes = {"rounds": 2, "algorithm": {"name": "feddrift", "initial": "shared"}}

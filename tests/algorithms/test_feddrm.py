@@ -31,7 +31,8 @@ from tests.scenarios.helpers import make
 
 
 def freeze_weights(monkeypatch) -> None:
-    """From now on, local training leaves the weights as they are (an OptimizerSpec refuses lr 0): torch's SGD at lr 0."""
+    """From now on, local training leaves the weights as they are (an OptimizerSpec refuses lr 0): torch's SGD at lr
+    0."""
     monkeypatch.setattr(loop, "make_optimizer", lambda params, spec, lr: torch.optim.SGD(params, lr=0.0))
 
 
@@ -39,14 +40,22 @@ SMALL = {"name": "feddrm_net", "backbone": "cnn", "hidden": 32}
 
 
 def algorithm(num_clients: int, lam: float = 0.8, input_shape=(1, 8, 8), model=SMALL) -> FedDRM:
-    spec = tiny_spec(algorithm={"name": "feddrm", "lam": lam}, model=model,
-                     scenario={"partition": "iid", "num_clients": num_clients})
+    spec = tiny_spec(
+        algorithm={"name": "feddrm", "lam": lam}, model=model, scenario={"partition": "iid", "num_clients": num_clients}
+    )
     return make_algorithm(spec, input_shape, 10)
 
 
 def context(client_id: int, round: int = 1, lr: float = 0.05, batch_size: int = 32, weight_decay: float = 0.0):
-    return RoundContext(round=round, client_id=client_id, seed=0, local_epochs=1, batch_size=batch_size,
-                        optimizer=OptimizerSpec(lr=lr, momentum=0.9, weight_decay=weight_decay), num_classes=10)
+    return RoundContext(
+        round=round,
+        client_id=client_id,
+        seed=0,
+        local_epochs=1,
+        batch_size=batch_size,
+        optimizer=OptimizerSpec(lr=lr, momentum=0.9, weight_decay=weight_decay),
+        num_classes=10,
+    )
 
 
 def run_rounds(alg: FedDRM, clients: list[ClientData], rounds: int, **ctx) -> FedDRMState:
@@ -105,8 +114,10 @@ def test_only_the_final_target_layer_stays_local():
     assert any(k.startswith("client_head.") for k in shared)
     initial = {**shared, **alg.initial_head()}
     models = [{k: v + shift for k, v in initial.items()} for shift in (1.0, 5.0)]
-    results = [ClientResult(cid, counted(shared_part(m), n, {HEAD: local_part(m)}))
-               for cid, m, n in zip((0, 1), models, (1, 3))]
+    results = [
+        ClientResult(cid, counted(shared_part(m), n, {HEAD: local_part(m)}))
+        for cid, m, n in zip((0, 1), models, (1, 3), strict=True)
+    ]
     state = alg.aggregate(1, state, results)
     for k, v in state.global_model.weights.items():  # weighted by n_i / sum n: (1 * 1 + 3 * 5) / 4 = 4
         np.testing.assert_allclose(v, initial[k] + 4.0, rtol=1e-6)
@@ -168,8 +179,10 @@ def test_test_clients_get_the_model_their_samples_route_to():
     state = dataclasses.replace(state, heads={**state.heads, 2: {k: v + 1.0 for k, v in state.heads[2].items()}})
     request = alg.describe_payloads(state, [0])[0]
     assert ROUTING in request and not any(k.startswith("head.") for k in request.weights)
-    descriptions = {0: Payload(extras={ROUTES: {"counts": np.array([1, 0, 5])}}),
-                    1: Payload(extras={ROUTES: {"counts": np.array([2, 2, 0])}})}
+    descriptions = {
+        0: Payload(extras={ROUTES: {"counts": np.array([1, 0, 5])}}),
+        1: Payload(extras={ROUTES: {"counts": np.array([2, 2, 0])}}),
+    }
     assignment = alg.assign(state, descriptions)
     assert assignment.matched == {0: TrainedOn(2), 1: TrainedOn(0)}  # a tie goes to the smallest client id
     assert np.array_equal(assignment.payloads[0].weights["head.weight"], state.heads[2]["head.weight"])

@@ -32,8 +32,15 @@ def fedem(components: int, seed: int = 0) -> FedEM:
 
 
 def ctx_for(client_id: int, round: int = 1, seed: int = 0, epochs: int = 1) -> RoundContext:
-    return RoundContext(round=round, client_id=client_id, seed=seed, local_epochs=epochs, batch_size=32,
-                        optimizer=OptimizerSpec(lr=0.05, momentum=0.9), num_classes=10)
+    return RoundContext(
+        round=round,
+        client_id=client_id,
+        seed=seed,
+        local_epochs=epochs,
+        batch_size=32,
+        optimizer=OptimizerSpec(lr=0.05, momentum=0.9),
+        num_classes=10,
+    )
 
 
 def constant(value: float) -> dict:
@@ -58,6 +65,7 @@ def same(a: dict, b: dict) -> bool:
 
 # -- the mechanism, by hand ---------------------------------------------------------------------------------
 
+
 def test_e_step_by_hand():
     # q ~ pi * exp(-loss): sample A (losses 0, ln 3) gives [1/4, 3/4 / 3] -> [1/2, 1/2];
     # sample B (ln 3, 0) gives [1/12, 3/4] -> [1/10, 9/10]; the new pi is their mean [3/10, 7/10].
@@ -77,8 +85,9 @@ def test_a_client_updates_pi_from_the_received_components_losses():
     data = clients[0]
     label, bias = int(data.train_y[0]), 2.0
     alg = fedem(2)
-    up, state, metrics = alg.client_update(offer(constant(0.0), biased(label, bias)), FedEMClientState(), data,
-                                           ctx_for(0))
+    up, state, metrics = alg.client_update(
+        offer(constant(0.0), biased(label, bias)), FedEMClientState(), data, ctx_for(0)
+    )
     # Component 0 is uniform (loss ln 10 everywhere); component 1 favours `label`. With pi = [1/2, 1/2]:
     # q_1 = e^-l1 / (e^-l0 + e^-l1), e^-l0 = 1/10, e^-l1 = e^b / (e^b + 9) for `label`'s samples, 1 / (e^b + 9) else.
     hit = math.exp(bias) / (math.exp(bias) + 9)
@@ -96,8 +105,9 @@ def test_responsibilities_weight_each_components_training():
     clients, _ = two_groups()
     start = get_weights(BUILDER.initial(3))
     alg = fedem(2)
-    up, state, _ = alg.client_update(offer(start, constant(0.5)), FedEMClientState(np.array([1.0, 0.0])), clients[0],
-                                     ctx_for(0))
+    up, state, _ = alg.client_update(
+        offer(start, constant(0.5)), FedEMClientState(np.array([1.0, 0.0])), clients[0], ctx_for(0)
+    )
     fedavg = FedAvg(FedAvg.Config(), BUILDER, 8, seed=0)
     trained = fedavg.client_update(Payload(start), NoClientState(), clients[0], ctx_for(0))[0].weights
     assert same(up.models[0].weights, trained)
@@ -109,14 +119,19 @@ def test_server_averages_each_component_by_samples_and_never_by_pi():
     alg = fedem(2)
     state = alg.init_state()
     sent = {0: ([0.9, 0.1], 10, 1.0, 2.0), 1: ([0.2, 0.8], 30, 5.0, 6.0)}
-    uplinks = {c: counted(None, n, {MIXTURE: {"pi": np.array(pi)}}).merged(offer(constant(a), constant(b)))
-               for c, (pi, n, a, b) in sent.items()}
+    uplinks = {
+        c: counted(None, n, {MIXTURE: {"pi": np.array(pi)}}).merged(offer(constant(a), constant(b)))
+        for c, (pi, n, a, b) in sent.items()
+    }
     results = [ClientResult(c, up) for c, up in uplinks.items()]
     new = alg.aggregate(1, state, results)
     assert np.allclose(new.components[0]["head.bias"], (10 * 1.0 + 30 * 5.0) / 40)
     assert np.allclose(new.components[1]["head.bias"], (10 * 2.0 + 30 * 6.0) / 40)
     metrics = alg.round_metrics(new)
-    h = lambda p: -sum(x * math.log(x) for x in p)
+
+    def h(p):
+        return -sum(x * math.log(x) for x in p)
+
     assert metrics[ENTROPY] == pytest.approx((h([0.9, 0.1]) + h([0.2, 0.8])) / 2)
     assert metrics[MASS.format(0)] == pytest.approx(1.1) and metrics[MASS.format(1)] == pytest.approx(0.9)
     assert metrics[MAIN.format(0)] == 0.0 and metrics[MAIN.format(1)] == 1.0
@@ -173,6 +188,7 @@ def test_bad_component_counts_are_rejected_naming_the_field(value):
 
 
 # -- whole runs ---------------------------------------------------------------------------------------------
+
 
 def test_one_component_is_fedavg_exactly_and_adds_eight_bytes_of_pi_per_upload():
     ours, fedavg = assert_rounds_equal_fedavgs({"name": "fedem", "components": 1}, also=(M.COMM_DOWN_BYTES,))

@@ -73,13 +73,36 @@ def test_two_rounds_by_hand(name):
 
 def test_buffers_take_fedavgs_average_and_only_parameters_get_slots():
     alg = algorithm("fedadam")
-    weights = {"w": np.array([1.0], np.float32), "bn.running_var": np.array([1.0], np.float32),
-               "bn.num_batches_tracked": np.array(5, np.int64)}
+    weights = {
+        "w": np.array([1.0], np.float32),
+        "bn.running_var": np.array([1.0], np.float32),
+        "bn.num_batches_tracked": np.array(5, np.int64),
+    }
     state = alg.initial_state(weights, ["w"])
-    results = [ClientResult(0, counted({"w": np.array([2.0], np.float32), "bn.running_var": np.array([0.5], np.float32),
-                                        "bn.num_batches_tracked": np.array(9, np.int64)}, 1)),
-               ClientResult(1, counted({"w": np.array([0.0], np.float32), "bn.running_var": np.array([2.0], np.float32),
-                                        "bn.num_batches_tracked": np.array(7, np.int64)}, 3))]
+    results = [
+        ClientResult(
+            0,
+            counted(
+                {
+                    "w": np.array([2.0], np.float32),
+                    "bn.running_var": np.array([0.5], np.float32),
+                    "bn.num_batches_tracked": np.array(9, np.int64),
+                },
+                1,
+            ),
+        ),
+        ClientResult(
+            1,
+            counted(
+                {
+                    "w": np.array([0.0], np.float32),
+                    "bn.running_var": np.array([2.0], np.float32),
+                    "bn.num_batches_tracked": np.array(7, np.int64),
+                },
+                3,
+            ),
+        ),
+    ]
     new = alg.aggregate(1, state, results).global_model.weights
     assert new["bn.running_var"][0] == np.float32(0.25 * 0.5 + 0.75 * 2.0)  # the average, not a step
     assert new["bn.num_batches_tracked"] == 9 and new["bn.num_batches_tracked"].dtype == np.int64  # FedAvg's: the first
@@ -93,14 +116,26 @@ def test_buffers_take_fedavgs_average_and_only_parameters_get_slots():
 def test_defaults_and_bad_configs():
     adam, yogi, adagrad = (tiny_spec(algorithm=n).algorithm.kwargs for n in ("fedadam", "fedyogi", "fedadagrad"))
     assert adam == yogi and {k: adam[k] for k in ("server_lr", "beta1", "beta2", "tau")} == {
-        "server_lr": 0.01, "beta1": 0.9, "beta2": 0.99, "tau": 1e-3}
+        "server_lr": 0.01,
+        "beta1": 0.9,
+        "beta2": 0.99,
+        "tau": 1e-3,
+    }
     assert {k: adagrad[k] for k in ("server_lr", "beta1", "tau")} == {"server_lr": 0.1, "beta1": 0.0, "tau": 1e-3}
-    with pytest.raises(ConfigError, match="parameters of algorithm fedadagrad are: beta1, client_fraction, "
-                                          "server_lr, tau"):  # Adagrad has no second-moment decay
+    with pytest.raises(
+        ConfigError, match="parameters of algorithm fedadagrad are: beta1, client_fraction, server_lr, tau"
+    ):  # Adagrad has no second-moment decay
         tiny_spec(algorithm={"name": "fedadagrad", "beta2": 0.5})
-    bad = [("fedadam", "beta1", 1.0), ("fedadam", "beta1", -0.1), ("fedyogi", "beta2", 1.0), ("fedadam", "tau", 0.0),
-           ("fedyogi", "tau", -1e-3), ("fedadagrad", "server_lr", 0.0), ("fedadam", "server_lr", float("nan")),
-           ("fedadagrad", "beta1", 1.5)]
+    bad = [
+        ("fedadam", "beta1", 1.0),
+        ("fedadam", "beta1", -0.1),
+        ("fedyogi", "beta2", 1.0),
+        ("fedadam", "tau", 0.0),
+        ("fedyogi", "tau", -1e-3),
+        ("fedadagrad", "server_lr", 0.0),
+        ("fedadam", "server_lr", float("nan")),
+        ("fedadagrad", "beta1", 1.5),
+    ]
     for name, field, value in bad:
         with pytest.raises(ConfigError) as err:
             tiny_spec(algorithm={"name": name, field: value})

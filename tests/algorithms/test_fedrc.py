@@ -44,8 +44,15 @@ def fedrc(clusters: int, seed: int = 0, **config) -> FedRC:
 
 
 def ctx_for(client_id: int, round: int = 1, seed: int = 0, epochs: int = 1) -> RoundContext:
-    return RoundContext(round=round, client_id=client_id, seed=seed, local_epochs=epochs, batch_size=32,
-                        optimizer=OptimizerSpec(lr=0.05, momentum=0.9), num_classes=10)
+    return RoundContext(
+        round=round,
+        client_id=client_id,
+        seed=seed,
+        local_epochs=epochs,
+        batch_size=32,
+        optimizer=OptimizerSpec(lr=0.05, momentum=0.9),
+        num_classes=10,
+    )
 
 
 def two_groups(shift: str):
@@ -69,8 +76,13 @@ def play(alg: FedRC, clients, rounds: int, seed: int, epochs: int, marginal: boo
         payloads = alg.configure(r, state, list(range(len(clients))))
         results = []
         for c, client in enumerate(clients):
-            payload = payloads[c] if marginal else Payload(extras={k: v for k, v in payloads[c].sections.items()
-                                                                   if k != MARGINAL}, models=payloads[c].models)
+            payload = (
+                payloads[c]
+                if marginal
+                else Payload(
+                    extras={k: v for k, v in payloads[c].sections.items() if k != MARGINAL}, models=payloads[c].models
+                )
+            )
             uplink, states[c], _ = alg.client_update(payload, states[c], client, ctx_for(c, r, seed, epochs))
             results.append(ClientResult(c, uplink))
         state = alg.aggregate(r, state, results)
@@ -82,6 +94,7 @@ def filled(value: float) -> dict:
 
 
 # -- the mechanism, on hand-computed cases ------------------------------------------------------------------
+
 
 def test_the_e_step_divides_by_each_clusters_label_marginal():
     """Two rows, K = C = 2, omega = (1/2, 1/2), P_0 = (1/4, 3/4), P_1 = (1/2, 1/2).
@@ -122,7 +135,8 @@ def test_a_client_trains_each_model_with_its_gammas_and_reports_its_label_counts
     offer = Payload(models={0: Payload(first), 1: Payload(second)})
     uplink, state, metrics = alg.client_update(offer, FedRCClientState(np.array([1.0, 0.0])), client, ctx_for(0))
     fedavg_up, _, fedavg_metrics = FedAvg(FedAvg.Config(), BUILDER, 8, seed=0).client_update(
-        Payload(first), NoClientState(), client, ctx_for(0))
+        Payload(first), NoClientState(), client, ctx_for(0)
+    )
     assert set(uplink.sections) == {LABELS, SAMPLES} and set(uplink.models) == {0, 1}
     assert all(np.array_equal(uplink.models[0].weights[k], fedavg_up.weights[k]) for k in first)
     assert all(np.array_equal(uplink.models[1].weights[k], second[k]) for k in second)
@@ -148,16 +162,22 @@ def test_the_server_averages_each_model_by_samples_forms_the_marginal_and_reads_
         models = Payload(models={0: Payload(filled(value)), 1: Payload(filled(2 * value))})
         return counted(None, n, {LABELS: {"counts": np.asarray(counts, dtype=np.float32)}}).merged(models)
 
-    results = [ClientResult(0, up(10, 1.0, [[8, 0], [2, 0]])),  # omega (0.8, 0.2)
-               ClientResult(1, up(30, 5.0, [[0, 3], [3, 24]]))]  # omega (0.1, 0.9)
+    results = [
+        ClientResult(0, up(10, 1.0, [[8, 0], [2, 0]])),  # omega (0.8, 0.2)
+        ClientResult(1, up(30, 5.0, [[0, 3], [3, 24]])),
+    ]  # omega (0.1, 0.9)
     new = alg.aggregate(1, state, results)
     assert np.allclose(new.models[0].weights["head.bias"], (10 * 1.0 + 30 * 5.0) / 40)
     assert np.allclose(new.models[1].weights["head.bias"], (10 * 2.0 + 30 * 10.0) / 40)
     assert np.allclose(new.marginal, [[8 / 11, 3 / 11], [5 / 29, 24 / 29]])
     assert np.allclose(new.omega[0], [0.8, 0.2]) and np.allclose(new.omega[1], [0.1, 0.9])
-    entropy = lambda w: -sum(x * math.log(x) for x in w)
+
+    def entropy(w):
+        return -sum(x * math.log(x) for x in w)
+
     assert alg.round_metrics(new) == pytest.approx(
-        {SIZE.format(0): 1.0, SIZE.format(1): 1.0, ENTROPY: (entropy([0.8, 0.2]) + entropy([0.1, 0.9])) / 2})
+        {SIZE.format(0): 1.0, SIZE.format(1): 1.0, ENTROPY: (entropy([0.8, 0.2]) + entropy([0.1, 0.9])) / 2}
+    )
     later = alg.configure(2, new, [0, 1])
     assert np.array_equal(later[0][MARGINAL]["p"], new.marginal)
     assert later[0].models[1].weights is new.models[1].weights
@@ -182,8 +202,9 @@ def test_a_client_predicts_with_its_omega_weighted_mixture_or_its_largest_cluste
         result = alg.client_evaluate(offer, FedRCClientState(np.array([0.3, 0.7])), client, ctx_for(0))
         assert result[M.ACCURACY] == (expected.argmax(axis=1) == labels).mean()
         assert result[M.LOSS] == pytest.approx(-np.log(expected[np.arange(len(labels)), labels]).mean())
-        voted = alg.client_predict(offer.replace({MIXTURE: {"omega": np.array([0.3, 0.7])}}), FedRCClientState(),
-                                   client, ctx_for(0))
+        voted = alg.client_predict(
+            offer.replace({MIXTURE: {"omega": np.array([0.3, 0.7])}}), FedRCClientState(), client, ctx_for(0)
+        )
         assert np.array_equal(voted[M.PRED], expected.argmax(axis=1))
 
 
@@ -200,6 +221,7 @@ def test_k_and_prediction_are_checked_and_k_defaults_to_the_scenarios():
 
 # -- whole runs ---------------------------------------------------------------------------------------------
 
+
 def test_one_cluster_is_fedavg_exactly():
     ours, _ = assert_rounds_equal_fedavgs({"name": "fedrc", "clusters": 1})
     assert {M.ACC_SYSTEM, M.ACC_TEST_TIME} <= set(ours.history[-1])
@@ -212,15 +234,23 @@ def test_bytes_are_k_times_fedavgs_plus_the_label_counts_and_marginals():
     ours = run_spec(tiny_spec(**changes))
     fedavg = run_spec(tiny_spec(**{**changes, "algorithm": {"name": "fedavg", "client_fraction": 0.5}}))
     extras = 2 * 3 * 10 * 4  # 2 of 4 clients sampled, K = 3, C = 10
-    for round, (a, b) in enumerate(zip(ours.history, fedavg.history), start=1):
+    for round, (a, b) in enumerate(zip(ours.history, fedavg.history, strict=True), start=1):
         assert a[M.COMM_DOWN_BYTES] == 3 * b[M.COMM_DOWN_BYTES] + (extras if round > 1 else 0)
         assert a[M.COMM_UP_BYTES] == 3 * (b[M.COMM_UP_BYTES] - 2 * 8) + 2 * 8 + extras
 
 
 def test_k_defaults_to_the_scenarios_number_of_distributions_in_a_run():
-    spec = resolve_run({"task": "t", "dataset": "digits", "model": {"name": "mlp", "hidden": [16]},
-                        "algorithm": "fedrc", "rounds": 1, "local_epochs": 1,
-                        "scenario": {"preset": "conditional/E1", "clusters": 2}})
+    spec = resolve_run(
+        {
+            "task": "t",
+            "dataset": "digits",
+            "model": {"name": "mlp", "hidden": [16]},
+            "algorithm": "fedrc",
+            "rounds": 1,
+            "local_epochs": 1,
+            "scenario": {"preset": "conditional/E1", "clusters": 2},
+        }
+    )
     record = run_spec(spec).history[-1]
     assert {k for k in record if k.startswith("fedrc_cluster_size")} == {SIZE.format(0), SIZE.format(1)}
     assert record[SIZE.format(0)] + record[SIZE.format(1)] == spec.scenario.num_clients

@@ -26,8 +26,16 @@ def algorithm(**config):
 
 
 def context(cid: int, round: int = 1, local_steps: int | None = None) -> RoundContext:
-    return RoundContext(round=round, client_id=cid, seed=0, local_epochs=1, batch_size=32,
-                        optimizer=OptimizerSpec(lr=0.05, momentum=0.9), num_classes=10, local_steps=local_steps)
+    return RoundContext(
+        round=round,
+        client_id=cid,
+        seed=0,
+        local_epochs=1,
+        batch_size=32,
+        optimizer=OptimizerSpec(lr=0.05, momentum=0.9),
+        num_classes=10,
+        local_steps=local_steps,
+    )
 
 
 def same(a: dict, b: dict) -> bool:

@@ -36,8 +36,15 @@ FEATURES, CLASSES = 12, 4
 
 
 def ctx(round: int, client: int = 0) -> RoundContext:
-    return RoundContext(round=round, client_id=client, seed=0, local_epochs=1, batch_size=16,
-                        optimizer=OptimizerSpec(lr=0.05), num_classes=CLASSES)
+    return RoundContext(
+        round=round,
+        client_id=client,
+        seed=0,
+        local_epochs=1,
+        batch_size=16,
+        optimizer=OptimizerSpec(lr=0.05),
+        num_classes=CLASSES,
+    )
 
 
 def algorithm(**config) -> Feroma:
@@ -67,15 +74,18 @@ def frozen_state(alg: Feroma, groups: dict[int, str]) -> FeromaState:
     return alg.aggregate(1, state, results)
 
 
-def mapping_round(alg: Feroma, r: int, state: FeromaState, client_states: dict, data_of: dict[int, ClientData],
-                  mark=None) -> tuple[FeromaState, dict[int, Payload], dict[int, Payload]]:
+def mapping_round(
+    alg: Feroma, r: int, state: FeromaState, client_states: dict, data_of: dict[int, ClientData], mark=None
+) -> tuple[FeromaState, dict[int, Payload], dict[int, Payload]]:
     """Round `r` after the warm-up as the runtime runs it: the clients profile their data, the server maps, each
     trains the model built for it on that same data (`mark` may stamp the returned weights), the server aggregates.
     Returns the state and what was sent: the profile requests and the models."""
     clients = sorted(data_of)
     requests, described = alg.round_describe_payloads(r, state, clients), []
     for cid in clients:
-        uplink, client_states[cid] = alg.client_describe_round(requests[cid], client_states[cid], data_of[cid], ctx(r, cid))
+        uplink, client_states[cid] = alg.client_describe_round(
+            requests[cid], client_states[cid], data_of[cid], ctx(r, cid)
+        )
         described.append(ClientResult(cid, uplink))
     state = alg.receive_descriptions(r, state, described)
     payloads, results = alg.configure(r, state, clients), []
@@ -87,7 +97,9 @@ def mapping_round(alg: Feroma, r: int, state: FeromaState, client_states: dict, 
 
 def stamped(fill_of: dict[int, float]):
     """A `mark` that fills client cid's returned weights with `fill_of[cid]`, to tell later which model is whose."""
-    return lambda cid, uplink: uplink.replace({WEIGHTS: {k: np.full_like(v, fill_of[cid]) for k, v in uplink.weights.items()}})
+    return lambda cid, uplink: uplink.replace(
+        {WEIGHTS: {k: np.full_like(v, fill_of[cid]) for k, v in uplink.weights.items()}}
+    )
 
 
 # -- the profile extractor ------------------------------------------------------------------------------
@@ -226,8 +238,9 @@ def test_drifted_client_gets_the_model_trained_on_its_new_distribution():
     before, now = {0: "A", 1: "B", 2: "B"}, {0: "A", 1: "B", 2: "A"}
     state, client_states = frozen_state(alg, before), {cid: FeromaClientState() for cid in before}
     data = {cid: client_data(group, seed=cid) for cid, group in before.items()}
-    state, requests, payloads = mapping_round(alg, 2, state, client_states, data,
-                                              stamped({cid: float(g == "A") for cid, g in before.items()}))
+    state, requests, payloads = mapping_round(
+        alg, 2, state, client_states, data, stamped({cid: float(g == "A") for cid, g in before.items()})
+    )
     assert all(EXTRACTOR in requests[cid] for cid in before)  # the extractor comes with the first profile request
     assert all(payloads[cid] is state.global_model or payloads[cid] == payloads[0] for cid in before)
     assert alg.round_metrics(state) == {"feroma_clustered": 0.0, "feroma_personalized": 0.0, "feroma_global": 3.0}
@@ -249,8 +262,12 @@ def test_a_test_client_of_a_distribution_that_appears_only_in_the_last_round_get
     model of the stage before, which no client trained on B."""
     alg = algorithm()
     state, client_states = frozen_state(alg, {0: "A", 1: "A"}), {0: FeromaClientState(), 1: FeromaClientState()}
-    state, _, _ = mapping_round(alg, 2, state, client_states, {0: client_data("A", seed=1), 1: client_data("A", seed=2)})
-    state, _, _ = mapping_round(alg, 3, state, client_states, {0: client_data("B", seed=3), 1: client_data("A", seed=4)})
+    state, _, _ = mapping_round(
+        alg, 2, state, client_states, {0: client_data("A", seed=1), 1: client_data("A", seed=2)}
+    )
+    state, _, _ = mapping_round(
+        alg, 3, state, client_states, {0: client_data("B", seed=3), 1: client_data("A", seed=4)}
+    )
     request = alg.describe_payloads(state, [10])[10]
     out = alg.assign(state, {10: alg.client_describe(request, client_data("B", seed=5), ctx(3))})
     assert out.matched == {10: TrainedOn(0, 3)} and out.payloads[10] is state.trained[0].model
@@ -268,8 +285,14 @@ def test_assign_gives_the_model_of_the_nearest_profile_on_the_parts_sent():
     state = FeromaState(Payload(), trained={j: TrainedModel(p, models[j], round=5) for j, p in enumerate((pa, pb, pc))})
     descriptions = {
         10: Payload(extras={PROFILE: {MARGINAL: (marginal + 4.5).astype(np.float32)}}),
-        11: Payload(extras={PROFILE: {MARGINAL: marginal.astype(np.float32),
-                                      CONDITIONAL: np.full(2 * CLASSES * k, -0.9, dtype=np.float32)}}),
+        11: Payload(
+            extras={
+                PROFILE: {
+                    MARGINAL: marginal.astype(np.float32),
+                    CONDITIONAL: np.full(2 * CLASSES * k, -0.9, dtype=np.float32),
+                }
+            }
+        ),
         12: Payload(),
     }
     out = alg.assign(state, descriptions)
@@ -304,38 +327,71 @@ def test_client_describe_profiles_test_inputs_without_their_labels_and_labelled_
     state = frozen_state(alg, {0: "A", 1: "B"})
     request = alg.describe_payloads(state, [0])[0]
     data = client_data("B")
-    shuffled = ClientData(data.train_x[:0], data.train_y[:0], data.test_x, data.test_y[torch.randperm(len(data.test_y))],
-                          data.train_source_y[:0], data.test_source_y)
-    plain = alg.client_describe(request, ClientData(data.train_x[:0], data.train_y[:0], data.test_x, data.test_y,
-                                                    data.train_source_y[:0], data.test_source_y), ctx(5))
+    shuffled = ClientData(
+        data.train_x[:0],
+        data.train_y[:0],
+        data.test_x,
+        data.test_y[torch.randperm(len(data.test_y))],
+        data.train_source_y[:0],
+        data.test_source_y,
+    )
+    plain = alg.client_describe(
+        request,
+        ClientData(
+            data.train_x[:0], data.train_y[:0], data.test_x, data.test_y, data.train_source_y[:0], data.test_source_y
+        ),
+        ctx(5),
+    )
     assert set(plain.sections) == {PROFILE} and set(plain[PROFILE]) == {MARGINAL}
     assert plain[PROFILE][MARGINAL].shape == (2 * CLASSES,)
-    np.testing.assert_array_equal(alg.client_describe(request, shuffled, ctx(5))[PROFILE][MARGINAL], plain[PROFILE][MARGINAL])
+    np.testing.assert_array_equal(
+        alg.client_describe(request, shuffled, ctx(5))[PROFILE][MARGINAL], plain[PROFILE][MARGINAL]
+    )
     labelled = alg.client_describe(request, data, ctx(5))
     assert labelled[PROFILE][CONDITIONAL].shape == (2 * CLASSES * CLASSES,)
 
 
 # -- configuration and whole runs -----------------------------------------------------------------------
-@pytest.mark.parametrize("field, value", [("warmup_rounds", 0), ("masks", 0), ("mask_prob", 0.0), ("epsilon", -1.0),
-                                          ("tau", 1.5), ("bound_margin", 0.9), ("pca_points", 1)])
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("warmup_rounds", 0),
+        ("masks", 0),
+        ("mask_prob", 0.0),
+        ("epsilon", -1.0),
+        ("tau", 1.5),
+        ("bound_margin", 0.9),
+        ("pca_points", 1),
+    ],
+)
 def test_bad_config_values_are_refused(field, value):
     with pytest.raises(ConfigError, match=f"^{field}: "):
         FeromaConfig(**{field: value})
 
 
-@pytest.mark.parametrize("variant, preset", [("paper", "feroma/label_skew/medium"),
-                                             ("released", "feroma/conditional_label_skew/low")])  # 20 labels per class
+@pytest.mark.parametrize(
+    "variant, preset", [("paper", "feroma/label_skew/medium"), ("released", "feroma/conditional_label_skew/low")]
+)  # 20 labels per class
 def test_short_drifting_run_finishes_and_reports_mapping_and_test_time(variant, preset):
-    spec = resolve_run({
-        "task": "t", "dataset": {"name": "synthetic_images", "train_samples": 1500, "test_samples": 300},
-        "model": "lenet5", "algorithm": {"name": "feroma", "warmup_rounds": 1, "variant": variant, "tau": "mean", "epsilon": 10.0},
-        "scenario": {"preset": preset, "num_clients": 4, "drift_every": 1},
-        "rounds": 4, "local_epochs": 1, "batch_size": 32, "optimizer": {"name": "sgd", "lr": 0.05, "momentum": 0.9},
-    })
+    spec = resolve_run(
+        {
+            "task": "t",
+            "dataset": {"name": "synthetic_images", "train_samples": 1500, "test_samples": 300},
+            "model": "lenet5",
+            "algorithm": {"name": "feroma", "warmup_rounds": 1, "variant": variant, "tau": "mean", "epsilon": 10.0},
+            "scenario": {"preset": preset, "num_clients": 4, "drift_every": 1},
+            "rounds": 4,
+            "local_epochs": 1,
+            "batch_size": 32,
+            "optimizer": {"name": "sgd", "lr": 0.05, "momentum": 0.9},
+        }
+    )
     result = run_spec(spec)
     assert result.status == "FINISHED", result.reason
     profile_bytes = 4 * dpe.profile_size(10, 10)
-    models = result.history[0][M.COMM_UP_BYTES] - 4 * 2 * 8  # round W: models, samples and the latents' ranges (2 float64)
+    models = (
+        result.history[0][M.COMM_UP_BYTES] - 4 * 2 * 8
+    )  # round W: models, samples and the latents' ranges (2 float64)
     assert [rec[M.COMM_UP_BYTES] for rec in result.history[1:]] == [models + 4 * profile_bytes] * 3  # model + profile
     assert all(np.isfinite(rec[M.TRAIN_LOSS_MEAN]) for rec in result.history)  # round W+1 trains too
     counts = [sum(rec[f"feroma_{k}"] for k in ("clustered", "personalized", "global")) for rec in result.history]

@@ -38,6 +38,7 @@ def uploads(values_and_counts):
 
 # -- the steps, by hand ------------------------------------------------------------------------------------
 
+
 def test_squared_distances_and_kmeans_pp_seeding():
     models = [{"w": np.array([0.0, 0.0])}, {"w": np.array([3.0, 4.0])}]
     assert np.allclose(squared_distances(models, models, ["w"]), [[0, 25], [25, 0]])
@@ -52,9 +53,12 @@ def test_squared_distances_and_kmeans_pp_seeding():
 
 def test_e_step_nearest_center_m_step_sample_weighted_and_an_empty_center_keeps_its_model():
     alg = fesem(3)
-    state = dataclasses.replace(alg.init_state(),
-                                centers=(Payload(constant(0.0)), Payload(constant(10.0)), Payload(constant(100.0))),
-                                member_of={1: 1}, samples={1: 30})
+    state = dataclasses.replace(
+        alg.init_state(),
+        centers=(Payload(constant(0.0)), Payload(constant(10.0)), Payload(constant(100.0))),
+        member_of={1: 1},
+        samples={1: 30},
+    )
     new = alg.aggregate(2, state, uploads([(1.0, 10), (3.0, 30), (9.0, 5)]))
     assert new.member_of == {0: 0, 1: 0, 2: 1}
     assert np.allclose(new.centers[0].weights["head.bias"], (10 * 1.0 + 30 * 3.0) / 40)  # 2.5
@@ -98,9 +102,11 @@ def test_k_from_the_scenario_and_bad_values():
 
 def test_a_first_round_too_small_to_seed_the_centers_is_refused_at_build():
     """Round 1 samples max(1, floor(C * N + 0.5)) clients, whose models seed the K centers."""
+
     def build(fraction: float, clusters: int | None = 3, distributions: int | None = None) -> FeSEM:
-        return FeSEM(FeSEM.Config(client_fraction=fraction, clusters=clusters), BUILDER, 8, seed=0,
-                     distributions=distributions)
+        return FeSEM(
+            FeSEM.Config(client_fraction=fraction, clusters=clusters), BUILDER, 8, seed=0, distributions=distributions
+        )
 
     assert build(0.3125).clusters == 3  # 2.5 rounds up to 3 clients
     for fraction, clusters, distributions in ((0.3, 3, None), (0.25, None, 3)):  # 2.4 -> 2 clients; K from the scenario
@@ -115,6 +121,7 @@ def test_a_first_round_too_small_to_seed_the_centers_is_refused_at_build():
 
 # -- the mechanism, on digits ------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_two_groups_are_recovered(seed):
     clients, truth = federation(TWO_GROUPS)
@@ -127,7 +134,7 @@ def test_two_groups_are_recovered(seed):
 def test_one_center_is_fedavg_bit_for_bit():
     clients, _ = federation({"partition": "dirichlet", "alpha": 0.5})
     fedavg = FedAvg(FedAvg.Config(), BUILDER, 8, seed=0)
-    for state, reference in zip(play(fesem(1, num_clients=8), clients, 3), play(fedavg, clients, 3)):
+    for state, reference in zip(play(fesem(1, num_clients=8), clients, 3), play(fedavg, clients, 3), strict=True):
         center, global_model = state.centers[0].weights, reference.global_model.weights
         assert all(np.array_equal(center[k], global_model[k]) for k in global_model)
 

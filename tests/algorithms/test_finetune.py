@@ -24,8 +24,15 @@ def algorithm(name: str, rounds: int | None, **config):
 
 
 def context(cid: int, round: int) -> RoundContext:
-    return RoundContext(round=round, client_id=cid, seed=0, local_epochs=1, batch_size=32,
-                        optimizer=OptimizerSpec(lr=0.05, momentum=0.9), num_classes=10)
+    return RoundContext(
+        round=round,
+        client_id=cid,
+        seed=0,
+        local_epochs=1,
+        batch_size=32,
+        optimizer=OptimizerSpec(lr=0.05, momentum=0.9),
+        num_classes=10,
+    )
 
 
 def play(alg, clients, round, state, client_states):
@@ -88,7 +95,9 @@ def test_fine_tuning_continues_from_the_client_state(clients):
 def test_fedprox_ft_is_fedprox_before_the_stop_and_plain_fine_tuning_after(clients):
     def first_uplink(name, round, **config):
         alg = algorithm(name, rounds=2, ft_rounds=1, **config)
-        return alg.client_update(alg.init_state().global_model, alg.ClientState(), clients[1], context(1, round))[0].weights
+        return alg.client_update(alg.init_state().global_model, alg.ClientState(), clients[1], context(1, round))[
+            0
+        ].weights
 
     assert same(first_uplink("fedprox_ft", 1, mu=0.0), first_uplink("fedavg_ft", 1))
     assert not same(first_uplink("fedprox_ft", 1, mu=1.0), first_uplink("fedavg_ft", 1))

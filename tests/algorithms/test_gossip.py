@@ -94,8 +94,9 @@ def test_only_clients_that_trained_upload_their_model_for_the_vote():
     assert alg.client_share(state.initial, DecentralizedClientState()).is_empty
     own = {k: v + 1 for k, v in alg.initial_weights().items()}
     assert alg.client_share(Payload(), DecentralizedClientState(own)).weights is own
-    spec = tiny_spec(algorithm={"name": "gossip", "client_fraction": 0.5}, rounds=1,
-                     scenario={"partition": "iid", "num_clients": 4})
+    spec = tiny_spec(
+        algorithm={"name": "gossip", "client_fraction": 0.5}, rounds=1, scenario={"partition": "iid", "num_clients": 4}
+    )
     result = run_spec(spec)
     assert result.status == "FINISHED", result.reason
     assert result.history[-1][M.COMM_EVAL_UP_BYTES] == 2 * MODEL_BYTES

@@ -28,8 +28,15 @@ def ifca(clusters: int, seed: int = 0, **config) -> IFCA:
 
 
 def ctx_for(client_id: int, round: int = 1, seed: int = 0) -> RoundContext:
-    return RoundContext(round=round, client_id=client_id, seed=seed, local_epochs=1, batch_size=32,
-                        optimizer=OptimizerSpec(lr=0.05, momentum=0.9), num_classes=10)
+    return RoundContext(
+        round=round,
+        client_id=client_id,
+        seed=seed,
+        local_epochs=1,
+        batch_size=32,
+        optimizer=OptimizerSpec(lr=0.05, momentum=0.9),
+        num_classes=10,
+    )
 
 
 def two_groups():
@@ -44,8 +51,10 @@ def play(alg: IFCA, clients, rounds: int, seed: int = 0):
     state = alg.init_state()
     for r in range(1, rounds + 1):
         payloads = alg.configure(r, state, list(range(len(clients))))
-        results = [ClientResult(c, alg.client_update(payloads[c], NoClientState(), client, ctx_for(c, r, seed))[0])
-                   for c, client in enumerate(clients)]
+        results = [
+            ClientResult(c, alg.client_update(payloads[c], NoClientState(), client, ctx_for(c, r, seed))[0])
+            for c, client in enumerate(clients)
+        ]
         state = alg.aggregate(r, state, results)
     return state
 
@@ -61,6 +70,7 @@ def uplink(cluster: int, n: int, value: float) -> Payload:
 
 
 # -- the mechanism, on hand-built cases ---------------------------------------------------------------------
+
 
 def test_cluster_zero_is_the_runs_initial_model_and_the_others_differ():
     models = ifca(3, seed=5).init_state().models
@@ -89,8 +99,11 @@ def test_a_client_picks_the_model_of_lowest_training_loss_ties_to_the_smallest_i
 def test_each_cluster_averages_its_members_by_samples_and_an_empty_one_keeps_its_model():
     alg = ifca(3)
     state = alg.init_state()
-    results = [ClientResult(0, uplink(2, 10, 1.0)), ClientResult(1, uplink(0, 5, 3.0)),
-               ClientResult(2, uplink(2, 30, 5.0))]
+    results = [
+        ClientResult(0, uplink(2, 10, 1.0)),
+        ClientResult(1, uplink(0, 5, 3.0)),
+        ClientResult(2, uplink(2, 30, 5.0)),
+    ]
     new = alg.aggregate(1, state, results)
     assert np.allclose(new.models[2].weights["head.bias"], (10 * 1.0 + 30 * 5.0) / 40)  # 4.0
     assert np.allclose(new.models[0].weights["head.bias"], 3.0)
@@ -107,7 +120,9 @@ def test_each_cluster_averages_its_members_by_samples_and_an_empty_one_keeps_its
 
 def test_after_the_refinement_rounds_a_client_gets_only_its_own_clusters_model():
     alg = ifca(3, refine_rounds=1)
-    state = alg.aggregate(1, alg.init_state(), [ClientResult(0, uplink(2, 10, 1.0)), ClientResult(1, uplink(0, 5, 3.0))])
+    state = alg.aggregate(
+        1, alg.init_state(), [ClientResult(0, uplink(2, 10, 1.0)), ClientResult(1, uplink(0, 5, 3.0))]
+    )
     first = alg.configure(1, state, [0, 1, 2])
     assert all(set(p.models) == {0, 1, 2} and not p.sections for p in first.values())
     later = alg.configure(2, state, [0, 1, 2])
@@ -129,6 +144,7 @@ def test_k_is_required_where_the_scenario_does_not_give_it():
 
 # -- whole runs ---------------------------------------------------------------------------------------------
 
+
 def test_one_cluster_is_fedavg_exactly():
     _, fedavg = assert_rounds_equal_fedavgs({"name": "ifca", "clusters": 1}, also=(M.COMM_DOWN_BYTES,))
     assert {M.ACC_SYSTEM, M.ACC_TEST_TIME} <= set(fedavg.history[-1])
@@ -138,14 +154,23 @@ def test_downlink_is_k_times_fedavgs_and_uplink_adds_eight_bytes_per_client():
     changes = {"rounds": 2, "algorithm": {"name": "ifca", "clusters": 3, "client_fraction": 0.5}}
     ours = run_spec(tiny_spec(**changes))
     fedavg = run_spec(tiny_spec(**{**changes, "algorithm": {"name": "fedavg", "client_fraction": 0.5}}))
-    for a, b in zip(ours.history, fedavg.history):
+    for a, b in zip(ours.history, fedavg.history, strict=True):
         assert a[M.COMM_DOWN_BYTES] == 3 * b[M.COMM_DOWN_BYTES] > 0
         assert a[M.COMM_UP_BYTES] == b[M.COMM_UP_BYTES] + 8 * 2  # 2 of 4 clients sampled
 
 
 def test_k_defaults_to_the_scenarios_number_of_distributions():
-    spec = resolve_run({"task": "t", "dataset": "digits", "model": {"name": "mlp", "hidden": [16]}, "algorithm": "ifca",
-                        "rounds": 1, "local_epochs": 1, "scenario": {"preset": "conditional/E1", "clusters": 2}})
+    spec = resolve_run(
+        {
+            "task": "t",
+            "dataset": "digits",
+            "model": {"name": "mlp", "hidden": [16]},
+            "algorithm": "ifca",
+            "rounds": 1,
+            "local_epochs": 1,
+            "scenario": {"preset": "conditional/E1", "clusters": 2},
+        }
+    )
     record = run_spec(spec).history[-1]
     assert {k for k in record if k.startswith("ifca_cluster_size")} == {SIZE.format(0), SIZE.format(1)}
     assert record[SIZE.format(0)] + record[SIZE.format(1)] == spec.scenario.num_clients

@@ -45,8 +45,15 @@ def make(**config) -> MADEReweighting:
 
 
 def ctx(round: int, cid: int) -> RoundContext:
-    return RoundContext(round=round, client_id=cid, seed=0, local_epochs=1, batch_size=32,
-                        optimizer=OptimizerSpec(lr=0.05), num_classes=10)
+    return RoundContext(
+        round=round,
+        client_id=cid,
+        seed=0,
+        local_epochs=1,
+        batch_size=32,
+        optimizer=OptimizerSpec(lr=0.05),
+        num_classes=10,
+    )
 
 
 def density_phase(alg: MADEReweighting, clients: list[ClientData]):
@@ -96,7 +103,9 @@ def test_a_fitted_weighting_loads_back_from_a_checkpoint_and_weighs_alike(iid_ph
     fitted = MADEClientState(weighting=alg.fit_weighting(state.made, clients[0], ctx(alg.config.density_rounds + 1, 0)))
     back = loads(dumps(fitted))
     x, y = clients[0].train_batch(torch.arange(clients[0].num_train))
-    assert torch.equal(alg.sample_weights(back.weighting, "cpu")(x, y), alg.sample_weights(fitted.weighting, "cpu")(x, y))
+    assert torch.equal(
+        alg.sample_weights(back.weighting, "cpu")(x, y), alg.sample_weights(fitted.weighting, "cpu")(x, y)
+    )
     server = loads(dumps(state))
     assert all(np.array_equal(server.made[k], v) for k, v in state.made.items()) and server.losses == state.losses
 
@@ -136,8 +145,10 @@ def test_payloads_of_the_two_phases():
     assert down[0] is down[1] and set(down[0].sections) == {WEIGHTS}  # the MADE is the model being federated
     # FedAvg of the MADE, weighted by sample counts
     made = down[0].weights
-    ups = [ClientResult(cid, counted({k: np.full_like(v, cid + 1.0) for k, v in made.items()}, n), {M.TRAIN_LOSS: 0.5})
-           for cid, n in ((0, 1), (1, 3))]
+    ups = [
+        ClientResult(cid, counted({k: np.full_like(v, cid + 1.0) for k, v in made.items()}, n), {M.TRAIN_LOSS: 0.5})
+        for cid, n in ((0, 1), (1, 3))
+    ]
     state = alg.aggregate(1, state, ups)
     assert all(np.allclose(v, 1.75) for v in state.made.values())
     # after the phase: the task model to everyone, the final MADE only to clients that have not had it
@@ -163,8 +174,12 @@ RUN = {"name": "made", "density_rounds": 2, "made_hidden": [32], "classifier_epo
 
 
 def spec(lr: float):
-    return tiny_spec(algorithm=RUN, rounds=4, scenario={"partition": "dirichlet", "alpha": 0.5, "num_clients": 3},
-                     optimizer={"name": "sgd", "lr": lr, "momentum": 0.9})
+    return tiny_spec(
+        algorithm=RUN,
+        rounds=4,
+        scenario={"partition": "dirichlet", "alpha": 0.5, "num_clients": 3},
+        optimizer={"name": "sgd", "lr": lr, "momentum": 0.9},
+    )
 
 
 def test_whole_run_and_the_density_phase_cache(monkeypatch, isolated_cache):
@@ -194,10 +209,13 @@ def test_whole_run_and_the_density_phase_cache(monkeypatch, isolated_cache):
     assert len(calls) == 3  # only round 1's MADE updates (they identify the federation), no local MADEs
     assert sorted(p for p in isolated_cache.rglob("*") if p.is_file()) == entries
     assert all(p.stat().st_mtime_ns == t for p, t in stamps.items())
-    for a, b in zip(first.history[:2], second.history[:2]):  # density rounds: same losses, same bytes
+    for a, b in zip(first.history[:2], second.history[:2], strict=True):  # density rounds: same losses, same bytes
         assert a[M.TRAIN_LOSS_MEAN] == b[M.TRAIN_LOSS_MEAN]
         assert (a[M.COMM_UP_BYTES], a[M.COMM_DOWN_BYTES]) == (b[M.COMM_UP_BYTES], b[M.COMM_DOWN_BYTES])
 
     third = run_spec(spec(lr=0.05))  # the first run again, from the cache: the same numbers
-    timeless = lambda h: [{k: v for k, v in r.items() if not k.startswith("time_")} for r in h]
+
+    def timeless(h):
+        return [{k: v for k, v in r.items() if not k.startswith("time_")} for r in h]
+
     assert timeless(third.history) == timeless(first.history)

@@ -31,9 +31,15 @@ def tiny_mlp(w1, b1) -> torch.nn.Module:
 
 def hand_l_con(x, current, glob, prev, tau):
     """l_con per MOON eq. 3 with numpy, averaged over the samples."""
-    rep = lambda w, b: np.maximum(x @ np.asarray(w).T + np.asarray(b), 0.0)
+
+    def rep(w, b):
+        return np.maximum(x @ np.asarray(w).T + np.asarray(b), 0.0)
+
     z, zg, zp = rep(*current), rep(*glob), rep(*prev)
-    cos = lambda a, b: (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
+
+    def cos(a, b):
+        return (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
+
     pos, neg = np.exp(cos(z, zg) / tau), np.exp(cos(z, zp) / tau)
     return float(np.mean(-np.log(pos / (pos + neg))))
 
@@ -73,7 +79,7 @@ def test_first_round_uses_the_global_model_as_previous_constant_log2_no_gradient
 
 def digits_client(n_train=120) -> ClientData:
     data = load_dataset("digits")
-    x, y = torch.from_numpy(np.array(data.x[:n_train + 60])), torch.from_numpy(data.y[:n_train + 60].astype(np.int64))
+    x, y = torch.from_numpy(np.array(data.x[: n_train + 60])), torch.from_numpy(data.y[: n_train + 60].astype(np.int64))
     return ClientData(x[:n_train], y[:n_train], x[n_train:], y[n_train:], y[:n_train], y[n_train:])
 
 
@@ -83,8 +89,15 @@ def make(cls, **config):
 
 
 def ctx(round=2):
-    return RoundContext(round=round, client_id=0, seed=0, local_epochs=2, batch_size=16,
-                        optimizer=OptimizerSpec(lr=0.05, momentum=0.9), num_classes=10)
+    return RoundContext(
+        round=round,
+        client_id=0,
+        seed=0,
+        local_epochs=2,
+        batch_size=16,
+        optimizer=OptimizerSpec(lr=0.05, momentum=0.9),
+        num_classes=10,
+    )
 
 
 def test_mu_zero_is_fedavg_bit_for_bit_and_mu_one_is_not():
@@ -144,5 +157,5 @@ def test_whole_run_is_fedavg_in_round_one_and_contrastive_after():
     first, later = moon.history[0], moon.history[1:]
     assert first["acc_local_mean"] == fedavg.history[0]["acc_local_mean"]
     assert first["train_loss_mean"] == pytest.approx(fedavg.history[0]["train_loss_mean"] + np.log(2), rel=1e-5)
-    assert any(m["acc_local_mean"] != f["acc_local_mean"] for m, f in zip(later, fedavg.history[1:]))
+    assert any(m["acc_local_mean"] != f["acc_local_mean"] for m, f in zip(later, fedavg.history[1:], strict=True))
     assert moon.history[-1]["acc_local_mean"] > 0.3

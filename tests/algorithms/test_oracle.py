@@ -17,8 +17,16 @@ from tests.scenarios.helpers import make
 
 
 def ctx_for(client_id: int, distribution_id: int, round: int = 1) -> RoundContext:
-    return RoundContext(round=round, client_id=client_id, seed=0, local_epochs=1, batch_size=32,
-                        optimizer=OptimizerSpec(lr=0.05, momentum=0.9), num_classes=10, distribution_id=distribution_id)
+    return RoundContext(
+        round=round,
+        client_id=client_id,
+        seed=0,
+        local_epochs=1,
+        batch_size=32,
+        optimizer=OptimizerSpec(lr=0.05, momentum=0.9),
+        num_classes=10,
+        distribution_id=distribution_id,
+    )
 
 
 def label_shift_clients():
@@ -36,8 +44,10 @@ def play(alg: Oracle, clients, ids, rounds: int):
     state, uplinks = alg.init_state(), []
     for r in range(1, rounds + 1):
         payloads = alg.configure(r, state, list(range(len(clients))))
-        results = [ClientResult(c, alg.client_update(payloads[c], NoClientState(), client, ctx_for(c, ids[c], r))[0])
-                   for c, client in enumerate(clients)]
+        results = [
+            ClientResult(c, alg.client_update(payloads[c], NoClientState(), client, ctx_for(c, ids[c], r))[0])
+            for c, client in enumerate(clients)
+        ]
         uplinks.append(results)
         state = alg.aggregate(r, state, results)
     return state, uplinks
@@ -74,8 +84,10 @@ def test_test_clients_get_their_clusters_model_and_unseen_ones_the_initial_model
     clients, ids = label_shift_clients()
     alg = oracle()
     state, _ = play(alg, clients, ids, rounds=1)
-    descriptions = {0: alg.client_describe(Payload(), clients[3], ctx_for(0, 1)),
-                    1: alg.client_describe(Payload(), clients[0], ctx_for(1, 7))}
+    descriptions = {
+        0: alg.client_describe(Payload(), clients[3], ctx_for(0, 1)),
+        1: alg.client_describe(Payload(), clients[0], ctx_for(1, 7)),
+    }
     assignment = alg.assign(state, descriptions)
     assert assignment.payloads[0] is state.models[1] and assignment.matched == {0: TrainedOn(2)}
     assert assignment.payloads[1] is state.initial
@@ -90,11 +102,21 @@ def test_without_a_distribution_id_the_oracle_refuses_to_run():
 
 def test_whole_run_on_label_shift_beats_fedavg_and_associates_every_test_client():
     def run(algorithm: str):
-        return run_spec(resolve_run({
-            "task": "t", "dataset": "digits", "model": {"name": "mlp", "hidden": [32]}, "algorithm": algorithm, "rounds": 4,
-            "scenario": {"preset": "conditional/E1", "clusters": 2}, "local_epochs": 3, "batch_size": 32,
-            "optimizer": {"name": "sgd", "lr": 0.05, "momentum": 0.9},
-        }))
+        return run_spec(
+            resolve_run(
+                {
+                    "task": "t",
+                    "dataset": "digits",
+                    "model": {"name": "mlp", "hidden": [32]},
+                    "algorithm": algorithm,
+                    "rounds": 4,
+                    "scenario": {"preset": "conditional/E1", "clusters": 2},
+                    "local_epochs": 3,
+                    "batch_size": 32,
+                    "optimizer": {"name": "sgd", "lr": 0.05, "momentum": 0.9},
+                }
+            )
+        )
 
     ours, fedavg = run("oracle"), run("fedavg")
     assert ours.status == "FINISHED", ours.reason

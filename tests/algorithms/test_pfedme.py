@@ -43,15 +43,24 @@ def rows(n: int = 8) -> ClientData:
 
 def sgd(lr: float, epochs: int, rounds: int = 1) -> RoundContext:
     """Plain SGD, one batch an epoch (the batch holds every row)."""
-    return RoundContext(round=1, client_id=0, seed=0, local_epochs=epochs, batch_size=64,
-                        optimizer=OptimizerSpec(lr=lr, momentum=0.0), num_classes=2, rounds=rounds)
+    return RoundContext(
+        round=1,
+        client_id=0,
+        seed=0,
+        local_epochs=epochs,
+        batch_size=64,
+        optimizer=OptimizerSpec(lr=lr, momentum=0.0),
+        num_classes=2,
+        rounds=rounds,
+    )
 
 
 def test_inner_steps_and_outer_update_match_hand_computed_numbers():
     """f = (theta - 3)^2 / 2, lam = 1, personal lr 0.25, eta = 0.5, K = 2, two batches, theta and w start at 0.
 
     Batch 1: theta 0 -> 0 - 0.25 (-3 + 0) = 0.75 -> 0.75 - 0.25 (-2.25 + 0.75) = 1.125; w -> 0 + 0.5 * 1.125 = 0.5625.
-    Batch 2 (theta warm-started at 1.125): -> 1.453125 -> 1.6171875; w -> 0.5625 + 0.5 (1.6171875 - 0.5625) = 1.08984375.
+    Batch 2 (theta warm-started at 1.125): -> 1.453125 -> 1.6171875; w -> 0.5625 + 0.5 (1.6171875 - 0.5625) =
+    1.08984375.
     The loss reported is the mean of each batch's first-step objective: (4.5 + 1.916015625) / 2.
     """
     theta = Scalar(0.0)
@@ -89,8 +98,15 @@ def algorithm(shape, **config):
 
 
 def context(lr: float, momentum: float = 0.0, cid: int = 2) -> RoundContext:
-    return RoundContext(round=1, client_id=cid, seed=0, local_epochs=2, batch_size=32,
-                        optimizer=OptimizerSpec(lr=lr, momentum=momentum), num_classes=10)
+    return RoundContext(
+        round=1,
+        client_id=cid,
+        seed=0,
+        local_epochs=2,
+        batch_size=32,
+        optimizer=OptimizerSpec(lr=lr, momentum=momentum),
+        num_classes=10,
+    )
 
 
 def test_one_inner_step_with_eta_lam_one_is_a_fedavg_sgd_step_at_the_personal_lr():
@@ -101,8 +117,9 @@ def test_one_inner_step_with_eta_lam_one_is_a_fedavg_sgd_step_at_the_personal_lr
     pfedme = algorithm(shape, inner_steps=1, lam=10.0, personal_lr=0.05, beta=1.0)
     fedavg = make_algorithm(tiny_spec(algorithm="fedavg"), shape, 10)
     start = pfedme.init_state().global_model
-    ours, state, _ = pfedme.client_update(start, PersonalClientState(), client,
-                                          context(lr=0.1, momentum=0.9))  # momentum: unused
+    ours, state, _ = pfedme.client_update(
+        start, PersonalClientState(), client, context(lr=0.1, momentum=0.9)
+    )  # momentum: unused
     theirs, _, _ = fedavg.client_update(start, NoClientState(), client, context(lr=0.05))
     moved = max(np.abs(theirs.weights[k] - start.weights[k]).max() for k in start.weights)
     assert moved > 1e-2
@@ -114,24 +131,30 @@ def test_one_inner_step_with_eta_lam_one_is_a_fedavg_sgd_step_at_the_personal_lr
 def test_server_mixes_the_sample_weighted_average_in_with_beta():
     alg = algorithm((1, 8, 8), beta=2.0)
     state = PersonalisedState(Payload({"w": np.array([0.5], dtype=np.float32)}), personalised=frozenset({3}))
-    results = [ClientResult(0, counted({"w": np.array([1.0], dtype=np.float32)}, 1)),
-               ClientResult(1, counted({"w": np.array([3.0], dtype=np.float32)}, 3))]
+    results = [
+        ClientResult(0, counted({"w": np.array([1.0], dtype=np.float32)}, 1)),
+        ClientResult(1, counted({"w": np.array([3.0], dtype=np.float32)}, 3)),
+    ]
     new = alg.aggregate(1, state, results)
     # average (1 * 1 + 3 * 3) / 4 = 2.5; (1 - 2) * 0.5 + 2 * 2.5 = 4.5
     assert new.global_model.weights["w"].tolist() == [4.5]
     assert new.personalised == {0, 1, 3}
-    fedavg = make_algorithm(tiny_spec(algorithm="fedavg"), (1, 8, 8), 10).aggregate(1, GlobalState(state.global_model),
-                                                                                     results)
-    assert algorithm((1, 8, 8)).aggregate(1, state, results).global_model.weights["w"].tolist() == \
-        fedavg.global_model.weights["w"].tolist()
+    fedavg = make_algorithm(tiny_spec(algorithm="fedavg"), (1, 8, 8), 10).aggregate(
+        1, GlobalState(state.global_model), results
+    )
+    assert (
+        algorithm((1, 8, 8)).aggregate(1, state, results).global_model.weights["w"].tolist()
+        == fedavg.global_model.weights["w"].tolist()
+    )
 
 
 def test_the_personalised_model_stays_on_the_client_and_is_what_local_accuracy_evaluates():
     shape, client = client_setup()
     alg = algorithm(shape)
     state = alg.init_state()
-    uplink, client_state, _ = alg.client_update(state.global_model, PersonalClientState(), client,
-                                                context(lr=0.005, momentum=0.9))
+    uplink, client_state, _ = alg.client_update(
+        state.global_model, PersonalClientState(), client, context(lr=0.005, momentum=0.9)
+    )
     theta = client_state.personal
     assert set(uplink.sections) == {"weights", SAMPLES}
     assert any(not np.array_equal(uplink.weights[k], theta[k]) for k in theta)  # w travels, theta does not

@@ -48,8 +48,15 @@ def ce_gradient(w: np.ndarray, b: np.ndarray, x: np.ndarray, y: np.ndarray) -> t
 
 def job(client_id: int, steps: int, lr: float, weight_decay: float = 0.0, round: int = 1) -> RoundContext:
     """Full-batch plain SGD (batch 64 > rows): each epoch is one step on the whole local set."""
-    return RoundContext(round=round, client_id=client_id, seed=0, local_epochs=steps, batch_size=64,
-                        optimizer=OptimizerSpec(lr=lr, momentum=0.0, weight_decay=weight_decay), num_classes=2)
+    return RoundContext(
+        round=round,
+        client_id=client_id,
+        seed=0,
+        local_epochs=steps,
+        batch_size=64,
+        optimizer=OptimizerSpec(lr=lr, momentum=0.0, weight_decay=weight_decay),
+        num_classes=2,
+    )
 
 
 def test_one_round_matches_the_papers_formulas_computed_by_hand():
@@ -62,7 +69,7 @@ def test_one_round_matches_the_papers_formulas_computed_by_hand():
 
     # By hand, in float64: y <- y - lr (g_i(y) - c_i + c) twice, then option II, the deltas, the server step.
     expected_c_own, expected_dy, expected_dc = [], [], []
-    for (xi, yi), ci in zip(rows, c_own):
+    for (xi, yi), ci in zip(rows, c_own, strict=True):
         w, b = x["head.weight"].astype(float), x["head.bias"].astype(float)
         for _ in range(K):
             gw, gb = ce_gradient(w, b, np.array(xi), np.array(yi))
@@ -80,7 +87,7 @@ def test_one_round_matches_the_papers_formulas_computed_by_hand():
     state = ScaffoldState(Payload(x), c)
     downlink = alg.configure(1, state, [0, 1])
     results = []
-    for cid, ((xi, yi), ci) in enumerate(zip(rows, c_own)):
+    for cid, ((xi, yi), ci) in enumerate(zip(rows, c_own, strict=True)):
         data = client_data(xi, yi)
         uplink, client_state, metrics = alg.client_update(downlink[cid], ScaffoldClientState(ci), data, job(cid, K, lr))
         assert metrics[M.TRAIN_STEPS] == K
@@ -100,13 +107,23 @@ def test_the_server_steps_x_by_global_lr_and_c_by_the_sampled_share():
     Buffers have no control variate and no server step: a float buffer becomes the mean of the clients'
     (x + mean(Delta y)); an integer counter is the first client's, as in FedAvg."""
     alg = Scaffold(Scaffold.Config(global_lr=0.5), LINEAR, num_clients=4, seed=0)
-    state = ScaffoldState(Payload({"w": np.array([1.0, 2.0], np.float32), "running_mean": np.array([1.0], np.float32),
-                                   "count": np.array(5, np.int64)}),
-                          {"w": np.array([1.0, -1.0], np.float32)})
+    state = ScaffoldState(
+        Payload(
+            {
+                "w": np.array([1.0, 2.0], np.float32),
+                "running_mean": np.array([1.0], np.float32),
+                "count": np.array(5, np.int64),
+            }
+        ),
+        {"w": np.array([1.0, -1.0], np.float32)},
+    )
 
     def result(cid, dw, dm, dn, dc):
-        delta_y = {"w": np.array(dw, np.float32), "running_mean": np.array(dm, np.float32),
-                   "count": np.array(dn, np.int64)}
+        delta_y = {
+            "w": np.array(dw, np.float32),
+            "running_mean": np.array(dm, np.float32),
+            "count": np.array(dn, np.int64),
+        }
         delta_c = {"w": np.array(dc, np.float32)}
         return ClientResult(cid, Payload(extras={MODEL_DELTA: delta_y, CONTROL_DELTA: delta_c}))
 
@@ -129,8 +146,15 @@ def digits_setup(algorithm: dict, num_clients: int = 4):
 
 
 def digits_job(cid: int, round: int = 1) -> RoundContext:
-    return RoundContext(round=round, client_id=cid, seed=0, local_epochs=2, batch_size=32,
-                        optimizer=OptimizerSpec(**PLAIN_SGD), num_classes=10)
+    return RoundContext(
+        round=round,
+        client_id=cid,
+        seed=0,
+        local_epochs=2,
+        batch_size=32,
+        optimizer=OptimizerSpec(**PLAIN_SGD),
+        num_classes=10,
+    )
 
 
 def test_round_one_with_zero_control_variates_is_fedavg_bit_for_bit():
@@ -139,8 +163,12 @@ def test_round_one_with_zero_control_variates_is_fedavg_bit_for_bit():
     state = scaffold.init_state()
     x = state.global_model.weights
     assert all(not v.any() for v in state.control.values())
-    uplink, _, _ = scaffold.client_update(scaffold.configure(1, state, [2])[2], ScaffoldClientState(), clients[2], digits_job(2))
-    reference, _, _ = fedavg.client_update(fedavg.init_state().global_model, fedavg.ClientState(), clients[2], digits_job(2))
+    uplink, _, _ = scaffold.client_update(
+        scaffold.configure(1, state, [2])[2], ScaffoldClientState(), clients[2], digits_job(2)
+    )
+    reference, _, _ = fedavg.client_update(
+        fedavg.init_state().global_model, fedavg.ClientState(), clients[2], digits_job(2)
+    )
     assert uplink[MODEL_DELTA].keys() == x.keys()
     assert all(np.array_equal(uplink[MODEL_DELTA][k], reference.weights[k] - x[k]) for k in x)
 
@@ -155,7 +183,9 @@ def test_with_client_sampling_c_stays_the_mean_of_all_clients_control_variates()
         results = []
         for cid in sampled:
             job_ctx = digits_job(cid, round)
-            uplink, own[cid], _ = alg.client_update(payloads[cid], own.get(cid, alg.ClientState()), clients[cid], job_ctx)
+            uplink, own[cid], _ = alg.client_update(
+                payloads[cid], own.get(cid, alg.ClientState()), clients[cid], job_ctx
+            )
             results.append(ClientResult(cid, uplink))
         state = alg.aggregate(round, state, results)
         for name, c in state.control.items():
@@ -167,8 +197,10 @@ def test_with_client_sampling_c_stays_the_mean_of_all_clients_control_variates()
 def test_full_batch_scaffold_reaches_the_global_optimum_where_fedavg_stops_short():
     """Deterministic gradients, two heterogeneous clients, 5 local steps: SCAFFOLD's fixed point is a stationary
     point of the average objective (here with weight decay, so a unique one exists); FedAvg's is not."""
-    rows = [([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0], [0.5, -1.0]], [0, 0, 1, 0]),
-            ([[1.0, 0.0], [-1.0, 1.0], [2.0, 0.5]], [1, 0, 1])]
+    rows = [
+        ([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0], [0.5, -1.0]], [0, 0, 1, 0]),
+        ([[1.0, 0.0], [-1.0, 1.0], [2.0, 0.5]], [1, 0, 1]),
+    ]
     clients, lr, wd = [client_data(*r) for r in rows], 0.5, 0.1
 
     def global_gradient_norm(x) -> float:

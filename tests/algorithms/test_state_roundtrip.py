@@ -44,7 +44,7 @@ def assert_same(a, b, pairs: dict[int, int], path: str = "state") -> None:
             assert_same(a[key], b[key], pairs, f"{path}[{key!r}]")
     elif isinstance(a, (list, tuple)):
         assert len(a) == len(b), path
-        for i, (x, y) in enumerate(zip(a, b)):
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
             assert_same(x, y, pairs, f"{path}[{i}]")
     elif isinstance(a, float) and a != a:
         assert b != b, path

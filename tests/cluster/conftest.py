@@ -35,8 +35,9 @@ OBJECT_STORE_BYTES = 256 * 1024**2
 def postgres_bin() -> Path | None:
     """The folder of PostgreSQL's server programs: Debian's newest /usr/lib/postgresql/<version>/bin, else
     the folder of an `initdb` on PATH (other distributions); None when PostgreSQL is not installed."""
-    debian = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"),
-                    key=lambda p: int(p.parts[-3]) if p.parts[-3].isdigit() else 0)
+    debian = sorted(
+        Path("/usr/lib/postgresql").glob("*/bin/initdb"), key=lambda p: int(p.parts[-3]) if p.parts[-3].isdigit() else 0
+    )
     if debian:
         return debian[-1].parent
     initdb = shutil.which("initdb")
@@ -58,9 +59,28 @@ class Postgres:
 
     def query(self, sql: str) -> list[list[str]]:
         """Rows of `sql`, read with psql straight from the database (not through MLflow)."""
-        out = subprocess.run([*self.as_owner, str(self.bin / "psql"), "-h", "127.0.0.1", "-p", str(self.port),
-                              "-U", "postgres", "-d", self.database, "-tA", "-F", "\t", "-c", sql],
-                             check=True, capture_output=True, text=True).stdout
+        out = subprocess.run(
+            [
+                *self.as_owner,
+                str(self.bin / "psql"),
+                "-h",
+                "127.0.0.1",
+                "-p",
+                str(self.port),
+                "-U",
+                "postgres",
+                "-d",
+                self.database,
+                "-tA",
+                "-F",
+                "\t",
+                "-c",
+                sql,
+            ],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
         return [line.split("\t") for line in out.splitlines() if line]
 
 
@@ -72,7 +92,9 @@ def postgres():
     bin = postgres_bin()
     if bin is None:
         pytest.skip("PostgreSQL is not installed (Debian: apt-get install postgresql; .ci/run installs it)")
-    pytest.importorskip("psycopg", reason="MLflow's PostgreSQL driver is in the postgres extra: pip install -e '.[test]'")
+    pytest.importorskip(
+        "psycopg", reason="MLflow's PostgreSQL driver is in the postgres extra: pip install -e '.[test]'"
+    )
     as_owner = ("runuser", "-u", "postgres", "--") if os.geteuid() == 0 else ()
     folder = Path(tempfile.mkdtemp(prefix="fedbench-postgres-"))
     if as_owner:
@@ -89,8 +111,11 @@ def postgres():
         run(str(bin / "createdb"), "-h", "127.0.0.1", "-p", str(port), "-U", "postgres", "mlflow")
         yield Postgres(bin, port, "mlflow", as_owner)
     finally:
-        subprocess.run([*as_owner, str(bin / "pg_ctl"), "-D", str(data), "-m", "fast", "-w", "stop"],
-                       capture_output=True, cwd=folder)
+        subprocess.run(
+            [*as_owner, str(bin / "pg_ctl"), "-D", str(data), "-m", "fast", "-w", "stop"],
+            capture_output=True,
+            cwd=folder,
+        )
         shutil.rmtree(folder)
 
 
@@ -129,8 +154,10 @@ def two_node_cluster():
     if had_local_ray:
         ray.shutdown()
     common = {"object_store_memory": OBJECT_STORE_BYTES}
-    cluster = Cluster(initialize_head=True, head_node_args={**common, "num_cpus": HEAD_CPUS, "num_gpus": 0,
-                                                            "include_dashboard": False})
+    cluster = Cluster(
+        initialize_head=True,
+        head_node_args={**common, "num_cpus": HEAD_CPUS, "num_gpus": 0, "include_dashboard": False},
+    )
     try:
         worker = cluster.add_node(**common, num_cpus=WORKER_CPUS, num_gpus=WORKER_GPUS)
         cluster.wait_for_nodes()

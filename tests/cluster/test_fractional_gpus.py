@@ -20,8 +20,13 @@ WORKERS = 8
 
 
 def plan_for(tmp_path, name: str, resources: dict):
-    task = {**TINY, "name": name, "rounds": 1, "resources": resources,
-            "scenario": {**TINY["scenario"], "num_clients": WORKERS}}
+    task = {
+        **TINY,
+        "name": name,
+        "rounds": 1,
+        "resources": resources,
+        "scenario": {**TINY["scenario"], "num_clients": WORKERS},
+    }
     task.pop("task")
     path = tmp_path / f"{name}.yaml"
     path.write_text(yaml.safe_dump(task))
@@ -29,7 +34,8 @@ def plan_for(tmp_path, name: str, resources: dict):
 
 
 def test_eight_quarter_gpu_workers_share_two_simulated_gpus_four_each_and_train_on_cpu(
-        tmp_path, two_node_cluster, mlflow_server, monkeypatch):
+    tmp_path, two_node_cluster, mlflow_server, monkeypatch
+):
     monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_server)
     plan = plan_for(tmp_path, "quarter_gpus", {"client_cpus": 0.25, "client_gpus": 0.25, "num_workers": WORKERS})
     outcome = run_sweep(plan)
@@ -37,8 +43,11 @@ def test_eight_quarter_gpu_workers_share_two_simulated_gpus_four_each_and_train_
 
     client = MlflowClient(mlflow_server)
     experiment = client.get_experiment_by_name("quarter_gpus")
-    child, = [r for r in client.search_runs([experiment.experiment_id])
-              if r.data.tags.get(PARENT_RUN_TAG) == outcome.parent_run_id]
+    (child,) = [
+        r
+        for r in client.search_runs([experiment.experiment_id])
+        if r.data.tags.get(PARENT_RUN_TAG) == outcome.parent_run_id
+    ]
     tags = child.data.tags
     workers = [{key: tags[f"workers.{i}.{key}"] for key in ("node", "gpu_ids", "device")} for i in range(WORKERS)]
     assert f"workers.{WORKERS}.node" not in tags
@@ -50,17 +59,33 @@ def test_eight_quarter_gpu_workers_share_two_simulated_gpus_four_each_and_train_
     assert tags["trial.client_gpus"] == "0.25"
 
 
-@pytest.mark.parametrize("resources,refusal", [
-    ({"client_gpus": 1.5}, r"resources\.client_gpus: got 1\.5; allowed: 0 \(no GPU\), a share of one GPU in \(0, 1\] "
-                           r"or a whole number of GPUs; the Ray cluster has 2 nodes \(.*2 GPU"),
-    ({"client_cpus": 0.25, "client_gpus": 0.5, "num_workers": WORKERS},  # 4 GPUs for the trial, the cluster has 2
-     r"resources\.client_gpus: got 0\.5.*needs 2\.5 CPU, 4 GPU, the cluster has 5 CPU, 2 GPU in all"),
-    ({"client_gpus": 3}, r"resources\.client_gpus: got 3.*has 5 CPU, 2 GPU in all"),
-    ({"client_cpus": 4}, r"resources\.client_cpus: got 4.*one Ray node can hold: one client worker needs 4 CPU, 0 GPU, "
-                         r"the cluster has 2 nodes"),  # 5 CPUs in all, but no node has 4
-])
-def test_a_gpu_share_or_worker_no_node_can_hold_is_refused_before_any_trial(tmp_path, two_node_cluster, mlflow_server,
-                                                                            monkeypatch, resources, refusal):
+@pytest.mark.parametrize(
+    "resources,refusal",
+    [
+        (
+            {"client_gpus": 1.5},
+            r"resources\.client_gpus: got 1\.5; allowed: 0 \(no GPU\), a share of one GPU in \(0, 1\] "
+            r"or a whole number of GPUs; the Ray cluster has 2 nodes \(.*2 GPU",
+        ),
+        (
+            {
+                "client_cpus": 0.25,
+                "client_gpus": 0.5,
+                "num_workers": WORKERS,
+            },  # 4 GPUs for the trial, the cluster has 2
+            r"resources\.client_gpus: got 0\.5.*needs 2\.5 CPU, 4 GPU, the cluster has 5 CPU, 2 GPU in all",
+        ),
+        ({"client_gpus": 3}, r"resources\.client_gpus: got 3.*has 5 CPU, 2 GPU in all"),
+        (
+            {"client_cpus": 4},
+            r"resources\.client_cpus: got 4.*one Ray node can hold: one client worker needs 4 CPU, 0 GPU, "
+            r"the cluster has 2 nodes",
+        ),  # 5 CPUs in all, but no node has 4
+    ],
+)
+def test_a_gpu_share_or_worker_no_node_can_hold_is_refused_before_any_trial(
+    tmp_path, two_node_cluster, mlflow_server, monkeypatch, resources, refusal
+):
     monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_server)
     plan = plan_for(tmp_path, "refused_gpus", resources)
     with pytest.raises(ConfigError, match=refusal):

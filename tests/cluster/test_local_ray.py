@@ -27,8 +27,11 @@ def test_ensure_ray_starts_its_own_ray_beside_a_running_cluster(monkeypatch):
     from ray.cluster_utils import Cluster
 
     monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
-    cluster = Cluster(initialize_head=True, connect=False,
-                      head_node_args={"num_cpus": 1, "object_store_memory": 80 * 2**20, "include_dashboard": False})
+    cluster = Cluster(
+        initialize_head=True,
+        connect=False,
+        head_node_args={"num_cpus": 1, "object_store_memory": 80 * 2**20, "include_dashboard": False},
+    )
     try:
         env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"} | {"PYTHONPATH": str(ROOT)}
         probe = subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True, text=True, timeout=120)

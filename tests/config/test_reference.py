@@ -5,10 +5,19 @@ from fedbench.config import load_task
 from fedbench.core.errors import ConfigError
 from tests.conftest import TINY
 
-TABLE = {"title": "Accuracy", "source": "001 Table II, p. 7", "metric": "final.acc_local_mean", "scale": 100,
-         "where": {"dataset": "digits"}, "rows": ["algorithm"], "columns": "scenario.alpha",
-         "cells": [{"algorithm": "fedavg", "scenario.alpha": 0.1, "value": 81.5},
-                   {"algorithm": "local", "scenario.alpha": 0.1, "value": None, "note": "not reported"}]}
+TABLE = {
+    "title": "Accuracy",
+    "source": "001 Table II, p. 7",
+    "metric": "final.acc_local_mean",
+    "scale": 100,
+    "where": {"dataset": "digits"},
+    "rows": ["algorithm"],
+    "columns": "scenario.alpha",
+    "cells": [
+        {"algorithm": "fedavg", "scenario.alpha": 0.1, "value": 81.5},
+        {"algorithm": "local", "scenario.alpha": 0.1, "value": None, "note": "not reported"},
+    ],
+}
 
 
 def load(tmp_path, reference):
@@ -34,17 +43,26 @@ def test_a_cell_may_give_the_published_std_over_the_papers_seeds(tmp_path):
     assert table.cells[0].std == 2.01 and table.cells[0].note == ""
 
 
-@pytest.mark.parametrize("change, field", [
-    ({"rows": ["algoritm"]}, "reference[0].rows"),                                     # a typo
-    ({"cells": [{"algorithm": "fedavg", "value": 1.0}]}, "reference[0].cells[0].scenario.alpha"),  # no column value
-    ({"cells": [{"algorithm": "fedavg", "scenario.alpha": 0.1, "value": "high"}]}, "reference[0].cells[0].value"),
-    ({"scale": 0}, "reference[0].scale"),
-    ({"metric": ""}, "reference[0].metric"),
-    ({"colour": "red"}, "reference[0].colour"),
-    ({"cost": "dollars"}, "reference[0].cost"),
-    ({"cells": [{"algorithm": "fedavg", "scenario.alpha": 0.1, "value": 81.5, "std": -1}]}, "reference[0].cells[0].std"),
-    ({"cells": [{"algorithm": "fedavg", "scenario.alpha": 0.1, "value": 81.5, "std": "+- 2"}]}, "reference[0].cells[0].std"),
-])
+@pytest.mark.parametrize(
+    "change, field",
+    [
+        ({"rows": ["algoritm"]}, "reference[0].rows"),  # a typo
+        ({"cells": [{"algorithm": "fedavg", "value": 1.0}]}, "reference[0].cells[0].scenario.alpha"),  # no column value
+        ({"cells": [{"algorithm": "fedavg", "scenario.alpha": 0.1, "value": "high"}]}, "reference[0].cells[0].value"),
+        ({"scale": 0}, "reference[0].scale"),
+        ({"metric": ""}, "reference[0].metric"),
+        ({"colour": "red"}, "reference[0].colour"),
+        ({"cost": "dollars"}, "reference[0].cost"),
+        (
+            {"cells": [{"algorithm": "fedavg", "scenario.alpha": 0.1, "value": 81.5, "std": -1}]},
+            "reference[0].cells[0].std",
+        ),
+        (
+            {"cells": [{"algorithm": "fedavg", "scenario.alpha": 0.1, "value": 81.5, "std": "+- 2"}]},
+            "reference[0].cells[0].std",
+        ),
+    ],
+)
 def test_a_bad_reference_is_refused_naming_the_entry(tmp_path, change, field):
     with pytest.raises(ConfigError) as info:
         load(tmp_path, [{**TABLE, **change}])

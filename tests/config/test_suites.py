@@ -10,8 +10,21 @@ from fedbench.config import load_task
 from fedbench.config.task import count_data_configurations
 
 METHODS_001 = {"conditional", "local", "fedavg", "gossip", "oracle", "ifca", "dac", "ditto"}
-METHODS_002 = {"feroma", "fedavg", "fedrc", "fedem", "fesem", "cfl", "ifca", "pfedme", "apfl", "feddrift", "atp",
-               "local", "oracle"}
+METHODS_002 = {
+    "feroma",
+    "fedavg",
+    "fedrc",
+    "fedem",
+    "fesem",
+    "cfl",
+    "ifca",
+    "pfedme",
+    "apfl",
+    "feddrift",
+    "atp",
+    "local",
+    "oracle",
+}
 
 # suite -> profile -> (data configurations, runs)
 COUNTS = {
@@ -43,12 +56,19 @@ def test_conditional_97_is_the_papers_grid_of_e1_to_e4_by_eight_methods():
     assert all(s.algorithm.kwargs["centralized_pool"] for s in specs if s.algorithm.name == "conditional")  # 001 III-C
     per_preset = {}
     for s in specs:
-        per_preset.setdefault(s.scenario.preset, set()).add((s.dataset.name, s.scenario.num_clients, repr(s.scenario.shifts),
-                                                             repr(s.scenario.partition)))
+        per_preset.setdefault(s.scenario.preset, set()).add(
+            (s.dataset.name, s.scenario.num_clients, repr(s.scenario.shifts), repr(s.scenario.partition))
+        )
     # the decomposition the task file's comments give: 61 + 3 + 6 + 7 + 12 + 5 + 3 = 97
     assert {p: len(v) for p, v in per_preset.items()} == {
-        "conditional/E1": 61, "conditional/E2a": 3, "conditional/E2b": 6, "conditional/E3a": 7,
-        "conditional/E3b": 12, "conditional/E4a": 5, "conditional/E4b": 3}
+        "conditional/E1": 61,
+        "conditional/E2a": 3,
+        "conditional/E2b": 6,
+        "conditional/E3a": 7,
+        "conditional/E3b": 12,
+        "conditional/E4a": 5,
+        "conditional/E4b": 3,
+    }
     assert {s.dataset.name for s in specs} == {"mnist", "fmnist", "cifar10", "cifar100", "mixture"}
     assert {s.model.name for s in specs if s.dataset.name.startswith("cifar")} == {"cnn_cifar"}
     # 001 Sec. IV-A: 5 (rich) to 100 (super sparse) clients per cluster, K = 10 reaching 1,000 clients
@@ -58,8 +78,14 @@ def test_conditional_97_is_the_papers_grid_of_e1_to_e4_by_eight_methods():
 
 def test_conditional_97_reduced_is_e1_on_mnist_and_fmnist_at_k_2_and_5_rich_and_sparse():
     _, specs = expanded("conditional_97", "reduced")
-    assert {(s.dataset.name, s.scenario.partition.kwargs["clusters"], s.scenario.num_clients // s.scenario.partition.kwargs["clusters"])
-            for s in specs} == {(d, k, n) for d in ("mnist", "fmnist") for k in (2, 5) for n in (5, 20)}
+    assert {
+        (
+            s.dataset.name,
+            s.scenario.partition.kwargs["clusters"],
+            s.scenario.num_clients // s.scenario.partition.kwargs["clusters"],
+        )
+        for s in specs
+    } == {(d, k, n) for d in ("mnist", "fmnist") for k in (2, 5) for n in (5, 20)}
     assert {s.algorithm.name for s in specs} == METHODS_001
 
 
@@ -70,11 +96,15 @@ def test_feroma_drift_is_002s_grid_and_its_reduced_profile_table_14_at_the_paper
     assert {s.scenario.num_clients for s in specs} == {20} and {s.scenario.drift_every for s in specs} == {1, 2, 4}
     assert {s.seed for s in specs} == {42, 43, 44, 45, 46} and {s.rounds for s in specs} == {20}
     _, reduced = expanded("feroma_drift", "reduced")
-    methods = {level: {s.algorithm.name for s in reduced if s.scenario.preset == f"feroma/label_skew/{level}"}
-               for level in ("low", "medium", "high")}
+    methods = {
+        level: {s.algorithm.name for s in reduced if s.scenario.preset == f"feroma/label_skew/{level}"}
+        for level in ("low", "medium", "high")
+    }
     assert methods == {"low": {"feroma"}, "medium": METHODS_002, "high": {"feroma"}}
     assert {(s.rounds, s.seed, s.scenario.drift_every) for s in reduced} == {
-        (20, seed, every) for seed in (42, 43, 44) for every in (4, 2, 1)}
+        (20, seed, every) for seed in (42, 43, 44) for every in (4, 2, 1)
+    }
+
     def fields(spec):
         return repr(sorted((k, repr(v)) for k, v in spec.flat().items() if k != "task"))
 
@@ -94,9 +124,17 @@ def test_reference_tables_are_transcribed_whole_and_match_runs_of_the_grid():
     task, specs = expanded("feroma_drift", "paper")
     tables = {t.source.split(" (")[0]: t for t in task.reference}
     assert [len(t.cells) for t in task.reference] == [11 * 9] * 4 + [9]  # Tables 13-16: 11 methods x 9, App. E Table 5
-    cell = {dict(c.where)["algorithm.name"]: c for c in tables["002 App. I.2, Table 14"].cells
-            if dict(c.where)["scenario.preset"] == "feroma/label_skew/medium" and dict(c.where)["scenario.drift_every"] == 2}
-    assert (cell["feroma"].value, cell["feroma"].std, cell["fedavg"].value, cell["fedavg"].std) == (97.94, 2.01, 82.83, 9.38)
+    cell = {
+        dict(c.where)["algorithm.name"]: c
+        for c in tables["002 App. I.2, Table 14"].cells
+        if dict(c.where)["scenario.preset"] == "feroma/label_skew/medium" and dict(c.where)["scenario.drift_every"] == 2
+    }
+    assert (cell["feroma"].value, cell["feroma"].std, cell["fedavg"].value, cell["fedavg"].std) == (
+        97.94,
+        2.01,
+        82.83,
+        9.38,
+    )
     # every published value of Tables 13-16 comes with its std over the paper's seeds
     assert all(c.std is not None for t in task.reference[:4] for c in t.cells)
     # every published cell names runs the paper profile has
@@ -115,8 +153,10 @@ def test_reference_tables_are_transcribed_whole_and_match_runs_of_the_grid():
             assert any(all(r.get(k) == v for k, v in c.where) for r in runs), (table.source, c.where)
 
 
-@pytest.mark.parametrize("suite, profile, runs, configurations", [
-    ("conditional_97", "reduced", 64, 8), ("feroma_drift", "smoke", 13, 1), ("client_scaling", "smoke", 6, 2)])
+@pytest.mark.parametrize(
+    "suite, profile, runs, configurations",
+    [("conditional_97", "reduced", 64, 8), ("feroma_drift", "smoke", 13, 1), ("client_scaling", "smoke", 6, 2)],
+)
 def test_dry_run_prints_runs_and_data_configurations(suite, profile, runs, configurations, capsys):
     assert main(["sweep", f"tasks/{suite}.yaml", "--profile", profile, "--dry-run"]) == 0
     assert f"{runs} configurations, {configurations} data configurations" in " ".join(capsys.readouterr().out.split())

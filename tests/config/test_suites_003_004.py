@@ -13,10 +13,17 @@ from fedbench.config.reference import ReferenceTable
 FEDDRM, SHIFTS = "tasks/feddrm_lambda.yaml", "tasks/shift_mitigation.yaml"
 
 
-@pytest.mark.parametrize("path, profile, runs", [
-    (FEDDRM, "paper", 28), (FEDDRM, "reduced", 28), (FEDDRM, "smoke", 4),
-    (SHIFTS, "paper", 54), (SHIFTS, "reduced", 18), (SHIFTS, "smoke", 6),
-])
+@pytest.mark.parametrize(
+    "path, profile, runs",
+    [
+        (FEDDRM, "paper", 28),
+        (FEDDRM, "reduced", 28),
+        (FEDDRM, "smoke", 4),
+        (SHIFTS, "paper", 54),
+        (SHIFTS, "reduced", 18),
+        (SHIFTS, "smoke", 6),
+    ],
+)
 def test_every_profile_loads_and_expands_to_its_counted_runs(path, profile, runs, capsys):
     task = load_task(path, [f"profile={profile}"])
     assert task.profiles == ("paper", "reduced", "smoke") and len(task.expand()) == runs
@@ -29,8 +36,11 @@ def test_feddrm_suite_paper_grid_is_004s_lambdas_partitions_and_datasets():
     lams = {s.algorithm.kwargs["lam"] for s in specs if s.algorithm.name == "feddrm"}
     assert lams == {0.5, 0.6, 0.7, 0.8, 0.9, 0.95}
     assert {s.dataset.name for s in specs} == {"cifar10", "cifar100"}
-    shards = {(s.dataset.name, s.scenario.partition.kwargs.get("shards_per_client")) for s in specs
-              if s.scenario.partition.name == "shards"}
+    shards = {
+        (s.dataset.name, s.scenario.partition.kwargs.get("shards_per_client"))
+        for s in specs
+        if s.scenario.partition.name == "shards"
+    }
     assert shards == {("cifar10", 5), ("cifar100", 25)}  # 004 Table 1: 5-SPC and 25-SPC
     assert {s.rounds for s in specs} == {800} and {s.algorithm.kwargs.get("ft_rounds") for s in specs} >= {100}
 
@@ -71,8 +81,14 @@ def test_every_published_cell_stands_for_some_paper_run(path):
 
 def test_published_values_are_transcribed_as_printed():
     tables = {t.source.split(",")[0]: t for t in load_task(FEDDRM).reference}
-    system = {dict(c.where)["algorithm.name"] + "/" + dict(c.where)["dataset.name"] + "/" + dict(c.where)["scenario.preset"]: c.value
-              for c in tables["004 Table 1"].cells}
+    system = {
+        dict(c.where)["algorithm.name"]
+        + "/"
+        + dict(c.where)["dataset.name"]
+        + "/"
+        + dict(c.where)["scenario.preset"]: c.value
+        for c in tables["004 Table 1"].cells
+    }
     assert system["feddrm/cifar10/feddrm/dir0.3"] == 63.85 and system["fedavg_ft/cifar100/feddrm/spc"] == 27.96
     [made] = [c.value for c in load_task(SHIFTS).reference[0].cells if dict(c.where)["algorithm.name"] == "made"]
     assert made == 0.9068

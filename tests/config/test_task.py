@@ -35,7 +35,7 @@ def test_each_seeds_run_is_the_run_parsed_at_that_seed_and_set_seed_is_the_only_
     task = load_task(write_task(tmp_path, body))
     specs = task.expand()
     assert [(s.algorithm.name, s.seed) for s in specs] == [(a, seed) for a in ("fedavg", "local") for seed in (3, 0, 1)]
-    for block_point, group in zip((["fedavg"], ["local"]), (specs[:3], specs[3:])):
+    for block_point, group in zip((["fedavg"], ["local"]), (specs[:3], specs[3:]), strict=True):
         for spec in group:
             parsed = resolve_run(task.run_dict(block_point, spec.seed))
             assert spec.replace(run_name=None) == parsed and spec.run_hash == parsed.run_hash
@@ -104,8 +104,11 @@ def test_defaults_are_filled_into_the_runspec():
         ({"model": {"name": "mlp", "width": 3}}, "model.width", "hidden"),
         ({"local_steps": 0}, "local_steps", ">= 1"),
         ({"optimizer": {"name": "sgd", "schedule": "step"}}, "optimizer.schedule", "'cosine'"),
-        ({"algorithm": {"name": "conditional", "centralized_pool": True}, "local_steps": 10}, "local_steps",
-         "centralized_pool"),
+        (
+            {"algorithm": {"name": "conditional", "centralized_pool": True}, "local_steps": 10},
+            "local_steps",
+            "centralized_pool",
+        ),
         # a model the algorithm cannot train: refused when the task loads, not when its runs start
         ({"algorithm": "feddrm", "model": "mlp"}, "model.name", "client path for feddrm: feddrm_net"),
         ({"algorithm": "conditional", "model": "lenet5"}, "model.name", "taking cond_dim"),
@@ -164,15 +167,21 @@ def test_normalisation_defaults_to_what_the_presets_paper_used(scenario, dataset
     [spec] = task_from_dict({**TINY, "dataset": dataset, "scenario": scenario}).expand()
     assert spec.to_dict()["normalize"] == expected
     assert spec.flat()["normalize.mode"] == expected["mode"]  # recorded with the run's params
-    [own] = task_from_dict({**TINY, "dataset": dataset, "scenario": scenario,
-                            "normalize": "dataset"}).expand()
+    [own] = task_from_dict({**TINY, "dataset": dataset, "scenario": scenario, "normalize": "dataset"}).expand()
     assert own.normalize.mode == "dataset"  # the task's own choice wins over the preset's
 
 
 def test_a_bad_value_of_a_later_shift_fails_the_task_at_load_naming_its_path(tmp_path):
-    body = {**{k: v for k, v in TINY.items() if k != "task"}, "name": "t", "model": "lenet5",
-            "dataset": {"name": "synthetic_images", "train_samples": 600, "test_samples": 100},
-            "scenario": {"partition": "iid", "shifts": [{"name": "rotation", "clusters": 2}, {"name": "noise", "sigma": -0.5}]}}
+    body = {
+        **{k: v for k, v in TINY.items() if k != "task"},
+        "name": "t",
+        "model": "lenet5",
+        "dataset": {"name": "synthetic_images", "train_samples": 600, "test_samples": 100},
+        "scenario": {
+            "partition": "iid",
+            "shifts": [{"name": "rotation", "clusters": 2}, {"name": "noise", "sigma": -0.5}],
+        },
+    }
     with pytest.raises(ConfigError) as info:
         load_task(write_task(tmp_path, body))
     assert info.value.field == "scenario.shifts[1].sigma"
@@ -200,11 +209,14 @@ def test_a_task_name_that_is_not_a_safe_slug_is_refused_naming_name(tmp_path, na
     assert err.value.field == "name" and "letters, digits" in err.value.allowed
 
 
-@pytest.mark.parametrize("changes, field, hint", [
-    ({"optimizer": {"name": "sgd", "lr": 0}}, "optimizer.lr", "> 0"),
-    ({"rounds": 10**12}, "rounds", "at most 100,000"),
-    ({"resources": {"backend": "ray", "num_workers": 0}}, "resources.num_workers", ">= 1"),
-])
+@pytest.mark.parametrize(
+    "changes, field, hint",
+    [
+        ({"optimizer": {"name": "sgd", "lr": 0}}, "optimizer.lr", "> 0"),
+        ({"rounds": 10**12}, "rounds", "at most 100,000"),
+        ({"resources": {"backend": "ray", "num_workers": 0}}, "resources.num_workers", ">= 1"),
+    ],
+)
 def test_values_that_cannot_mean_anything_are_refused_naming_the_field(tmp_path, changes, field, hint):
     body = {**{k: v for k, v in TINY.items() if k != "task"}, "name": "t", **changes}
     with pytest.raises(ConfigError) as err:
@@ -212,15 +224,42 @@ def test_values_that_cannot_mean_anything_are_refused_naming_the_field(tmp_path,
     assert err.value.field == field and hint in err.value.allowed
 
 
-@pytest.mark.parametrize("dataset, scenario, field, allowed", [
-    ("digits", {"partition": "iid", "num_clients": 5000}, "scenario.num_clients", "at most 479: digits has 1437 training samples"),
-    ("digits", {"partition": "shards", "num_clients": 5000, "shards_per_client": 2}, "scenario.num_clients", "at most 479"),
-    ({"name": "digits", "test_fraction": 0.5}, {"partition": "iid", "num_clients": 300}, "scenario.num_clients",
-     "at most 299: digits has 898 training samples"),  # the option sets the official split
-    ("digits", {"partition": "iid", "num_clients": 400, "local_test": "official"}, "scenario.num_clients", "at most 360"),
-    ("digits", {"partition": "dirichlet", "num_clients": 5000}, "scenario.num_clients", "at most 479"),  # was min_samples at run time
-    ("digits", {"partition": "dirichlet", "num_clients": 200}, "scenario.min_samples", "at most 7 for 200 clients"),
-])
+@pytest.mark.parametrize(
+    "dataset, scenario, field, allowed",
+    [
+        (
+            "digits",
+            {"partition": "iid", "num_clients": 5000},
+            "scenario.num_clients",
+            "at most 479: digits has 1437 training samples",
+        ),
+        (
+            "digits",
+            {"partition": "shards", "num_clients": 5000, "shards_per_client": 2},
+            "scenario.num_clients",
+            "at most 479",
+        ),
+        (
+            {"name": "digits", "test_fraction": 0.5},
+            {"partition": "iid", "num_clients": 300},
+            "scenario.num_clients",
+            "at most 299: digits has 898 training samples",
+        ),  # the option sets the official split
+        (
+            "digits",
+            {"partition": "iid", "num_clients": 400, "local_test": "official"},
+            "scenario.num_clients",
+            "at most 360",
+        ),
+        (
+            "digits",
+            {"partition": "dirichlet", "num_clients": 5000},
+            "scenario.num_clients",
+            "at most 479",
+        ),  # was min_samples at run time
+        ("digits", {"partition": "dirichlet", "num_clients": 200}, "scenario.min_samples", "at most 7 for 200 clients"),
+    ],
+)
 def test_a_federation_leaving_clients_without_samples_is_refused_at_load(tmp_path, dataset, scenario, field, allowed):
     body = {**{k: v for k, v in TINY.items() if k != "task"}, "name": "t", "dataset": dataset, "scenario": scenario}
     with pytest.raises(ConfigError) as err:
@@ -231,7 +270,11 @@ def test_a_federation_leaving_clients_without_samples_is_refused_at_load(tmp_pat
 
 
 def test_a_name_key_in_the_scenario_is_refused_rather_than_replacing_the_partition(tmp_path):
-    body = {**{k: v for k, v in TINY.items() if k != "task"}, "name": "t", "scenario": {"partition": "iid", "name": "dirichlet"}}
+    body = {
+        **{k: v for k, v in TINY.items() if k != "task"},
+        "name": "t",
+        "scenario": {"partition": "iid", "name": "dirichlet"},
+    }
     with pytest.raises(ConfigError) as err:
         load_task(write_task(tmp_path, body))
     assert err.value.field == "scenario.name" and "write partition: dirichlet" in err.value.allowed
@@ -248,9 +291,12 @@ def test_runs_are_named_by_what_varies_in_their_task():
     assert spec.replace(run_name="other").run_hash == spec.run_hash
 
 
-PROFILED = {"name": "suite", "seeds": [0, 1], "grid": {"algorithm": ["fedavg", "local"], "scenario.alpha": [0.1, 1.0]},
-            "profiles": {"smoke": {"rounds": 1, "seeds": [7], "grid.scenario.alpha": [0.5]},
-                         "reduced": {"seeds": [0]}}}
+PROFILED = {
+    "name": "suite",
+    "seeds": [0, 1],
+    "grid": {"algorithm": ["fedavg", "local"], "scenario.alpha": [0.1, 1.0]},
+    "profiles": {"smoke": {"rounds": 1, "seeds": [7], "grid.scenario.alpha": [0.5]}, "reduced": {"seeds": [0]}},
+}
 
 
 def test_a_profile_applies_its_overrides_under_its_own_experiment(tmp_path):
@@ -264,7 +310,9 @@ def test_a_profile_applies_its_overrides_under_its_own_experiment(tmp_path):
     assert smoke.name == "suite-smoke" and {s.task for s in specs} == {"suite-smoke"}
     # the dotted grid axis is replaced whole; the other axis and the base stay as written
     assert {(s.algorithm.name, s.scenario.partition.kwargs["alpha"], s.seed, s.rounds) for s in specs} == {
-        ("fedavg", 0.5, 7, 1), ("local", 0.5, 7, 1)}
+        ("fedavg", 0.5, 7, 1),
+        ("local", 0.5, 7, 1),
+    }
     # the command line's --set wins over the profile, and more overrides keep the profile
     assert {s.seed for s in load_task(path, ["profile=smoke", "seeds=[3]"]).expand()} == {3}
     more = smoke.with_overrides(["rounds=2"])
@@ -288,19 +336,31 @@ def test_a_dotted_grid_axis_can_be_replaced_from_the_command_line(tmp_path):
 
 
 def test_a_grid_may_be_a_list_of_blocks_each_expanded_and_concatenated(tmp_path):
-    body = {**{k: v for k, v in TINY.items() if k != "task"}, "name": "t", "seeds": [0, 1],
-            "grid": [{"algorithm": ["fedavg", "local"], "scenario.alpha": [0.1]},
-                     {"algorithm": ["fedavg"], "scenario.alpha": [0.1, 1.0], "rounds": [3]},
-                     {"scenario.alpha": [0.1], "algorithm": ["local"]}]}  # a run the first block has: kept once
+    body = {
+        **{k: v for k, v in TINY.items() if k != "task"},
+        "name": "t",
+        "seeds": [0, 1],
+        "grid": [
+            {"algorithm": ["fedavg", "local"], "scenario.alpha": [0.1]},
+            {"algorithm": ["fedavg"], "scenario.alpha": [0.1, 1.0], "rounds": [3]},
+            {"scenario.alpha": [0.1], "algorithm": ["local"]},
+        ],
+    }  # a run the first block has: kept once
     path = write_task(tmp_path, body)
     task = load_task(path)
     specs = task.expand()
     assert len(specs) == (2 + 2) * 2
     assert {(s.algorithm.name, s.scenario.partition.kwargs["alpha"], s.rounds) for s in specs} == {
-        ("fedavg", 0.1, TINY["rounds"]), ("local", 0.1, TINY["rounds"]), ("fedavg", 0.1, 3), ("fedavg", 1.0, 3)}
+        ("fedavg", 0.1, TINY["rounds"]),
+        ("local", 0.1, TINY["rounds"]),
+        ("fedavg", 0.1, 3),
+        ("fedavg", 1.0, 3),
+    }
     assert task.grid_fields()[1] == {"algorithm": ["fedavg"], "scenario.alpha": [0.1, 1.0], "rounds": [3]}
     # grid.X sets the axis in every block; a run override drops it from every block
-    assert {s.scenario.partition.kwargs["alpha"] for s in load_task(path, ["grid.scenario.alpha=[0.5]"]).expand()} == {0.5}
+    assert {s.scenario.partition.kwargs["alpha"] for s in load_task(path, ["grid.scenario.alpha=[0.5]"]).expand()} == {
+        0.5
+    }
     assert len(load_task(path, ["rounds=4"]).expand()) == 3 * 2  # (fedavg, 0.1) and (local, 0.1) and (fedavg, 1.0)
     with pytest.raises(ConfigError, match=r"grid\[1\].rounds"):
         load_task(write_task(tmp_path, {**body, "grid": [body["grid"][0], {"rounds": 3}]}))
@@ -314,7 +374,12 @@ def test_data_configurations_set_aside_algorithm_and_seed_only():
     specs = load_task("tasks/quickstart.yaml").expand()  # 3 algorithm settings x 2 alphas x 3 seeds
     assert len(specs) == 18 and count_data_configurations(specs) == 2
     assert count_data_configurations([tiny_spec(), tiny_spec(seed=3), tiny_spec(algorithm="local")]) == 1
-    assert count_data_configurations([tiny_spec(), tiny_spec(rounds=3), tiny_spec(scenario={"partition": "iid", "num_clients": 4})]) == 3
+    assert (
+        count_data_configurations(
+            [tiny_spec(), tiny_spec(rounds=3), tiny_spec(scenario={"partition": "iid", "num_clients": 4})]
+        )
+        == 3
+    )
 
 
 def test_a_tasks_runs_share_each_component_parsed_once_and_a_bad_one_still_names_its_place(tmp_path):
@@ -365,8 +430,12 @@ def test_seeds_are_distinct_integers_a_generator_takes():
     body = {**{k: v for k, v in TINY.items() if k != "task"}, "name": "t"}
     from fedbench.config.task import task_from_dict
 
-    for seeds, allowed in (([0, 0], "a seed listed twice is the same run"), ([2**70], r"\[0, 2\^32\)"),
-                           ([-1], r"\[0, 2\^32\)"), ([True], r"\[0, 2\^32\)")):
+    for seeds, allowed in (
+        ([0, 0], "a seed listed twice is the same run"),
+        ([2**70], r"\[0, 2\^32\)"),
+        ([-1], r"\[0, 2\^32\)"),
+        ([True], r"\[0, 2\^32\)"),
+    ):
         with pytest.raises(ConfigError, match=allowed) as err:
             task_from_dict({**body, "seeds": seeds})
         assert err.value.field == "seeds"
@@ -401,8 +470,10 @@ def test_a_yaml_alias_bomb_is_refused_at_once_naming_the_limit(tmp_path, monkeyp
     with pytest.raises(ConfigError, match="at most 50 values"):
         load_task(str(path))
     with pytest.raises(ConfigError, match="at most 50 values") as err:  # a --set value is counted too
-        load_task(write_task(tmp_path, {**{k: v for k, v in TINY.items() if k != "task"}, "name": "t"}),
-                  ["description=" + str(list(range(60)))])
+        load_task(
+            write_task(tmp_path, {**{k: v for k, v in TINY.items() if k != "task"}, "name": "t"}),
+            ["description=" + str(list(range(60)))],
+        )
     assert err.value.field == "--set"
 
 
@@ -418,8 +489,12 @@ def test_a_grid_past_max_runs_is_refused_before_any_run_is_built(tmp_path):
     lengths, and `max_runs` raises the limit."""
     from fedbench.config.task import task_from_dict
 
-    body = {**{k: v for k, v in TINY.items() if k != "task"}, "name": "big", "seeds": [0, 1],
-            "grid": {"optimizer.lr": [0.001 * (i + 1) for i in range(300)], "local_epochs": list(range(1, 301))}}
+    body = {
+        **{k: v for k, v in TINY.items() if k != "task"},
+        "name": "big",
+        "seeds": [0, 1],
+        "grid": {"optimizer.lr": [0.001 * (i + 1) for i in range(300)], "local_epochs": list(range(1, 301))},
+    }
     with pytest.raises(ConfigError, match=r"180,000 runs \(300 x 300 points x 2 seeds\).*max_runs: 180000") as err:
         task_from_dict(body)
     assert err.value.field == "grid"
@@ -438,15 +513,18 @@ def test_a_missing_model_is_named_not_a_traceback():
         task_from_dict({"name": "t", "dataset": "digits"})
 
 
-@pytest.mark.parametrize("override, field", [
-    ("scenario={partition: dirichlet, alpha: .nan, num_clients: 4}", "scenario.alpha"),
-    ("scenario={partition: dirichlet, alpha: .inf, num_clients: 4}", "scenario.alpha"),
-    ("algorithm={name: fedprox, mu: .nan}", "algorithm.mu"),
-    ("algorithm={name: feroma, epsilon: .inf}", "algorithm.epsilon"),
-    ("normalize={mode: values, mean: [.nan], std: [1]}", "normalize.mean[0]"),
-    ("optimizer.lr=1e309", "optimizer.lr"),
-    ("dataset={name: digits, test_fraction: .nan}", "dataset.test_fraction"),
-])
+@pytest.mark.parametrize(
+    "override, field",
+    [
+        ("scenario={partition: dirichlet, alpha: .nan, num_clients: 4}", "scenario.alpha"),
+        ("scenario={partition: dirichlet, alpha: .inf, num_clients: 4}", "scenario.alpha"),
+        ("algorithm={name: fedprox, mu: .nan}", "algorithm.mu"),
+        ("algorithm={name: feroma, epsilon: .inf}", "algorithm.epsilon"),
+        ("normalize={mode: values, mean: [.nan], std: [1]}", "normalize.mean[0]"),
+        ("optimizer.lr=1e309", "optimizer.lr"),
+        ("dataset={name: digits, test_fraction: .nan}", "dataset.test_fraction"),
+    ],
+)
 def test_no_numeric_field_takes_nan_or_infinity(override, field):
     """NaN passes every `<`/`>` range check (`alpha: .nan` failed mid-run blaming min_samples; issue 32, item 4):
     every number is refused at load unless finite."""
@@ -457,14 +535,18 @@ def test_no_numeric_field_takes_nan_or_infinity(override, field):
     assert err.value.field == field
 
 
-@pytest.mark.parametrize("hidden, hint", [([-5], "a list of positive integers"),
-                                          ([10**9], r"fit in this machine's memory .* 75,000,000,010 parameters")])
+@pytest.mark.parametrize(
+    "hidden, hint",
+    [([-5], "a list of positive integers"), ([10**9], r"fit in this machine's memory .* 75,000,000,010 parameters")],
+)
 def test_a_model_that_cannot_be_built_is_refused_at_load(hidden, hint):
     """`hidden: [-5]` failed on the workers and `hidden: [1e9]` (a 280 GiB layer) was accepted (issue 32, item 4)."""
     from fedbench.config.task import task_from_dict
 
     with pytest.raises(ConfigError, match=hint):
-        task_from_dict({**{k: v for k, v in TINY.items() if k != "task"}, "name": "t",
-                        "model": {"name": "mlp", "hidden": hidden}})
-    assert task_from_dict({**{k: v for k, v in TINY.items() if k != "task"}, "name": "t",
-                           "model": {"name": "mlp", "hidden": []}}).expand()  # logistic regression: a real model
+        task_from_dict(
+            {**{k: v for k, v in TINY.items() if k != "task"}, "name": "t", "model": {"name": "mlp", "hidden": hidden}}
+        )
+    assert task_from_dict(
+        {**{k: v for k, v in TINY.items() if k != "task"}, "name": "t", "model": {"name": "mlp", "hidden": []}}
+    ).expand()  # logistic regression: a real model

@@ -17,11 +17,14 @@ def test_a_module_attribute_name_imports_the_users_algorithm():
     assert spec.algorithm.kwargs["server_lr"] == 0.5
 
 
-@pytest.mark.parametrize("name, tried", [
-    ("examples.no_such_module:X", "ModuleNotFoundError: No module named 'examples.no_such_module'"),
-    ("examples.my_algorithm:Nope", "has no attribute 'Nope'"),
-    ("examples.my_algorithm:server_step", "is a function, not a subclass of fedbench.algorithms.base.Algorithm"),
-])
+@pytest.mark.parametrize(
+    "name, tried",
+    [
+        ("examples.no_such_module:X", "ModuleNotFoundError: No module named 'examples.no_such_module'"),
+        ("examples.my_algorithm:Nope", "has no attribute 'Nope'"),
+        ("examples.my_algorithm:server_step", "is a function, not a subclass of fedbench.algorithms.base.Algorithm"),
+    ],
+)
 def test_a_bad_module_attribute_name_names_the_field_and_what_was_tried(name, tried):
     with pytest.raises(ConfigError) as error:
         parse_run({**TINY, "algorithm": name})
@@ -40,8 +43,10 @@ def test_entry_points_of_installed_packages_are_registered(tmp_path, monkeypatch
     dist = tmp_path / "my_plugin-0.1.dist-info"
     dist.mkdir()
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: my-plugin\nVersion: 0.1\n")
-    (dist / "entry_points.txt").write_text("[fedbench.algorithms]\nserver_lr = my_plugin:ServerLrFedAvg\n"
-                                           "broken = my_plugin:Missing\nfedavg = my_plugin:ServerLrFedAvg\n")
+    (dist / "entry_points.txt").write_text(
+        "[fedbench.algorithms]\nserver_lr = my_plugin:ServerLrFedAvg\n"
+        "broken = my_plugin:Missing\nfedavg = my_plugin:ServerLrFedAvg\n"
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     registry = Registry("algorithm", "fedbench.algorithms", base="fedbench.algorithms.base:Algorithm")
     registry.register("fedavg")(object)

@@ -18,9 +18,15 @@ from tests.conftest import TINY
 WITH_EVERYTHING = {
     **TINY,
     "dataset": {"name": "digits", "data_root": "/somewhere"},
-    "scenario": {"partition": "dirichlet", "alpha": 0.5, "num_clients": 4, "drift_every": 2, "preset": "mine",
-                 "shifts": [{"name": "noise", "sigma": 0.5}, {"name": "rotation", "clusters": 2}],
-                 "test_clients": {"size": 20}},
+    "scenario": {
+        "partition": "dirichlet",
+        "alpha": 0.5,
+        "num_clients": 4,
+        "drift_every": 2,
+        "preset": "mine",
+        "shifts": [{"name": "noise", "sigma": 0.5}, {"name": "rotation", "clusters": 2}],
+        "test_clients": {"size": 20},
+    },
     "local_steps": 5,
     "resources": {"num_workers": 2},
 }
@@ -109,8 +115,17 @@ def test_changing_any_single_field_changes_the_run_hash_except_where_it_runs():
     walked = {path for base in BASES for path, _, _ in leaves(base, RunSpec)}
     assert walked == set(changed), f"fields no valid change was found for: {sorted(walked - set(changed))}"
     # the walk reached nested fields of every kind
-    for path in ("scenario.shifts[1].clusters", "scenario.partition.alpha", "scenario.test_clients.size", "normalize.mean",
-                 "optimizer.schedule", "model.hidden", "resources.client_gpus", "dataset.data_root", "algorithm.name"):
+    for path in (
+        "scenario.shifts[1].clusters",
+        "scenario.partition.alpha",
+        "scenario.test_clients.size",
+        "normalize.mean",
+        "optimizer.schedule",
+        "model.hidden",
+        "resources.client_gpus",
+        "dataset.data_root",
+        "algorithm.name",
+    ):
         assert path in walked, path
 
 
@@ -131,7 +146,9 @@ def test_every_serialised_field_is_an_mlflow_param():
     for path, _, _ in leaves(BASES[0], RunSpec):
         if "[" not in path:  # shifts are logged as one list-valued param
             # the partition's name and parameters sit in the scenario's section, as a task writes them
-            key = path.replace("scenario.partition.name", "scenario.partition").replace("scenario.partition.", "scenario.")
+            key = path.replace("scenario.partition.name", "scenario.partition").replace(
+                "scenario.partition.", "scenario."
+            )
             assert key in flat, path
     assert flat["normalize.mode"] == "values" and flat["normalize.mean"] == [0.5]
 
@@ -175,8 +192,12 @@ def test_resources_refuse_nan_and_infinity_before_the_run():
     a thread count (issue 32, item 4)."""
     from tests.conftest import tiny_spec
 
-    for field, value in (("client_cpus", float("nan")), ("client_cpus", float("inf")),
-                         ("client_gpus", float("nan")), ("client_gpus", float("inf"))):
+    for field, value in (
+        ("client_cpus", float("nan")),
+        ("client_cpus", float("inf")),
+        ("client_gpus", float("nan")),
+        ("client_gpus", float("inf")),
+    ):
         with pytest.raises(ConfigError, match="a finite number") as err:
             tiny_spec(resources={field: value})
         assert err.value.field == f"resources.{field}"

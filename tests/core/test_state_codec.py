@@ -21,8 +21,12 @@ class Example:
 
 def test_values_of_every_kind_come_back_equal_and_of_the_same_type():
     weights = {"w": np.arange(6, dtype=np.float32).reshape(2, 3), "n": np.array([3], dtype=np.int64)}
-    state = Example((Payload(weights, models={2: Payload({"b": np.ones(1)})}),), {3: 1, 0: 2}, frozenset({1, 4}),
-                    note={"nan": float("nan"), "t": torch.tensor([1.5, -2.0]), "s": np.float64(0.25), "k": (1, "a")})
+    state = Example(
+        (Payload(weights, models={2: Payload({"b": np.ones(1)})}),),
+        {3: 1, 0: 2},
+        frozenset({1, 4}),
+        note={"nan": float("nan"), "t": torch.tensor([1.5, -2.0]), "s": np.float64(0.25), "k": (1, "a")},
+    )
     back = loads(dumps(state))
     assert type(back) is Example and list(back.chosen) == [3, 0] and back.trained == frozenset({1, 4})
     model = back.models[0]

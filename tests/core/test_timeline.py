@@ -7,16 +7,31 @@ import yaml
 
 from tests.conftest import TINY
 
-RUN_PHASES = ["cli_entered", "task_loaded", "tracking_ready", "run_started", "dataset_loaded", "scenario_built",
-              "worker_loading", "worker_warm",  # the worker's own marks: its load began, its warm-up ended
-              "workers_loaded", "job_start", "first_step", "round_end", "round_end", "run_end"]
+RUN_PHASES = [
+    "cli_entered",
+    "task_loaded",
+    "tracking_ready",
+    "run_started",
+    "dataset_loaded",
+    "scenario_built",
+    "worker_loading",
+    "worker_warm",  # the worker's own marks: its load began, its warm-up ended
+    "workers_loaded",
+    "job_start",
+    "first_step",
+    "round_end",
+    "round_end",
+    "run_end",
+]
 
 
 def run_tiny_task(tmp_path) -> int:
     from fedbench.cli import main
 
     path = tmp_path / "task.yaml"
-    path.write_text(yaml.safe_dump({**{k: v for k, v in TINY.items() if k != "task"}, "name": "timeline", "seeds": [0]}))
+    path.write_text(
+        yaml.safe_dump({**{k: v for k, v in TINY.items() if k != "task"}, "name": "timeline", "seeds": [0]})
+    )
     return main(["run", str(path), "--backend", "serial"])
 
 
@@ -35,8 +50,10 @@ def test_a_serial_run_marks_its_phases_in_order_with_one_job_start(tmp_path, mlf
     # the test-time clients after the last round
     assert sorted({m["kind"] for m in jobs}) == ["evaluate", "fit", "test"]
     assert [sum(m["kind"] == kind for m in jobs) for kind in ("fit", "evaluate")] == [8, 8]
-    assert all(0 < m["cpu_s"] and 0 < m["seconds"] and isinstance(m["page_faults"], int) and m["page_faults"] >= 0
-               for m in jobs)
+    assert all(
+        0 < m["cpu_s"] and 0 < m["seconds"] and isinstance(m["page_faults"], int) and m["page_faults"] >= 0
+        for m in jobs
+    )
 
 
 def test_no_timeline_file_is_written_when_unset(tmp_path, mlflow_store, monkeypatch):

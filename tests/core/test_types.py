@@ -10,8 +10,10 @@ from fedbench.core.types import WEIGHTS, Payload
 
 
 def example() -> Payload:
-    return Payload({"w": np.zeros((2, 3), dtype=np.float32), "b": np.zeros(3, dtype=np.float32)},
-                   {"samples": {"n": np.array([7], dtype=np.int64)}, "profile": {"full": np.ones(5)}})
+    return Payload(
+        {"w": np.zeros((2, 3), dtype=np.float32), "b": np.zeros(3, dtype=np.float32)},
+        {"samples": {"n": np.array([7], dtype=np.int64)}, "profile": {"full": np.ones(5)}},
+    )
 
 
 def test_sections_are_the_weights_and_the_named_extras():

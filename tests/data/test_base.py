@@ -44,7 +44,13 @@ def test_from_splits_puts_train_rows_first_and_extra_keys_in_meta():
     assert isinstance(ds.meta.index, pd.RangeIndex)
     assert ds.x[3:].min() == 1 and ds.x[:3].max() == 0
     assert ds.y.dtype == np.int64
-    assert (len(ds), ds.input_shape, ds.is_image, ds.num_classes, ds.classes) == (5, (1, 2, 2), True, 3, ("a", "b", "c"))
+    assert (len(ds), ds.input_shape, ds.is_image, ds.num_classes, ds.classes) == (
+        5,
+        (1, 2, 2),
+        True,
+        3,
+        ("a", "b", "c"),
+    )
 
 
 def test_dataset_arrays_are_read_only_because_they_are_shared():
@@ -83,7 +89,9 @@ def test_unknown_option_lists_the_allowed_ones():
     with pytest.raises(ConfigError) as info:
         load_dataset("synthetic", gamma=2.0)
     assert info.value.field == "dataset.gamma"
-    assert "options of synthetic are: alpha, beta, num_devices, samples_per_device, seed, test_fraction" in str(info.value)
+    assert "options of synthetic are: alpha, beta, num_devices, samples_per_device, seed, test_fraction" in str(
+        info.value
+    )
     with pytest.raises(ConfigError, match="options of mnist are: colour_seed, colourise"):
         load_dataset("mnist", label="fine")
 

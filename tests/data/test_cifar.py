@@ -21,7 +21,12 @@ def _dump(path: Path, obj: dict) -> None:
 
 
 def _batch(rng, n: int, **labels) -> dict:
-    return {"batch_label": "fake", "data": rng.integers(0, 256, (n, 3072), dtype=np.uint8), "filenames": ["x.png"] * n, **labels}
+    return {
+        "batch_label": "fake",
+        "data": rng.integers(0, 256, (n, 3072), dtype=np.uint8),
+        "filenames": ["x.png"] * n,
+        **labels,
+    }
 
 
 def write_cifar10(root: Path, per_batch: int = 2) -> dict[str, list]:

@@ -34,7 +34,9 @@ def test_the_same_seed_gives_the_same_colours_and_another_seed_others():
     x = gray_images()
     assert np.array_equal(colourise_images(x, 7), colourise_images(x, 7))
     assert not np.array_equal(colourise_images(x, 7), colourise_images(x, 8))
-    assert not np.array_equal(load_dataset("digits", colourise=True).x, load_dataset("digits", colourise=True, colour_seed=1).x)
+    assert not np.array_equal(
+        load_dataset("digits", colourise=True).x, load_dataset("digits", colourise=True, colour_seed=1).x
+    )
 
 
 def test_base_colours_lie_in_the_documented_hue_and_saturation_bands():
@@ -75,16 +77,27 @@ def test_models_take_colourised_images(name, options):
 
 
 def test_feddrm_runs_on_colourised_digits_with_the_photometric_clients():
-    task = {"name": "colour", "dataset": {"name": "digits", "colourise": True}, "model": {"name": "feddrm_net", "backbone": "cnn"},
-            "scenario": {"preset": "feddrm/dir0.3"}, "algorithm": "feddrm", "rounds": 1, "local_steps": 2, "batch_size": 16}
+    task = {
+        "name": "colour",
+        "dataset": {"name": "digits", "colourise": True},
+        "model": {"name": "feddrm_net", "backbone": "cnn"},
+        "scenario": {"preset": "feddrm/dir0.3"},
+        "algorithm": "feddrm",
+        "rounds": 1,
+        "local_steps": 2,
+        "batch_size": 16,
+    }
     [result] = run(task, track=False)
     assert result.status == "FINISHED" and 0.0 <= result.final["final.acc_system"] <= 1.0
 
 
-@pytest.mark.parametrize("options, field", [
-    ({"colour_seed": 3}, "dataset.colour_seed"),                       # a seed for colours that are not drawn
-    ({"colourise": True, "colour_seed": -1}, "dataset.colour_seed"),
-])
+@pytest.mark.parametrize(
+    "options, field",
+    [
+        ({"colour_seed": 3}, "dataset.colour_seed"),  # a seed for colours that are not drawn
+        ({"colourise": True, "colour_seed": -1}, "dataset.colour_seed"),
+    ],
+)
 def test_bad_colour_options_are_refused_naming_the_option(options, field):
     with pytest.raises(ConfigError) as info:
         dataset_facts("mnist", **options)
@@ -97,7 +110,9 @@ def test_colour_options_at_their_default_stay_out_of_the_spec_so_older_runs_keep
     [gray] = load_task("tasks/quickstart.yaml", ["seeds=[0]", "algorithm=fedavg", "scenario.alpha=0.1"]).expand()
     assert dict(gray.dataset.params) == {"test_fraction": 0.2}
     assert gray.run_hash == "42039b5a57"  # as recorded before colourise existed
-    [colour] = load_task("tasks/quickstart.yaml", ["seeds=[0]", "algorithm=fedavg", "scenario.alpha=0.1", "dataset.colourise=true"]).expand()
+    [colour] = load_task(
+        "tasks/quickstart.yaml", ["seeds=[0]", "algorithm=fedavg", "scenario.alpha=0.1", "dataset.colourise=true"]
+    ).expand()
     assert dict(colour.dataset.params)["colourise"] is True and colour.run_hash != gray.run_hash
     # the dataset's options key its scenarios (and seed them): at their default the colour options are not among them
     assert load_dataset("digits").options == (("test_fraction", 0.2),)

@@ -64,9 +64,17 @@ def assert_names(error: pytest.ExceptionInfo, path: Path | str, problem: str) ->
     assert message.startswith(f"{path}: ") and problem in message, message
 
 
-@pytest.mark.parametrize("case", ["truncated images", "labels not gzip", "label 200",
-                                  "header says more images than follow", "labels header cut short",
-                                  "fewer labels than images"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "truncated images",
+        "labels not gzip",
+        "label 200",
+        "header says more images than follow",
+        "labels header cut short",
+        "fewer labels than images",
+    ],
+)
 def test_a_damaged_idx_file_is_named_when_the_dataset_loads(tmp_path, case):
     root, files = idx_root(tmp_path)
     path, problem = corrupt_idx(case, files)
@@ -135,8 +143,15 @@ def test_run_fails_before_training_with_the_file_named_and_no_traceback(tmp_path
     root, files = idx_root(tmp_path / "data")
     path, problem = corrupt_idx("label 200", files)
     monkeypatch.setenv("FEDBENCH_DATA", str(root))
-    task = {"name": "corrupt", "dataset": "mnist", "model": {"name": "mlp", "hidden": [8]}, "rounds": 1,
-            "scenario": {"partition": "dirichlet", "alpha": 0.5, "num_clients": 2}, "batch_size": 4, "seeds": [0]}
+    task = {
+        "name": "corrupt",
+        "dataset": "mnist",
+        "model": {"name": "mlp", "hidden": [8]},
+        "rounds": 1,
+        "scenario": {"partition": "dirichlet", "alpha": 0.5, "num_clients": 2},
+        "batch_size": 4,
+        "seeds": [0],
+    }
     (tmp_path / "task.yaml").write_text(yaml.safe_dump(task))
     assert main(["run", str(tmp_path / "task.yaml")]) == 1
     out = capsys.readouterr()

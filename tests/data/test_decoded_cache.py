@@ -22,7 +22,9 @@ from tests.data.test_cifar import write_cifar10, write_cifar100
 from tests.data.test_femnist import LEAF_FILES, write_leaf
 from tests.data.test_mnist_family import MNIST_NAMES, _idx_bytes, write_idx_set
 
-EMNIST_NAMES = [f"emnist-digits-{s}-{k}-idx{d}-ubyte" for s in ("train", "test") for k, d in (("images", 3), ("labels", 1))]
+EMNIST_NAMES = [
+    f"emnist-digits-{s}-{k}-idx{d}-ubyte" for s in ("train", "test") for k, d in (("images", 3), ("labels", 1))
+]
 
 
 def load(name: str, root: Path, **options) -> BaseDataset:
@@ -52,7 +54,8 @@ def assert_identical(a: BaseDataset, b: BaseDataset) -> None:
 
 
 def assert_memory_mapped(dataset: BaseDataset) -> None:
-    """Read-only views of a file mapping, as plain ndarrays that pickle out of band (ray.put copies no bytes in band)."""
+    """Read-only views of a file mapping, as plain ndarrays that pickle out of band (ray.put copies no bytes in
+    band)."""
     for array in (dataset.x, dataset.y):
         assert type(array) is np.ndarray and isinstance(array.base, np.memmap) and not array.flags.writeable
     buffers: list = []
@@ -76,10 +79,19 @@ def write_sources(name: str, root: Path) -> dict:
     return write_leaf(root / "femnist", LEAF_FILES)
 
 
-@pytest.mark.parametrize("name, options", [
-    ("mnist", {}), ("mnist", {"colourise": True, "colour_seed": 3}), ("fmnist", {}), ("emnist", {}),
-    ("cifar10", {}), ("cifar100", {"label": "coarse"}), ("femnist", {}), ("femnist", {"digits_only": True}),
-])
+@pytest.mark.parametrize(
+    "name, options",
+    [
+        ("mnist", {}),
+        ("mnist", {"colourise": True, "colour_seed": 3}),
+        ("fmnist", {}),
+        ("emnist", {}),
+        ("cifar10", {}),
+        ("cifar100", {"label": "coarse"}),
+        ("femnist", {}),
+        ("femnist", {"digits_only": True}),
+    ],
+)
 def test_cached_loads_are_identical_to_a_plain_decode(tmp_path, monkeypatch, name, options):
     write_sources(name, tmp_path)
     decoded = uncached(name, tmp_path, tmp_path, monkeypatch, **options)
@@ -181,9 +193,20 @@ print(hashlib.sha256(ds.x.tobytes() + ds.y.tobytes()).hexdigest())
 def test_processes_filling_the_cache_at_once_all_read_whole_identical_files(tmp_path, monkeypatch):
     write_idx_set(tmp_path / "MNIST" / "raw", MNIST_NAMES, gz=True, n_train=6000, n_test=1000)
     go = tmp_path / "go"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[2]), os.environ.get("PYTHONPATH", "")])}
-    fillers = [subprocess.Popen([sys.executable, "-c", _FILL, str(tmp_path), str(go)], env=env, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True) for _ in range(3)]
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[2]), os.environ.get("PYTHONPATH", "")]),
+    }
+    fillers = [
+        subprocess.Popen(
+            [sys.executable, "-c", _FILL, str(tmp_path), str(go)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(3)
+    ]
     time.sleep(1)  # let them import and wait, so that they decode and write at the same time
     go.touch()
     results = [p.communicate(timeout=300) for p in fillers]

@@ -23,8 +23,8 @@ def test_pixels_are_rescaled_from_0_16_and_every_image_appears_once():
     ds = load_dataset("digits")
     bunch = load_digits()
     rescaled = np.round(bunch.images * 255 / 16).astype(np.uint8)
-    expected = sorted(img.tobytes() + bytes([label]) for img, label in zip(rescaled, bunch.target))
-    assert sorted(img.tobytes() + bytes([label]) for img, label in zip(ds.x[:, 0], ds.y)) == expected
+    expected = sorted(img.tobytes() + bytes([label]) for img, label in zip(rescaled, bunch.target, strict=True))
+    assert sorted(img.tobytes() + bytes([label]) for img, label in zip(ds.x[:, 0], ds.y, strict=True)) == expected
 
 
 def test_split_is_stratified_and_train_first():

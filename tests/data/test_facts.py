@@ -52,15 +52,45 @@ def test_every_registered_dataset_declares_facts_at_its_defaults(name):
         ("mnist", {}, dataclasses.replace(GRAY_28, mean_std=((0.1307,), (0.3081,)))),
         ("fmnist", {}, dataclasses.replace(GRAY_28, mean_std=((0.2860,), (0.3530,)))),
         ("emnist", {}, dataclasses.replace(GRAY_28, train_size=240000, test_size=40000)),
-        ("cifar10", {}, DatasetFacts(10, 3, (32, 32), (), (0, 0, 1, 1, 1, 1, 1, 1, 0, 0),
-                                     mean_std=((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)), train_size=50000, test_size=10000)),
-        ("cifar100", {"label": "coarse"}, DatasetFacts(20, 3, (32, 32), ("fine_label", "coarse_label"), None,
-                                                     mean_std=((0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762)),
-                                                     train_size=50000, test_size=10000)),
+        (
+            "cifar10",
+            {},
+            DatasetFacts(
+                10,
+                3,
+                (32, 32),
+                (),
+                (0, 0, 1, 1, 1, 1, 1, 1, 0, 0),
+                mean_std=((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)),
+                train_size=50000,
+                test_size=10000,
+            ),
+        ),
+        (
+            "cifar100",
+            {"label": "coarse"},
+            DatasetFacts(
+                20,
+                3,
+                (32, 32),
+                ("fine_label", "coarse_label"),
+                None,
+                mean_std=((0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762)),
+                train_size=50000,
+                test_size=10000,
+            ),
+        ),
         ("digits", {}, DatasetFacts(10, 1, (8, 8), (), None, train_size=1437, test_size=360)),
-        ("synthetic", {"num_devices": 3}, DatasetFacts(10, None, None, ("device",), None, train_size=366, test_size=91, features=60)),
-        ("synthetic_images", {"channels": 3, "size": 32, "num_classes": 7},
-         DatasetFacts(7, 3, (32, 32), (), None, train_size=60000, test_size=10000)),
+        (
+            "synthetic",
+            {"num_devices": 3},
+            DatasetFacts(10, None, None, ("device",), None, train_size=366, test_size=91, features=60),
+        ),
+        (
+            "synthetic_images",
+            {"channels": 3, "size": 32, "num_classes": 7},
+            DatasetFacts(7, 3, (32, 32), (), None, train_size=60000, test_size=10000),
+        ),
         ("femnist", {}, DatasetFacts(62, 1, (28, 28), ("writer",), None)),
         ("femnist", {"digits_only": True}, DatasetFacts(10, 1, (28, 28), ("writer",), None)),
         ("mixture", {}, DatasetFacts(10, 1, (28, 28), ("domain",), None, train_size=120000, test_size=20000)),
@@ -78,7 +108,11 @@ def test_cifar100_fine_labels_carry_the_official_superclasses():
     assert list(CIFAR100_SUPERCLASSES) == sorted(CIFAR100_SUPERCLASSES)  # coarse labels number the sorted names
     fine_names = sorted(coarse_of)  # ... and so do the fine labels
     assert facts.superclasses == tuple(coarse_of[f] for f in fine_names)
-    assert (facts.superclasses[0], facts.superclasses[1], facts.superclasses[19]) == (4, 1, 11)  # apple, aquarium_fish, cattle
+    assert (facts.superclasses[0], facts.superclasses[1], facts.superclasses[19]) == (
+        4,
+        1,
+        11,
+    )  # apple, aquarium_fish, cattle
     assert np.bincount(facts.superclasses).tolist() == [5] * 20
 
 
@@ -134,7 +168,10 @@ OFFLINE = [
     ("synthetic", {"num_devices": 4, "samples_per_device": 20}),
     ("synthetic_images", {"train_samples": 30, "test_samples": 10}),
     ("synthetic_images", {"channels": 3, "size": 16, "num_classes": 5, "train_samples": 30, "test_samples": 10}),
-    ("mixture", {"parts": ["synthetic_images:train_samples=20,test_samples=5", "synthetic_images:seed=3,test_samples=2"]}),
+    (
+        "mixture",
+        {"parts": ["synthetic_images:train_samples=20,test_samples=5", "synthetic_images:seed=3,test_samples=2"]},
+    ),
     ("femnist", {}),
     ("femnist", {"digits_only": True}),
     ("cifar10", {}),
@@ -154,7 +191,9 @@ def test_loaded_dataset_agrees_with_its_facts(name, params, tmp_path):
 
 
 @pytest.mark.real_data
-@pytest.mark.parametrize("name, params", [("mnist", {}), ("fmnist", {}), ("mixture", {}), ("mnist", {"colourise": True})])
+@pytest.mark.parametrize(
+    "name, params", [("mnist", {}), ("fmnist", {}), ("mixture", {}), ("mnist", {"colourise": True})]
+)
 def test_real_dataset_agrees_with_its_facts(name, params):
     root = os.environ.get("FEDBENCH_DATA")
     if not root or not all((Path(root) / f / "raw").is_dir() for f in ("MNIST", "FashionMNIST")):

@@ -50,7 +50,9 @@ def test_reads_train_and_test_files_with_writers_and_mnist_polarity(tmp_path):
     blobs = write_leaf(tmp_path / "femnist", LEAF_FILES)
     ds = load_dataset("femnist", tmp_path)
     assert ds.x.shape == (10, 1, 28, 28) and ds.x.dtype == np.uint8 and ds.y.dtype == np.int64
-    assert ds.num_classes == 62 and ds.classes[:3] == ("0", "1", "2") and ds.classes[10] == "A" and ds.classes[61] == "z"
+    assert (
+        ds.num_classes == 62 and ds.classes[:3] == ("0", "1", "2") and ds.classes[10] == "A" and ds.classes[61] == "z"
+    )
     assert ds.meta["split"].tolist() == ["train"] * 7 + ["test"] * 3
     assert list(ds.meta.columns) == ["split", "writer"]
     # Files in sorted order, users in file order; ids number the sorted user names.

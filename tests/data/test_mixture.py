@@ -29,7 +29,9 @@ def test_parts_side_by_side_train_rows_first_with_domain():
 
 
 def test_facts_match_and_are_checked_before_loading():
-    assert dataset_facts("mixture", parts=PARTS) == DatasetFacts(4, 1, (28, 28), ("domain",), None, "mixture", train_size=80, test_size=20)
+    assert dataset_facts("mixture", parts=PARTS) == DatasetFacts(
+        4, 1, (28, 28), ("domain",), None, "mixture", train_size=80, test_size=20
+    )
     assert dataset_facts("mixture").meta_columns == ("domain",)  # the default mnist + fmnist, nothing read
 
 
@@ -45,7 +47,10 @@ def test_facts_match_and_are_checked_before_loading():
     ],
 )
 def test_bad_parts_name_the_field(tmp_path, parts, field, says):
-    for check in (lambda: dataset_facts("mixture", parts=parts), lambda: load_dataset("mixture", tmp_path, parts=parts)):
+    for check in (
+        lambda: dataset_facts("mixture", parts=parts),
+        lambda: load_dataset("mixture", tmp_path, parts=parts),
+    ):
         with pytest.raises(ConfigError) as info:
             check()
         assert info.value.field == field and says in str(info.value)

@@ -32,7 +32,7 @@ def write_idx_set(raw: Path, names: list[str], gz: bool, n_train: int = 5, n_tes
         "test_y": rng.integers(0, 10, n_test, dtype=np.uint8),
     }
     raw.mkdir(parents=True, exist_ok=True)
-    for name, array in zip(names, arrays.values()):
+    for name, array in zip(names, arrays.values(), strict=False):
         blob = _idx_bytes(array)
         if gz:
             with gzip.open(raw / f"{name}.gz", "wb") as f:
@@ -46,7 +46,9 @@ def _snapshot(root: Path) -> dict[str, tuple[int, int]]:
     return {str(p): (p.stat().st_size, p.stat().st_mtime_ns) for p in [root, *root.rglob("*")]}
 
 
-@pytest.mark.parametrize("name, folder, first_class", [("mnist", "MNIST", "0"), ("fmnist", "FashionMNIST", "T-shirt/top")])
+@pytest.mark.parametrize(
+    "name, folder, first_class", [("mnist", "MNIST", "0"), ("fmnist", "FashionMNIST", "T-shirt/top")]
+)
 def test_reads_gz_files_without_writing_to_the_root(tmp_path, name, folder, first_class):
     arrays = write_idx_set(tmp_path / folder / "raw", MNIST_NAMES, gz=True)
     before = _snapshot(tmp_path)
@@ -81,7 +83,9 @@ def test_one_extracted_file_beside_the_gz_set_does_not_confuse_the_reader(tmp_pa
 
 
 def test_emnist_images_come_out_transposed_to_stand_upright(tmp_path):
-    names = [f"emnist-digits-{s}-{k}-idx{d}-ubyte" for s in ("train", "test") for k, d in (("images", 3), ("labels", 1))]
+    names = [
+        f"emnist-digits-{s}-{k}-idx{d}-ubyte" for s in ("train", "test") for k, d in (("images", 3), ("labels", 1))
+    ]
     raw = tmp_path / "EMNIST" / "raw"
     arrays = write_idx_set(raw, names, gz=True)
     arrays["train_x"][0] = 0

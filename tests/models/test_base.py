@@ -186,8 +186,18 @@ def test_bad_shape_or_class_count(shape, classes, field):
 def test_parts_select_state_dict_entries_by_their_first_name():
     from fedbench.models.base import in_part, select_parts, without_parts
 
-    weights = {"features.0.weight": 1, "body.0.weight": 2, "head.weight": 3, "head.bias": 4, "client_head.0.weight": 5,
-               "header.weight": 6}
+    weights = {
+        "features.0.weight": 1,
+        "body.0.weight": 2,
+        "head.weight": 3,
+        "head.bias": 4,
+        "client_head.0.weight": 5,
+        "header.weight": 6,
+    }
     assert select_parts(weights, "head") == {"head.weight": 3, "head.bias": 4}  # not client_head, not header
-    assert without_parts(weights, "head", "client_head") == {"features.0.weight": 1, "body.0.weight": 2, "header.weight": 6}
+    assert without_parts(weights, "head", "client_head") == {
+        "features.0.weight": 1,
+        "body.0.weight": 2,
+        "header.weight": 6,
+    }
     assert in_part("client_head.0.weight", "client_head") and not in_part("head.weight", "body")

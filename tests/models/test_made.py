@@ -60,8 +60,10 @@ def test_nll_is_the_bernoulli_log_likelihood_with_soft_targets():
 
 def test_masks_are_seeded_and_not_part_of_the_weights():
     a, b, c = seeded(0, seed=5), seeded(1, seed=5), seeded(0, seed=6)
-    assert all(torch.equal(la.mask, lb.mask) for la, lb in zip(a.layers, b.layers))  # weights' seed: masks unchanged
-    assert not all(torch.equal(la.mask, lc.mask) for la, lc in zip(a.layers, c.layers))
+    assert all(
+        torch.equal(la.mask, lb.mask) for la, lb in zip(a.layers, b.layers, strict=True)
+    )  # weights' seed: masks unchanged
+    assert not all(torch.equal(la.mask, lc.mask) for la, lc in zip(a.layers, c.layers, strict=True))
     assert all("mask" not in name for name in a.state_dict())  # masks never travel in a Payload
     d = seeded(0, seed=5)
     assert all(torch.equal(a.state_dict()[k], d.state_dict()[k]) for k in a.state_dict())

@@ -55,4 +55,3 @@ def test_kept_memory_is_not_faulted_in_again_step_after_step():
         defaults.append(page_faults("default"))
     assert max(defaults) > 10 * kept, (defaults, kept)
     assert kept < 10_000
-

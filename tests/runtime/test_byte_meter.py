@@ -15,9 +15,19 @@ def test_every_section_is_metered_and_a_shared_payload_counts_once_per_receiver(
     uplink = Payload({"w": np.zeros(10, dtype=np.float32)}, extras)
     meter.uplink([ClientResult(0, uplink), ClientResult(1, Payload())])
     meter.downlink({0: shared}, channel=M.COMM_EVAL_DOWN_BYTES)
-    assert meter.take_round() == {M.COMM_UP_BYTES: 40 + 8 + 16, M.COMM_DOWN_BYTES: 2 * 56, M.COMM_EVAL_DOWN_BYTES: 56, M.COMM_EVAL_UP_BYTES: 0}
+    assert meter.take_round() == {
+        M.COMM_UP_BYTES: 40 + 8 + 16,
+        M.COMM_DOWN_BYTES: 2 * 56,
+        M.COMM_EVAL_DOWN_BYTES: 56,
+        M.COMM_EVAL_UP_BYTES: 0,
+    }
     assert meter.per_client[(0, M.COMM_DOWN_BYTES)] == 56 and meter.per_client[(2, M.COMM_DOWN_BYTES)] == 0
-    assert meter.take_round() == {M.COMM_UP_BYTES: 0, M.COMM_DOWN_BYTES: 0, M.COMM_EVAL_DOWN_BYTES: 0, M.COMM_EVAL_UP_BYTES: 0}
+    assert meter.take_round() == {
+        M.COMM_UP_BYTES: 0,
+        M.COMM_DOWN_BYTES: 0,
+        M.COMM_EVAL_DOWN_BYTES: 0,
+        M.COMM_EVAL_UP_BYTES: 0,
+    }
 
 
 def test_a_relayed_peer_payload_is_one_transfer_charged_to_sender_and_receiver():
@@ -25,7 +35,12 @@ def test_a_relayed_peer_payload_is_one_transfer_charged_to_sender_and_receiver()
     from_1_and_2 = Payload(peers={1: Payload(model), 2: Payload(model)})
     meter = ByteMeter()
     meter.downlink({0: from_1_and_2, 3: Payload(peers={1: Payload(model)})})
-    assert meter.take_round() == {M.COMM_UP_BYTES: 3 * 16, M.COMM_DOWN_BYTES: 3 * 16, M.COMM_EVAL_DOWN_BYTES: 0, M.COMM_EVAL_UP_BYTES: 0}
+    assert meter.take_round() == {
+        M.COMM_UP_BYTES: 3 * 16,
+        M.COMM_DOWN_BYTES: 3 * 16,
+        M.COMM_EVAL_DOWN_BYTES: 0,
+        M.COMM_EVAL_UP_BYTES: 0,
+    }
     assert meter.per_client[(1, M.COMM_UP_BYTES)] == 32  # client 1's model went to two peers
     assert meter.per_client[(2, M.COMM_UP_BYTES)] == 16 and meter.per_client[(0, M.COMM_DOWN_BYTES)] == 32
     meter.downlink({0: from_1_and_2}, channel=M.COMM_EVAL_DOWN_BYTES)  # evaluation traffic is the receiver's only

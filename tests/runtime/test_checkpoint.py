@@ -44,8 +44,9 @@ def numbers(history):
 
 
 def spec_for(name: str, **changes):
-    return tiny_spec(**{"algorithm": name, "rounds": ROUNDS, **CHANGES.get(name, {}), **PAST_FIRST_PHASE.get(name, {}),
-                        **changes})
+    return tiny_spec(
+        **{"algorithm": name, "rounds": ROUNDS, **CHANGES.get(name, {}), **PAST_FIRST_PHASE.get(name, {}), **changes}
+    )
 
 
 def killed_then_resumed(spec, folder, backend: str):
@@ -105,8 +106,15 @@ def test_fedbench_run_killed_with_sigkill_goes_on_from_its_checkpoint_to_the_sam
     import yaml
     from mlflow.tracking import MlflowClient
 
-    task = {**{k: v for k, v in spec_for("ditto").to_dict().items() if k in ("dataset", "model", "scenario", "optimizer")},
-            "name": "resume", "algorithm": "ditto", "rounds": 12, "local_epochs": 8, "batch_size": 32, "seeds": [0]}
+    task = {
+        **{k: v for k, v in spec_for("ditto").to_dict().items() if k in ("dataset", "model", "scenario", "optimizer")},
+        "name": "resume",
+        "algorithm": "ditto",
+        "rounds": 12,
+        "local_epochs": 8,
+        "batch_size": 32,
+        "seeds": [0],
+    }
     path = tmp_path / "task.yaml"
     path.write_text(yaml.safe_dump(task))
     command = [sys.executable, "-m", "fedbench", "run", str(path), "--backend", "serial", "--checkpoint-every", "2"]
@@ -128,9 +136,13 @@ def test_fedbench_run_killed_with_sigkill_goes_on_from_its_checkpoint_to_the_sam
         client = MlflowClient(f"sqlite:///{tmp_path / name / 'mlflow.db'}")
         runs = client.search_runs([client.get_experiment_by_name("resume").experiment_id])
         [run] = [r for r in runs if r.info.status == "FINISHED"]
-        curves = {key: [(m.step, m.value) for m in sorted(client.get_metric_history(run.info.run_id, key),
-                                                          key=lambda m: m.step)]
-                  for key in run.data.metrics if "time_" not in key}
+        curves = {
+            key: [
+                (m.step, m.value) for m in sorted(client.get_metric_history(run.info.run_id, key), key=lambda m: m.step)
+            ]
+            for key in run.data.metrics
+            if "time_" not in key
+        }
         return run, curves, len(runs)
 
     whole, whole_curves, _ = finished_run("whole")

@@ -27,8 +27,16 @@ RAY = {"backend": "ray", "num_workers": 2}
 
 def batched_spec(**changes):
     # ditto keeps a personal model in each client's state: a state crossing to the wrong client would show
-    return tiny_spec(**{"algorithm": "ditto", "rounds": 2, "seed": 5, "resources": RAY,
-                        "scenario": {"partition": "iid", "num_clients": CLIENTS}, **changes})
+    return tiny_spec(
+        **{
+            "algorithm": "ditto",
+            "rounds": 2,
+            "seed": 5,
+            "resources": RAY,
+            "scenario": {"partition": "iid", "num_clients": CLIENTS},
+            **changes,
+        }
+    )
 
 
 def run_rounds(backend, spec, scenario, dataset, resolve=lambda state: state):
@@ -54,7 +62,7 @@ def assert_identical(a, b):
             assert_identical(a[key], b[key])
     elif isinstance(a, (list, tuple)):
         assert len(a) == len(b)
-        for x, y in zip(a, b):
+        for x, y in zip(a, b, strict=True):
             assert_identical(x, y)
     elif isinstance(a, Payload):
         assert_identical(a.weights, b.weights)
@@ -88,9 +96,13 @@ def test_a_run_batched_automatically_has_the_numbers_of_an_unbatched_one(ray_ses
 
     calls = []
     submit = ray_pool.RayBackend._submit
-    monkeypatch.setattr(ray_pool.RayBackend, "_submit",
-                        lambda self, worker, kind, round, clients, *rest: calls.append(len(clients))
-                        or submit(self, worker, kind, round, clients, *rest))
+    monkeypatch.setattr(
+        ray_pool.RayBackend,
+        "_submit",
+        lambda self, worker, kind, round, clients, *rest: (
+            calls.append(len(clients)) or submit(self, worker, kind, round, clients, *rest)
+        ),
+    )
     # fedavg: its fit results are streamed and folded; 48 clients of about 30 digits each
     spec = batched_spec(algorithm="fedavg", rounds=3, scenario={"partition": "iid", "num_clients": 48})
     monkeypatch.setattr(ray_pool, "JOB_SECONDS_TARGET", 0.0)  # one client per call
@@ -105,8 +117,9 @@ def test_a_run_batched_automatically_has_the_numbers_of_an_unbatched_one(ray_ses
     assert deterministic(batched.history) == deterministic(single.history) == deterministic(serial.history)
 
 
-def test_a_worker_killed_in_a_batched_call_is_replaced_and_the_run_ends_as_if_undisturbed(ray_session, monkeypatch,
-                                                                                         caplog):
+def test_a_worker_killed_in_a_batched_call_is_replaced_and_the_run_ends_as_if_undisturbed(
+    ray_session, monkeypatch, caplog
+):
     from fedbench.runtime import ray_pool
 
     monkeypatch.setattr(ray_pool, "JOB_SECONDS_TARGET", 1e9)
@@ -145,5 +158,6 @@ def test_a_client_that_kills_its_workers_is_found_in_its_batch_and_named(ray_ses
             backend.run(FIT, 1, payloads, StateStore())
     finally:
         pool.close()
-    assert failure_reason(lost.value).startswith(f"WorkerLostError: client 2's fit job of round 1 ran on "
-                                                 f"{JOB_ATTEMPTS} client workers")
+    assert failure_reason(lost.value).startswith(
+        f"WorkerLostError: client 2's fit job of round 1 ran on {JOB_ATTEMPTS} client workers"
+    )

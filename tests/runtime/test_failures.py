@@ -5,8 +5,10 @@ import ray
 from fedbench.core.errors import ClientDivergedError
 from fedbench.runtime.failures import failure_reason, failure_traceback
 
-REMOTE = ("\x1b[36mray::ClientWorker.fit()\x1b[39m (pid=1, ip=10.0.0.1)\n  File \"worker.py\", line 89, in fit\n"
-          "fedbench.core.errors.ClientDivergedError: client 2: training loss became nan in round 1\n")
+REMOTE = (
+    "\x1b[36mray::ClientWorker.fit()\x1b[39m (pid=1, ip=10.0.0.1)\n  File \"worker.py\", line 89, in fit\n"
+    "fedbench.core.errors.ClientDivergedError: client 2: training loss became nan in round 1\n"
+)
 
 
 def raised(exc: BaseException) -> BaseException:

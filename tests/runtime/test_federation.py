@@ -8,8 +8,16 @@ from tests.conftest import TINY, tiny_spec
 TINY_SCENARIO = TINY["scenario"]
 
 ROUND_KEYS = {
-    M.TRAIN_LOSS_MEAN, M.ACC_LOCAL_MEAN, M.ACC_LOCAL_STD, M.ACC_LOCAL_MIN, M.ACC_LOCAL_WEIGHTED,
-    M.TIME_ROUND_S, M.TIME_CLIENT_COMPUTE_S, M.TIME_AGGREGATE_S, M.COMM_UP_BYTES, M.COMM_DOWN_BYTES,
+    M.TRAIN_LOSS_MEAN,
+    M.ACC_LOCAL_MEAN,
+    M.ACC_LOCAL_STD,
+    M.ACC_LOCAL_MIN,
+    M.ACC_LOCAL_WEIGHTED,
+    M.TIME_ROUND_S,
+    M.TIME_CLIENT_COMPUTE_S,
+    M.TIME_AGGREGATE_S,
+    M.COMM_UP_BYTES,
+    M.COMM_DOWN_BYTES,
 }
 
 
@@ -72,7 +80,10 @@ def test_a_diverging_client_fails_the_run_with_its_reason_without_raising():
 def test_same_seed_same_metrics_on_repeated_serial_runs():
     a, b = run_spec(tiny_spec(seed=3)), run_spec(tiny_spec(seed=3))
     c = run_spec(tiny_spec(seed=4))
-    strip = lambda h: [{k: v for k, v in r.items() if not k.startswith("time_")} for r in h]
+
+    def strip(h):
+        return [{k: v for k, v in r.items() if not k.startswith("time_")} for r in h]
+
     assert strip(a.history) == strip(b.history)
     assert strip(a.history) != strip(c.history)
 
@@ -81,13 +92,21 @@ def test_a_drifting_colour_scenario_trains_on_rgb_batches_and_is_reproducible():
     changes = {
         "dataset": {"name": "synthetic_images", "train_samples": 600, "test_samples": 100},
         "model": {"name": "lenet5"},
-        "scenario": {"partition": "class_bank", "banks": 4, "num_clients": 4, "drift_every": 1,
-                     "shifts": [{"name": "feature_bank", "rotations": 4, "colours": True}]},
+        "scenario": {
+            "partition": "class_bank",
+            "banks": 4,
+            "num_clients": 4,
+            "drift_every": 1,
+            "shifts": [{"name": "feature_bank", "rotations": 4, "colours": True}],
+        },
         "rounds": 3,
     }
     a, b = run_spec(tiny_spec(seed=1, **changes)), run_spec(tiny_spec(seed=1, **changes))
     assert a.status == "FINISHED", a.reason
-    strip = lambda h: [{k: v for k, v in r.items() if not k.startswith("time_")} for r in h]
+
+    def strip(h):
+        return [{k: v for k, v in r.items() if not k.startswith("time_")} for r in h]
+
     assert strip(a.history) == strip(b.history) and len(a.history) == 3
 
 

@@ -68,7 +68,10 @@ def test_the_summary_line_and_tags_say_mps():
     tags = placement_tags([cuda_place(i, mps="yes") for i in range(8)], 20)
     assert tags["clients.device"] == "cuda: 20 clients on 8 workers (GPU 0, MPS)"
     assert tags["workers.7.mps"] == "yes" and tags["workers.7.pid"] == "7"
-    assert placement_tags([cuda_place(i) for i in range(2)], 4)["clients.device"] == "cuda: 4 clients on 2 workers (GPU 0, no MPS)"
+    assert (
+        placement_tags([cuda_place(i) for i in range(2)], 4)["clients.device"]
+        == "cuda: 4 clients on 2 workers (GPU 0, no MPS)"
+    )
     mixed = [cuda_place(0, mps="yes"), cuda_place(1, gpu="1"), cuda_place(2, gpu="1")]
     assert placement_tags(mixed, 6)["clients.device"] == "cuda: 6 clients on 3 workers (GPUs 0,1, MPS on 1 of 3)"
     assert places_from_tags(placement_tags(mixed, 6)) == mixed

@@ -21,8 +21,13 @@ def deterministic(history):
 
 SHIFTED = {  # drifting label banks, colour (grayscale -> RGB) and per-batch random noise on the workers
     "dataset": {"name": "synthetic_images", "size": 12, "train_samples": 600, "test_samples": 100},
-    "scenario": {"partition": "class_bank", "banks": 4, "num_clients": 4, "drift_every": 1,
-                 "shifts": [{"name": "feature_bank", "rotations": 2, "colours": True}, {"name": "noise", "sigma": 0.3}]},
+    "scenario": {
+        "partition": "class_bank",
+        "banks": 4,
+        "num_clients": 4,
+        "drift_every": 1,
+        "shifts": [{"name": "feature_bank", "rotations": 2, "colours": True}, {"name": "noise", "sigma": 0.3}],
+    },
 }
 
 
@@ -35,12 +40,15 @@ def test_ray_gives_the_same_metrics_as_serial(ray_session, algorithm, changes):
     assert deterministic(on_ray.history) == deterministic(serial.history)
 
 
-@pytest.mark.parametrize("algorithm", [
-    {"name": "fedrep", "head_epochs": 1},  # the vote's models: the body it holds, completed by the clients' heads
-    {"name": "ditto", "client_fraction": 0.5},  # personal models, and the global one for clients never sampled
-    {"name": "fedem", "components": 2},  # K models down and up, a mixture evaluated with the client's pi
-    {"name": "dac", "neighbours": 2},  # peer-to-peer through the relay, requests and similarities in the state
-])
+@pytest.mark.parametrize(
+    "algorithm",
+    [
+        {"name": "fedrep", "head_epochs": 1},  # the vote's models: the body it holds, completed by the clients' heads
+        {"name": "ditto", "client_fraction": 0.5},  # personal models, and the global one for clients never sampled
+        {"name": "fedem", "components": 2},  # K models down and up, a mixture evaluated with the client's pi
+        {"name": "dac", "neighbours": 2},  # peer-to-peer through the relay, requests and similarities in the state
+    ],
+)
 def test_ray_gives_the_same_metrics_and_bytes_as_serial_for_every_kind_of_method(ray_session, algorithm):
     spec = tiny_spec(algorithm=algorithm, rounds=3, seed=7)
     serial = Federation(spec, backend="serial").run()

@@ -35,13 +35,24 @@ except Exception as exc:
 def test_a_local_ray_refuses_clients_without_its_token(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_AUTH", "RAY_ADDRESS"))}
     env["HOME"] = str(tmp_path)  # no ~/.ray/auth_token to fall back on: the token is fedbench's own
-    server = subprocess.Popen([sys.executable, "-c", START_LOCAL_RAY], env=env, stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    server = subprocess.Popen(
+        [sys.executable, "-c", START_LOCAL_RAY],
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     try:
         started = json.loads(server.stdout.readline())
         assert started["listening"], "found no Ray server sockets to check"
-        client = subprocess.run([sys.executable, "-c", CONNECT_WITHOUT_TOKEN, started["gcs"]], capture_output=True,
-                                text=True, env={**env, "RAY_AUTH_MODE": "disabled"}, timeout=120)
+        client = subprocess.run(
+            [sys.executable, "-c", CONNECT_WITHOUT_TOKEN, started["gcs"]],
+            capture_output=True,
+            text=True,
+            env={**env, "RAY_AUTH_MODE": "disabled"},
+            timeout=120,
+        )
         assert "refused: ConnectionError" in client.stdout, client.stdout + client.stderr[-2000:]
         assert "InvalidAuthToken" in client.stderr  # the GCS itself turned it away
         assert not (tmp_path / ".ray" / "auth_token").exists()

@@ -15,7 +15,12 @@ def result(cid, loss, seconds, gpu_peak_bytes=0):
 
 def test_the_peak_gpu_memory_is_the_largest_workers_in_mib():
     record = training_metrics([result(0, 1.0, 0.5, 300 * 2**20), result(1, 3.0, 0.25, 500 * 2**20)])
-    assert record == {M.TRAIN_LOSS_MEAN: 2.0, M.TIME_CLIENT_COMPUTE_S: 0.75, M.CLIENTS_SAMPLED: 2.0, M.GPU_PEAK_MB: 500.0}
+    assert record == {
+        M.TRAIN_LOSS_MEAN: 2.0,
+        M.TIME_CLIENT_COMPUTE_S: 0.75,
+        M.CLIENTS_SAMPLED: 2.0,
+        M.GPU_PEAK_MB: 500.0,
+    }
 
 
 def test_a_run_on_cpu_records_no_gpu_memory():

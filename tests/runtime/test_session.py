@@ -62,8 +62,9 @@ def test_workers_sharing_a_gpu_without_mps_are_warned_of_once_before_the_first_r
     first = RoundOne()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        results = run_specs([tiny_spec(seed=0, rounds=2), tiny_spec(seed=1, rounds=2)],
-                            lambda i, spec: [first] if i == 1 else [])
+        results = run_specs(
+            [tiny_spec(seed=0, rounds=2), tiny_spec(seed=1, rounds=2)], lambda i, spec: [first] if i == 1 else []
+        )
     assert [r.status for r in results] == ["FINISHED", "FINISHED"]
     assert [w.category for w in caught] == [SharedGpuWarning] and first.warned_by_round_one == 1
     assert "2 client workers share GPU 0 without CUDA MPS" in str(caught[0].message)

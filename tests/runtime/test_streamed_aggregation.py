@@ -24,10 +24,20 @@ from tests.conftest import tiny_spec
 def uplinks(counts, seed=0):
     """Results with float32 weights of very different magnitudes (where summation order shows) and an int buffer."""
     rng = np.random.default_rng(seed)
-    return [ClientResult(cid, counted({"w": (rng.standard_normal((7, 5)) * 10.0 ** rng.integers(-6, 6, (7, 5))).astype(np.float32),
-                                       "b": rng.standard_normal(3).astype(np.float32),
-                                       "steps": np.array([cid], dtype=np.int64)}, n))
-            for cid, n in enumerate(counts)]
+    return [
+        ClientResult(
+            cid,
+            counted(
+                {
+                    "w": (rng.standard_normal((7, 5)) * 10.0 ** rng.integers(-6, 6, (7, 5))).astype(np.float32),
+                    "b": rng.standard_normal(3).astype(np.float32),
+                    "steps": np.array([cid], dtype=np.int64),
+                },
+                n,
+            ),
+        )
+        for cid, n in enumerate(counts)
+    ]
 
 
 def test_the_running_average_is_the_list_average_bit_for_bit():
@@ -64,10 +74,18 @@ def test_fedavgs_fold_is_its_aggregate_and_checks_each_clients_count():
         UplinkAverage(GlobalState(Payload()), {0: 40, 1: 8, 2: 23}).add(results[1])
 
 
-@pytest.mark.parametrize("algorithm,streams", [
-    ("fedavg", True), ("fedprox", True), ("moon", True),  # FedAvg's aggregate: streamed
-    ({"name": "fedavg_ft", "ft_rounds": 1}, False), ("fedadam", False), ("ifca", False), ("fedrc", False),  # their own: the list
-])
+@pytest.mark.parametrize(
+    "algorithm,streams",
+    [
+        ("fedavg", True),
+        ("fedprox", True),
+        ("moon", True),  # FedAvg's aggregate: streamed
+        ({"name": "fedavg_ft", "ft_rounds": 1}, False),
+        ("fedadam", False),
+        ("ifca", False),
+        ("fedrc", False),  # their own: the list
+    ],
+)
 def test_only_methods_that_aggregate_as_fedavg_stream(algorithm, streams):
     spec = tiny_spec(algorithm=algorithm)
     digits = load_dataset("digits")
@@ -78,10 +96,15 @@ def test_only_methods_that_aggregate_as_fedavg_stream(algorithm, streams):
 def test_a_streamed_run_has_the_numbers_of_the_listed_run(monkeypatch):
     spec = tiny_spec(rounds=3, seed=3, algorithm={"name": "fedavg", "client_fraction": 0.75})
     streamed = Federation(spec, backend="serial").run()
-    monkeypatch.setattr(FedAvg, "streams", classmethod(lambda cls: False))  # the list path: `aggregate` gets every result
+    monkeypatch.setattr(
+        FedAvg, "streams", classmethod(lambda cls: False)
+    )  # the list path: `aggregate` gets every result
     listed = Federation(spec, backend="serial").run()
     assert streamed.status == listed.status == "FINISHED", (streamed.reason, listed.reason)
-    drop_times = lambda history: [{k: v for k, v in r.items() if not k.startswith("time_")} for r in history]
+
+    def drop_times(history):
+        return [{k: v for k, v in r.items() if not k.startswith("time_")} for r in history]
+
     assert drop_times(streamed.history) == drop_times(listed.history)
 
 
@@ -90,8 +113,7 @@ def test_a_stream_hands_out_results_in_client_order_before_the_round_is_done(req
     """The first result comes while jobs are still to run, so a fold can drop each result before the next."""
     if backend == "ray":
         request.getfixturevalue("ray_session")
-    spec = tiny_spec(scenario={"partition": "iid", "num_clients": 12},
-                     resources={"backend": backend, "num_workers": 2})
+    spec = tiny_spec(scenario={"partition": "iid", "num_clients": 12}, resources={"backend": backend, "num_workers": 2})
     digits = load_dataset("digits")
     scenario = build_scenario(digits, spec.scenario, spec.seed, spec.rounds)
     method = make_algorithm(spec, scenario.input_shape, digits.num_classes)

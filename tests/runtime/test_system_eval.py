@@ -40,8 +40,9 @@ def test_an_array_shared_by_several_models_travels_once():
 def test_indexed_models_travel_in_a_bundle_and_an_array_they_share_travels_once():
     """FedRC's system payloads carry K models each; every client's holds the same K server models."""
     cluster = [Payload({"w": np.arange(100.0) + k}) for k in range(2)]
-    payloads = {j: Payload(extras={"omega": {"o": np.full(2, float(j))}}, models=dict(enumerate(cluster)))
-                for j in range(3)}
+    payloads = {
+        j: Payload(extras={"omega": {"o": np.full(2, float(j))}}, models=dict(enumerate(cluster))) for j in range(3)
+    }
     flat = bundle(payloads)
     assert flat.nbytes == 2 * cluster[0].nbytes + 3 * 16 + 2 * 2 * 8 + 3 * 8  # models once, references, owners
     models, owners = unbundle(flat)
@@ -69,7 +70,9 @@ def test_a_router_sends_each_sample_to_its_best_scoring_client_whose_model_answe
     outputs = [{"pred": np.array([0, 0, 0]), "route": route}, {"pred": np.array([1, 1, 1]), "route": route}]
     counts = system_counts(outputs, np.array([0, 1]), labels, client_id=0, num_classes=2)
     assert counts == {"system_samples": 3.0, "routed_home": 2.0, "system_correct": 2.0}
-    record = system_metrics([ClientResult(0, Payload(), counts), ClientResult(1, Payload(), {**counts, "routed_home": 0.0})])
+    record = system_metrics(
+        [ClientResult(0, Payload(), counts), ClientResult(1, Payload(), {**counts, "routed_home": 0.0})]
+    )
     assert record == {M.ACC_SYSTEM: 4 / 6, M.ACC_ROUTING: 2 / 6}
 
 
@@ -114,8 +117,9 @@ def test_one_shared_model_takes_system_accuracy_from_the_last_evaluation_the_sam
     the pooled accuracy is the last evaluation's; forcing the predict pass gives the same number, bit for bit."""
     from fedbench.runtime import evaluation
 
-    spec = tiny_spec(rounds=2, scenario={"partition": "dirichlet", "alpha": 0.5, "num_clients": 5,
-                                         "test_clients": {"mode": "none"}})
+    spec = tiny_spec(
+        rounds=2, scenario={"partition": "dirichlet", "alpha": 0.5, "num_clients": 5, "test_clients": {"mode": "none"}}
+    )
     derived = run_spec(spec)
     monkeypatch.setattr(evaluation, "answered_by_evaluation", lambda *args: False)
     passed = run_spec(spec)
@@ -137,8 +141,12 @@ def test_differing_personal_models_still_vote_in_a_pass(monkeypatch):
     calls = []
     real = evaluation.answered_by_evaluation
     monkeypatch.setattr(evaluation, "answered_by_evaluation", lambda *args: calls.append(real(*args)) or calls[-1])
-    result = run_spec(tiny_spec(algorithm={"name": "ifca", "clusters": 2}, scenario={
-        "partition": "dirichlet", "alpha": 0.5, "num_clients": 4, "test_clients": {"mode": "none"}}))
+    result = run_spec(
+        tiny_spec(
+            algorithm={"name": "ifca", "clusters": 2},
+            scenario={"partition": "dirichlet", "alpha": 0.5, "num_clients": 4, "test_clients": {"mode": "none"}},
+        )
+    )
     assert result.status == "FINISHED", result.reason
     assert calls == [False] and M.ACC_SYSTEM in result.history[-1]
 

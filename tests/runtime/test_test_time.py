@@ -71,13 +71,26 @@ def test_association_compares_the_distribution_a_model_was_trained_on_not_its_cl
 
         def assign(self, state, descriptions):
             out = super().assign(state, descriptions)
-            return Assignment(out.payloads, {tid: TrainedOn(on.client, self.trained_round) for tid, on in out.matched.items()})
+            return Assignment(
+                out.payloads, {tid: TrainedOn(on.client, self.trained_round) for tid, on in out.matched.items()}
+            )
 
     monkeypatch.setitem(ALGORITHMS._entries, "matchmaker", Stale)
-    spec = resolve_run({**TINY, "algorithm": "matchmaker", "rounds": 3, "dataset": {"name": "synthetic_images",
-                        "train_samples": 1200, "test_samples": 400}, "model": "lenet5",
-                        "scenario": {"preset": "feroma/label_skew/high", "num_clients": 4, "drift_every": 1,
-                                     "test_clients": {"mode": "own", "labelled_per_class": 2}}})
+    spec = resolve_run(
+        {
+            **TINY,
+            "algorithm": "matchmaker",
+            "rounds": 3,
+            "dataset": {"name": "synthetic_images", "train_samples": 1200, "test_samples": 400},
+            "model": "lenet5",
+            "scenario": {
+                "preset": "feroma/label_skew/high",
+                "num_clients": 4,
+                "drift_every": 1,
+                "test_clients": {"mode": "own", "labelled_per_class": 2},
+            },
+        }
+    )
     dataset = load_dataset(spec.dataset.name, None, **spec.dataset.kwargs)
     scenario = build_scenario(dataset, spec.scenario, spec.seed, spec.rounds)
     same = [scenario.view(1, t).distribution_id == scenario.test_clients[t].view.distribution_id for t in range(4)]
@@ -118,20 +131,24 @@ def test_an_ensemble_of_one_model_scores_as_that_model(monkeypatch):
 def always(label: int):
     """A model (as `Ensembler.models`) that predicts class `label` for every input: zero weights, and a head bias
     that puts all of the softmax's mass (1 in float64) on `label`."""
+
     def payload(weights):
         zero = {k: np.zeros_like(v) for k, v in weights.items()}
         zero["head.bias"][label] = 100.0
         return Payload(zero)
+
     return payload
 
 
 def test_an_ensemble_weighs_its_models_by_size(monkeypatch):
     """Two models, one always answering 0 and one always 1: weighted 3 to 1 the ensemble answers as the heavier
     one alone, so swapping the weights swaps the result."""
+
     def run(sizes):
         models = staticmethod(lambda state: {k: always(k)(state.global_model.weights) for k in sizes})
-        monkeypatch.setitem(ALGORITHMS._entries, "ensembler", type("Fixed", (Ensembler,), {"models": models,
-                                                                                            "sizes": sizes}))
+        monkeypatch.setitem(
+            ALGORITHMS._entries, "ensembler", type("Fixed", (Ensembler,), {"models": models, "sizes": sizes})
+        )
         return run_spec(tiny_spec(algorithm="ensembler", rounds=1)).history[-1][M.ACC_TEST_TIME]
 
     zeros, ones = run({0: 1.0}), run({1: 1.0})  # the shares of 0s and of 1s among the test clients' samples
@@ -182,20 +199,24 @@ def test_the_index_association_gives_test_client_i_training_client_is_model_what
     association accuracy counts how often that client's last distribution is the one t holds."""
     final, scenario, labels = marked_run(monkeypatch, "index")
     expected = [np.mean(labels[c.view.test] == t % 10) for t, c in enumerate(scenario.test_clients)]
-    same = [scenario.view(1, t).distribution_id == c.view.distribution_id
-            for t, c in enumerate(scenario.test_clients)]
+    same = [scenario.view(1, t).distribution_id == c.view.distribution_id for t, c in enumerate(scenario.test_clients)]
     assert not all(same)  # some test clients hold another distribution than their index's client
     assert final[M.ACC_TEST_TIME] == pytest.approx(np.mean(expected))
     assert final[M.ACC_ASSOCIATION] == pytest.approx(np.mean(same))
-    assert final[M.ACC_TEST_TIME] != run_spec(tiny_spec(algorithm="marked", rounds=1, test_time="known")).final[
-        M.FINAL_PREFIX + M.ACC_TEST_TIME]
+    assert (
+        final[M.ACC_TEST_TIME]
+        != run_spec(tiny_spec(algorithm="marked", rounds=1, test_time="known")).final[M.FINAL_PREFIX + M.ACC_TEST_TIME]
+    )
 
 
 def test_apfl_equals_fedavg_at_test_time_under_its_own_rule_and_not_under_the_known_association():
     """APFL's shared model trains exactly as FedAvg's, and its own rule gives test clients that model; under the
     known association they get the personalised mixture of the client whose distribution they hold."""
-    runs = {(name, protocol): run_spec(tiny_spec(algorithm=name, rounds=2, test_time=protocol)).final
-            for name in ("fedavg", "apfl") for protocol in ("own", "known")}
+    runs = {
+        (name, protocol): run_spec(tiny_spec(algorithm=name, rounds=2, test_time=protocol)).final
+        for name in ("fedavg", "apfl")
+        for protocol in ("own", "known")
+    }
     key = M.FINAL_PREFIX + M.ACC_TEST_TIME
     assert runs["apfl", "own"][key] == runs["fedavg", "own"][key] == runs["fedavg", "known"][key]
     assert runs["apfl", "known"][key] != runs["apfl", "own"][key]
@@ -203,8 +224,10 @@ def test_apfl_equals_fedavg_at_test_time_under_its_own_rule_and_not_under_the_kn
 
 def test_a_method_with_its_own_rule_keeps_it_under_the_known_association():
     key = M.FINAL_PREFIX + M.ACC_TEST_TIME
-    assert run_spec(tiny_spec(algorithm="oracle", rounds=2, test_time="known")).final[key] == \
-        run_spec(tiny_spec(algorithm="oracle", rounds=2)).final[key]
+    assert (
+        run_spec(tiny_spec(algorithm="oracle", rounds=2, test_time="known")).final[key]
+        == run_spec(tiny_spec(algorithm="oracle", rounds=2)).final[key]
+    )
 
 
 def test_an_unknown_test_time_protocol_is_refused():

@@ -93,5 +93,7 @@ def test_a_job_that_kills_every_worker_fails_the_run_after_bounded_attempts(ray_
         pool.close()
     # the reason a failed run records: one line naming the job, how many workers it took down, and why
     reason = failure_reason(lost.value)
-    assert reason.startswith(f"WorkerLostError: client 2's fit job of round 1 ran on {JOB_ATTEMPTS} client workers "
-                             "and each one's process died (ActorDiedError: "), reason
+    assert reason.startswith(
+        f"WorkerLostError: client 2's fit job of round 1 ran on {JOB_ATTEMPTS} client workers "
+        "and each one's process died (ActorDiedError: "
+    ), reason

@@ -11,12 +11,20 @@ from fedbench.scenarios.generator import _generate, num_stages, scenario_key
 from fedbench.scenarios.report import mean_pairwise_js  # noqa: F401  (re-exported for the tests)
 
 MNIST_LIKE = {"name": "synthetic_images", "train_samples": 6000, "test_samples": 1000}
-CIFAR100_LIKE = {"name": "synthetic_images", "channels": 3, "size": 32, "num_classes": 100, "train_samples": 20000,
-                 "test_samples": 2000}
+CIFAR100_LIKE = {
+    "name": "synthetic_images",
+    "channels": 3,
+    "size": 32,
+    "num_classes": 100,
+    "train_samples": 20000,
+    "test_samples": 2000,
+}
 
 
 def run_spec(scenario: dict, dataset=MNIST_LIKE, rounds: int = 1, seed: int = 0):
-    return resolve_run({"task": "t", "dataset": dataset, "model": "mlp", "scenario": scenario, "rounds": rounds, "seed": seed})
+    return resolve_run(
+        {"task": "t", "dataset": dataset, "model": "mlp", "scenario": scenario, "rounds": rounds, "seed": seed}
+    )
 
 
 def make(scenario: dict, dataset=MNIST_LIKE, rounds: int = 1, seed: int = 0, fresh: bool = False):

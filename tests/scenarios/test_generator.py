@@ -24,12 +24,15 @@ def fingerprint(scenario):
     return out
 
 
-@pytest.mark.parametrize("section", [
-    DRIFTING,
-    {"preset": "feroma/label_skew/high", "drift_every": 1},
-    {"preset": "feroma/feature_skew/medium", "drift_every": 2, "test_clients": {"unseen_rate": 0.5}},
-    {"partition": "dirichlet", "alpha": 0.3, "num_clients": 8, "shifts": ["photometric"]},
-])
+@pytest.mark.parametrize(
+    "section",
+    [
+        DRIFTING,
+        {"preset": "feroma/label_skew/high", "drift_every": 1},
+        {"preset": "feroma/feature_skew/medium", "drift_every": 2, "test_clients": {"unseen_rate": 0.5}},
+        {"partition": "dirichlet", "alpha": 0.3, "num_clients": 8, "shifts": ["photometric"]},
+    ],
+)
 def test_same_seed_same_scenario_and_other_seed_differs(section):
     _, a = make(section, rounds=6, seed=3, fresh=True)
     _, b = make(section, rounds=6, seed=3, fresh=True)
@@ -38,13 +41,16 @@ def test_same_seed_same_scenario_and_other_seed_differs(section):
     assert fingerprint(a) != fingerprint(c)
 
 
-@pytest.mark.parametrize("section", [
-    DRIFTING,
-    {"preset": "feroma/label_skew/medium", "drift_every": 1},
-    {"preset": "conditional/E1", "clusters": 5},
-    {"partition": "shards", "shards_per_client": 5, "num_clients": 8},
-    {"partition": "quantity", "alpha": 0.5, "num_clients": 7},
-])
+@pytest.mark.parametrize(
+    "section",
+    [
+        DRIFTING,
+        {"preset": "feroma/label_skew/medium", "drift_every": 1},
+        {"preset": "conditional/E1", "clusters": 5},
+        {"partition": "shards", "shards_per_client": 5, "num_clients": 8},
+        {"partition": "quantity", "alpha": 0.5, "num_clients": 7},
+    ],
+)
 def test_indices_are_in_range_and_no_training_sample_is_held_twice_in_a_stage(section):
     data, scenario = make(section, rounds=4)
     assert not scenario.duplicated
@@ -87,8 +93,10 @@ def test_drift_changes_distributions_every_k_rounds_and_records_ground_truth():
 
 
 def test_static_data_with_drifting_shift_keeps_samples_and_redraws_transforms():
-    _, scenario = make({"partition": "iid", "num_clients": 10, "shifts": [{"name": "feature_bank", "rotations": 4}],
-                        "drift_every": 1}, rounds=4)
+    _, scenario = make(
+        {"partition": "iid", "num_clients": 10, "shifts": [{"name": "feature_bank", "rotations": 4}], "drift_every": 1},
+        rounds=4,
+    )
     assert all(np.array_equal(scenario.view(1, c).train, scenario.view(4, c).train) for c in range(10))
     transforms = {repr(scenario.view(r, c).transform) for r in range(1, 5) for c in range(10)}
     assert len(transforms) > 1
@@ -178,10 +186,13 @@ def test_a_bad_value_of_the_second_shift_is_named_where_the_task_wrote_it():
     assert error.field == "scenario.shifts[1].sigma" and error.value == -0.5
 
 
-@pytest.mark.parametrize("shift, field", [
-    ({"name": "noise", "sigma": float("nan")}, "scenario.shifts[0].sigma"),
-    ({"name": "photometric", "gamma": [0.6, float("inf")]}, "scenario.shifts[0].gamma"),
-])
+@pytest.mark.parametrize(
+    "shift, field",
+    [
+        ({"name": "noise", "sigma": float("nan")}, "scenario.shifts[0].sigma"),
+        ({"name": "photometric", "gamma": [0.6, float("inf")]}, "scenario.shifts[0].gamma"),
+    ],
+)
 def test_an_op_the_worker_could_not_apply_is_refused_at_load_naming_the_shift_field(shift, field):
     # These values passed the shift's own checks and failed only on the worker, in the middle of a run.
     error = load_error({"partition": "iid", "num_clients": 8, "shifts": [shift]})
@@ -202,6 +213,7 @@ def test_a_bad_partition_value_is_named_in_the_scenario_section_where_the_task_w
 
 
 def test_a_shift_error_under_a_preset_names_the_preset():
-    error = load_error({"preset": "feddrm/dir0.3", "shifts": [{"name": "photometric", "hue": [0.7]}]},
-                       dataset=CIFAR100_LIKE)
+    error = load_error(
+        {"preset": "feddrm/dir0.3", "shifts": [{"name": "photometric", "hue": [0.7]}]}, dataset=CIFAR100_LIKE
+    )
     assert error.field == "scenario.shifts[0].hue" and "feddrm/dir0.3" in error.allowed

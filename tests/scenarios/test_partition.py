@@ -15,7 +15,9 @@ FACTS10 = Facts(num_classes=10, channels=1, image_size=(28, 28), dataset="test")
 
 def pool(labels, facts=FACTS10, **meta):
     labels = np.asarray(labels)
-    return PoolContext(np.arange(len(labels)) + 1000, labels, pd.DataFrame(meta or {"i": np.arange(len(labels))}), facts)
+    return PoolContext(
+        np.arange(len(labels)) + 1000, labels, pd.DataFrame(meta or {"i": np.arange(len(labels))}), facts
+    )
 
 
 def split(name, labels, num_clients, seed=0, facts=FACTS10, meta=None, **params):
@@ -78,7 +80,9 @@ def test_quantity_skew_keeps_the_label_mix_and_varies_sizes():
 
 
 def test_class_clusters_use_superclasses_when_there_are_k_of_them():
-    facts = Facts(num_classes=10, channels=3, image_size=(32, 32), superclasses=(0, 0, 1, 1, 1, 1, 1, 1, 0, 0), dataset="cifar10")
+    facts = Facts(
+        num_classes=10, channels=3, image_size=(32, 32), superclasses=(0, 0, 1, 1, 1, 1, 1, 1, 0, 0), dataset="cifar10"
+    )
     labels = np.repeat(np.arange(10), 20)
     out = split("class_clusters", labels, 4, facts=facts, clusters=2)
     vehicles = set(np.unique(labels[np.concatenate(out.parts[:2])]))
@@ -94,7 +98,9 @@ def test_more_clusters_than_classes_is_rejected_at_load_saying_what_works():
 
 
 def test_subclass_clusters_relabel_to_superclasses():
-    facts = Facts(num_classes=10, channels=3, image_size=(32, 32), superclasses=(0, 0, 1, 1, 1, 1, 1, 1, 0, 0), dataset="cifar10")
+    facts = Facts(
+        num_classes=10, channels=3, image_size=(32, 32), superclasses=(0, 0, 1, 1, 1, 1, 1, 1, 0, 0), dataset="cifar10"
+    )
     labels = np.repeat(np.arange(10), 20)
     out = split("subclass_clusters", labels, 2, facts=facts, clusters=2)
     a, b = (set(np.unique(labels[p])) for p in out.parts)
@@ -105,7 +111,9 @@ def test_subclass_clusters_relabel_to_superclasses():
 def test_natural_split_gives_each_client_whole_writers():
     labels = np.tile(np.arange(10), 30)
     writers = np.repeat(np.arange(12), 25)
-    out = split("natural", labels, 4, facts=Facts(10, 1, (28, 28), ("writer",)), meta={"writer": writers}, column="writer")
+    out = split(
+        "natural", labels, 4, facts=Facts(10, 1, (28, 28), ("writer",)), meta={"writer": writers}, column="writer"
+    )
     owners = [set(writers[p]) for p in out.parts]
     assert all(len(o) == 3 for o in owners) and set().union(*owners) == set(range(12))
     assert sum(map(len, out.parts)) == 300
@@ -114,7 +122,9 @@ def test_natural_split_gives_each_client_whole_writers():
 def test_natural_split_with_fewer_values_than_clients_makes_clusters():
     labels = np.tile(np.arange(10), 40)
     domain = np.repeat([0, 1], 200)
-    out = split("natural", labels, 6, facts=Facts(10, 1, (28, 28), ("domain",)), meta={"domain": domain}, column="domain")
+    out = split(
+        "natural", labels, 6, facts=Facts(10, 1, (28, 28), ("domain",)), meta={"domain": domain}, column="domain"
+    )
     assert out.groups == [0, 0, 0, 1, 1, 1] and set(domain[out.parts[0]]) == {0} and set(domain[out.parts[5]]) == {1}
 
 

@@ -16,7 +16,7 @@ def distinct_descriptions(scenario, what):
     return {what(v) for stage in scenario.stages for v in stage}
 
 
-@pytest.mark.parametrize("level,banks", list(zip(LEVELS, (4, 6, 8))))
+@pytest.mark.parametrize("level,banks", list(zip(LEVELS, (4, 6, 8), strict=True)))
 def test_feroma_label_skew_two_classes_per_client_from_a_bank(level, banks):
     data, s = make({"preset": f"feroma/label_skew/{level}", "drift_every": 1}, rounds=20)
     assert s.num_clients == 20 and len(s.stages) == 20  # 002 I.2: 20 clients, drift every round in 20 rounds
@@ -34,7 +34,7 @@ def test_feroma_label_skew_on_cifar100_uses_20_classes_per_client():
     assert {len(np.unique(data.y[v.train])) for v in s.stages[0]} == {20}
 
 
-@pytest.mark.parametrize("level,patterns,rgb", list(zip(LEVELS, (4, 6, 12), (False, True, True))))
+@pytest.mark.parametrize("level,patterns,rgb", list(zip(LEVELS, (4, 6, 12), (False, True, True), strict=True)))
 def test_feroma_feature_skew_pattern_banks(level, patterns, rgb):
     spec = run_spec({"preset": f"feroma/feature_skew/{level}"})
     shift = spec.scenario.shifts[0]
@@ -44,7 +44,7 @@ def test_feroma_feature_skew_pattern_banks(level, patterns, rgb):
     assert len(distinct_descriptions(s, lambda v: repr(v.transform))) == patterns
 
 
-@pytest.mark.parametrize("level,m", list(zip(LEVELS, (3, 4, 5))))
+@pytest.mark.parametrize("level,m", list(zip(LEVELS, (3, 4, 5), strict=True)))
 def test_feroma_conditional_label_skew_bank_is_all_permutations_of_m_classes(level, m):
     _, s = make({"preset": f"feroma/conditional_label_skew/{level}", "drift_every": 1}, rounds=20)
     maps = {tuple(v.label_map) for stage in s.stages for v in stage}
@@ -54,13 +54,13 @@ def test_feroma_conditional_label_skew_bank_is_all_permutations_of_m_classes(lev
     assert all(t.labelled.size for t in s.test_clients)  # 002 App. E: labelled samples for P(Y|X)
 
 
-@pytest.mark.parametrize("level,m", list(zip(LEVELS, (40, 60, 80))))
+@pytest.mark.parametrize("level,m", list(zip(LEVELS, (40, 60, 80), strict=True)))
 def test_feroma_conditional_label_skew_cifar100_swaps_40_60_80(level, m):
     spec = run_spec({"preset": f"feroma/conditional_label_skew/{level}"}, dataset=CIFAR100_LIKE)
     assert spec.scenario.shifts[0].kwargs["classes"] == m
 
 
-@pytest.mark.parametrize("level,banks", list(zip(LEVELS, (4, 6, 8))))
+@pytest.mark.parametrize("level,banks", list(zip(LEVELS, (4, 6, 8), strict=True)))
 def test_feroma_conditional_feature_skew_targets_8_of_10_classes(level, banks):
     _, s = make({"preset": f"feroma/conditional_feature_skew/{level}", "drift_every": 1}, rounds=20)
     entries = distinct_descriptions(s, lambda v: repr(v.transform))
@@ -132,14 +132,17 @@ def test_every_preset_is_listed_with_a_docstring():
     assert all(fn.__doc__ for fn in PRESETS.values())
 
 
-@pytest.mark.parametrize("section,dataset,words", [
-    ({"preset": "feroma/label_skew/low"}, {"name": "synthetic"}, "image dataset"),
-    ({"preset": "conditional/E4b"}, MNIST_LIKE, "cifar10"),
-    ({"preset": "conditional/E4a"}, MNIST_LIKE, "domain"),
-    ({"preset": "made/writers_noise"}, MNIST_LIKE, "writer"),
-    ({"preset": "feroma/label_skew/lowest"}, MNIST_LIKE, "feroma/label_skew/low"),
-    ({"preset": "conditional/E1", "sparsity": "dense"}, MNIST_LIKE, "rich"),
-])
+@pytest.mark.parametrize(
+    "section,dataset,words",
+    [
+        ({"preset": "feroma/label_skew/low"}, {"name": "synthetic"}, "image dataset"),
+        ({"preset": "conditional/E4b"}, MNIST_LIKE, "cifar10"),
+        ({"preset": "conditional/E4a"}, MNIST_LIKE, "domain"),
+        ({"preset": "made/writers_noise"}, MNIST_LIKE, "writer"),
+        ({"preset": "feroma/label_skew/lowest"}, MNIST_LIKE, "feroma/label_skew/low"),
+        ({"preset": "conditional/E1", "sparsity": "dense"}, MNIST_LIKE, "rich"),
+    ],
+)
 def test_a_preset_refuses_what_it_does_not_fit(section, dataset, words):
     with pytest.raises((ConfigError, UnknownNameError)) as err:
         run_spec(section, dataset=dataset)

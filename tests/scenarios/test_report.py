@@ -73,7 +73,9 @@ def test_mean_pairwise_js_bounds():
     expected = 0.5 * (0.5 * math.log(0.5 / 0.75) + 0.5 * math.log(0.5 / 0.25)) + 0.5 * math.log(1 / 0.75)
     assert report.mean_pairwise_js(half) == pytest.approx(expected)
     assert math.isnan(report.mean_pairwise_js(np.array([[1, 2]])))
-    assert report.mean_pairwise_js(np.array([[1, 0], [0, 0], [0, 1]])) == pytest.approx(math.log(2))  # empty row left out
+    assert report.mean_pairwise_js(np.array([[1, 0], [0, 0], [0, 1]])) == pytest.approx(
+        math.log(2)
+    )  # empty row left out
 
 
 def test_histogram_text_is_compact():

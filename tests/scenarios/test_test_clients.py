@@ -37,7 +37,9 @@ def test_labelled_few_shot_samples_per_class():
 
 @pytest.mark.parametrize("rate,expected", [(0.0, 0), (0.4, 8), (1.0, 20)])
 def test_unseen_rate_gives_that_share_of_never_trained_distributions(rate, expected):
-    _, s = make({"preset": "feroma/label_skew/medium", "drift_every": 4, "test_clients": {"unseen_rate": rate}}, rounds=8)
+    _, s = make(
+        {"preset": "feroma/label_skew/medium", "drift_every": 4, "test_clients": {"unseen_rate": rate}}, rounds=8
+    )
     trained = {v.distribution_id for stage in s.stages for v in stage}
     unseen = [t for t in s.test_clients if t.origin == -1]
     assert len(unseen) == expected

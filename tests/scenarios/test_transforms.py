@@ -60,12 +60,15 @@ def test_gray_is_repeated_to_rgb_for_every_sample():
         assert torch.equal(out[:, k], to_float_batch(x)[:, 0])
 
 
-@pytest.mark.parametrize("ops", [
-    [Rotate(angle=45)],
-    [Photometric(gamma=0.6, hue=-0.1, saturation=1.5)],
-    [Rotate(angle=30), Photometric(gamma=1.4, hue=0.1), Colour(channel=1)],
-    [Rotate(angle=90), Photometric(gamma=0.6, saturation=0.5, classes=(1, 2))],
-])
+@pytest.mark.parametrize(
+    "ops",
+    [
+        [Rotate(angle=45)],
+        [Photometric(gamma=0.6, hue=-0.1, saturation=1.5)],
+        [Rotate(angle=30), Photometric(gamma=1.4, hue=0.1), Colour(channel=1)],
+        [Rotate(angle=90), Photometric(gamma=0.6, saturation=0.5, classes=(1, 2))],
+    ],
+)
 def test_gray_data_in_a_colour_scenario_equals_its_rgb_repeat(ops):
     # Gray batches stay one channel until an op tells the channels apart; the result must not show it.
     x, y = gray_batch(), labels()
@@ -137,8 +140,7 @@ def test_two_45_degree_rotations_match_one_quarter_turn_in_the_centre():
     quarter = apply([Rotate(angle=90)], x)[0, 0]
     inside = (yy**2 + xx**2).sqrt() < 0.6
     assert (twice - quarter)[inside].abs().max() < 0.03
-    assert (apply([Rotate(angle=-45), Rotate(angle=-45)], x)[0, 0]
-            - quarter)[inside].abs().max() > 0.1
+    assert (apply([Rotate(angle=-45), Rotate(angle=-45)], x)[0, 0] - quarter)[inside].abs().max() > 0.1
 
 
 # ------------------------------------------------------------------------------------------ colour
@@ -193,8 +195,7 @@ def test_noise_has_the_asked_standard_deviation_and_follows_the_global_seed():
 # ------------------------------------------------------------------------------------------ photometric
 
 
-@pytest.mark.parametrize("op", [Photometric(),
-                                Photometric(gamma=1.0, hue=0.0, saturation=1.0)])
+@pytest.mark.parametrize("op", [Photometric(), Photometric(gamma=1.0, hue=0.0, saturation=1.0)])
 def test_photometric_identity_parameters_are_identity(op):
     x = rgb_batch()
     assert torch.equal(apply([op], x), to_float_batch(x))
@@ -268,17 +269,19 @@ def test_gamma_matches_pow_and_keeps_black_black(gamma):
 def test_photometric_order_is_saturation_then_hue_then_gamma():
     x = rgb_batch()
     together = apply([Photometric(gamma=0.6, hue=0.1, saturation=1.5)], x)
-    steps = apply([Photometric(saturation=1.5), Photometric(hue=0.1),
-                   Photometric(gamma=0.6)], x)
+    steps = apply([Photometric(saturation=1.5), Photometric(hue=0.1), Photometric(gamma=0.6)], x)
     assert torch.equal(together, steps)
     assert together.min() >= 0 and together.max() <= 1
 
 
-@pytest.mark.parametrize("ops", [
-    [Photometric(gamma=0.6, hue=-0.1, saturation=1.5)],
-    [Photometric(hue=0.2)],
-    [Photometric(saturation=0.5)],
-])
+@pytest.mark.parametrize(
+    "ops",
+    [
+        [Photometric(gamma=0.6, hue=-0.1, saturation=1.5)],
+        [Photometric(hue=0.2)],
+        [Photometric(saturation=0.5)],
+    ],
+)
 def test_outputs_survive_later_batches_of_any_size(ops):
     # Temporaries are reused from batch to batch; what was handed out must never be among them.
     transform = BatchTransform(tuple(ops), 3)
@@ -305,8 +308,7 @@ def test_class_conditional_ops_change_only_the_listed_classes():
         assert torch.equal(out[i], full[i] if i in (1, 3, 5) else plain[i])
 
 
-@pytest.mark.parametrize("op", [Rotate(angle=30.0), Noise(sigma=0.3),
-                                Photometric(gamma=0.6, hue=0.2, saturation=0.5)])
+@pytest.mark.parametrize("op", [Rotate(angle=30.0), Noise(sigma=0.3), Photometric(gamma=0.6, hue=0.2, saturation=0.5)])
 def test_class_restriction_works_for_every_op_on_floats(op):
     x = rgb_batch(n=8)
     y = torch.tensor([0, 1, 2, 3, 0, 1, 2, 3])
@@ -320,17 +322,20 @@ def test_class_restriction_works_for_every_op_on_floats(op):
 # ------------------------------------------------------------------------------------------ validation, text
 
 
-@pytest.mark.parametrize("op, canvas, field", [
-    (Colour(channel=3), Canvas(3, (28, 28)), "channel"),
-    (Colour(channel=0), Canvas(1, (28, 28)), "channel"),
-    (Noise(sigma=-0.1), Canvas(1, (28, 28)), "sigma"),
-    (Noise(sigma=float("nan")), Canvas(1, (28, 28)), "sigma"),
-    (Photometric(gamma=0), Canvas(3, (32, 32)), "gamma"),
-    (Photometric(gamma=float("inf")), Canvas(3, (32, 32)), "gamma"),
-    (Photometric(hue=0.7), Canvas(3, (32, 32)), "hue"),
-    (Photometric(gamma=0.6), Canvas(1, (28, 28)), "op"),
-    (Rotate(angle=90), Canvas(1, (28, 32)), "angle"),
-])
+@pytest.mark.parametrize(
+    "op, canvas, field",
+    [
+        (Colour(channel=3), Canvas(3, (28, 28)), "channel"),
+        (Colour(channel=0), Canvas(1, (28, 28)), "channel"),
+        (Noise(sigma=-0.1), Canvas(1, (28, 28)), "sigma"),
+        (Noise(sigma=float("nan")), Canvas(1, (28, 28)), "sigma"),
+        (Photometric(gamma=0), Canvas(3, (32, 32)), "gamma"),
+        (Photometric(gamma=float("inf")), Canvas(3, (32, 32)), "gamma"),
+        (Photometric(hue=0.7), Canvas(3, (32, 32)), "hue"),
+        (Photometric(gamma=0.6), Canvas(1, (28, 28)), "op"),
+        (Rotate(angle=90), Canvas(1, (28, 32)), "angle"),
+    ],
+)
 def test_an_op_check_names_its_own_field_and_what_is_allowed(op, canvas, field):
     # Relative to the op: the shift that made it names the task's path (tests/scenarios/test_generator.py).
     with pytest.raises(ConfigError) as err:
@@ -353,15 +358,17 @@ def test_ops_are_small_hashable_values_with_a_plain_json_form():
     assert OPS[op.to_dict()["op"]] is Rotate
 
 
-@pytest.mark.parametrize("ops, text", [
-    ((), "identity"),
-    ((Rotate(angle=90.0), Colour(channel=0)), "rot90 red"),
-    ((Noise(sigma=0.25),), "noise 0.25"),
-    ((Photometric(gamma=0.6, hue=-0.1, saturation=1.5),), "gamma 0.6 hue -0.1 sat 1.5"),
-    ((Rotate(angle=180, classes=(1, 3, 5)),), "rot180 on classes 1,3,5"),
-    ((Rotate(angle=270, classes=(2,)), Colour(channel=2, classes=(2,))),
-     "rot270 blue on classes 2"),
-    ((Rotate(angle=22.5),), "rot22.5"),
-])
+@pytest.mark.parametrize(
+    "ops, text",
+    [
+        ((), "identity"),
+        ((Rotate(angle=90.0), Colour(channel=0)), "rot90 red"),
+        ((Noise(sigma=0.25),), "noise 0.25"),
+        ((Photometric(gamma=0.6, hue=-0.1, saturation=1.5),), "gamma 0.6 hue -0.1 sat 1.5"),
+        ((Rotate(angle=180, classes=(1, 3, 5)),), "rot180 on classes 1,3,5"),
+        ((Rotate(angle=270, classes=(2,)), Colour(channel=2, classes=(2,))), "rot270 blue on classes 2"),
+        ((Rotate(angle=22.5),), "rot22.5"),
+    ],
+)
 def test_describe_ops(ops, text):
     assert describe_ops(ops) == text

@@ -25,7 +25,10 @@ def test_every_logged_point_is_one_row_with_its_run_and_configuration(mlflow_sto
     run = client.search_runs([client.get_experiment_by_name("export").experiment_id])[0]
     mine = table[table["run_hash"] == run.data.params["run_hash"]]
     points = {(m.step, "acc_local_mean", m.value) for m in client.get_metric_history(run.info.run_id, "acc_local_mean")}
-    assert {(r, k, v) for r, k, v in mine[mine["metric"] == "acc_local_mean"][["round", "metric", "value"]].itertuples(index=False)} == points
+    assert {
+        (r, k, v)
+        for r, k, v in mine[mine["metric"] == "acc_local_mean"][["round", "metric", "value"]].itertuples(index=False)
+    } == points
 
     assert main(["export", "--experiment", "export", "--format", "csv"]) == 0
     written = pd.read_csv(isolated_results / "exports" / "export-rounds.csv")
@@ -45,7 +48,7 @@ def test_the_per_client_export_holds_every_clients_numbers_each_evaluated_round(
     table = found.table
     assert found.without == 0 and set(table["configuration"]) == {"fedavg", "ditto"}
     assert sorted(table["round"].unique()) == [2, 3] and sorted(table["client"].unique()) == [0, 1, 2, 3]  # eval_every
-    for spec, result in zip(specs, results):
+    for spec, result in zip(specs, results, strict=True):
         mine = table[table["run_hash"] == spec.run_hash]
         for record in result.history:
             if "acc_local_mean" in record:

@@ -18,8 +18,13 @@ from tests.conftest import TINY, tiny_spec
 @pytest.fixture
 def recorded(mlflow_store):
     """Two algorithms x two Dirichlet alphas x two seeds on digits, plus one diverging run, in MLflow."""
-    raw = {**TINY, "name": "board", "rounds": 2,
-           "grid": {"algorithm": ["fedavg", "local"], "scenario.alpha": [0.3, 3.0]}, "seeds": [0, 1]}
+    raw = {
+        **TINY,
+        "name": "board",
+        "rounds": 2,
+        "grid": {"algorithm": ["fedavg", "local"], "scenario.alpha": [0.3, 3.0]},
+        "seeds": [0, 1],
+    }
     raw.pop("task")
     specs = task_from_dict(raw).expand()
     bad = task_from_dict({**raw, "grid": {}, "seeds": [5], "optimizer": {"lr": 1e30}}).expand()
@@ -36,9 +41,13 @@ def test_leaderboard_numbers_equal_the_runs_metrics_read_back(recorded):
     for row in board.table.to_dict("records"):
         algorithm = row["configuration"].split(",")[0]
         alpha = float(row["group"].split("scenario.alpha=")[1])
-        values = [r.data.metrics["final.acc_local_mean"] for r in client.search_runs([experiment])
-                  if r.data.params.get("algorithm.name") == algorithm and float(r.data.params["scenario.alpha"]) == alpha
-                  and r.info.status == "FINISHED"]
+        values = [
+            r.data.metrics["final.acc_local_mean"]
+            for r in client.search_runs([experiment])
+            if r.data.params.get("algorithm.name") == algorithm
+            and float(r.data.params["scenario.alpha"]) == alpha
+            and r.info.status == "FINISHED"
+        ]
         assert len(values) == 2
         assert row["mean"] == pytest.approx(np.mean(values)) and row["std"] == pytest.approx(np.std(values, ddof=1))
     for _, group in board.table.groupby("group"):
@@ -76,13 +85,15 @@ def test_a_metric_no_run_reports_is_refused_naming_the_known_ones(recorded):
 
 def test_an_unknown_group_by_is_refused_naming_what_is_allowed():
     """It used to group every run as "all" and rank across datasets and scenarios without a word."""
-    runs = pd.DataFrame({
-        "status": ["FINISHED"] * 4,
-        "metrics.final.acc_local_mean": [0.5, 0.6, 0.7, 0.8],
-        "params.algorithm.name": ["fedavg", "local"] * 2,
-        "params.scenario.alpha": ["0.3", "0.3", "3.0", "3.0"],
-        "params.dataset.name": ["digits"] * 4,
-    })
+    runs = pd.DataFrame(
+        {
+            "status": ["FINISHED"] * 4,
+            "metrics.final.acc_local_mean": [0.5, 0.6, 0.7, 0.8],
+            "params.algorithm.name": ["fedavg", "local"] * 2,
+            "params.scenario.alpha": ["0.3", "0.3", "3.0", "3.0"],
+            "params.dataset.name": ["digits"] * 4,
+        }
+    )
     with pytest.raises(ConfigError) as err:
         build_leaderboard(runs, group_by=["scenery"])
     assert err.value.field == "--group-by" and err.value.value == "scenery"
@@ -97,14 +108,31 @@ def synthetic_runs(rows: list[dict]) -> pd.DataFrame:
 
 
 def test_labels_show_only_what_varies_and_applies_to_each_algorithm():
-    runs = synthetic_runs([
-        {"params.run_hash": "a", "params.algorithm.name": "fedavg", "params.algorithm.client_fraction": "1.0",
-         "metrics.final.acc_local_mean": 0.5},
-        {"params.run_hash": "b", "params.algorithm.name": "fedprox", "params.algorithm.client_fraction": "1.0",
-         "params.algorithm.mu": "0.1", "metrics.final.acc_local_mean": 0.6},
-        {"params.run_hash": "c", "params.algorithm.name": "feroma", "params.algorithm.client_fraction": "1.0",
-         "params.algorithm.tau": "mean", "params.algorithm.epsilon": "0.1", "metrics.final.acc_local_mean": 0.7},
-    ])
+    runs = synthetic_runs(
+        [
+            {
+                "params.run_hash": "a",
+                "params.algorithm.name": "fedavg",
+                "params.algorithm.client_fraction": "1.0",
+                "metrics.final.acc_local_mean": 0.5,
+            },
+            {
+                "params.run_hash": "b",
+                "params.algorithm.name": "fedprox",
+                "params.algorithm.client_fraction": "1.0",
+                "params.algorithm.mu": "0.1",
+                "metrics.final.acc_local_mean": 0.6,
+            },
+            {
+                "params.run_hash": "c",
+                "params.algorithm.name": "feroma",
+                "params.algorithm.client_fraction": "1.0",
+                "params.algorithm.tau": "mean",
+                "params.algorithm.epsilon": "0.1",
+                "metrics.final.acc_local_mean": 0.7,
+            },
+        ]
+    )
     board = build_leaderboard(runs, group_by=[])
     # parameters at the method's default (client_fraction 1.0) say nothing; those set away from it do
     assert sorted(board.table["configuration"]) == ["fedavg", "fedprox mu=0.1", "feroma epsilon=0.1 tau=mean"]
@@ -112,10 +140,12 @@ def test_labels_show_only_what_varies_and_applies_to_each_algorithm():
 
 
 def test_a_metric_some_configurations_lack_is_shown_missing_not_a_crash():
-    runs = synthetic_runs([
-        {"params.run_hash": "a", "params.algorithm.name": "fedavg", "metrics.final.acc_system": 0.8},
-        {"params.run_hash": "b", "params.algorithm.name": "local", "metrics.final.acc_system": np.nan},
-    ])
+    runs = synthetic_runs(
+        [
+            {"params.run_hash": "a", "params.algorithm.name": "fedavg", "metrics.final.acc_system": 0.8},
+            {"params.run_hash": "b", "params.algorithm.name": "local", "metrics.final.acc_system": np.nan},
+        ]
+    )
     board = build_leaderboard(runs, metric="final.acc_system", group_by=[])
     local = board.table[board.table["configuration"] == "local"].iloc[0]
     assert pd.isna(local["mean"]) and pd.isna(local["rank"])
@@ -123,11 +153,17 @@ def test_a_metric_some_configurations_lack_is_shown_missing_not_a_crash():
 
 
 def test_a_rerun_of_the_same_runspec_is_one_seed_not_two():
-    runs = synthetic_runs([
-        {"params.run_hash": "a", "params.algorithm.name": "fedavg", "metrics.final.acc_local_mean": 0.5},
-        {"params.run_hash": "a", "params.algorithm.name": "fedavg", "metrics.final.acc_local_mean": 0.7},  # the rerun
-        {"params.run_hash": "b", "params.algorithm.name": "fedavg", "metrics.final.acc_local_mean": 0.6},
-    ])
+    runs = synthetic_runs(
+        [
+            {"params.run_hash": "a", "params.algorithm.name": "fedavg", "metrics.final.acc_local_mean": 0.5},
+            {
+                "params.run_hash": "a",
+                "params.algorithm.name": "fedavg",
+                "metrics.final.acc_local_mean": 0.7,
+            },  # the rerun
+            {"params.run_hash": "b", "params.algorithm.name": "fedavg", "metrics.final.acc_local_mean": 0.6},
+        ]
+    )
     [row] = build_leaderboard(runs, group_by=[]).table.to_dict("records")
     assert row["n"] == 2 and row["mean"] == pytest.approx(0.65)  # the latest run of hash a, and hash b
 
@@ -141,11 +177,17 @@ def test_a_missing_store_is_named_and_not_created(tmp_path):
 
 
 def test_a_trial_stopped_early_neither_ranks_nor_replaces_the_complete_run():
-    runs = synthetic_runs([
-        {"params.run_hash": "a", "params.algorithm.name": "fedavg", "metrics.final.acc_local_mean": 0.9},
-        {"params.run_hash": "a", "params.algorithm.name": "fedavg", "metrics.final.acc_local_mean": 0.3,
-         "tags.fedbench.stopped_early": "after round 1"},  # a later ASHA sweep of the same RunSpec
-    ])
+    runs = synthetic_runs(
+        [
+            {"params.run_hash": "a", "params.algorithm.name": "fedavg", "metrics.final.acc_local_mean": 0.9},
+            {
+                "params.run_hash": "a",
+                "params.algorithm.name": "fedavg",
+                "metrics.final.acc_local_mean": 0.3,
+                "tags.fedbench.stopped_early": "after round 1",
+            },  # a later ASHA sweep of the same RunSpec
+        ]
+    )
     [row] = build_leaderboard(runs, group_by=[]).table.to_dict("records")
     assert row["n"] == 1 and row["mean"] == pytest.approx(0.9)
 
@@ -181,18 +223,36 @@ def test_a_search_reads_like_a_search_its_samples_by_what_was_sampled_and_its_re
     """Issue 33, item 3: sampled values with 17 digits and every method's parameters made the board unreadable."""
     from fedbench.tracking.leaderboard import to_table
 
-    runs = synthetic_runs([
-        {"params.run_hash": "a", "params.algorithm.name": "feroma", "params.algorithm.tau": "0.11236203565420874",
-         "params.algorithm.warmup_rounds": "3", "metrics.final.acc_local_mean": 0.81},
-        {"params.run_hash": "b", "params.algorithm.name": "feroma", "params.algorithm.tau": "0.04680559213273095",
-         "params.algorithm.warmup_rounds": "2", "metrics.final.acc_local_mean": 0.86},
-        {"params.run_hash": "c", "params.algorithm.name": "fedavg", "tags.fedbench.search_reference": "true",
-         "metrics.final.acc_local_mean": 0.78},
-    ])
+    runs = synthetic_runs(
+        [
+            {
+                "params.run_hash": "a",
+                "params.algorithm.name": "feroma",
+                "params.algorithm.tau": "0.11236203565420874",
+                "params.algorithm.warmup_rounds": "3",
+                "metrics.final.acc_local_mean": 0.81,
+            },
+            {
+                "params.run_hash": "b",
+                "params.algorithm.name": "feroma",
+                "params.algorithm.tau": "0.04680559213273095",
+                "params.algorithm.warmup_rounds": "2",
+                "metrics.final.acc_local_mean": 0.86,
+            },
+            {
+                "params.run_hash": "c",
+                "params.algorithm.name": "fedavg",
+                "tags.fedbench.search_reference": "true",
+                "metrics.final.acc_local_mean": 0.78,
+            },
+        ]
+    )
     board = build_leaderboard(runs, group_by=[])
     markdown = to_markdown(board)
     assert "| all | 1 | feroma tau=0.0468 warmup_rounds=2 | 0.8600 ± 0.0000 | 1 |" in markdown
-    assert "| all | 2 | feroma tau=0.112 warmup_rounds=3 |" in markdown and "| all | 3 | fedavg (reference) |" in markdown
+    assert (
+        "| all | 2 | feroma tau=0.112 warmup_rounds=3 |" in markdown and "| all | 3 | fedavg (reference) |" in markdown
+    )
     assert "None" not in markdown
     assert board.table["configuration"].str.contains("tau=0.11236203565420874").any()  # the CSV keeps the full value
     from rich.console import Console
@@ -226,14 +286,28 @@ def test_a_searchs_results_table_names_its_samples_and_ranks_by_its_metric(tmp_p
     from fedbench.tuning import load_search_space, make_plan
 
     (tmp_path / "task.yaml").write_text(yaml.safe_dump({**{k: v for k, v in TINY.items() if k != "task"}, "name": "s"}))
-    (tmp_path / "space.yaml").write_text(yaml.safe_dump({"name": "mu", "space": {"algorithm": {
-        "fedprox": {"mu": {"loguniform": [0.001, 1.0]}}, "fedavg": {}}}}))
-    plan = make_plan(load_task(tmp_path / "task.yaml"), load_search_space(tmp_path / "space.yaml"), 2,
-                     "final.acc_system")
-    samples = [({"algorithm.name": "fedprox", "algorithm.mu": 0.0123456789}, 0.7),
-               ({"algorithm.name": "fedprox", "algorithm.mu": 0.5}, 0.9), ({"algorithm.name": "fedavg"}, 0.8)]
-    results = [RunResult(plan.spec_of({**config, "seed": 0}), "FINISHED", [],
-                         {"final.acc_system": score, "final.acc_local_mean": 0.1}) for config, score in samples]
+    (tmp_path / "space.yaml").write_text(
+        yaml.safe_dump(
+            {"name": "mu", "space": {"algorithm": {"fedprox": {"mu": {"loguniform": [0.001, 1.0]}}, "fedavg": {}}}}
+        )
+    )
+    plan = make_plan(
+        load_task(tmp_path / "task.yaml"), load_search_space(tmp_path / "space.yaml"), 2, "final.acc_system"
+    )
+    samples = [
+        ({"algorithm.name": "fedprox", "algorithm.mu": 0.0123456789}, 0.7),
+        ({"algorithm.name": "fedprox", "algorithm.mu": 0.5}, 0.9),
+        ({"algorithm.name": "fedavg"}, 0.8),
+    ]
+    results = [
+        RunResult(
+            plan.spec_of({**config, "seed": 0}),
+            "FINISHED",
+            [],
+            {"final.acc_system": score, "final.acc_local_mean": 0.1},
+        )
+        for config, score in samples
+    ]
     console = Console(width=120, record=True)
     console.print(results_table(results, plan.metric, plan.mode, plan.space.references))
     text = console.export_text()
@@ -249,10 +323,19 @@ def searched_runs(samples: list[tuple[dict, list[float]]]) -> pd.DataFrame:
     for algorithm, scores in samples:
         for seed, score in enumerate(scores):
             spec = tiny_spec(algorithm=algorithm, seed=seed, rounds=6)
-            tags = {f"tags.search.algorithm.{k}": str(v) for k, v in algorithm.items()} if len(algorithm) > 1 else \
-                {"tags.fedbench.search_reference": "true"}
-            rows.append({**{f"params.{k}": str(v) for k, v in spec.flat().items()}, "params.run_hash": spec.run_hash,
-                         **tags, "metrics.final.acc_test_time": score})
+            tags = (
+                {f"tags.search.algorithm.{k}": str(v) for k, v in algorithm.items()}
+                if len(algorithm) > 1
+                else {"tags.fedbench.search_reference": "true"}
+            )
+            rows.append(
+                {
+                    **{f"params.{k}": str(v) for k, v in spec.flat().items()},
+                    "params.run_hash": spec.run_hash,
+                    **tags,
+                    "metrics.final.acc_test_time": score,
+                }
+            )
     return synthetic_runs(rows)
 
 
@@ -263,19 +346,37 @@ def test_a_conditional_search_ranks_its_samples_by_what_was_sampled_beside_its_r
 
     from fedbench.tracking.leaderboard import to_table
 
-    runs = searched_runs([
-        ({"name": "feroma", "tau": 0.11236203565420874, "warmup_rounds": 3}, [0.80, 0.82]),
-        ({"name": "feroma", "tau": 0.04680559213273095, "warmup_rounds": 2}, [0.84, 0.88]),
-        ({"name": "fedprox", "mu": 0.0123456789}, [0.70, 0.70]),
-        ({"name": "fedprox", "mu": 0.5}, [0.75, 0.77]),
-        ({"name": "fedavg"}, [0.78, 0.78]),
-    ])
+    runs = searched_runs(
+        [
+            ({"name": "feroma", "tau": 0.11236203565420874, "warmup_rounds": 3}, [0.80, 0.82]),
+            ({"name": "feroma", "tau": 0.04680559213273095, "warmup_rounds": 2}, [0.84, 0.88]),
+            ({"name": "fedprox", "mu": 0.0123456789}, [0.70, 0.70]),
+            ({"name": "fedprox", "mu": 0.5}, [0.75, 0.77]),
+            ({"name": "fedavg"}, [0.78, 0.78]),
+        ]
+    )
     board = build_leaderboard(runs, metric="final.acc_test_time", group_by=["dataset", "scenario"])
-    assert list(board.table.columns) == ["group", "rank", "configuration", "mean", "std", "n", "vs_best", "compute_s",
-                                         "wall_s", "startup_s", "mb_up", "mb_down"]
+    assert list(board.table.columns) == [
+        "group",
+        "rank",
+        "configuration",
+        "mean",
+        "std",
+        "n",
+        "vs_best",
+        "compute_s",
+        "wall_s",
+        "startup_s",
+        "mb_up",
+        "mb_down",
+    ]
     assert list(board.table["configuration"]) == [  # the full values stay in CSV and parquet
-        "feroma tau=0.04680559213273095 warmup_rounds=2", "feroma tau=0.11236203565420874 warmup_rounds=3",
-        "fedavg (reference)", "fedprox mu=0.5", "fedprox mu=0.0123456789"]
+        "feroma tau=0.04680559213273095 warmup_rounds=2",
+        "feroma tau=0.11236203565420874 warmup_rounds=3",
+        "fedavg (reference)",
+        "fedprox mu=0.5",
+        "fedprox mu=0.0123456789",
+    ]
     assert list(board.table["n"]) == [2] * 5 and list(board.table["rank"]) == [1, 2, 3, 4, 5]
     markdown = to_markdown(board)
     assert "| all | 1 | feroma tau=0.0468 warmup_rounds=2 | 0.8600 ± 0.0283 | 2 |" in markdown
@@ -288,18 +389,25 @@ def test_a_conditional_search_ranks_its_samples_by_what_was_sampled_beside_its_r
 
 
 def test_configurations_the_seeds_cannot_tell_from_the_best_are_marked():
-    """FedProx ranked above FedAvg at 0.880 vs 0.872 with std 0.08 and nothing said they were tied (issue 31, item 3)."""
+    """FedProx ranked above FedAvg at 0.880 vs 0.872 with std 0.08 and nothing said they were tied (issue 31, item
+    3)."""
     rows = []
-    for name, values in (("fedprox", [0.80, 0.88, 0.96]), ("fedavg", [0.79, 0.87, 0.956]), ("local", [0.50, 0.52, 0.51]),
-                         ("ditto", [0.9])):
-        rows += [{"params.run_hash": f"{name}{i}", "params.algorithm.name": name, "metrics.final.acc_local_mean": v}
-                 for i, v in enumerate(values)]
+    for name, values in (
+        ("fedprox", [0.80, 0.88, 0.96]),
+        ("fedavg", [0.79, 0.87, 0.956]),
+        ("local", [0.50, 0.52, 0.51]),
+        ("ditto", [0.9]),
+    ):
+        rows += [
+            {"params.run_hash": f"{name}{i}", "params.algorithm.name": name, "metrics.final.acc_local_mean": v}
+            for i, v in enumerate(values)
+        ]
     board = build_leaderboard(synthetic_runs(rows), group_by=[])
-    marks = dict(zip(board.table["configuration"], board.table["vs_best"]))
+    marks = dict(zip(board.table["configuration"], board.table["vs_best"], strict=True))
     assert marks["ditto"] == "best"  # the highest mean, from one seed
     assert marks["fedprox"] == "? n=3" and marks["fedavg"] == "? n=3"  # nothing to test the best's one seed against
     board = build_leaderboard(synthetic_runs([r for r in rows if r["params.algorithm.name"] != "ditto"]), group_by=[])
-    marks = dict(zip(board.table["configuration"], board.table["vs_best"]))
+    marks = dict(zip(board.table["configuration"], board.table["vs_best"], strict=True))
     assert marks["fedprox"] == "best" and marks["fedavg"].startswith("≈ p=") and marks["local"].startswith("worse p=")
     markdown = to_markdown(board)
     assert "| all | 2 | fedavg | 0.8720 ± 0.0830 | 3 | ≈ p=0.9" in markdown and "Welch's t-test" in markdown
@@ -310,8 +418,14 @@ def test_a_store_written_before_the_dot_ranks_beside_new_runs_and_old_metric_nam
     `final.acc_local_mean` like new ones, and `--metric final/acc_local_mean` names the same column."""
     from fedbench.tracking.leaderboard import with_canonical_metrics
 
-    runs = pd.DataFrame({"metrics.final/acc_local_mean": [0.5, np.nan], "metrics.final.acc_local_mean": [np.nan, 0.7],
-                         "metrics.total/comm_up_bytes": [10.0, np.nan], "metrics.acc_local_mean": [0.5, 0.7]})
+    runs = pd.DataFrame(
+        {
+            "metrics.final/acc_local_mean": [0.5, np.nan],
+            "metrics.final.acc_local_mean": [np.nan, 0.7],
+            "metrics.total/comm_up_bytes": [10.0, np.nan],
+            "metrics.acc_local_mean": [0.5, 0.7],
+        }
+    )
     read = with_canonical_metrics(runs)
     assert sorted(read) == ["metrics.acc_local_mean", "metrics.final.acc_local_mean", "metrics.total.comm_up_bytes"]
     assert read["metrics.final.acc_local_mean"].tolist() == [0.5, 0.7]
@@ -322,10 +436,18 @@ def test_wall_time_leaves_out_the_worker_start_up_which_gets_its_own_column():
     """The first run on a new pool paid the workers' start-up inside its wall time (13.7 s against 2.1 s for
     the same configuration): `wall_s` now leaves it out and `startup_s` shows it, so two seeds of one
     configuration cost alike whichever ran first."""
-    runs = pd.DataFrame({"params.run_hash": ["a", "b"], "params.seed": ["0", "1"], "params.algorithm.name": ["fedavg"] * 2,
-                         "status": ["FINISHED"] * 2, "start_time": pd.to_datetime([1, 2], unit="s"),
-                         "metrics.final.acc_local_mean": [0.8, 0.8],
-                         "metrics.total.time_run_s": [13.7, 2.1], "metrics.total.time_startup_s": [11.6, 0.0]})
+    runs = pd.DataFrame(
+        {
+            "params.run_hash": ["a", "b"],
+            "params.seed": ["0", "1"],
+            "params.algorithm.name": ["fedavg"] * 2,
+            "status": ["FINISHED"] * 2,
+            "start_time": pd.to_datetime([1, 2], unit="s"),
+            "metrics.final.acc_local_mean": [0.8, 0.8],
+            "metrics.total.time_run_s": [13.7, 2.1],
+            "metrics.total.time_startup_s": [11.6, 0.0],
+        }
+    )
     board = build_leaderboard(runs, group_by=())
     (row,) = board.table.to_dict("records")
     assert row["wall_s"] == pytest.approx(2.1) and row["startup_s"] == pytest.approx(5.8)

@@ -36,7 +36,6 @@ def check_logged(uri: str, spec, result):
         assert yaml.safe_load(f) == spec.to_dict()
 
 
-
 def test_runs_land_in_the_embedded_sqlite_store_under_results(isolated_results, mlflow_store):
     spec = tiny_spec(rounds=2)
     result = run_spec(spec, [MlflowCallback()])
@@ -163,11 +162,16 @@ def test_a_runs_charts_open_on_its_accuracy_curves_and_its_summaries_stay_search
     curves = [k for k in order if len(client.get_metric_history(run.info.run_id, k)) == spec.rounds]
     assert order[0] == M.ACC_LOCAL_MEAN and order.index(M.ACC_LOCAL_MEAN) < min(order.index(k) for k in summaries)
     assert all(order.index(k) < order.index(summaries[0]) for k in curves if k.startswith("acc"))
-    title = lambda key: key.split("/")[-1]  # MLflow titles a chart with its key less the section prefix
+
+    def title(key):
+        return key.split("/")[-1]
+
     assert not {title(k) for k in summaries} & {title(k) for k in curves}
     mlflow.set_tracking_uri(uri)
     try:
-        found = mlflow.search_runs(experiment_names=["tiny"], filter_string=f"metrics.{M.FINAL_PREFIX}{M.ACC_LOCAL_MEAN} >= 0")
+        found = mlflow.search_runs(
+            experiment_names=["tiny"], filter_string=f"metrics.{M.FINAL_PREFIX}{M.ACC_LOCAL_MEAN} >= 0"
+        )
     finally:
         mlflow.set_tracking_uri(None)
     assert len(found) == 1

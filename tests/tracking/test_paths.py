@@ -15,7 +15,9 @@ def test_a_name_leading_outside_the_root_is_refused(tmp_path):
 
 
 def test_a_path_inside_the_root_is_resolved(isolated_results):
-    assert results_path("leaderboards", "quickstart.md") == isolated_results.resolve() / "leaderboards" / "quickstart.md"
+    assert (
+        results_path("leaderboards", "quickstart.md") == isolated_results.resolve() / "leaderboards" / "quickstart.md"
+    )
     assert results_path("plots", "a..b") == isolated_results.resolve() / "plots" / "a..b"
 
 

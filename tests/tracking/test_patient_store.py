@@ -16,14 +16,22 @@ from tests.conftest import TINY
 
 def hold_exclusive_lock(store, seconds: float) -> subprocess.Popen:
     """Another process holding the store in a write transaction for `seconds`; returns once it holds it."""
-    holder = subprocess.Popen([sys.executable, "-c", f"""
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            f"""
 import sqlite3, sys, time
 db = sqlite3.connect({str(store)!r}, isolation_level=None)
 db.execute("BEGIN EXCLUSIVE")
 print("locked", flush=True)
 time.sleep({seconds})
 db.execute("COMMIT")
-"""], stdout=subprocess.PIPE, text=True)
+""",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert holder.stdout.readline().strip() == "locked"
     return holder
 
@@ -49,8 +57,9 @@ def test_a_lock_held_past_the_wait_fails_naming_the_store_and_the_setting(mlflow
     monkeypatch.setenv("FEDBENCH_STORE_WAIT_S", "1")
     holder = hold_exclusive_lock(mlflow_store, 30)
     try:
-        with pytest.raises(StoreLockedError, match=f"the tracking store {uri} stayed locked by another process .*"
-                                                   "FEDBENCH_STORE_WAIT_S"):
+        with pytest.raises(
+            StoreLockedError, match=f"the tracking store {uri} stayed locked by another process .*FEDBENCH_STORE_WAIT_S"
+        ):
             read_runs("anything", uri)
     finally:
         holder.kill()
@@ -85,12 +94,25 @@ def test_a_sweep_a_run_and_a_leaderboard_share_one_store(tmp_path, mlflow_store,
 
     body = {k: v for k, v in TINY.items() if k != "task"}
     (tmp_path / "other.yaml").write_text(yaml.safe_dump({**body, "name": "beside", "rounds": 6, "seeds": [0, 1, 2]}))
-    (tmp_path / "swept.yaml").write_text(yaml.safe_dump({**body, "name": "swept", "rounds": 3, "seeds": [0, 1],
-                                                         "resources": {"client_cpus": 0.5},
-                                                         "grid": {"algorithm": ["fedavg", "local"]}}))
-    other = subprocess.Popen([sys.executable, "-m", "fedbench", "run", str(tmp_path / "other.yaml")],
-                             env={**__import__("os").environ, "FEDBENCH_RESULTS": str(mlflow_store.parent)},
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    (tmp_path / "swept.yaml").write_text(
+        yaml.safe_dump(
+            {
+                **body,
+                "name": "swept",
+                "rounds": 3,
+                "seeds": [0, 1],
+                "resources": {"client_cpus": 0.5},
+                "grid": {"algorithm": ["fedavg", "local"]},
+            }
+        )
+    )
+    other = subprocess.Popen(
+        [sys.executable, "-m", "fedbench", "run", str(tmp_path / "other.yaml")],
+        env={**__import__("os").environ, "FEDBENCH_RESULTS": str(mlflow_store.parent)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     uri, reads, failures, done = f"sqlite:///{mlflow_store}", [], [], threading.Event()
 
     def read_leaderboards():

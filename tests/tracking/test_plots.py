@@ -53,8 +53,13 @@ def handmade(mlflow_store):
                 history = {r: float(rng.uniform(0.1, 0.9)) for r in range(1, ROUNDS + 1)}
                 if (algorithm, alpha, seed) == ("local", "0.3", 2):
                     del history[2]
-                params = {"run_hash": f"{algorithm}{alpha}{seed}", "algorithm.name": algorithm, "scenario.alpha": alpha,
-                          "seed": seed, "dataset.name": "digits"}
+                params = {
+                    "run_hash": f"{algorithm}{alpha}{seed}",
+                    "algorithm.name": algorithm,
+                    "scenario.alpha": alpha,
+                    "seed": seed,
+                    "dataset.name": "digits",
+                }
                 log_run(client, experiment, parent, params, history)
                 logged[(algorithm, alpha, seed)] = history
     bad = {"run_hash": "bad", "algorithm.name": "fedavg", "scenario.alpha": "0.3", "seed": 9, "dataset.name": "digits"}
@@ -70,7 +75,9 @@ def test_curves_and_heatmap_equal_the_logged_values_and_land_under_the_latest_sw
     for row in plots.curves.to_dict("records"):
         algorithm = row["configuration"]
         alpha = row["group"].removeprefix("alpha=")  # figures name fields without their section
-        values = [logged[(algorithm, alpha, s)][row["round"]] for s in SEEDS if row["round"] in logged[(algorithm, alpha, s)]]
+        values = [
+            logged[(algorithm, alpha, s)][row["round"]] for s in SEEDS if row["round"] in logged[(algorithm, alpha, s)]
+        ]
         assert row["n"] == len(values) == (2 if (algorithm, alpha, row["round"]) == ("local", "0.3", 2) else 3)
         assert row["mean"] == pytest.approx(np.mean(values)) and row["std"] == pytest.approx(np.std(values, ddof=1))
 
@@ -121,17 +128,30 @@ def test_plot_cli_on_plain_runs_writes_files_and_says_there_is_no_sweep(mlflow_s
     assert "no sweep parent run" in out and "left out 1 run" in out and "ClientDivergedError" in out
     folder = isolated_results / "plots" / "plots_cli"
     # one scenario is one heatmap column: no heatmap (issue 31), the per-client figures beside the curves
-    assert sorted(p.name for p in folder.iterdir()) == ["clients_by_round_acc_local.png", "clients_final_acc_local.png",
-                                                         "curves_acc_local_mean.png"]
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "clients_by_round_acc_local.png",
+        "clients_final_acc_local.png",
+        "curves_acc_local_mean.png",
+    ]
 
     plots = plot_experiment("plots_cli", uri, folder, log_artifacts=False)
     client = MlflowClient(uri)
     experiment = client.get_experiment_by_name("plots_cli").experiment_id
     for algorithm in ALGORITHMS:
-        runs = [r for r in client.search_runs([experiment]) if r.data.params["algorithm.name"] == algorithm
-                and r.info.status == "FINISHED"]
-        per_round = np.array([[m.value for m in sorted(client.get_metric_history(r.info.run_id, "acc_local_mean"),
-                                                       key=lambda m: m.step)] for r in runs])
+        runs = [
+            r
+            for r in client.search_runs([experiment])
+            if r.data.params["algorithm.name"] == algorithm and r.info.status == "FINISHED"
+        ]
+        per_round = np.array(
+            [
+                [
+                    m.value
+                    for m in sorted(client.get_metric_history(r.info.run_id, "acc_local_mean"), key=lambda m: m.step)
+                ]
+                for r in runs
+            ]
+        )
         assert per_round.shape == (2, 2)
         curve = plots.curves[plots.curves["configuration"] == algorithm].sort_values("round")
         assert curve["mean"].to_numpy() == pytest.approx(per_round.mean(axis=0))
@@ -140,7 +160,6 @@ def test_plot_cli_on_plain_runs_writes_files_and_says_there_is_no_sweep(mlflow_s
     assert main(["plot", "--experiment", "plots_cli", "--metric", "acc_nope"]) == 2
     assert "--metric" in capsys.readouterr().out
     assert main(["plot"]) == 2
-
 
 
 def test_paper_formats_dpi_and_std_in_heatmap_cells(handmade, isolated_results):
@@ -169,8 +188,16 @@ def test_seed_bands_stay_inside_the_metrics_range():
     from fedbench.core import metrics as M
     from fedbench.tracking.plots import draw_curves
 
-    curves = pd.DataFrame({"group": "all", "configuration": "fedavg", "round": [1, 2, 3],
-                           "mean": [0.05, 0.5, 0.97], "std": [0.2, 0.1, 0.2], "n": 2})
+    curves = pd.DataFrame(
+        {
+            "group": "all",
+            "configuration": "fedavg",
+            "round": [1, 2, 3],
+            "mean": [0.05, 0.5, 0.97],
+            "std": [0.2, 0.1, 0.2],
+            "n": 2,
+        }
+    )
     figure = draw_curves(curves, "t", "accuracy", M.value_range(M.ACC_LOCAL_MEAN))
     [band] = [c for c in figure.axes[0].collections if isinstance(c, PolyCollection)]
     ys = np.concatenate([path.vertices[:, 1] for path in band.get_paths()])
@@ -187,8 +214,11 @@ def test_figures_name_sampled_values_as_tables_do():
     names = ["fedprox mu=0.018662266976517967", "fedprox mu=0.4311005868549", "fedavg (reference)"]
     heatmap = pd.DataFrame({"all": [0.8, 0.7, 0.75]}, index=names)
     figure = draw_heatmap(heatmap, heatmap * 0.1, "t", "all")
-    assert [t.get_text() for t in figure.axes[0].get_yticklabels()] == \
-        ["fedprox mu=0.0187", "fedprox mu=0.431", "fedavg (reference)"]
+    assert [t.get_text() for t in figure.axes[0].get_yticklabels()] == [
+        "fedprox mu=0.0187",
+        "fedprox mu=0.431",
+        "fedavg (reference)",
+    ]
     curves = pd.DataFrame({"group": "all", "configuration": names, "round": 1, "mean": 0.5, "std": 0.0, "n": 1})
     legend = [t.get_text() for t in draw_curves(curves, "t", "accuracy").legends[0].get_texts()]
     assert sorted(legend) == sorted(["fedprox mu=0.0187", "fedprox mu=0.431", "fedavg (reference)"])
@@ -200,9 +230,16 @@ def test_the_per_client_distribution_is_each_runs_last_evaluated_round():
 
     from fedbench.tracking.client_plots import draw_client_distribution, draw_client_map, final_round_rows
 
-    table = pd.DataFrame({"run_hash": ["a"] * 4 + ["b"] * 2, "round": [1, 1, 2, 2, 1, 1], "client": [0, 1, 0, 1, 0, 1],
-                          "acc_local": [0.1, 0.2, 0.7, 0.9, 0.4, 0.5], "group": ["g"] * 6,
-                          "configuration": ["x"] * 4 + ["y"] * 2})
+    table = pd.DataFrame(
+        {
+            "run_hash": ["a"] * 4 + ["b"] * 2,
+            "round": [1, 1, 2, 2, 1, 1],
+            "client": [0, 1, 0, 1, 0, 1],
+            "acc_local": [0.1, 0.2, 0.7, 0.9, 0.4, 0.5],
+            "group": ["g"] * 6,
+            "configuration": ["x"] * 4 + ["y"] * 2,
+        }
+    )
     final = final_round_rows(table)
     assert sorted(final["acc_local"]) == [0.4, 0.5, 0.7, 0.9]
     figure = draw_client_distribution(table, "t")
@@ -218,16 +255,23 @@ def test_heatmap_cells_carry_the_leaderboards_marks_best_and_ties():
     from fedbench.tracking.leaderboard import versus_best
     from fedbench.tracking.plots import draw_heatmap, heatmap_table
 
-    labels = pd.DataFrame({"run_id": range(9), "group": ["g1"] * 6 + ["g2"] * 3,
-                           "configuration": ["a", "a", "a", "b", "b", "b", "a", "a", "a"]})
+    labels = pd.DataFrame(
+        {
+            "run_id": range(9),
+            "group": ["g1"] * 6 + ["g2"] * 3,
+            "configuration": ["a", "a", "a", "b", "b", "b", "a", "a", "a"],
+        }
+    )
     values = pd.Series([0.90, 0.91, 0.92, 0.10, 0.12, 0.11, 0.5, 0.6, 0.55])
     marks = versus_best(labels.assign(value=values), "max")
     figure = draw_heatmap(heatmap_table(labels, values), heatmap_table(labels, values, "std"), "t", "group", marks)
     cells = {t.get_text() for t in figure.axes[0].texts}
     assert "0.910\n± 0.010 ★" in cells and "0.110\n± 0.010" in cells  # b is clearly worse: no mark
     assert "0.550\n± 0.050 ★" in cells and "-" in cells  # g2's only configuration is its best; b did not run there
-    tied = versus_best(pd.DataFrame({"group": ["g"] * 4, "configuration": ["a", "a", "b", "b"],
-                                     "value": [0.88, 0.80, 0.87, 0.86]}), "max")
+    tied = versus_best(
+        pd.DataFrame({"group": ["g"] * 4, "configuration": ["a", "a", "b", "b"], "value": [0.88, 0.80, 0.87, 0.86]}),
+        "max",
+    )
     assert tied[("g", "b")] == "best" and tied[("g", "a")].startswith("≈")  # 0.84 ± 0.06 against 0.865 ± 0.007
 
 
@@ -236,6 +280,8 @@ def test_figures_name_fields_without_their_section_unless_two_fields_share_a_nam
 
     labels = pd.Series(["scenario.alpha=0.1, dataset.num_clients=10", "fedavg client_fraction=0.5, scenario.alpha=1.0"])
     assert for_figures(labels, ["scenario.alpha", "dataset.num_clients", "algorithm.client_fraction"]).tolist() == [
-        "alpha=0.1, num_clients=10", "fedavg client_fraction=0.5, alpha=1.0"]
+        "alpha=0.1, num_clients=10",
+        "fedavg client_fraction=0.5, alpha=1.0",
+    ]
     clash = pd.Series(["apfl alpha=0.25, scenario.alpha=0.1"])  # APFL's own alpha beside the scenario's
     assert for_figures(clash, ["algorithm.alpha", "scenario.alpha"]).tolist() == clash.tolist()

@@ -17,21 +17,37 @@ from fedbench.tracking.reproduction import write_report
 from fedbench.tracking.sweep_runs import SweepRuns
 from tests.conftest import TINY, tiny_spec
 
-REFERENCE = [{
-    "title": "Local accuracy", "source": "test Table 1, p. 1", "metric": "final.acc_local_mean", "scale": 100,
-    "rows": ["algorithm"], "columns": ["optimizer.lr"],
-    "cells": [{"algorithm": "fedavg", "optimizer.lr": 0.05, "value": 90.0},
-              {"algorithm": "local", "optimizer.lr": 0.05, "value": None, "note": "the paper has no local row"},
-              {"algorithm": "fedavg", "optimizer.lr": 1.0e30, "value": 50.0},
-              {"algorithm": "local", "optimizer.lr": 1.0e30, "value": 80.0}],
-}]
+REFERENCE = [
+    {
+        "title": "Local accuracy",
+        "source": "test Table 1, p. 1",
+        "metric": "final.acc_local_mean",
+        "scale": 100,
+        "rows": ["algorithm"],
+        "columns": ["optimizer.lr"],
+        "cells": [
+            {"algorithm": "fedavg", "optimizer.lr": 0.05, "value": 90.0},
+            {"algorithm": "local", "optimizer.lr": 0.05, "value": None, "note": "the paper has no local row"},
+            {"algorithm": "fedavg", "optimizer.lr": 1.0e30, "value": 50.0},
+            {"algorithm": "local", "optimizer.lr": 1.0e30, "value": 80.0},
+        ],
+    }
+]
 
 
 def write_task(tmp_path, name, reference=REFERENCE, **fields):
     body = {k: v for k, v in TINY.items() if k != "task"}
-    body.update({"name": name, "rounds": 1, "model": {"name": "mlp", "hidden": [16]},
-                 "grid": {"algorithm": ["fedavg", "local"], "optimizer.lr": [0.05, 1.0e30]}, "seeds": [0, 1],
-                 "reference": reference, **fields})
+    body.update(
+        {
+            "name": name,
+            "rounds": 1,
+            "model": {"name": "mlp", "hidden": [16]},
+            "grid": {"algorithm": ["fedavg", "local"], "optimizer.lr": [0.05, 1.0e30]},
+            "seeds": [0, 1],
+            "reference": reference,
+            **fields,
+        }
+    )
     path = tmp_path / f"{name}.yaml"
     path.write_text(yaml.safe_dump(body))
     return path
@@ -45,8 +61,11 @@ def stored(name, algorithm, lr):
     """Ours for a cell, straight from MLflow: the finished runs' final accuracy x 100."""
     client = MlflowClient(tracking_uri())
     experiment = client.get_experiment_by_name(name).experiment_id
-    runs = client.search_runs([experiment], f"params.`algorithm.name` = '{algorithm}' and params.`optimizer.lr` = '{lr}' "
-                                            "and attributes.status = 'FINISHED'")
+    runs = client.search_runs(
+        [experiment],
+        f"params.`algorithm.name` = '{algorithm}' and params.`optimizer.lr` = '{lr}' "
+        "and attributes.status = 'FINISHED'",
+    )
     return np.array([r.data.metrics["final.acc_local_mean"] * 100 for r in runs])
 
 
@@ -104,9 +123,19 @@ def test_runs_no_cell_covers_get_a_table_of_ours_only(tmp_path, mlflow_store):
 
 
 def test_the_report_is_logged_on_the_experiments_latest_sweep_parent(tmp_path, mlflow_store):
-    path = write_task(tmp_path, "swept", grid={"algorithm": ["fedavg"]}, seeds=[0],
-                      reference=[{**REFERENCE[0], "columns": ["scenario.num_clients"],
-                                  "cells": [{"algorithm": "fedavg", "scenario.num_clients": 4, "value": 90.0}]}])
+    path = write_task(
+        tmp_path,
+        "swept",
+        grid={"algorithm": ["fedavg"]},
+        seeds=[0],
+        reference=[
+            {
+                **REFERENCE[0],
+                "columns": ["scenario.num_clients"],
+                "cells": [{"algorithm": "fedavg", "scenario.num_clients": 4, "value": 90.0}],
+            }
+        ],
+    )
     task = load_task(path)
     run(task.expand())
     parent = SweepRuns(tracking_uri(), "swept").start_parent("swept-grid", 1).run_id
@@ -123,8 +152,9 @@ def test_report_cli_leaves_the_default_tolerance_to_the_report_and_states_its_va
     from fedbench.cli import build_parser
     from fedbench.tracking.reproduction import DEFAULT_TOLERANCE
 
-    report = next(a for a in build_parser()._subparsers._group_actions[0].choices["report"]._actions
-                  if a.dest == "tolerance")
+    report = next(
+        a for a in build_parser()._subparsers._group_actions[0].choices["report"]._actions if a.dest == "tolerance"
+    )
     assert report.default is None
     assert f"default {DEFAULT_TOLERANCE}:" in report.help
 
@@ -138,19 +168,34 @@ def test_a_negative_tolerance_is_refused(tmp_path):
 
 
 def test_cells_the_task_cannot_fill_or_cannot_tell_apart_say_so_before_anything_runs(tmp_path):
-    reference = [{**REFERENCE[0], "cells": [
-        {"algorithm": "fedavg", "optimizer.lr": 0.5, "value": 70.0},    # the task has no such run
-        {"algorithm": "fedavg", "optimizer.lr": 0.05, "value": 90.0},   # two fedavg configurations match
-    ]}]
-    path = write_task(tmp_path, "unrun", reference=reference,
-                      grid={"algorithm": ["fedavg", {"name": "fedavg", "client_fraction": 0.5}], "optimizer.lr": [0.05]})
+    reference = [
+        {
+            **REFERENCE[0],
+            "cells": [
+                {"algorithm": "fedavg", "optimizer.lr": 0.5, "value": 70.0},  # the task has no such run
+                {"algorithm": "fedavg", "optimizer.lr": 0.05, "value": 90.0},  # two fedavg configurations match
+            ],
+        }
+    ]
+    path = write_task(
+        tmp_path,
+        "unrun",
+        reference=reference,
+        grid={"algorithm": ["fedavg", {"name": "fedavg", "client_fraction": 0.5}], "optimizer.lr": [0.05]},
+    )
     report = write_report(load_task(path), tracking_uri(), tmp_path / "out")  # no store yet: nothing is created
     cells = row(report.path.read_text(), "fedavg")
-    assert cells[1:3] == ["ambiguous: 2 configurations match (name more fields) vs 90.0",
-                         "not in this task vs 70.0"]
+    assert cells[1:3] == ["ambiguous: 2 configurations match (name more fields) vs 90.0", "not in this task vs 70.0"]
     assert report.files == [] and not (tmp_path / "results" / "mlflow.db").exists()
-    assert report.summary() == {"compared": 0, "within the spread": 0, "beyond the spread": 0, "no run yet": 0,
-                                     "failed": 0, "not in this task": 1, "ours only": 0}
+    assert report.summary() == {
+        "compared": 0,
+        "within the spread": 0,
+        "beyond the spread": 0,
+        "no run yet": 0,
+        "failed": 0,
+        "not in this task": 1,
+        "ours only": 0,
+    }
 
 
 def test_the_python_api_writes_the_profiles_report_as_the_command_does(tmp_path, mlflow_store):
@@ -164,7 +209,9 @@ def test_the_python_api_writes_the_profiles_report_as_the_command_does(tmp_path,
     report = fedbench.report(str(path), profile="smoke", out=tmp_path / "api_report")
     assert report.path == tmp_path / "api_report" / "report.md"
     assert report.summary()["compared"] == 1  # fedavg at lr 0.05; lr 1e30 is not in the smoke profile
-    assert row(report.path.read_text(), "fedavg")[1].startswith(f"{stored('repro_api-smoke', 'fedavg', 0.05)[0]:.1f} ± 0.0 (n=1)")
+    assert row(report.path.read_text(), "fedavg")[1].startswith(
+        f"{stored('repro_api-smoke', 'fedavg', 0.05)[0]:.1f} ± 0.0 (n=1)"
+    )
 
 
 def test_numeric_columns_follow_the_grids_direction_with_reference_only_values_in_place():
@@ -172,8 +219,12 @@ def test_numeric_columns_follow_the_grids_direction_with_reference_only_values_i
     002's drift columns read 4, 2, 1 as the grid (and the paper) lists them; names keep the grid's order."""
     from fedbench.tracking.reproduction.cells import value_order
 
-    grid_then_cells = [{"k": 2, "drift": 4, "preset": "b"}, {"k": 5, "drift": 2, "preset": "a"}, {"k": 10, "drift": 1},
-                       {"k": 3}]
+    grid_then_cells = [
+        {"k": 2, "drift": 4, "preset": "b"},
+        {"k": 5, "drift": 2, "preset": "a"},
+        {"k": 10, "drift": 1},
+        {"k": 3},
+    ]
     order = value_order(grid_then_cells)
     assert order["k"] == ["2.0", "3.0", "5.0", "10.0"]
     assert order["drift"] == ["4.0", "2.0", "1.0"]
@@ -181,10 +232,16 @@ def test_numeric_columns_follow_the_grids_direction_with_reference_only_values_i
 
 
 def test_a_smaller_profiles_report_keeps_the_rows_and_columns_it_runs_and_names_the_tables_it_leaves_out(
-        tmp_path, mlflow_store):
-    unrun = {**REFERENCE[0], "title": "Diverging only", "cells": [{"algorithm": "fedavg", "optimizer.lr": 1.0e30, "value": 50.0}]}
-    path = write_task(tmp_path, "part", reference=[REFERENCE[0], unrun],
-                      profiles={"small": {"grid.optimizer.lr": [0.05]}})
+    tmp_path, mlflow_store
+):
+    unrun = {
+        **REFERENCE[0],
+        "title": "Diverging only",
+        "cells": [{"algorithm": "fedavg", "optimizer.lr": 1.0e30, "value": 50.0}],
+    }
+    path = write_task(
+        tmp_path, "part", reference=[REFERENCE[0], unrun], profiles={"small": {"grid.optimizer.lr": [0.05]}}
+    )
 
     paper = write_report(load_task(path), tracking_uri(), tmp_path / "paper", log_artifacts=False)
     assert [len(t.column_keys) for t in paper.tables] == [2, 1]
@@ -200,14 +257,20 @@ def test_a_smaller_profiles_report_keeps_the_rows_and_columns_it_runs_and_names_
     assert row(markdown, "fedavg")[1] == "no run yet vs 90.0" and len(row(markdown, "fedavg")) == 2 + 5  # + costs
 
 
-@pytest.mark.parametrize("columns, keys, axis", [
-    (("dataset.name", "scenario.clusters"), [("mnist", 2), ("mnist", 5), ("fmnist", 2), ("fmnist", 5)], 1),
-    # the clients only follow K here (one sparsity): every panel would hold a single point, so no line figure
-    (("dataset.name", "scenario.clusters", "scenario.num_clients"),
-     [("mnist", 2, 40), ("mnist", 5, 100), ("fmnist", 2, 40), ("fmnist", 5, 100)], None),
-    (("scenario.preset", "scenario.drift_every"), [("low", 4), ("low", 2), ("low", 1), ("high", 4)], 1),
-    (("algorithm.name",), [("fedavg",), ("local",)], None),
-])
+@pytest.mark.parametrize(
+    "columns, keys, axis",
+    [
+        (("dataset.name", "scenario.clusters"), [("mnist", 2), ("mnist", 5), ("fmnist", 2), ("fmnist", 5)], 1),
+        # the clients only follow K here (one sparsity): every panel would hold a single point, so no line figure
+        (
+            ("dataset.name", "scenario.clusters", "scenario.num_clients"),
+            [("mnist", 2, 40), ("mnist", 5, 100), ("fmnist", 2, 40), ("fmnist", 5, 100)],
+            None,
+        ),
+        (("scenario.preset", "scenario.drift_every"), [("low", 4), ("low", 2), ("low", 1), ("high", 4)], 1),
+        (("algorithm.name",), [("fedavg",), ("local",)], None),
+    ],
+)
 def test_a_line_figure_runs_along_the_numeric_column_whose_panels_hold_most_points(columns, keys, axis):
     from fedbench.config.reference import ReferenceTable
     from fedbench.tracking.reproduction.cells import TableResult
@@ -220,8 +283,12 @@ def test_a_line_figure_runs_along_the_numeric_column_whose_panels_hold_most_poin
 def test_a_profile_that_runs_none_of_the_papers_cells_says_so_before_and_after_its_runs(tmp_path, mlflow_store, capsys):
     """`report --profile smoke` said `8 no run yet` before the sweep and `0 compared ... 0 not in this task` after
     it: its own runs were counted as the paper's cells, and the paper's cells vanished (issue 31)."""
-    path = write_task(tmp_path, "elsewhere", grid={"algorithm": ["fedavg", "local"], "optimizer.lr": [0.05]},
-                      profiles={"smoke": {"grid.optimizer.lr": [0.02]}})  # the paper's cells are all at 0.05 or 1e30
+    path = write_task(
+        tmp_path,
+        "elsewhere",
+        grid={"algorithm": ["fedavg", "local"], "optimizer.lr": [0.05]},
+        profiles={"smoke": {"grid.optimizer.lr": [0.02]}},
+    )  # the paper's cells are all at 0.05 or 1e30
     for ran in (False, True):
         if ran:
             run(load_task(path, ["profile=smoke"]).expand())
@@ -256,11 +323,19 @@ def test_a_test_time_tables_rows_say_how_their_test_clients_got_a_model(tmp_path
     assert test_time_protocol(tiny_spec(algorithm="feroma", test_time="known")) == "own match"
     assert test_time_protocol(tiny_spec(algorithm="ifca")) == "own rule (ensemble or global model)"
     assert test_time_protocol(tiny_spec(algorithm="local", test_time="known")) == "none (no test-time clients)"
-    reference = [{**REFERENCE[0], "metric": "final.acc_test_time",
-                  "cells": [{"algorithm": "fedavg", "optimizer.lr": 0.05, "value": 90.0},
-                            {"algorithm": "oracle", "optimizer.lr": 0.05, "value": 95.0}]}]
-    path = write_task(tmp_path, "tt", reference=reference, grid={"algorithm": ["fedavg", "oracle"]}, seeds=[0],
-                      test_time="known")
+    reference = [
+        {
+            **REFERENCE[0],
+            "metric": "final.acc_test_time",
+            "cells": [
+                {"algorithm": "fedavg", "optimizer.lr": 0.05, "value": 90.0},
+                {"algorithm": "oracle", "optimizer.lr": 0.05, "value": 95.0},
+            ],
+        }
+    ]
+    path = write_task(
+        tmp_path, "tt", reference=reference, grid={"algorithm": ["fedavg", "oracle"]}, seeds=[0], test_time="known"
+    )
     task = load_task(path)
     run(task.expand())
     markdown = write_report(task, tracking_uri(), tmp_path / "out").path.read_text()

@@ -16,8 +16,9 @@ from tests.conftest import TINY
 def tmpfs(path, size_kib: int, options: str = ""):
     """A tmpfs of `size_kib` mounted at `path` for the block, unmounted (by its path) after it."""
     path.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_kib}k{options}", "tmpfs", str(path)],
-                             capture_output=True, text=True)
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size_kib}k{options}", "tmpfs", str(path)], capture_output=True, text=True
+    )
     if mounted.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here ({mounted.stderr.strip()}): this test needs root")
     try:
@@ -32,8 +33,9 @@ def run_task(tmp_path, results, **changes):
     task.write_text(yaml.safe_dump(body))
     env = {**os.environ, "FEDBENCH_RESULTS": str(results)}
     env.pop("MLFLOW_TRACKING_URI", None)
-    return subprocess.run([sys.executable, "-m", "fedbench", "run", str(task)], capture_output=True, text=True,
-                          env=env, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "fedbench", "run", str(task)], capture_output=True, text=True, env=env, timeout=600
+    )
 
 
 def test_a_read_only_results_folder_is_refused_before_any_run(tmp_path):
@@ -47,7 +49,8 @@ def test_a_read_only_results_folder_is_refused_before_any_run(tmp_path):
 
 @pytest.mark.slow
 def test_a_disk_that_fills_mid_run_stops_the_command_naming_the_store_and_a_second_try_duplicates_nothing(
-        tmp_path, migrated_store):
+    tmp_path, migrated_store
+):
     from fedbench.tracking.leaderboard import read_runs
 
     room = migrated_store.stat().st_size // 1024 + 1024 + 256  # the store, the 1 MiB free-space probe, a little

@@ -20,10 +20,20 @@ pytestmark = pytest.mark.mlflow_server
 def start_run(tmp_path, url: str, seed: int, retries: int, rounds: int) -> subprocess.Popen:
     body = {**{k: v for k, v in TINY.items() if k != "task"}, "name": "served", "rounds": rounds, "seeds": [seed]}
     (tmp_path / "task.yaml").write_text(yaml.safe_dump(body))
-    env = {**os.environ, "MLFLOW_TRACKING_URI": url, "FEDBENCH_RESULTS": str(tmp_path / "results"),
-           "MLFLOW_HTTP_REQUEST_MAX_RETRIES": str(retries), "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1"}
-    return subprocess.Popen([sys.executable, "-m", "fedbench", "run", str(tmp_path / "task.yaml")], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    env = {
+        **os.environ,
+        "MLFLOW_TRACKING_URI": url,
+        "FEDBENCH_RESULTS": str(tmp_path / "results"),
+        "MLFLOW_HTTP_REQUEST_MAX_RETRIES": str(retries),
+        "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+    }
+    return subprocess.Popen(
+        [sys.executable, "-m", "fedbench", "run", str(tmp_path / "task.yaml")],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
 
 
 def wait_for_rounds(store, rounds: int, run: subprocess.Popen) -> None:
@@ -57,8 +67,9 @@ def test_a_tracking_server_that_dies_mid_run(tmp_path, migrated_store, comes_bac
         assert run.poll() is None, "the run ended before its server stopped: the test would show nothing"
         if comes_back:
             time.sleep(3)
-            server = serve_store(f"sqlite:///{store}", tmp_path / "artifacts", port=int(server.url.rsplit(":", 1)[1]),
-                                 timeout_s=240)
+            server = serve_store(
+                f"sqlite:///{store}", tmp_path / "artifacts", port=int(server.url.rsplit(":", 1)[1]), timeout_s=240
+            )
         output = run.communicate(timeout=600)[0]
     finally:
         if run.poll() is None:

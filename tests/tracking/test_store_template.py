@@ -15,8 +15,11 @@ def tables_and_revision(path):
     db = sqlite3.connect(path)
     try:
         names = sorted(db.execute("select type, name from sqlite_master where name not like 'sqlite_%'"))
-        columns = {name: sorted(row[1:] for row in db.execute(f"pragma table_info('{name}')"))
-                   for kind, name in names if kind == "table"}
+        columns = {
+            name: sorted(row[1:] for row in db.execute(f"pragma table_info('{name}')"))
+            for kind, name in names
+            if kind == "table"
+        }
         return names, columns, db.execute("select version_num from alembic_version").fetchall()
     finally:
         db.close()

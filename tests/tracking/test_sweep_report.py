@@ -17,13 +17,17 @@ def test_the_parent_run_tells_the_whole_story(mlflow_store, isolated_results):
     for algorithm in ("fedavg", "local"):
         run_spec(tiny_spec(task="story", algorithm=algorithm), [MlflowCallback(uri)])
     task = {**TINY, "grid": {"algorithm": ["fedavg", "local"]}, "seeds": [0]}
-    logged = report_sweep(uri, "story", parent.run_id, task, "FedAvg against local training", isolated_results / "plots")
+    logged = report_sweep(
+        uri, "story", parent.run_id, task, "FedAvg against local training", isolated_results / "plots"
+    )
     client = MlflowClient(uri)
     run = client.get_run(parent.run_id)
     assert run.data.params["scenario.alpha"] == "0.5" and run.data.params["grid.algorithm"] == "['fedavg', 'local']"
     assert run.data.tags[DESCRIPTION_TAG] == "FedAvg against local training"
     assert client.get_experiment_by_name("story").tags[DESCRIPTION_TAG] == "FedAvg against local training"
-    artifacts = {a.path for a in client.list_artifacts(parent.run_id)} | {a.path for a in client.list_artifacts(parent.run_id, "plots")}
+    artifacts = {a.path for a in client.list_artifacts(parent.run_id)} | {
+        a.path for a in client.list_artifacts(parent.run_id, "plots")
+    }
     assert {"leaderboard.md", "plots/curves_acc_local_mean.png", "plots/clients_final_acc_local.png"} <= artifacts
     assert "plots/heatmap_final_acc_local_mean.png" not in artifacts  # one scenario: a one-column heatmap says nothing
     assert "leaderboard.md" in logged

@@ -54,9 +54,11 @@ def resume_elsewhere(uri: str, sweep: str) -> str:
     import subprocess
     import sys
 
-    code = ("import sys\nfrom fedbench.core.errors import ConfigError\nfrom fedbench.tracking.sweep_runs import SweepRuns\n"
-            f"try:\n    print('attempt', SweepRuns({uri!r}, 'sweeps').reopen_parent({sweep!r}).attempt)\n"
-            "except ConfigError as exc:\n    print(exc)\n")
+    code = (
+        "import sys\nfrom fedbench.core.errors import ConfigError\nfrom fedbench.tracking.sweep_runs import SweepRuns\n"
+        f"try:\n    print('attempt', SweepRuns({uri!r}, 'sweeps').reopen_parent({sweep!r}).attempt)\n"
+        "except ConfigError as exc:\n    print(exc)\n"
+    )
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
 
 

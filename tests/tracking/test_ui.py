@@ -21,8 +21,9 @@ def test_the_ui_serves_the_store_at_the_printed_address_and_stops_with_the_comma
     experiment = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db").create_experiment("study")
     env = {**os.environ, "FEDBENCH_RESULTS": str(tmp_path)}
     env.pop("MLFLOW_TRACKING_URI", None)
-    proc = subprocess.Popen([sys.executable, "-m", "fedbench", "ui"], env=env, stdout=subprocess.PIPE, text=True,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fedbench", "ui"], env=env, stdout=subprocess.PIPE, text=True, start_new_session=True
+    )
     try:
         line = proc.stdout.readline()  # printed once the server answers
         assert f"MLflow UI over sqlite:///{tmp_path}/mlflow.db: http://127.0.0.1:" in line, line

@@ -30,8 +30,15 @@ def separable_data(n=256, seed=0):
 
 
 def ctx(lr=0.1, epochs=3, seed=0):
-    return RoundContext(round=1, client_id=0, seed=seed, local_epochs=epochs, batch_size=16,
-                        optimizer=OptimizerSpec(lr=lr), num_classes=2)
+    return RoundContext(
+        round=1,
+        client_id=0,
+        seed=seed,
+        local_epochs=epochs,
+        batch_size=16,
+        optimizer=OptimizerSpec(lr=lr),
+        num_classes=2,
+    )
 
 
 def model(seed=0):
@@ -72,7 +79,10 @@ def test_hooks_freeze_parameters_and_add_loss_terms():
     train_local(plain, data, ctx())
     penalty = TrainHooks(extra_loss=lambda mod, x, y, logits: 0.5 * sum((p**2).sum() for p in mod.parameters()))
     train_local(shrunk, data, ctx(), penalty)
-    norm = lambda mod: sum(float((p.detach() ** 2).sum()) for p in mod.parameters())
+
+    def norm(mod):
+        return sum(float((p.detach() ** 2).sum()) for p in mod.parameters())
+
     assert norm(shrunk) < 0.5 * norm(plain)
 
 
@@ -97,8 +107,15 @@ def test_loss_hook_replaces_the_cross_entropy():
             return torch.stack([self.w.expand(len(x)), torch.zeros(len(x))], dim=1)
 
     data = separable_data()
-    sgd = RoundContext(round=1, client_id=0, seed=0, local_epochs=3, batch_size=16,
-                       optimizer=OptimizerSpec(lr=0.5, momentum=0.0), num_classes=2)
+    sgd = RoundContext(
+        round=1,
+        client_id=0,
+        seed=0,
+        local_epochs=3,
+        batch_size=16,
+        optimizer=OptimizerSpec(lr=0.5, momentum=0.0),
+        num_classes=2,
+    )
     hooked, plain = OneParameter(), OneParameter()
     metrics = train_local(hooked, data, sgd, TrainHooks(loss=lambda mod, x, y: ((mod(x)[:, 0] - 3) ** 2).mean()))
     train_local(plain, data, sgd)
@@ -120,9 +137,13 @@ def test_sample_weights_see_the_batch_rows_of_the_training_split():
 
 
 def test_loss_hook_cannot_be_combined_with_sample_weights_or_forward():
-    loss = lambda mod, x, y: mod(x).sum()
+    def loss(mod, x, y):
+        return mod(x).sum()
+
     with pytest.raises(ValueError, match="sample_weight"):
-        train_local(model(), separable_data(), ctx(), TrainHooks(loss=loss, sample_weight=lambda x, y, rows: torch.ones(len(y))))
+        train_local(
+            model(), separable_data(), ctx(), TrainHooks(loss=loss, sample_weight=lambda x, y, rows: torch.ones(len(y)))
+        )
     with pytest.raises(ValueError, match="forward"):
         train_local(model(), separable_data(), ctx(), TrainHooks(loss=loss, forward=lambda mod, x: mod(x)))
 
@@ -134,10 +155,20 @@ def test_inner_steps_repeat_each_batch_then_after_batch_runs_once():
     w = nn.Linear(1, 1, bias=False)
     nn.init.zeros_(w.weight)
     seen = []
-    job = RoundContext(round=1, client_id=0, seed=0, local_epochs=2, batch_size=128, num_classes=2,
-                       optimizer=OptimizerSpec(lr=0.5, momentum=0.0))
-    hooks = TrainHooks(loss=lambda m, x, y: 0.5 * (m.weight.sum() - 3) ** 2, inner_steps=3,
-                       after_batch=lambda m: seen.append(m.weight.item()))
+    job = RoundContext(
+        round=1,
+        client_id=0,
+        seed=0,
+        local_epochs=2,
+        batch_size=128,
+        num_classes=2,
+        optimizer=OptimizerSpec(lr=0.5, momentum=0.0),
+    )
+    hooks = TrainHooks(
+        loss=lambda m, x, y: 0.5 * (m.weight.sum() - 3) ** 2,
+        inner_steps=3,
+        after_batch=lambda m: seen.append(m.weight.item()),
+    )
     metrics = train_local(w, separable_data(), job, hooks)  # 128 training rows: one batch an epoch
     assert seen == [3 - 3 / 2**3, 3 - 3 / 2**6] and w.weight.item() == 3 - 3 / 2**6
     assert metrics["train_steps"] == 2.0
@@ -164,13 +195,21 @@ def test_set_weights_round_trips_read_only_arrays():
 
 
 def test_local_steps_walk_on_through_fresh_shuffles_and_epochs_take_the_same_first_pass():
-    steps = RoundContext(round=1, client_id=0, seed=0, local_epochs=1, batch_size=4, optimizer=OptimizerSpec(),
-                         num_classes=2, local_steps=7)
+    steps = RoundContext(
+        round=1,
+        client_id=0,
+        seed=0,
+        local_epochs=1,
+        batch_size=4,
+        optimizer=OptimizerSpec(),
+        num_classes=2,
+        local_steps=7,
+    )
     batches = list(batch_indices(10, steps))  # 3 batches a pass (4, 4, 2 rows)
     assert [len(b) for b in batches] == [4, 4, 2, 4, 4, 2, 4]
     assert sorted(torch.cat(batches[:3]).tolist()) == list(range(10))
     one_epoch = list(batch_indices(10, replace(steps, local_steps=None)))
-    assert len(one_epoch) == 3 and all(torch.equal(a, b) for a, b in zip(one_epoch, batches))
+    assert len(one_epoch) == 3 and all(torch.equal(a, b) for a, b in zip(one_epoch, batches, strict=False))
     assert list(batch_indices(0, steps)) == []  # no rows, no steps (not an endless loop)
     metrics = train_local(model(), separable_data(), replace(steps, batch_size=16, local_steps=5))
     assert metrics["train_steps"] == 5.0
@@ -186,8 +225,17 @@ def test_the_cosine_schedule_sets_each_rounds_learning_rate():
     for round in (1, 6):
         w = nn.Linear(1, 1, bias=False)
         nn.init.zeros_(w.weight)
-        job = RoundContext(round=round, client_id=0, seed=0, local_epochs=1, batch_size=1, optimizer=cosine,
-                           num_classes=2, rounds=10, local_steps=1)
+        job = RoundContext(
+            round=round,
+            client_id=0,
+            seed=0,
+            local_epochs=1,
+            batch_size=1,
+            optimizer=cosine,
+            num_classes=2,
+            rounds=10,
+            local_steps=1,
+        )
         train_local(w, separable_data(n=4), job, TrainHooks(loss=lambda m, x, y: m.weight.sum()))
         assert w.weight.item() == pytest.approx(-scheduled_lr(cosine, round, 10))
 
@@ -203,10 +251,19 @@ def test_adjust_gradients_runs_once_per_step_between_backward_and_the_step():
 
     w = nn.Linear(1, 1, bias=False)
     nn.init.zeros_(w.weight)
-    job = RoundContext(round=1, client_id=0, seed=0, local_epochs=1, batch_size=1,
-                       optimizer=OptimizerSpec(lr=0.1, momentum=0.0), num_classes=2, local_steps=4)
-    metrics = train_local(w, separable_data(n=8), job, TrainHooks(loss=lambda m, x, y: m.weight.sum(),
-                                                                     adjust_gradients=adjust))
+    job = RoundContext(
+        round=1,
+        client_id=0,
+        seed=0,
+        local_epochs=1,
+        batch_size=1,
+        optimizer=OptimizerSpec(lr=0.1, momentum=0.0),
+        num_classes=2,
+        local_steps=4,
+    )
+    metrics = train_local(
+        w, separable_data(n=8), job, TrainHooks(loss=lambda m, x, y: m.weight.sum(), adjust_gradients=adjust)
+    )
     assert seen == [1.0] * int(metrics["train_steps"]) and metrics["train_steps"] == 4
     assert w.weight.item() == pytest.approx(-4 * 3 * 0.1)
 
@@ -225,8 +282,10 @@ def test_training_loss_is_the_mean_cross_entropy_over_the_training_split_and_nan
     assert math.isnan(training_loss(m, empty)) and training_losses(m, empty).shape == (0,)
 
 
-@pytest.mark.parametrize("spec", [OptimizerSpec(lr=0.1, momentum=0.9, weight_decay=0.01),
-                                  OptimizerSpec(name="adam", lr=0.01, weight_decay=0.01)])
+@pytest.mark.parametrize(
+    "spec",
+    [OptimizerSpec(lr=0.1, momentum=0.9, weight_decay=0.01), OptimizerSpec(name="adam", lr=0.01, weight_decay=0.01)],
+)
 def test_a_reused_optimizer_trains_exactly_as_a_new_one(spec, monkeypatch):
     """A worker's model is trained by job after job with one optimizer, its state (momentum, Adam's moments and
     step) cleared and the round's lr set: the second job must equal that job run with a brand-new optimizer."""
@@ -252,7 +311,9 @@ def test_a_reused_optimizer_trains_exactly_as_a_new_one(spec, monkeypatch):
     train_local(m, data, first)
     optimizer = loop._kept[next(reversed(loop._kept))]
     train_local(m, data, second)
-    assert loop._kept[next(reversed(loop._kept))] is optimizer and optimizer.param_groups[0]["lr"] == second.optimizer.lr
+    assert (
+        loop._kept[next(reversed(loop._kept))] is optimizer and optimizer.param_groups[0]["lr"] == second.optimizer.lr
+    )
 
 
 def test_a_model_already_on_the_device_is_not_moved_again():
@@ -260,6 +321,6 @@ def test_a_model_already_on_the_device_is_not_moved_again():
 
     m = model()
     calls = []
-    m.to = lambda *a, **k: calls.append(a) or m  # noqa: E731: count what .to would have walked
+    m.to = lambda *a, **k: calls.append(a) or m  # count what .to would have walked
     assert on_device(m, "cpu") is m and on_device(m, torch.device("cpu")) is m and not calls
     assert on_device(nn.ReLU(), "cpu") is not None  # no parameters: moved as before (nothing to walk)

@@ -15,11 +15,16 @@ from tests.conftest import tiny_spec
 
 def ended_trial(bridge, trial_id, spec, pid):
     """A trial with one client worker (process `pid`) on GPU 0, no MPS, from its start to its final report."""
-    trial = SimpleNamespace(trial_id=trial_id, config={GRID_KEY: spec.to_dict()},
-                            placement_group_factory=SimpleNamespace(bundles=[{"CPU": 1}, {"CPU": 1, "GPU": 0.25}]))
+    trial = SimpleNamespace(
+        trial_id=trial_id,
+        config={GRID_KEY: spec.to_dict()},
+        placement_group_factory=SimpleNamespace(bundles=[{"CPU": 1}, {"CPU": 1, "GPU": 0.25}]),
+    )
     bridge.on_trial_start(0, [], trial)
     place = {"node": "n1", "gpu_ids": "0", "device": "cuda", "pid": str(pid), "mps": "no"}
-    bridge.on_trial_result(0, [], trial, {EVENT: "end", "status": "FINISHED", RUN_TAGS: json.dumps(placement_tags([place], 4))})
+    bridge.on_trial_result(
+        0, [], trial, {EVENT: "end", "status": "FINISHED", RUN_TAGS: json.dumps(placement_tags([place], 4))}
+    )
 
 
 def test_workers_of_different_trials_on_one_gpu_are_warned_of_once(mlflow_store):

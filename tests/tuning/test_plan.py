@@ -21,13 +21,26 @@ def test_an_unreachable_tracking_server_is_refused_at_once():
 
 
 def test_a_search_dry_run_checks_the_space_and_runs_nothing(capsys):
-    code = main(["sweep", "tasks/feddrm_tune.yaml", "--search", "search_spaces/feddrm_lambda.yaml", "--num-samples", "8",
-                 "--metric", "final.acc_system", "--dry-run"])
+    code = main(
+        [
+            "sweep",
+            "tasks/feddrm_tune.yaml",
+            "--search",
+            "search_spaces/feddrm_lambda.yaml",
+            "--num-samples",
+            "8",
+            "--metric",
+            "final.acc_system",
+            "--dry-run",
+        ]
+    )
     assert code == 0 and "8 Optuna samples of feddrm_lambda" in capsys.readouterr().out
 
 
 def test_a_search_without_a_metric_exits_with_the_reason(capsys):
-    code = main(["sweep", "tasks/feddrm_tune.yaml", "--search", "search_spaces/feddrm_lambda.yaml", "--num-samples", "8"])
+    code = main(
+        ["sweep", "tasks/feddrm_tune.yaml", "--search", "search_spaces/feddrm_lambda.yaml", "--num-samples", "8"]
+    )
     assert code == 2 and "--metric: got None" in capsys.readouterr().out
 
 
@@ -82,8 +95,19 @@ def test_max_failures_below_zero_is_refused_naming_the_option_or_the_task_field(
 def test_a_search_space_reaching_lr_zero_is_refused_by_the_fields_own_check(tmp_path, capsys):
     space = tmp_path / "zero.yaml"
     space.write_text("name: zero\nspace:\n  optimizer.lr: {uniform: [0, 0.1]}\n")
-    code = main(["sweep", "tasks/quickstart.yaml", "--search", str(space), "--num-samples", "2",
-                 "--metric", "final.acc_local_mean", "--dry-run"])
+    code = main(
+        [
+            "sweep",
+            "tasks/quickstart.yaml",
+            "--search",
+            str(space),
+            "--num-samples",
+            "2",
+            "--metric",
+            "final.acc_local_mean",
+            "--dry-run",
+        ]
+    )
     out = capsys.readouterr().out
     assert code == 2 and "optimizer.lr" in out and "learning rate > 0" in out, out
 
@@ -92,7 +116,10 @@ def test_a_bad_checkpoint_interval_is_refused_before_anything_runs(capsys):
     from fedbench.cli import main
 
     assert main(["sweep", "tasks/quickstart.yaml", "--checkpoint-every", "-2", "--dry-run"]) == 2
-    assert "--checkpoint-every: got -2; allowed: a whole number of rounds >= 0 (0: no checkpoints)" in capsys.readouterr().out
+    assert (
+        "--checkpoint-every: got -2; allowed: a whole number of rounds >= 0 (0: no checkpoints)"
+        in capsys.readouterr().out
+    )
     assert main(["run", "tasks/quickstart.yaml", "--checkpoint-every", "-1"]) == 2
 
 

@@ -17,20 +17,35 @@ def trial(name: str, status: str = "RUNNING"):
 
 def test_a_line_per_ended_trial_with_counts_best_and_eta():
     out = io.StringIO()
-    progress = SweepProgress(4, "final.acc_local_mean", "max", lambda config: config["name"], Console(file=out, width=300),
-                             rounds=lambda config: config["rounds"], status_every_s=3600)
+    progress = SweepProgress(
+        4,
+        "final.acc_local_mean",
+        "max",
+        lambda config: config["name"],
+        Console(file=out, width=300),
+        rounds=lambda config: config["rounds"],
+        status_every_s=3600,
+    )
     a, b, c, d = trial("a"), trial("b"), trial("c", "PENDING"), trial("d", "PENDING")
-    progress.on_trial_result(1, [a, b, c, d], a, {EVENT: "round", "round": 1, "acc_local_mean": 0.1})  # a round: no line
+    progress.on_trial_result(
+        1, [a, b, c, d], a, {EVENT: "round", "round": 1, "acc_local_mean": 0.1}
+    )  # a round: no line
     assert out.getvalue() == ""
     progress.on_trial_result(2, [a, b, c, d], a, {EVENT: "end", "status": "FINISHED", "final.acc_local_mean": 0.8})
     a.status = "TERMINATED"
-    progress.on_trial_result(3, [a, b, c, d], b, {EVENT: "end", "status": "FAILED", "reason": "ClientDivergedError: nan"})
+    progress.on_trial_result(
+        3, [a, b, c, d], b, {EVENT: "end", "status": "FAILED", "reason": "ClientDivergedError: nan"}
+    )
     b.status, c.status = "TERMINATED", "RUNNING"
     progress.on_trial_result(4, [a, b, c, d], c, {EVENT: "end", "status": "FINISHED", "final.acc_local_mean": 0.9})
     lines = out.getvalue().splitlines()
     assert len(lines) == 3
-    assert lines[0].startswith("[1/4] ok a final.acc_local_mean=0.8000 | 1 running, 0 failed, 2 pending | best 0.8000 (a)")
-    assert lines[1].startswith("[2/4] FAILED b: ClientDivergedError: nan | 0 running, 1 failed, 2 pending | best 0.8000 (a)")
+    assert lines[0].startswith(
+        "[1/4] ok a final.acc_local_mean=0.8000 | 1 running, 0 failed, 2 pending | best 0.8000 (a)"
+    )
+    assert lines[1].startswith(
+        "[2/4] FAILED b: ClientDivergedError: nan | 0 running, 1 failed, 2 pending | best 0.8000 (a)"
+    )
     assert "best 0.9000 (c)" in lines[2] and "ETA" in lines[2]
 
 
@@ -45,8 +60,15 @@ def test_a_status_line_says_each_running_trials_round_and_the_eta_counts_rounds(
     now = [0.0]
     monkeypatch.setattr(progress_module.time, "monotonic", lambda: now[0])
     out = io.StringIO()
-    progress = SweepProgress(3, "final.acc_local_mean", "max", lambda config: config["name"], Console(file=out, width=300),
-                             rounds=lambda config: 20, status_every_s=30)
+    progress = SweepProgress(
+        3,
+        "final.acc_local_mean",
+        "max",
+        lambda config: config["name"],
+        Console(file=out, width=300),
+        rounds=lambda config: 20,
+        status_every_s=30,
+    )
     a, b, c = trial("fedprox-s0"), trial("fedavg-s1"), trial("local-s0", "PENDING")
     for round in range(1, 8):  # a runs 7 rounds, b 3, in 60 s: 10 rounds, 6 s a round
         now[0] = round * 60 / 7

@@ -18,8 +18,10 @@ SPACE = {
     "name": "two_algorithms",
     "space": {
         "optimizer.lr": {"loguniform": [0.01, 0.1]},
-        "algorithm": {"fedprox": {"mu": {"loguniform": [0.001, 0.1]}},
-                      "fedavg": {"client_fraction": {"uniform": [0.5, 1.0]}}},
+        "algorithm": {
+            "fedprox": {"mu": {"loguniform": [0.001, 0.1]}},
+            "fedavg": {"client_fraction": {"uniform": [0.5, 1.0]}},
+        },
     },
 }
 
@@ -60,29 +62,43 @@ def test_a_sampled_algorithm_replaces_the_base_algorithm_and_its_parameters(tmp_
     assert dict(spec.algorithm.params)["client_fraction"] == 1.0  # the default, not the base's 0.5
 
 
-@pytest.mark.parametrize("space, field, hint", [
-    ({"optimizer.lr": {"uniform": [0.1, 0.01]}}, "space.optimizer.lr", "low < high"),
-    ({"optimizer.lr": {"loguniform": [0.0, 0.1]}}, "space.optimizer.lr", "low > 0"),
-    ({"optimizer.lr": {"normal": [0.0, 0.1]}}, "space.optimizer.lr", "loguniform"),
-    ({"algorithm": {"fedprox": {"mu": {"int": [1.5, 3]}}}}, "space.algorithm.fedprox.mu", "integer bounds"),
-    ({"optimizer.lrr": {"uniform": [0.01, 0.1]}}, "optimizer.lrr", "fields of optimizer"),
-    ({"algorithm": {"fedprox": {"tau": {"uniform": [0.01, 0.1]}}}}, "algorithm.tau", "parameters of algorithm fedprox"),
-    ({"algorithm": {"fedsgd": {"mu": {"uniform": [0.1, 1.0]}}}}, "algorithm.name", "known algorithms"),
-    ({"algorithm": {"fedavg": {}}}, "space", "at least one distribution to sample"),
-    ({"algorithm": {"fedavg": {"client_fraction": {"uniform": [0.5, 1.5]}}}}, "algorithm.client_fraction", "(0, 1]"),
-])
+@pytest.mark.parametrize(
+    "space, field, hint",
+    [
+        ({"optimizer.lr": {"uniform": [0.1, 0.01]}}, "space.optimizer.lr", "low < high"),
+        ({"optimizer.lr": {"loguniform": [0.0, 0.1]}}, "space.optimizer.lr", "low > 0"),
+        ({"optimizer.lr": {"normal": [0.0, 0.1]}}, "space.optimizer.lr", "loguniform"),
+        ({"algorithm": {"fedprox": {"mu": {"int": [1.5, 3]}}}}, "space.algorithm.fedprox.mu", "integer bounds"),
+        ({"optimizer.lrr": {"uniform": [0.01, 0.1]}}, "optimizer.lrr", "fields of optimizer"),
+        (
+            {"algorithm": {"fedprox": {"tau": {"uniform": [0.01, 0.1]}}}},
+            "algorithm.tau",
+            "parameters of algorithm fedprox",
+        ),
+        ({"algorithm": {"fedsgd": {"mu": {"uniform": [0.1, 1.0]}}}}, "algorithm.name", "known algorithms"),
+        ({"algorithm": {"fedavg": {}}}, "space", "at least one distribution to sample"),
+        (
+            {"algorithm": {"fedavg": {"client_fraction": {"uniform": [0.5, 1.5]}}}},
+            "algorithm.client_fraction",
+            "(0, 1]",
+        ),
+    ],
+)
 def test_bad_spaces_are_rejected_before_any_trial_naming_the_problem(tmp_path, space, field, hint):
     with pytest.raises(ConfigError) as info:
         make_plan(task(tmp_path), load_search_space(write(tmp_path, "bad.yaml", {"space": space})), 4, "acc_local_mean")
     assert field in str(info.value) and hint in str(info.value)
 
 
-@pytest.mark.parametrize("kwargs, hint", [
-    ({"metric": "accuracy"}, "final.acc_local_mean"),  # a metric no run reports: the known ones are listed
-    ({"metric": None}, "a metric to search on"),
-    ({"metric": "acc_test_time", "scheduler": "asha"}, "reported every round"),
-    ({"metric": "acc_local_mean", "num_samples": 0}, "--num-samples"),
-])
+@pytest.mark.parametrize(
+    "kwargs, hint",
+    [
+        ({"metric": "accuracy"}, "final.acc_local_mean"),  # a metric no run reports: the known ones are listed
+        ({"metric": None}, "a metric to search on"),
+        ({"metric": "acc_test_time", "scheduler": "asha"}, "reported every round"),
+        ({"metric": "acc_local_mean", "num_samples": 0}, "--num-samples"),
+    ],
+)
 def test_bad_search_options_are_rejected(tmp_path, kwargs, hint):
     space = load_search_space(write(tmp_path, "space.yaml", SPACE))
     options = {"num_samples": 4, **kwargs}
@@ -97,27 +113,51 @@ def test_a_test_time_metric_needs_test_time_clients(tmp_path):
         make_plan(task(tmp_path, scenario=scenario), metric="final.acc_test_time")
 
 
-@pytest.mark.parametrize("space, task_path, overrides, metric, algorithms", [
-    ("search_spaces/feroma_tau.yaml", "tasks/feroma_tune.yaml", [], "final.acc_test_time", {"feroma", "fedavg"}),
-    ("search_spaces/feddrm_lambda.yaml", "tasks/feddrm_tune.yaml", [], "final.acc_system", {"feddrm", "fedprox_ft"}),
-    ("search_spaces/ditto_lambda.yaml", "tasks/conditional_97.yaml", ["profile=reduced"], "final.acc_local_mean",
-     {"ditto", "fedavg"}),
-    ("search_spaces/fedprox_mu.yaml", "tasks/quickstart.yaml", [], "final.acc_local_mean", {"fedprox", "fedavg"}),
-    ("search_spaces/moon_mu.yaml", "tasks/shift_mitigation.yaml",
-     ["profile=reduced", "scenario={preset: made/dirichlet, beta: 0.3}"], "final.acc_local_weighted", {"moon", "fedavg"}),
-])
+@pytest.mark.parametrize(
+    "space, task_path, overrides, metric, algorithms",
+    [
+        ("search_spaces/feroma_tau.yaml", "tasks/feroma_tune.yaml", [], "final.acc_test_time", {"feroma", "fedavg"}),
+        (
+            "search_spaces/feddrm_lambda.yaml",
+            "tasks/feddrm_tune.yaml",
+            [],
+            "final.acc_system",
+            {"feddrm", "fedprox_ft"},
+        ),
+        (
+            "search_spaces/ditto_lambda.yaml",
+            "tasks/conditional_97.yaml",
+            ["profile=reduced"],
+            "final.acc_local_mean",
+            {"ditto", "fedavg"},
+        ),
+        ("search_spaces/fedprox_mu.yaml", "tasks/quickstart.yaml", [], "final.acc_local_mean", {"fedprox", "fedavg"}),
+        (
+            "search_spaces/moon_mu.yaml",
+            "tasks/shift_mitigation.yaml",
+            ["profile=reduced", "scenario={preset: made/dirichlet, beta: 0.3}"],
+            "final.acc_local_weighted",
+            {"moon", "fedavg"},
+        ),
+    ],
+)
 def test_shipped_spaces_check_out_on_their_tasks(space, task_path, overrides, metric, algorithms):
-    plan = make_plan(load_task(task_path, overrides), load_search_space(space), 4, metric)  # every field and bound checked
+    plan = make_plan(
+        load_task(task_path, overrides), load_search_space(space), 4, metric
+    )  # every field and bound checked
     assert {name for name, _ in plan.space.branches} == algorithms
     assert plan.trials == (4 + len(plan.space.references)) * len(plan.seeds)  # each sample and reference on every seed
 
 
-@pytest.mark.parametrize("text, hint", [
-    ("name: bad\nspace: [\n", "valid YAML"),  # a ParserError before
-    ('name: "\\q"\n', "valid YAML"),  # a ScannerError before
-    ("- a\n- b\n", "a YAML mapping"),  # AttributeError before
-    ("name: ../../x\nspace: {optimizer.lr: {uniform: [0.01, 0.1]}}\n", "letters, digits"),
-])
+@pytest.mark.parametrize(
+    "text, hint",
+    [
+        ("name: bad\nspace: [\n", "valid YAML"),  # a ParserError before
+        ('name: "\\q"\n', "valid YAML"),  # a ScannerError before
+        ("- a\n- b\n", "a YAML mapping"),  # AttributeError before
+        ("name: ../../x\nspace: {optimizer.lr: {uniform: [0.01, 0.1]}}\n", "letters, digits"),
+    ],
+)
 def test_a_malformed_search_space_file_is_a_message_not_a_traceback(tmp_path, text, hint):
     path = tmp_path / "space.yaml"
     path.write_text(text)
@@ -130,10 +170,14 @@ def test_a_search_space_file_is_read_as_strictly_as_a_task_file(tmp_path):
     """A key written twice, an alias bomb and a binary file are refused naming the file (issue 32, items 3 and 6)."""
     from tests.config.test_task import billion_laughs
 
-    cases = [("name: s\nspace:\n  optimizer.lr: {uniform: [0.01, 0.1]}\n  optimizer.lr: {uniform: [0.1, 0.2]}\n",
-              "the key 'optimizer.lr' is written twice"),
-             (billion_laughs(9) + "space: {optimizer.lr: {uniform: [0.01, 0.1]}}\n", "at most 200,000 values"),
-             (b"space: \xff\xfe", "a UTF-8 text file")]
+    cases = [
+        (
+            "name: s\nspace:\n  optimizer.lr: {uniform: [0.01, 0.1]}\n  optimizer.lr: {uniform: [0.1, 0.2]}\n",
+            "the key 'optimizer.lr' is written twice",
+        ),
+        (billion_laughs(9) + "space: {optimizer.lr: {uniform: [0.01, 0.1]}}\n", "at most 200,000 values"),
+        (b"space: \xff\xfe", "a UTF-8 text file"),
+    ]
     for body, hint in cases:
         path = tmp_path / "space.yaml"
         path.write_bytes(body if isinstance(body, bytes) else body.encode())
@@ -143,8 +187,21 @@ def test_a_search_space_file_is_read_as_strictly_as_a_task_file(tmp_path):
 
 
 def feroma_space(tmp_path, warmup):
-    return load_search_space(write(tmp_path, "feroma.yaml", {"name": "fer", "space": {"algorithm": {
-        "feroma": {"tau": {"uniform": [0.0, 0.3]}, "warmup_rounds": {"int": warmup}}, "fedavg": {}}}}))
+    return load_search_space(
+        write(
+            tmp_path,
+            "feroma.yaml",
+            {
+                "name": "fer",
+                "space": {
+                    "algorithm": {
+                        "feroma": {"tau": {"uniform": [0.0, 0.3]}, "warmup_rounds": {"int": warmup}},
+                        "fedavg": {},
+                    }
+                },
+            },
+        )
+    )
 
 
 def test_a_range_that_samples_a_degenerate_run_is_refused_naming_the_parameter_range_and_bound(tmp_path):
@@ -164,28 +221,47 @@ def test_a_bound_may_name_a_run_field_resolved_on_the_run_searched(tmp_path):
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
     for _ in range(20):
         assert 2 <= plan.space.sample(study.ask())["algorithm.warmup_rounds"] <= 3  # never a FedAvg in disguise
-    longer = make_plan(load_task("tasks/feroma_tune.yaml", ["rounds=10"]), feroma_space(tmp_path, [2, "rounds - 1"]), 4,
-                       "final.acc_test_time")
+    longer = make_plan(
+        load_task("tasks/feroma_tune.yaml", ["rounds=10"]),
+        feroma_space(tmp_path, [2, "rounds - 1"]),
+        4,
+        "final.acc_test_time",
+    )
     assert longer.name != plan.name  # another range, another search
     shipped = make_plan(feroma, load_search_space("search_spaces/feroma_tau.yaml"), 4, "final.acc_test_time")
     assert [d.values for d in dict(shipped.space.branches)["feroma"] if d.path == "warmup_rounds"] == [(2, 3)]
 
 
-@pytest.mark.parametrize("bound, hint", [("rounds * 2", "a run field with an optional + or -"),
-                                         ("__import__('os')", "a run field with an optional + or -"),
-                                         ("nonexistent - 1", "a bound naming a numeric field of the run: "),
-                                         ("rounds - 30", "low < high")])
+@pytest.mark.parametrize(
+    "bound, hint",
+    [
+        ("rounds * 2", "a run field with an optional + or -"),
+        ("__import__('os')", "a run field with an optional + or -"),
+        ("nonexistent - 1", "a bound naming a numeric field of the run: "),
+        ("rounds - 30", "low < high"),
+    ],
+)
 def test_a_bound_that_is_not_a_run_field_and_offset_is_refused(tmp_path, bound, hint):
     with pytest.raises(ConfigError, match=re.escape(hint)):
-        make_plan(load_task("tasks/feroma_tune.yaml", ["rounds=4"]), feroma_space(tmp_path, [2, bound]), 4,
-                  "final.acc_test_time")
+        make_plan(
+            load_task("tasks/feroma_tune.yaml", ["rounds=4"]),
+            feroma_space(tmp_path, [2, bound]),
+            4,
+            "final.acc_test_time",
+        )
 
 
-@pytest.mark.parametrize("space, field, shown", [
-    ({"tau": {"uniform": [0.0, 0.3]}, "warmup_rounds": {"int": [4, "rounds + 4"]}},  # tau is probed first
-     "algorithm.warmup_rounds", "int [4, 'rounds + 4'] = [4, 8]"),
-    ({"tau": {"uniform": [0.0, 0.3]}}, "algorithm.warmup_rounds", "not sampled"),  # the default 5 in every trial
-])
+@pytest.mark.parametrize(
+    "space, field, shown",
+    [
+        (
+            {"tau": {"uniform": [0.0, 0.3]}, "warmup_rounds": {"int": [4, "rounds + 4"]}},  # tau is probed first
+            "algorithm.warmup_rounds",
+            "int [4, 'rounds + 4'] = [4, 8]",
+        ),
+        ({"tau": {"uniform": [0.0, 0.3]}}, "algorithm.warmup_rounds", "not sampled"),  # the default 5 in every trial
+    ],
+)
 def test_a_degenerate_run_is_blamed_on_the_field_at_fault_not_the_one_probed(tmp_path, space, field, shown):
     path = write(tmp_path, "fer.yaml", {"name": "fer", "space": {"algorithm": {"feroma": space}}})
     with pytest.raises(ConfigError) as err:
@@ -201,7 +277,12 @@ def test_a_search_does_not_warn_of_the_task_run_it_never_trains_but_the_task_run
         load_task("tasks/feroma_tune.yaml", ["rounds=4"])
     with warnings.catch_warnings():
         warnings.simplefilter("error", DegenerateRunWarning)
-        _, plan = api.plan_sweep("tasks/feroma_tune.yaml", search="search_spaces/feroma_tau.yaml", num_samples=4,
-                                 metric="final.acc_test_time", overrides=["rounds=4"])
+        _, plan = api.plan_sweep(
+            "tasks/feroma_tune.yaml",
+            search="search_spaces/feroma_tau.yaml",
+            num_samples=4,
+            metric="final.acc_test_time",
+            overrides=["rounds=4"],
+        )
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=1))
     assert {plan.space.sample(study.ask())["algorithm.warmup_rounds"] for _ in range(30)} == {2, 3}

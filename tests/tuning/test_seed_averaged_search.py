@@ -69,7 +69,9 @@ def test_a_configuration_sampled_again_is_not_trained_again(tmp_path):
 def test_runs_finished_in_the_store_answer_the_sampler_without_a_trial(tmp_path):
     plan = plan_of(tmp_path, [0.01], num_samples=2)
     spec_of = plan.spec_of
-    recorded = {spec_of({"algorithm.name": "fedprox", "algorithm.mu": 0.01, "seed": s}).run_hash: 0.3 + s for s in (0, 1)}
+    recorded = {
+        spec_of({"algorithm.name": "fedprox", "algorithm.mu": 0.01, "seed": s}).run_hash: 0.3 + s for s in (0, 1)
+    }
     recorded[spec_of({"algorithm.name": "fedavg", "seed": 0}).run_hash] = 0.2  # the reference's first seed ran too
     search = searcher(plan, recorded)
     handed = drain(search)

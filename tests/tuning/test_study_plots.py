@@ -23,8 +23,12 @@ def searched(sweep: str, complete: int, failed: int = 1) -> optuna.Study:
     first, then only its own parameter; `failed` samples end without a score."""
     journal = study_journal(sweep)
     journal.parent.mkdir(parents=True, exist_ok=True)
-    study = optuna.create_study(study_name=sweep, storage=JournalStorage(JournalFileBackend(str(journal))),
-                                direction="maximize", sampler=optuna.samplers.RandomSampler(seed=0))
+    study = optuna.create_study(
+        study_name=sweep,
+        storage=JournalStorage(JournalFileBackend(str(journal))),
+        direction="maximize",
+        sampler=optuna.samplers.RandomSampler(seed=0),
+    )
     for _ in range(complete):
         trial = study.ask()
         if trial.suggest_categorical("algorithm.name", ["fedprox", "fedavg"]) == "fedprox":
@@ -41,7 +45,9 @@ def searched(sweep: str, complete: int, failed: int = 1) -> optuna.Study:
 def test_the_four_views_of_a_conditional_search_with_a_failed_sample(tmp_path):
     study = searched("prox_or_avg-0123abcd", complete=8)
     assert {frozenset(t.params) for t in study.trials if t.state == TrialState.COMPLETE} == {
-        frozenset({"algorithm.name", "algorithm.mu"}), frozenset({"algorithm.name", "algorithm.client_fraction"})}
+        frozenset({"algorithm.name", "algorithm.mu"}),
+        frozenset({"algorithm.name", "algorithm.client_fraction"}),
+    }
     plots = plot_study("prox_or_avg-0123abcd", tmp_path / "optuna", metric="final.acc_local_mean")
     assert plots.skipped == {}
     assert plots.files == [tmp_path / "optuna" / f"{view}.png" for view in VIEWS]
@@ -49,14 +55,18 @@ def test_the_four_views_of_a_conditional_search_with_a_failed_sample(tmp_path):
         assert path.read_bytes().startswith(PNG) and path.stat().st_size > 5000
     # the metric is kept in the study: a later `fedbench plot`, which does not know it, names the axis the same
     assert optuna.load_study(study_name="prox_or_avg-0123abcd", storage=study._storage).metric_names == [
-        "final.acc_local_mean"]
+        "final.acc_local_mean"
+    ]
 
 
 def test_importances_of_one_score_are_skipped_with_why_and_the_other_views_drawn(tmp_path):
     searched("once-0123abcd", complete=1)
     (tmp_path / "param_importances.png").write_bytes(PNG)  # an earlier search's, drawn into the same folder
-    with pytest.warns(UserWarning, match="parameter importances of once-0123abcd not drawn: importances need at "
-                                         "least 2 complete trials, the study has 1"):
+    with pytest.warns(
+        UserWarning,
+        match="parameter importances of once-0123abcd not drawn: importances need at "
+        "least 2 complete trials, the study has 1",
+    ):
         plots = plot_study("once-0123abcd", tmp_path)
     assert set(plots.skipped) == {"param_importances"} and not (tmp_path / "param_importances.png").exists()
     assert [p.stem for p in plots.files] == ["optimization_history", "parallel_coordinate", "slice"]
@@ -98,6 +108,8 @@ def test_fedbench_plot_says_why_a_view_of_a_search_is_missing(mlflow_store, caps
     searched("story-0123abcd", complete=1)
     assert main(["plot", "--experiment", "story"]) == 0
     out, err = capsys.readouterr()
-    assert "warning: Optuna's parameter importances of story-0123abcd not drawn: importances need at least 2 " \
-           "complete trials, the study has 1" in " ".join(err.split())
+    assert (
+        "warning: Optuna's parameter importances of story-0123abcd not drawn: importances need at least 2 "
+        "complete trials, the study has 1" in " ".join(err.split())
+    )
     assert "optuna/slice.png" in out and "Traceback" not in out + err

@@ -18,8 +18,15 @@ pytestmark = pytest.mark.ray
 
 
 def write_task(tmp_path, **changes):
-    task = {**TINY, "name": "sweep_test", "resources": {"client_cpus": 0.5}, "rounds": 2,
-            "grid": {"algorithm": ["fedavg", "local"], "scenario.alpha": [0.3, 1.0, 3.0]}, "seeds": [0], **changes}
+    task = {
+        **TINY,
+        "name": "sweep_test",
+        "resources": {"client_cpus": 0.5},
+        "rounds": 2,
+        "grid": {"algorithm": ["fedavg", "local"], "scenario.alpha": [0.3, 1.0, 3.0]},
+        "seeds": [0],
+        **changes,
+    }
     task.pop("task")
     path = tmp_path / "task.yaml"
     path.write_text(yaml.safe_dump(task))
@@ -43,7 +50,9 @@ def test_a_grid_runs_as_concurrent_trials_each_inside_its_own_placement_group(tm
     groups = children["tags.trial.placement_group"]
     # two trials at once hold two groups; Tune hands a finished trial's process and group to the next trial
     assert groups.nunique() >= 2 and "None" not in set(groups)
-    assert (children["tags.trial.worker_placement_groups"] == groups).all()  # every client actor inside its trial's group
+    assert (
+        children["tags.trial.worker_placement_groups"] == groups
+    ).all()  # every client actor inside its trial's group
     assert set(children["tags.trial.client_cpus"]) == {"0.5"}
     assert children["metrics.final.acc_local_mean"].notna().all()
     from fedbench.tracking.per_client import read_per_client  # each trial's per-client table, logged by the driver
@@ -51,17 +60,27 @@ def test_a_grid_runs_as_concurrent_trials_each_inside_its_own_placement_group(tm
     per_client = read_per_client(mlflow.MlflowClient(f"sqlite:///{mlflow_store}"), children["run_id"].iloc[0])
     assert per_client is not None and len(per_client) == 2 * 4  # 2 rounds x 4 clients
 
-    spans = sorted(zip(pd.to_datetime(children["start_time"]), pd.to_datetime(children["end_time"])))
-    assert any(later_start < end for (_, end), (later_start, _) in zip(spans, spans[1:]))  # trials overlapped
+    spans = sorted(zip(pd.to_datetime(children["start_time"]), pd.to_datetime(children["end_time"]), strict=True))
+    assert any(
+        later_start < end for (_, end), (later_start, _) in zip(spans, spans[1:], strict=True)
+    )  # trials overlapped
 
 
-SPACE = {"name": "prox_or_avg", "space": {"algorithm": {"fedprox": {"mu": {"loguniform": [0.001, 0.1]}},
-                                                         "fedavg": {"client_fraction": {"uniform": [0.5, 1.0]}}}}}
+SPACE = {
+    "name": "prox_or_avg",
+    "space": {
+        "algorithm": {
+            "fedprox": {"mu": {"loguniform": [0.001, 0.1]}},
+            "fedavg": {"client_fraction": {"uniform": [0.5, 1.0]}},
+        }
+    },
+}
 
 
 @pytest.mark.mlflow_server
-def test_an_optuna_search_logs_one_child_per_sample_and_its_study_views_to_a_real_mlflow_server(tmp_path, mlflow_server,
-                                                                                               monkeypatch, ray_session):
+def test_an_optuna_search_logs_one_child_per_sample_and_its_study_views_to_a_real_mlflow_server(
+    tmp_path, mlflow_server, monkeypatch, ray_session
+):
     from mlflow.tracking import MlflowClient
 
     from fedbench.tuning import execute_sweep, load_search_space
@@ -93,8 +112,9 @@ def test_an_optuna_search_logs_one_child_per_sample_and_its_study_views_to_a_rea
 
 
 @pytest.mark.parametrize("stop", ["ctrl-c", "kill"])
-def test_an_interrupted_sweep_resumes_without_running_or_logging_finished_trials_twice(tmp_path, mlflow_store, ray_session,
-                                                                                      stop):
+def test_an_interrupted_sweep_resumes_without_running_or_logging_finished_trials_twice(
+    tmp_path, mlflow_store, ray_session, stop
+):
     """Ctrl-C (SIGINT to the process group) and `kill` (SIGTERM to the sweep's process; Ray's handler exited at once
     with a stack dump) both stop the sweep gracefully, and `--resume` finishes it (issue 32, item 7)."""
     import mlflow
@@ -103,8 +123,13 @@ def test_an_interrupted_sweep_resumes_without_running_or_logging_finished_trials
     # and all six could end before the interrupt below lands
     task_path = write_task(tmp_path, rounds=15)
     env = {**os.environ, "FEDBENCH_RESULTS": str(mlflow_store.parent), "RAY_AUTH_MODE": "disabled"}
-    cli = subprocess.Popen([sys.executable, "-m", "fedbench", "sweep", str(task_path), "--max-concurrent", "1"],
-                           env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    cli = subprocess.Popen(
+        [sys.executable, "-m", "fedbench", "sweep", str(task_path), "--max-concurrent", "1"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
     mlflow.set_tracking_uri(f"sqlite:///{mlflow_store}")
     deadline = time.time() + 400
     while time.time() < deadline and cli.poll() is None:
@@ -170,8 +195,13 @@ def test_a_resumed_search_continues_its_study_and_never_repeats_a_sample(tmp_pat
     space_path.write_text(yaml.safe_dump(SPACE))
     search = ["--search", str(space_path), "--num-samples", "6", "--metric", "final.acc_local_mean"]
     env = {**os.environ, "FEDBENCH_RESULTS": str(mlflow_store.parent), "RAY_AUTH_MODE": "disabled"}
-    cli = subprocess.Popen([sys.executable, "-m", "fedbench", "sweep", str(task_path), *search, "--max-concurrent", "1"],
-                           env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    cli = subprocess.Popen(
+        [sys.executable, "-m", "fedbench", "sweep", str(task_path), *search, "--max-concurrent", "1"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
     mlflow.set_tracking_uri(f"sqlite:///{mlflow_store}")
     deadline = time.time() + 400
     while time.time() < deadline and cli.poll() is None:
@@ -206,7 +236,8 @@ def test_a_trial_the_cluster_could_never_hold_is_refused_before_it_starts(tmp_pa
 
 
 def test_a_search_runs_references_scores_samples_over_seeds_and_never_trains_a_configuration_twice(
-        tmp_path, mlflow_store, ray_session):
+    tmp_path, mlflow_store, ray_session
+):
     """Issue 33, items 1, 2 and 6, through Tune: FedAvg (nothing to tune) runs once per seed as the reference, each
     sample runs on both seeds and is scored by their mean, and a second search answers what the first ran from the
     store."""
@@ -219,8 +250,11 @@ def test_a_search_runs_references_scores_samples_over_seeds_and_never_trains_a_c
 
     task = load_task(write_task(tmp_path, grid={}, seeds=[0, 1]))
     space_path = tmp_path / "space.yaml"
-    space_path.write_text(yaml.safe_dump({"name": "mu", "space": {"algorithm": {
-        "fedprox": {"mu": {"categorical": [0.01, 0.1]}}, "fedavg": {}}}}))
+    space_path.write_text(
+        yaml.safe_dump(
+            {"name": "mu", "space": {"algorithm": {"fedprox": {"mu": {"categorical": [0.01, 0.1]}}, "fedavg": {}}}}
+        )
+    )
     plan = make_plan(task, load_search_space(space_path), num_samples=3, metric="final.acc_local_mean")
     first = run_sweep(plan, max_concurrent=2)
     assert not first.interrupted and all(r.status == "FINISHED" for r in first.results)
@@ -233,8 +267,12 @@ def test_a_search_runs_references_scores_samples_over_seeds_and_never_trains_a_c
     assert sorted(references["params.seed"]) == ["0", "1"] and set(references["params.algorithm.name"]) == {"fedavg"}
     samples = children[children["tags.fedbench.search_reference"].isna()]
     assert set(samples["params.algorithm.name"]) == {"fedprox"} and len(samples) % 2 == 0  # each on both seeds
-    study = optuna.load_study(study_name=plan.name, storage=optuna.storages.JournalStorage(
-        optuna.storages.journal.JournalFileBackend(str(study_journal(plan.name)))))
+    study = optuna.load_study(
+        study_name=plan.name,
+        storage=optuna.storages.JournalStorage(
+            optuna.storages.journal.JournalFileBackend(str(study_journal(plan.name)))
+        ),
+    )
     for trial in study.trials:  # each proposal's value is the mean of its configuration's two seeds
         mine = samples[samples["params.algorithm.mu"].astype(float) == trial.params["algorithm.mu"]]
         assert trial.value == pytest.approx(mine["metrics.final.acc_local_mean"].mean())

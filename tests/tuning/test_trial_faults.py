@@ -42,8 +42,12 @@ def running_trial(client: MlflowClient, experiment: str, not_key: str | None = N
     exp = client.get_experiment_by_name(experiment)
     for run in client.search_runs([exp.experiment_id], "attributes.status = 'RUNNING'") if exp else []:
         key = run.data.tags.get(TRIAL_KEY_TAG)
-        if run.data.metrics and key is not None and key != not_key and (
-                not past_round or len(client.get_metric_history(run.info.run_id, "train_loss_mean")) > past_round):
+        if (
+            run.data.metrics
+            and key is not None
+            and key != not_key
+            and (not past_round or len(client.get_metric_history(run.info.run_id, "train_loss_mean")) > past_round)
+        ):
             return key
     return None
 
@@ -55,7 +59,9 @@ def kill_a_trial_then_a_client_worker(client: MlflowClient, experiment: str, kil
     deadline = time.monotonic() + 300
     for title, past_round in ((TRIAL_PROCESS, CHECKPOINT_EVERY), (CLIENT_WORKER, 0)):
         while time.monotonic() < deadline:
-            key = running_trial(client, experiment, not_key=killed.get(TRIAL_PROCESS, (None,))[0], past_round=past_round)
+            key = running_trial(
+                client, experiment, not_key=killed.get(TRIAL_PROCESS, (None,))[0], past_round=past_round
+            )
             if key is not None and (victims := ray_processes(title)):
                 victims[0].kill()
                 killed[title] = (key, victims[0].pid)
@@ -63,14 +69,25 @@ def kill_a_trial_then_a_client_worker(client: MlflowClient, experiment: str, kil
             time.sleep(0.1)
 
 
-def test_a_killed_trial_is_retried_once_and_recorded_once_and_a_killed_worker_replaced_in_its_trial(tmp_path, mlflow_store, ray_session):
+def test_a_killed_trial_is_retried_once_and_recorded_once_and_a_killed_worker_replaced_in_its_trial(
+    tmp_path, mlflow_store, ray_session
+):
     uri = f"sqlite:///{mlflow_store}"
     # rounds enough that a trial is still running when the killer (polling MLflow) sees its first round
-    task = load_task(write_task(tmp_path, name="sweep_faults", rounds=20, grid={"scenario.alpha": [0.3, 3.0]},
-                                resources={"client_cpus": 0.5, "num_workers": 2}))
+    task = load_task(
+        write_task(
+            tmp_path,
+            name="sweep_faults",
+            rounds=20,
+            grid={"scenario.alpha": [0.3, 3.0]},
+            resources={"client_cpus": 0.5, "num_workers": 2},
+        )
+    )
     plan = make_plan(task)
     killed: dict[str, tuple[str, int]] = {}
-    killer = threading.Thread(target=kill_a_trial_then_a_client_worker, args=(MlflowClient(uri), "sweep_faults", killed))
+    killer = threading.Thread(
+        target=kill_a_trial_then_a_client_worker, args=(MlflowClient(uri), "sweep_faults", killed)
+    )
     killer.start()
     outcome = run_sweep(plan, max_concurrent=1, max_failures=1)
     killer.join(timeout=60)
@@ -103,7 +120,9 @@ def test_a_killed_trial_is_retried_once_and_recorded_once_and_a_killed_worker_re
         assert expected and {k: run.data.metrics[k] for k in expected} == expected, spec.label
     # the replacement client worker landed in its trial's placement group, like the worker it replaced
     replaced = next(c for c in finished if c.data.tags[TRIAL_KEY_TAG] == killed[CLIENT_WORKER][0])
-    assert set(replaced.data.tags["trial.worker_placement_groups"].split(",")) == {replaced.data.tags["trial.placement_group"]}
+    assert set(replaced.data.tags["trial.worker_placement_groups"].split(",")) == {
+        replaced.data.tags["trial.placement_group"]
+    }
 
     # --resume trusts only results: without the restarted trial's FINISHED run, the trial is not done
     key = killed[TRIAL_PROCESS][0]

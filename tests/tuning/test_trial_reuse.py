@@ -23,8 +23,13 @@ def numbers(history):
 
 def stateful_run(name, seed):
     momentum = 0.0 if name == "scaffold" else 0.9  # SCAFFOLD's control variates are for plain SGD
-    return tiny_spec(algorithm=name, seed=seed, rounds=3, resources={"backend": "ray", "num_workers": 2},
-                     optimizer={"name": "sgd", "lr": 0.05, "momentum": momentum})
+    return tiny_spec(
+        algorithm=name,
+        seed=seed,
+        rounds=3,
+        resources={"backend": "ray", "num_workers": 2},
+        optimizer={"name": "sgd", "lr": 0.05, "momentum": momentum},
+    )
 
 
 def test_a_run_on_workers_other_runs_trained_has_the_numbers_of_the_run_alone(ray_session):
@@ -40,15 +45,23 @@ def test_a_run_on_workers_other_runs_trained_has_the_numbers_of_the_run_alone(ra
     finally:
         pool.close()
     assert len(pids) == 1  # every run on the same two processes
-    for run in shared[len(earlier):]:
+    for run in shared[len(earlier) :]:
         alone = Federation(run.spec, backend="serial").run()  # a fresh worker in this process
         assert run.status == alone.status == "FINISHED"
         assert numbers(run.history) == numbers(alone.history), run.spec.algorithm.name
 
 
-def test_a_sweep_whose_trials_share_one_process_and_its_workers_matches_each_run_alone(tmp_path, mlflow_store, ray_session):
-    task = {**TINY, "name": "reuse_test", "rounds": 2, "resources": {"client_cpus": 0.5, "num_workers": 1},
-            "grid": {"algorithm": ["ditto", "fedprox", "fedavg"]}, "seeds": [0, 1]}
+def test_a_sweep_whose_trials_share_one_process_and_its_workers_matches_each_run_alone(
+    tmp_path, mlflow_store, ray_session
+):
+    task = {
+        **TINY,
+        "name": "reuse_test",
+        "rounds": 2,
+        "resources": {"client_cpus": 0.5, "num_workers": 1},
+        "grid": {"algorithm": ["ditto", "fedprox", "fedavg"]},
+        "seeds": [0, 1],
+    }
     task.pop("task")
     path = tmp_path / "task.yaml"
     path.write_text(yaml.safe_dump(task))

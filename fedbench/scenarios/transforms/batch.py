@@ -54,7 +54,7 @@ class BatchTransform:
 
     @cached_property
     def _float_ops(self) -> tuple[Op, ...]:
-        return self.ops[len(self._uint8_ops):]
+        return self.ops[len(self._uint8_ops) :]
 
     @cached_property
     def _rgb_from(self) -> int:
@@ -95,8 +95,7 @@ class BatchTransform:
         if repeat_at == 0:
             x = x.expand(-1, 3, -1, -1)  # on the 1-byte data, materialised by contiguous() below
         # A leading saturation change multiplies by a 3x3 matrix anyway: it takes the 1/255 along.
-        fold = (x.dtype == torch.uint8 and repeat_at <= 0 and bool(self._float_ops)
-                and self._float_ops[0].absorbs_scale)
+        fold = x.dtype == torch.uint8 and repeat_at <= 0 and bool(self._float_ops) and self._float_ops[0].absorbs_scale
         x = self._to_float(x, scaled=not fold)
         for i, op in enumerate(self._float_ops):
             if i == repeat_at and i > 0:

@@ -72,8 +72,9 @@ class HueShift:
             self._offsets[key] = torch.tensor(values, dtype=like.dtype, device=like.device).view(1, 3, 1, 1)
         return self._offsets[key]
 
-    def hue_chroma_value(self, x: torch.Tensor, scratch: torch.Tensor | None = None
-                         ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def hue_chroma_value(
+        self, x: torch.Tensor, scratch: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Hue in thirds of a turn [B, H, W] (in [-1/2, 5/2)), chroma and value of RGB [B, 3, H, W].
 
         `x` is not modified. The results are workspace buffers, valid until the next call; the hue lives
@@ -99,8 +100,15 @@ class HueShift:
         hue = green_not_max.add_(1.0).mul_(red_not_max).addcdiv_(numerator, chroma, value=0.5)
         return hue, chroma, value
 
-    def to_rgb(self, hue: torch.Tensor, chroma: torch.Tensor, value: torch.Tensor, out: torch.Tensor | None = None,
-               clamp: bool = True, scratch: torch.Tensor | None = None) -> torch.Tensor:
+    def to_rgb(
+        self,
+        hue: torch.Tensor,
+        chroma: torch.Tensor,
+        value: torch.Tensor,
+        out: torch.Tensor | None = None,
+        clamp: bool = True,
+        scratch: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """RGB [B, 3, H, W] from hue (thirds of a turn, > -3/2) + this shift, chroma and value [B, H, W].
 
         With t = (k - 2) / 6 wrapped into [-1/2, 1/2) (turns): min(k, 4 - k) = 2 - 6|t|, so
@@ -123,8 +131,9 @@ class HueShift:
         torch.addcmul(base, chroma.unsqueeze(1), t, value=6.0, out=out)
         return out.clamp_(0.0, 1.0) if clamp else out
 
-    def __call__(self, x: torch.Tensor, out: torch.Tensor | None = None, clamp: bool = True,
-                 consume: bool = False) -> torch.Tensor:
+    def __call__(
+        self, x: torch.Tensor, out: torch.Tensor | None = None, clamp: bool = True, consume: bool = False
+    ) -> torch.Tensor:
         """Shifted RGB of `x`, written to `out` (a fresh tensor when None; may be `x`).
 
         Args:
@@ -142,16 +151,18 @@ def shift_hue(x: torch.Tensor, turns: float) -> torch.Tensor:
     return HueShift(turns)(x)
 
 
-def saturation_matrix(factor: float, device: torch.device | str = "cpu",
-                      dtype: torch.dtype = torch.float32) -> torch.Tensor:
+def saturation_matrix(
+    factor: float, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32
+) -> torch.Tensor:
     """The 3x3 colour matrix of a saturation change: factor * I + (1 - factor) * (every row the luma weights)."""
     luma = torch.tensor(LUMA, dtype=torch.float64)
     matrix = factor * torch.eye(3, dtype=torch.float64) + (1.0 - factor) * luma.expand(3, 3)
     return matrix.to(device=device, dtype=dtype)
 
 
-def adjust_saturation(x: torch.Tensor, factor: float, matrix: torch.Tensor | None = None,
-                      out: torch.Tensor | None = None) -> torch.Tensor:
+def adjust_saturation(
+    x: torch.Tensor, factor: float, matrix: torch.Tensor | None = None, out: torch.Tensor | None = None
+) -> torch.Tensor:
     """Blend RGB [B, 3, H, W] with its luma by `factor` (0: gray, 1: unchanged, > 1: more vivid), clamped.
 
     Same as torchvision's adjust_saturation, factor * x + (1 - factor) * gray clamped to [0, 1], done as

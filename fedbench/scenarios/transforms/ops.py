@@ -136,8 +136,11 @@ class Rotate(Op):
         k = quarter_turns(self.angle)
         height, width = canvas.size
         if k is not None and k % 2 == 1 and height != width:
-            raise ConfigError("angle", self.angle, "multiples of 180 or non-right angles: "
-                              f"90-degree rotations need square images, got {height}x{width}")
+            raise ConfigError(
+                "angle",
+                self.angle,
+                f"multiples of 180 or non-right angles: 90-degree rotations need square images, got {height}x{width}",
+            )
 
     def words(self):
         return f"rot{_num(float(self.angle) % 360)}"
@@ -171,8 +174,9 @@ class Colour(Op):
         if self.channel not in (0, 1, 2) or isinstance(self.channel, bool):
             raise ConfigError("channel", self.channel, "0, 1 or 2 (red, green, blue)")
         if canvas.channels != 3:
-            raise ConfigError("channel", self.channel,
-                              f"colour needs 3 output channels, the scenario has {canvas.channels}")
+            raise ConfigError(
+                "channel", self.channel, f"colour needs 3 output channels, the scenario has {canvas.channels}"
+            )
 
     def words(self):
         return COLOUR_NAMES[self.channel]

@@ -121,9 +121,12 @@ class TableResult:
         rows = [r for r in self.row_keys if any(r == row for row, _ in ran)]
         columns = [c for c in self.column_keys if any(c == column for _, column in ran)]
         return dataclasses.replace(
-            self, row_keys=rows, column_keys=columns,
+            self,
+            row_keys=rows,
+            column_keys=columns,
             cells={(r, c): cell for (r, c), cell in self.cells.items() if r in rows and c in columns},
-            left_out_columns=self.left_out_columns + len(self.column_keys) - len(columns))
+            left_out_columns=self.left_out_columns + len(self.column_keys) - len(columns),
+        )
 
 
 def run_states(specs: Sequence[RunSpec], runs: pd.DataFrame, metric: str, scale: float) -> dict[str, RunState]:
@@ -134,8 +137,11 @@ def run_states(specs: Sequence[RunSpec], runs: pd.DataFrame, metric: str, scale:
     costs_by_hash = run_costs(by_hash) if by_hash is not None else None
     failed = runs[runs["status"] == "FAILED"].sort_values("start_time") if len(runs) else runs
     tag = f"tags.{FAILURE_REASON_TAG}"
-    reasons = dict(zip(failed["params.run_hash"], failed[tag] if tag in failed else [None] * len(failed))) \
-        if len(failed) else {}
+    reasons = (
+        dict(zip(failed["params.run_hash"], failed[tag] if tag in failed else [None] * len(failed), strict=True))
+        if len(failed)
+        else {}
+    )
     column = f"metrics.{metric}"
     for spec in specs:
         key = spec.run_hash
@@ -164,17 +170,28 @@ def same(ours: Any, theirs: Any) -> bool:
     return float(ours) == float(theirs) if numbers else str(ours) == str(theirs)
 
 
-def make_cell(row, column, reference: ReferenceCell | None, specs: list[RunSpec], states: dict[str, RunState],
-              flats: dict[str, dict[str, Any]]) -> Cell:
+def make_cell(
+    row,
+    column,
+    reference: ReferenceCell | None,
+    specs: list[RunSpec],
+    states: dict[str, RunState],
+    flats: dict[str, dict[str, Any]],
+) -> Cell:
     """The cell at (row, column) of the published `reference` (None in a table of ours only) and its runs `specs`."""
     found = [states.get(s.run_hash, RunState()) for s in specs]
     configurations = len({configuration_key(flats[s.run_hash]) for s in specs})
     published = (reference.value, reference.note, reference.std) if reference is not None else (None, "", None)
-    return Cell(row, column, *published,  # runs of several configurations are never pooled into one value
-                values=tuple(st.value for st in found if st.value is not None) if configurations <= 1 else (),
-                specs=len(specs), finished=sum(st.finished for st in found),
-                failed=tuple(st.failed for st in found if st.failed),
-                configurations=configurations)
+    return Cell(
+        row,
+        column,
+        *published,  # runs of several configurations are never pooled into one value
+        values=tuple(st.value for st in found if st.value is not None) if configurations <= 1 else (),
+        specs=len(specs),
+        finished=sum(st.finished for st in found),
+        failed=tuple(st.failed for st in found if st.failed),
+        configurations=configurations,
+    )
 
 
 def value_order(flats: Sequence[dict[str, Any]]) -> dict[str, list[str]]:
@@ -186,8 +203,10 @@ def value_order(flats: Sequence[dict[str, Any]]) -> dict[str, list[str]]:
     for flat in flats:
         for name, value in flat.items():
             values.setdefault(name, {}).setdefault(order_key(value), value)
-    return {name: _numeric_order(seen) if all(map(_is_number, seen.values())) else list(seen)
-            for name, seen in values.items()}
+    return {
+        name: _numeric_order(seen) if all(map(_is_number, seen.values())) else list(seen)
+        for name, seen in values.items()
+    }
 
 
 def _numeric_order(seen: dict[str, Any]) -> list[str]:
@@ -206,13 +225,20 @@ def order_key(value: Any) -> str:
 
 def sort_keys(keys, fields: Sequence[str], order: dict[str, list[str]]) -> list[tuple]:
     def position(key):
-        return tuple(order.get(f, []).index(order_key(v)) if order_key(v) in order.get(f, []) else len(order.get(f, []))
-                     for f, v in zip(fields, key))
+        return tuple(
+            order.get(f, []).index(order_key(v)) if order_key(v) in order.get(f, []) else len(order.get(f, []))
+            for f, v in zip(fields, key, strict=True)
+        )
+
     return sorted(dict.fromkeys(keys), key=position)
 
 
 def cost_means(specs: list[RunSpec], states: dict[str, RunState]) -> dict[str, float]:
     """Each cost's mean per finished run of `specs` (NaN where none finished)."""
     finished = [states[s.run_hash].costs for s in specs if s.run_hash in states and states[s.run_hash].finished]
-    return {name: float(np.nanmean([c[name] for c in finished])) if finished and not all(math.isnan(c[name]) for c in finished)
-            else math.nan for name in COSTS}
+    return {
+        name: float(np.nanmean([c[name] for c in finished]))
+        if finished and not all(math.isnan(c[name]) for c in finished)
+        else math.nan
+        for name in COSTS
+    }

@@ -39,7 +39,7 @@ def numeric_axis(result: TableResult) -> int | None:
         values = {key[j] for key in result.column_keys}
         if len(values) < 2 or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
             continue
-        points = max(collections.Counter(key[:j] + key[j + 1:] for key in result.column_keys).values())
+        points = max(collections.Counter(key[:j] + key[j + 1 :] for key in result.column_keys).values())
         if points >= most and points > 1:
             best, most = j, points
     return best
@@ -51,8 +51,13 @@ def comparison_figure(result: TableResult):
 
     ref, rows, columns = result.reference, result.row_keys, result.column_keys
     palette = colours(len(rows))
-    fig = Figure(figsize=(min(22.0, max(6.0, 1.0 + 0.75 * len(columns) * max(1, len(rows)) ** 0.5)), 4.6 + 0.05 * max(
-        (len(key_text(c)) for c in columns), default=0)), layout="constrained")
+    fig = Figure(
+        figsize=(
+            min(22.0, max(6.0, 1.0 + 0.75 * len(columns) * max(1, len(rows)) ** 0.5)),
+            4.6 + 0.05 * max((len(key_text(c)) for c in columns), default=0),
+        ),
+        layout="constrained",
+    )
     ax = fig.subplots()
     width = 0.8 / max(1, len(rows))
     for i, row in enumerate(rows):
@@ -62,11 +67,24 @@ def comparison_figure(result: TableResult):
         std = [c.std if c is not None else math.nan for c in cells]
         ax.errorbar(x, mean, yerr=std, fmt="o", color=palette[i], markersize=5, capsize=2, label=key_text(row))
         published = [c.published if c is not None and c.published is not None else math.nan for c in cells]
-        ax.plot(x, published, linestyle="none", marker="D", markersize=7, markerfacecolor="none",
-                markeredgecolor=palette[i], markeredgewidth=1.4)
+        ax.plot(
+            x,
+            published,
+            linestyle="none",
+            marker="D",
+            markersize=7,
+            markerfacecolor="none",
+            markeredgecolor=palette[i],
+            markeredgewidth=1.4,
+        )
     slanted = len(columns) > 3 or max((len(key_text(c)) for c in columns), default=0) > 14
-    ax.set_xticks(range(len(columns)), [key_text(c) for c in columns], rotation=30 if slanted else 0,
-                  ha="right" if slanted else "center", fontsize=8)
+    ax.set_xticks(
+        range(len(columns)),
+        [key_text(c) for c in columns],
+        rotation=30 if slanted else 0,
+        ha="right" if slanted else "center",
+        fontsize=8,
+    )
     for boundary in np.arange(len(columns) - 1) + 0.5:  # which points share a column
         ax.axvline(boundary, color="grey", alpha=0.15, linewidth=0.8)
     ax.set_xlim(-0.5, len(columns) - 0.5)
@@ -75,8 +93,10 @@ def comparison_figure(result: TableResult):
     ax.grid(alpha=0.3, axis="y")
     handles, names = ax.get_legend_handles_labels()
     if not result.ours_only:
-        handles += [Line2D([], [], color="grey", marker="o", linestyle="none"),
-                    Line2D([], [], color="grey", marker="D", markerfacecolor="none", linestyle="none")]
+        handles += [
+            Line2D([], [], color="grey", marker="o", linestyle="none"),
+            Line2D([], [], color="grey", marker="D", markerfacecolor="none", linestyle="none"),
+        ]
         names += ["ours (mean ± std)", "published"]
     fig.legend(handles, names, loc="outside right upper", fontsize=8)
     ax.set_title(fitted(heading(result), fig), fontsize=10)
@@ -96,7 +116,7 @@ def line_figure(result: TableResult, axis: int):
     fig = Figure(figsize=(5.2 * cols, 3.6 * nrows + 1.2 + 0.2 * math.ceil(len(rows) / 4)), layout="constrained")
     axes = np.atleast_1d(fig.subplots(nrows, cols, squeeze=False)).ravel()
     cost = ref.cost
-    for ax, panel in zip(axes, panels):
+    for ax, panel in zip(axes, panels, strict=False):
         keys = sorted((c for c in result.column_keys if _others(c, axis) == panel), key=lambda c: c[axis])
         x = [c[axis] for c in keys]
         twin = ax.twinx() if cost else None
@@ -119,7 +139,7 @@ def line_figure(result: TableResult, axis: int):
             ax.set_xscale("log")
         ax.set_xticks(sorted(set(x)), [f"{v:g}" for v in sorted(set(x))])
         ax.grid(alpha=0.3)
-    for ax in axes[len(panels):]:
+    for ax in axes[len(panels) :]:
         ax.set_visible(False)
     for ax in axes[::cols]:
         ax.set_ylabel(_ylabel(result))
@@ -141,7 +161,7 @@ def heading(result: TableResult) -> str:
 
 
 def _others(key: tuple[Any, ...], axis: int) -> tuple[Any, ...]:
-    return key[:axis] + key[axis + 1:]
+    return key[:axis] + key[axis + 1 :]
 
 
 def _ylabel(result: TableResult) -> str:

@@ -49,8 +49,9 @@ class Report:
         failed, and not in this task, or outside a smaller profile (so a profile's report never makes the paper's
         cells vanish); then the task's runs no cell covers ("ours only")."""
         outside = "not in this task" if self.profile == PAPER_PROFILE else f"not in profile {self.profile}"
-        counts = dict.fromkeys(["compared", "within the spread", "beyond the spread", "no run yet", "failed", outside,
-                                "ours only"], 0)
+        counts = dict.fromkeys(
+            ["compared", "within the spread", "beyond the spread", "no run yet", "failed", outside, "ours only"], 0
+        )
         counts[outside] = self.outside_profile
         for table in self.tables:
             for cell in table.cells.values():
@@ -70,19 +71,30 @@ class Report:
 def build_tables(task: TaskSpec, specs: list[RunSpec], runs: pd.DataFrame) -> list[TableResult]:
     """One table per reference table, then ours-only tables (one per metric compared) for uncovered runs."""
     flats = {s.run_hash: s.flat() for s in specs}
-    tables = [reference_table(ref, specs, flats, run_states(specs, runs, ref.metric, ref.scale)) for ref in task.reference]
+    tables = [
+        reference_table(ref, specs, flats, run_states(specs, runs, ref.metric, ref.scale)) for ref in task.reference
+    ]
     covered = covered_hashes(task.reference, flats)
     metrics = dict.fromkeys((ref.metric, ref.scale) for ref in task.reference) or {(DEFAULT_METRIC, 1.0): None}
     for metric, scale in metrics:
         states = run_states(specs, runs, metric, scale)
-        rest = ours_only_table(specs, flats, list(dict.fromkeys(axis for block in task.grid for axis, _ in block)), covered, states, metric, scale)
+        rest = ours_only_table(
+            specs,
+            flats,
+            list(dict.fromkeys(axis for block in task.grid for axis, _ in block)),
+            covered,
+            states,
+            metric,
+            scale,
+        )
         if rest is not None:
             tables.append(rest)
     return tables
 
 
-def write_report(task: TaskSpec, uri: str, out: Path, tolerance: float = DEFAULT_TOLERANCE,
-                 log_artifacts: bool = True) -> Report:
+def write_report(
+    task: TaskSpec, uri: str, out: Path, tolerance: float = DEFAULT_TOLERANCE, log_artifacts: bool = True
+) -> Report:
     """Write `out/report.md` and its PNGs, and log them under the latest sweep parent run of the task's
     experiment (folder `report/`) when there is one.
 
@@ -120,21 +132,34 @@ def write_report(task: TaskSpec, uri: str, out: Path, tolerance: float = DEFAULT
 
 def header(task: TaskSpec, uri: str, report: Report, stored: int, planned: int, parent: str | None) -> list[str]:
     counts = report.summary()
-    where = (f"attached to sweep parent run `{parent}` (artifacts under `{ARTIFACT_FOLDER}/`)" if parent else
-             "not attached to any run: the experiment has no sweep parent run (plain `fedbench run` runs)")
-    return [f"# Reproduction report: {task.name}", "", *([task.description, ""] if task.description else []),
-            f"Profile `{task.profile}`; experiment `{task.name}` in `{shown_uri(uri)}` ({stored} runs stored); "
-            f"{planned} runs in the task; written {datetime.now(UTC):%Y-%m-%d %H:%M} UTC; {where}.",
-            "", "Summary: " + ", ".join(f"{n} {what}" for what, n in counts.items()) + ".", "",
-            *not_run_text(task, report), how_to_read(report.tolerance, report.has_published_std()), ""]
+    where = (
+        f"attached to sweep parent run `{parent}` (artifacts under `{ARTIFACT_FOLDER}/`)"
+        if parent
+        else "not attached to any run: the experiment has no sweep parent run (plain `fedbench run` runs)"
+    )
+    return [
+        f"# Reproduction report: {task.name}",
+        "",
+        *([task.description, ""] if task.description else []),
+        f"Profile `{task.profile}`; experiment `{task.name}` in `{shown_uri(uri)}` ({stored} runs stored); "
+        f"{planned} runs in the task; written {datetime.now(UTC):%Y-%m-%d %H:%M} UTC; {where}.",
+        "",
+        "Summary: " + ", ".join(f"{n} {what}" for what, n in counts.items()) + ".",
+        "",
+        *not_run_text(task, report),
+        how_to_read(report.tolerance, report.has_published_std()),
+        "",
+    ]
 
 
 def not_run_text(task: TaskSpec, report: Report) -> list[str]:
     """What a smaller profile leaves out of the paper's tables, so that no one reads the report as the whole paper."""
     if task.profile == PAPER_PROFILE:
         return []
-    text = (f"Profile `{task.profile}` runs part of the paper's grid: each table below keeps the rows and columns it "
-            "runs (the paper profile has the rest).")
+    text = (
+        f"Profile `{task.profile}` runs part of the paper's grid: each table below keeps the rows and columns it "
+        "runs (the paper profile has the rest)."
+    )
     if report.not_run:
         text += " Tables it runs no cell of, left out: " + "; ".join(report.not_run) + "."
     return [text, ""]

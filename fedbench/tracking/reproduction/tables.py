@@ -24,7 +24,9 @@ Flats = dict[str, dict[str, Any]]
 """Each run hash's flat fields (`RunSpec.flat`, computed once: it is the slow part of a big suite)."""
 
 
-def reference_table(table: ReferenceTable, specs: Sequence[RunSpec], flats: Flats, states: dict[str, RunState]) -> TableResult:
+def reference_table(
+    table: ReferenceTable, specs: Sequence[RunSpec], flats: Flats, states: dict[str, RunState]
+) -> TableResult:
     """`table`'s cells, each with the task's runs its fields name; rows and columns in the grid's order."""
     order = value_order([flats[s.run_hash] for s in specs] + [dict(c.where) for c in table.cells])
     cells, members = {}, {}
@@ -36,12 +38,25 @@ def reference_table(table: ReferenceTable, specs: Sequence[RunSpec], flats: Flat
         members[(row, column)] = mine
     rows = sort_keys([r for r, _ in cells], table.rows, order)
     columns = sort_keys([c for _, c in cells], table.columns, order)
-    return TableResult(table, rows, columns, cells, *_costs(members, states, rows),
-                       row_protocols=_protocols(members, rows, table.metric))
+    return TableResult(
+        table,
+        rows,
+        columns,
+        cells,
+        *_costs(members, states, rows),
+        row_protocols=_protocols(members, rows, table.metric),
+    )
 
 
-def ours_only_table(specs: Sequence[RunSpec], flats: Flats, axes: Sequence[str], covered: set[str],
-                    states: dict[str, RunState], metric: str, scale: float) -> TableResult | None:
+def ours_only_table(
+    specs: Sequence[RunSpec],
+    flats: Flats,
+    axes: Sequence[str],
+    covered: set[str],
+    states: dict[str, RunState],
+    metric: str,
+    scale: float,
+) -> TableResult | None:
     """The task's runs no reference cell covers: a row per algorithm configuration, a column per point of the
     task's other grid `axes`; None when every run is covered."""
     rest = [s for s in specs if s.run_hash not in covered]
@@ -61,10 +76,24 @@ def ours_only_table(specs: Sequence[RunSpec], flats: Flats, axes: Sequence[str],
     order["algorithm"] = list(dict.fromkeys(labels.values()))
     rows = sort_keys([r for r, _ in cells], ("algorithm",), order)
     column_keys = sort_keys([c for _, c in cells], columns, order)
-    table = ReferenceTable("Ours only: runs of the task no published number covers", "no published numbers", metric, scale,
-                           ("algorithm",), columns, ())
-    return TableResult(table, rows, column_keys, cells, *_costs(members, states, rows), ours_only=True,
-                       row_protocols=_protocols(members, rows, metric))
+    table = ReferenceTable(
+        "Ours only: runs of the task no published number covers",
+        "no published numbers",
+        metric,
+        scale,
+        ("algorithm",),
+        columns,
+        (),
+    )
+    return TableResult(
+        table,
+        rows,
+        column_keys,
+        cells,
+        *_costs(members, states, rows),
+        ours_only=True,
+        row_protocols=_protocols(members, rows, metric),
+    )
 
 
 def telling_columns(fields: Sequence[str], flats: Sequence[dict[str, Any]]) -> tuple[str, ...]:
@@ -94,8 +123,13 @@ def varying_fields(flats: Sequence[dict[str, Any]]) -> list[str]:
     """Fields other than the algorithm's and the seed that differ between runs: what an axis that names no field
     of its own resolves into (a preset's `sparsity` sets `scenario.num_clients`)."""
     keys = dict.fromkeys(k for flat in flats for k in flat)
-    return [k for k in keys if k not in IGNORED and not k.startswith(("algorithm", "resources."))
-            and len({str(flat.get(k)) for flat in flats}) > 1]
+    return [
+        k
+        for k in keys
+        if k not in IGNORED
+        and not k.startswith(("algorithm", "resources."))
+        and len({str(flat.get(k)) for flat in flats}) > 1
+    ]
 
 
 def algorithm_labels(specs: Sequence[RunSpec], flats: Flats) -> dict[str, str]:
@@ -106,8 +140,15 @@ def algorithm_labels(specs: Sequence[RunSpec], flats: Flats) -> dict[str, str]:
         mine = [flats[s.run_hash] for s in specs if s.algorithm.name == name]
         fields = dict.fromkeys(f for flat in mine for f in flat if f.startswith("algorithm.") and f != "algorithm.name")
         telling[name] = [f for f in fields if len({str(flat.get(f)) for flat in mine}) > 1]
-    return {s.run_hash: " ".join([s.algorithm.name, *(f"{f.removeprefix('algorithm.')}={flats[s.run_hash].get(f)}"
-                                                      for f in telling[s.algorithm.name])]) for s in specs}
+    return {
+        s.run_hash: " ".join(
+            [
+                s.algorithm.name,
+                *(f"{f.removeprefix('algorithm.')}={flats[s.run_hash].get(f)}" for f in telling[s.algorithm.name]),
+            ]
+        )
+        for s in specs
+    }
 
 
 def covered_hashes(tables: Sequence[ReferenceTable], flats: Flats) -> set[str]:
@@ -128,7 +169,9 @@ def test_time_protocol(spec: RunSpec) -> str:
     if not issubclass(method, TestTimeAssignment):
         return "none (no test-time clients)"
     if gets_given_association(method, spec.test_time):
-        return "known association (002 App. E)" if spec.test_time == "known" else "same-index client (002's baseline code)"
+        return (
+            "known association (002 App. E)" if spec.test_time == "known" else "same-index client (002's baseline code)"
+        )
     return "own match" if method.picks_by_description else "own rule (ensemble or global model)"
 
 
@@ -137,12 +180,13 @@ def _protocols(members: dict, rows: list, metric: str) -> dict[tuple[Any, ...], 
     a test-time one."""
     if M.canonical(metric).removeprefix(M.FINAL_PREFIX) not in M.TEST_TIME:
         return {}
-    return {r: " / ".join(dict.fromkeys(test_time_protocol(s) for (row, _), m in members.items() if row == r for s in m))
-            for r in rows}
+    return {
+        r: " / ".join(dict.fromkeys(test_time_protocol(s) for (row, _), m in members.items() if row == r for s in m))
+        for r in rows
+    }
 
 
 def _costs(members: dict, states: dict[str, RunState], rows: list) -> tuple[dict, dict]:
     row_costs = {r: cost_means([s for (row, _), m in members.items() if row == r for s in m], states) for r in rows}
     column_costs = {r: {c: cost_means(m, states) for (row, c), m in members.items() if row == r} for r in rows}
     return row_costs, column_costs
-
