@@ -172,7 +172,12 @@ def merge_groups(distances: np.ndarray, delta: float) -> list[list[int]]:
 
 
 @register_algorithm("feddrift")
-class FedDrift(Algorithm, RoundReport, TestTimeAssignment, SystemVote):
+class FedDrift(
+    Algorithm["FedDrift.Config", FedDriftState, FedDriftClientState],
+    RoundReport[FedDriftState],
+    TestTimeAssignment[FedDriftState],
+    SystemVote[FedDriftState, FedDriftClientState],
+):
     """Clusters of clients by the loss of each model on their data; a drift starts a cluster, close ones merge.
     Every model travels to every sampled client as `Payload.models[k]`."""
 

@@ -50,7 +50,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -111,6 +111,11 @@ def label_counts(gamma: torch.Tensor, labels: torch.Tensor, num_classes: int) ->
     return (gamma.T @ onehot).numpy().astype(np.float32)
 
 
+def rows_weighted_by(weights: torch.Tensor) -> Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]:
+    """`weights` (one per training row) as a `sample_weight` hook: each batch's rows' weights, on its device."""
+    return lambda x, y, rows: weights[rows].to(x.device)
+
+
 def mixture_of(counts: np.ndarray) -> np.ndarray | None:
     """omega [K] (float64) from a client's label counts: their sums over classes over the total (N_i omega_ik / N_i);
     None for a client without training rows."""
@@ -156,7 +161,12 @@ class FedRCClientState:
 
 
 @register_algorithm("fedrc")
-class FedRC(Algorithm, RoundReport, TestTimeAssignment, SystemVote):
+class FedRC(
+    Algorithm["FedRC.Config", FedRCState, FedRCClientState],
+    RoundReport[FedRCState],
+    TestTimeAssignment[FedRCState],
+    SystemVote[FedRCState, FedRCClientState],
+):
     """K cluster models; each client weighs them by its rows' responsibilities, its label marginals taken out.
     Cluster k's model travels as `Payload.models[k]` (downlink, uplink, and the vote's predictors)."""
 
@@ -211,7 +221,7 @@ class FedRC(Algorithm, RoundReport, TestTimeAssignment, SystemVote):
             if mixture_of(r.uplink[LABELS]["counts"]) is not None
         }
         labels = {**state.labels, **reported}
-        now = {cid: mixture_of(c) for cid, c in reported.items()}
+        now = {cid: w for cid, c in reported.items() if (w := mixture_of(c)) is not None}  # all are, as filtered
         picks = Counter(int(np.argmax(w)) for w in now.values())
         return dataclasses.replace(
             state,
@@ -258,7 +268,7 @@ class FedRC(Algorithm, RoundReport, TestTimeAssignment, SystemVote):
             model = self.model_with(weights)
             column = gamma[:, k].float()
             if column.any():
-                weighted = TrainHooks(sample_weight=lambda x, y, rows, w=column: w[rows].to(x.device))
+                weighted = TrainHooks(sample_weight=rows_weighted_by(column))
                 metrics = train_local(model, data, ctx, TrainHooks() if bool((column == 1).all()) else weighted)
                 loss, steps = loss + metrics[M.TRAIN_LOSS], steps + metrics[M.TRAIN_STEPS]
             uplink[k] = Payload(get_weights(model))

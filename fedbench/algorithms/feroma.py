@@ -247,7 +247,13 @@ def _train_inputs(data: ClientData, device: str) -> Iterator[torch.Tensor]:
 
 
 @register_algorithm("feroma")
-class Feroma(Algorithm, DescribedRound, RoundReport, TestTimeAssignment, SystemVote):
+class Feroma(
+    Algorithm[FeromaConfig, FeromaState, FeromaClientState],
+    DescribedRound[FeromaState, FeromaClientState],
+    RoundReport[FeromaState],
+    TestTimeAssignment[FeromaState],
+    SystemVote[FeromaState, FeromaClientState],
+):
     """Profile-mapped aggregation after a FedAvg warm-up; nearest-profile model assignment at test time."""
 
     Config = FeromaConfig
@@ -270,6 +276,7 @@ class Feroma(Algorithm, DescribedRound, RoundReport, TestTimeAssignment, SystemV
         yet gets it (and the box) with the request, one shared payload shipped once."""
         if round <= self.config.warmup_rounds:
             return {}
+        assert state.extractor is not None, "frozen when the warm-up ended"
         intro, known = state.extractor.payload(), Payload()
         return {cid: known if cid in state.equipped else intro for cid in sampled}
 
@@ -386,6 +393,7 @@ class Feroma(Algorithm, DescribedRound, RoundReport, TestTimeAssignment, SystemV
         """The full profile of this round's training data; the extractor, when it comes with the request, is kept."""
         if EXTRACTOR in payload:  # the first profile request: keep the extractor, it is never sent again
             state = dataclasses.replace(state, extractor=FrozenExtractor.sent_in(payload))
+        assert state.extractor is not None, "sent with the first profile request"
         labels = data.train_y.numpy()
         full = self._describe(state.extractor, _train_inputs(data, ctx.device), labels, data.num_train, ctx, "profile")
         return Payload(extras={PROFILE: {FULL: full}}), state

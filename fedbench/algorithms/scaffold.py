@@ -101,7 +101,11 @@ class ScaffoldClientState:
 
 
 @register_algorithm("scaffold")
-class Scaffold(Algorithm, GlobalModelAtTestTime, SystemVote):
+class Scaffold(
+    Algorithm["Scaffold.Config", ScaffoldState, ScaffoldClientState],
+    GlobalModelAtTestTime,
+    SystemVote[ScaffoldState, ScaffoldClientState],
+):
     """FedAvg's round with control variates: corrected local steps, option-II client control variates,
     uniform averaging of Delta y and Delta c with a global step size."""
 
