@@ -63,11 +63,10 @@ def known_results(seeds: list[int], drift_every: int, uri: str) -> dict[tuple[st
     except ConfigError as exc:  # no store or no such experiment: the table says so
         print(f"no known-association runs read from {uri}: {exc}")
         return {}
-    key = "metrics." + M.FINAL_PREFIX + M.ACC_TEST_TIME
-    done = runs[(runs["status"] == "FINISHED") & runs["params.run_hash"].isin(specs)]
+    key = M.FINAL_PREFIX + M.ACC_TEST_TIME  # the store interface's names (fedbench.tracking.store)
+    done = runs[(runs["status"] == "FINISHED") & runs["run_hash"].isin(specs)]
     return {
-        (specs[h].algorithm.name, specs[h].seed): float(v)
-        for h, v in zip(done["params.run_hash"], done[key], strict=True)
+        (specs[h].algorithm.name, specs[h].seed): float(v) for h, v in zip(done["run_hash"], done[key], strict=True)
     }
 
 

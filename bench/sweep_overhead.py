@@ -166,7 +166,7 @@ def sweep(task_path: Path, max_concurrent: int, ray_address: str = "local") -> d
     client, children = runs.client, runs.children(outcome.parent_run_id)
     requested = timer.marks["_schedule_trial_actor"]
     trials = []
-    for c in children:
+    for c in (client.get_run(child.run_id) for child in children):  # the whole run: its name, end, metrics
         first_round = min(client.get_metric_history(c.info.run_id, M.TIME_ROUND_S), key=lambda m: m.step)
         trials.append(
             {

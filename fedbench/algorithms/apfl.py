@@ -31,6 +31,7 @@ Where the paper is silent (choices):
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -38,7 +39,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call
 
-from fedbench.algorithms.base import AlgorithmConfig, counted
+from fedbench.algorithms.base import AlgorithmConfig, GlobalState, counted
 from fedbench.algorithms.capabilities import PersonalModels
 from fedbench.algorithms.fedavg import FedAvg
 from fedbench.core.errors import ConfigError
@@ -77,9 +78,9 @@ class MixedPair(nn.Module):
     def hooks(self, lr: float) -> TrainHooks:
         """w on the loop's cross-entropy, v on the mixed model's, alpha by `alpha_step` at `lr`."""
         return TrainHooks(
-            forward=lambda pair, x: pair.shared(x),
-            extra_loss=lambda pair, x, y, logits: F.cross_entropy(pair.mixed(x), y),
-            after_batch=lambda pair: pair.alpha_step(lr),
+            forward=lambda pair, x: cast(MixedPair, pair).shared(x),
+            extra_loss=lambda pair, x, y, logits: F.cross_entropy(cast(MixedPair, pair).mixed(x), y),
+            after_batch=lambda pair: cast(MixedPair, pair).alpha_step(lr),
         )
 
     @torch.no_grad()
@@ -99,7 +100,7 @@ def mixed_weights(alpha: float, personal: Arrays, shared: Arrays, parameters: se
 
 
 @register_algorithm("apfl")
-class APFL(FedAvg, PersonalModels):
+class APFL(FedAvg["APFL.Config", GlobalState, APFLClientState], PersonalModels[APFLClientState]):
     """FedAvg on the shared copy w; each client also trains its personal model v and mixing weight alpha."""
 
     ClientState = APFLClientState
@@ -120,7 +121,7 @@ class APFL(FedAvg, PersonalModels):
             if not isinstance(self.adaptive_alpha, bool):
                 raise ConfigError("adaptive_alpha", self.adaptive_alpha, "true or false")
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._personal: nn.Module | None = None
 
@@ -145,6 +146,7 @@ class APFL(FedAvg, PersonalModels):
         """v_bar = alpha v + (1 - alpha) w on the parameters (v's buffers); w where the client never trained."""
         if state.personal is None:
             return payload.weights
+        assert state.alpha is not None  # a client state holds both or neither
         return mixed_weights(state.alpha, state.personal, payload.weights, set(self.parameter_names))
 
     def _pair(self, weights: Arrays, state: APFLClientState, device: str) -> MixedPair:

@@ -61,10 +61,10 @@ The paper's text could not be read offline when this was written: the defaults c
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from typing import Literal
+from typing import Literal, cast
 
 import numpy as np
 import torch
@@ -117,12 +117,13 @@ def batchnorm_eval(model: nn.Module) -> Iterator[dict[str, tuple[torch.Tensor, t
     stats: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
     layers = {name: m for name, m in model.named_modules() if _tracks_stats(m)}
 
-    def normalise(name: str, m: nn.modules.batchnorm._BatchNorm):
+    def normalise(name: str, m: nn.modules.batchnorm._BatchNorm) -> Callable[[torch.Tensor], torch.Tensor]:
         def forward(x: torch.Tensor) -> torch.Tensor:
             flat = x.detach().transpose(0, 1).reshape(x.shape[1], -1)
             single = flat.shape[1] == 1  # a one-sample batch of a BatchNorm1d: variance 0, not NaN
             stats[name] = (flat.mean(dim=1), flat.var(dim=1, correction=0 if single else 1))
             shape = (1, -1) + (1,) * (x.dim() - 2)
+            assert m.running_mean is not None and m.running_var is not None  # a layer that tracks them
             y = (x - m.running_mean.view(shape)) / torch.sqrt(m.running_var.view(shape) + m.eps)
             return y * m.weight.view(shape) + m.bias.view(shape) if m.affine else y
 
@@ -206,7 +207,7 @@ class ATPState(GlobalState):
 
 
 @register_algorithm("atp")
-class ATP(FedAvg, RoundReport):
+class ATP(FedAvg["ATP.Config", ATPState, NoClientState], RoundReport[ATPState]):
     """FedAvg, then per-module adaptation rates learned on the frozen global model; every client, seen or
     unseen, predicts with the global model adapted on its unlabeled batches."""
 
@@ -248,7 +249,6 @@ class ATP(FedAvg, RoundReport):
                 "rate_rounds", self.rate_rounds, spec, "the global model is never trained, ATP adapts the initial model"
             )
 
-    config: Config
     State = ATPState
 
     def learning_rates(self, round: int) -> bool:
@@ -277,7 +277,8 @@ class ATP(FedAvg, RoundReport):
             name: np.mean([r.uplink[RATES][name] for r in results], axis=0, dtype=np.float64).astype(np.float32)
             for name in state.global_model[RATES]
         }
-        return replace(state, global_model=state.global_model.replace({RATES: rates}))
+        # each rate a [1] array: numpy's stubs type a mean over an axis as an array or a scalar
+        return replace(state, global_model=state.global_model.replace({RATES: cast(Arrays, rates)}))
 
     def round_metrics(self, state: ATPState) -> Metrics:
         """The averaged rate of every module (`atp_rate_<module>`), to plot what ATP learned to adapt."""

@@ -107,6 +107,12 @@ class HoldsGlobalModel(Protocol):
     def global_model(self) -> Payload: ...
 
 
+def with_global_model(state: StateT, model: Payload) -> StateT:
+    """`state` with `model` as its global model: the update of the default hooks (FedAvg's), for a `GlobalState` or
+    any frozen dataclass state with the same `global_model` field (`HoldsGlobalModel`), whose other fields it keeps."""
+    return cast(StateT, dataclasses.replace(cast(GlobalState, state), global_model=model))
+
+
 class Algorithm(ABC, Generic[ConfigT, StateT, ClientStateT]):
     """The core every method implements. Subclasses set `Config`, `State` and `ClientState`, name the same three
     types as its parameters (`Algorithm["IFCA.Config", IFCAState, NoClientState]`, so that mypy checks every hook
@@ -229,11 +235,12 @@ class Algorithm(ABC, Generic[ConfigT, StateT, ClientStateT]):
         return self._model
 
 
-class GlobalModelAtTestTime(TestTimeAssignment[GlobalState]):
-    """Test time of a method with one global model (`GlobalState`): every test client gets it."""
+class GlobalModelAtTestTime(TestTimeAssignment[StateT]):
+    """Test time of a method with one global model (a `GlobalState`, or a state with the same field): every test
+    client gets it. A method built on one whose state holds no global model overrides `assign` (CFL, FeSEM)."""
 
-    def assign(self, state: GlobalState, descriptions: dict[int, Payload]) -> Assignment:
-        return Assignment({tid: state.global_model for tid in descriptions})
+    def assign(self, state: StateT, descriptions: dict[int, Payload]) -> Assignment:
+        return Assignment({tid: cast(HoldsGlobalModel, state).global_model for tid in descriptions})
 
 
 def make_algorithm(
@@ -320,16 +327,17 @@ def cluster_averages(results: Sequence[ClientResult], cluster_of: Callable[[Clie
     return {k: Payload(average_uplinks(group)) for k, group in members.items()}
 
 
-class UplinkAverage:
+class UplinkAverage(Generic[StateT]):
     """`average_uplinks` as a fold (FedAvg's `aggregator`): each result's weights go into the running float64
-    sums as it arrives and are dropped, so a round holds one average, not every client's model.
+    sums as it arrives and are dropped, so a round holds one average, not every client's model; `finish` puts it
+    in `state` (`with_global_model`).
 
     The coefficients n_k / n need every n_k first: they are the sampled clients' training-set sizes, which the
     runtime knows before the round; each uplink's own count is checked against them, so the numbers are those
     of `average_uplinks` over the same results, bit for bit.
     """
 
-    def __init__(self, state: GlobalState, train_sizes: Mapping[int, int]):
+    def __init__(self, state: StateT, train_sizes: Mapping[int, int]):
         self.state = state
         self.order = sorted(train_sizes)
         self.sizes = dict(train_sizes)
@@ -345,5 +353,5 @@ class UplinkAverage:
             )
         self.average.add(result.uplink.weights)
 
-    def finish(self) -> GlobalState:
-        return dataclasses.replace(self.state, global_model=Payload(self.average.result()))
+    def finish(self) -> StateT:
+        return with_global_model(self.state, Payload(self.average.result()))

@@ -22,7 +22,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, ClassVar, Generic, Protocol, TypeVar
 
 import numpy as np
 
@@ -37,6 +37,10 @@ StateT = TypeVar("StateT")
 """A method's server state between rounds (its `State`)."""
 ClientStateT = TypeVar("ClientStateT")
 """A method's client state between jobs (its `ClientState`)."""
+StateT_co = TypeVar("StateT_co", covariant=True)
+"""A server state a fold builds (`Aggregator`)."""
+StateT_contra = TypeVar("StateT_contra", contravariant=True)
+"""A server state a hook reads (`EvaluatesPayloads`)."""
 
 
 class HoldsModels(Protocol):
@@ -45,18 +49,18 @@ class HoldsModels(Protocol):
     def model_with(self, weights: Arrays) -> nn.Module: ...
 
 
-class EvaluatesPayloads(Protocol):
+class EvaluatesPayloads(Protocol[StateT_contra]):
     """What `SystemVote`'s default needs of the method it is mixed into (`Algorithm`)."""
 
-    def evaluation_payloads(self, state: Any, clients: Sequence[int]) -> dict[int, Payload]: ...
+    def evaluation_payloads(self, state: StateT_contra, clients: Sequence[int]) -> dict[int, Payload]: ...
 
 
-class Aggregator(Protocol):
+class Aggregator(Protocol[StateT_co]):
     """A round's aggregation as a fold (`StreamedAggregation.aggregator`): results are added in client-id order."""
 
     def add(self, result: ClientResult) -> None: ...
 
-    def finish(self) -> Any: ...
+    def finish(self) -> StateT_co: ...
 
 
 class StreamedAggregation(ABC, Generic[StateT]):
@@ -69,7 +73,7 @@ class StreamedAggregation(ABC, Generic[StateT]):
         return True
 
     @abstractmethod
-    def aggregator(self, round: int, state: StateT, train_sizes: Mapping[int, int]) -> Aggregator:
+    def aggregator(self, round: int, state: StateT, train_sizes: Mapping[int, int]) -> Aggregator[StateT]:
         """A fold over this round's fit results in client-id order. `train_sizes`: each sampled client's
         training-set size, known before any result arrives."""
 
@@ -186,7 +190,7 @@ class TestTimeAssignment(ABC, Generic[StateT]):
 class SystemVote(Generic[StateT, ClientStateT]):
     """System accuracy (004 Sec. 5): every client's personal model answers a pooled test set."""
 
-    def system_payloads(self: EvaluatesPayloads, state: StateT, clients: Sequence[int]) -> dict[int, Payload]:
+    def system_payloads(self: EvaluatesPayloads[StateT], state: StateT, clients: Sequence[int]) -> dict[int, Payload]:
         """Every training client's personal model as the server holds it: by default what it evaluates. With
         `PersonalModels` each entry (empty where the server holds nothing of it) is merged with what its client
         uploads (`client_share`). Otherwise an empty payload for some client means part of the personal models
@@ -194,7 +198,7 @@ class SystemVote(Generic[StateT, ClientStateT]):
         return self.evaluation_payloads(state, clients)
 
     def client_predict(
-        self: HoldsModels, payload: Payload, state: Any, data: ClientData, ctx: RoundContext
+        self: HoldsModels, payload: Payload, state: ClientStateT, data: ClientData, ctx: RoundContext
     ) -> dict[str, np.ndarray]:
         """Predictions of the payload's model on `data`'s test split.
 

@@ -46,7 +46,7 @@ from typing import Literal
 
 import numpy as np
 
-from fedbench.algorithms.base import AlgorithmConfig, sample_counts, warn_if_phase_covers_run
+from fedbench.algorithms.base import AlgorithmConfig, NoClientState, sample_counts, warn_if_phase_covers_run
 from fedbench.algorithms.capabilities import Assignment, RoundReport
 from fedbench.algorithms.fedavg import FedAvg
 from fedbench.core.errors import ConfigError
@@ -129,7 +129,7 @@ class CFLState:
 
 
 @register_algorithm("cfl")
-class CFL(FedAvg, RoundReport):
+class CFL(FedAvg["CFL.Config", CFLState, NoClientState], RoundReport[CFLState]):
     """FedAvg within clusters that split in two by their members' update similarities."""
 
     State = CFLState
@@ -163,17 +163,18 @@ class CFL(FedAvg, RoundReport):
                 )
             if not self.eps1 > 0:
                 raise ConfigError("eps1", self.eps1, "a number > 0")
-            if self.eps2 is None:
-                object.__setattr__(self, "eps2", 0.6 if self.variant == "fedrc" else 1.6)
-            if not self.eps2 > 0:
-                raise ConfigError("eps2", self.eps2, "a number > 0, or null for the variant's")
-            if self.warmup_rounds is None:
-                object.__setattr__(self, "warmup_rounds", 20 if self.variant == "released" else 0)
-            if self.warmup_rounds < 0:
-                raise ConfigError("warmup_rounds", self.warmup_rounds, "an integer >= 0, or null for the variant's")
+            eps2 = self.eps2 if self.eps2 is not None else 0.6 if self.variant == "fedrc" else 1.6
+            object.__setattr__(self, "eps2", eps2)
+            if not eps2 > 0:
+                raise ConfigError("eps2", eps2, "a number > 0, or null for the variant's")
+            warmup = self.warmup_rounds if self.warmup_rounds is not None else 20 if self.variant == "released" else 0
+            object.__setattr__(self, "warmup_rounds", warmup)
+            if warmup < 0:
+                raise ConfigError("warmup_rounds", warmup, "an integer >= 0, or null for the variant's")
 
         def check_run(self, spec: RunSpec) -> None:
             """Warn when the warm-up covers the whole run: no cluster can split, so the run is FedAvg."""
+            assert self.warmup_rounds is not None  # `__post_init__` fills in the variant's
             warn_if_phase_covers_run(
                 "warmup_rounds", self.warmup_rounds, spec, "CFL never splits a cluster, so this run is FedAvg"
             )
@@ -195,8 +196,9 @@ class CFL(FedAvg, RoundReport):
                 updates = [r.uplink.weights for r in group]
                 gram = inner_products(updates, updates, self.parameter_names, origin=model.weights)
                 mean_norm, max_norm = norms[members] = update_norms(gram, self._norm_weights(group))
+                assert self.config.eps2 is not None  # `Config.__post_init__` fills in the variant's
                 if self._may_split(round, len(group)) and mean_norm < self.config.eps1 and max_norm > self.config.eps2:
-                    linkage = "single" if self.config.variant == "paper" else "complete"
+                    linkage: Literal["single", "complete"] = "single" if self.config.variant == "paper" else "complete"
                     halves = [[group[i] for i in half] for half in bipartition(cosine_similarities(gram), linkage)]
                     splits += 1
             for half in halves:
@@ -246,4 +248,5 @@ class CFL(FedAvg, RoundReport):
     def _may_split(self, round: int, size: int) -> bool:
         """Past the warm-up, and enough clients: 2 for the paper's bipartition, more than 2 in the released code
         and FedRC's."""
+        assert self.config.warmup_rounds is not None  # `Config.__post_init__` fills in the variant's
         return round > self.config.warmup_rounds and size >= (2 if self.config.variant == "paper" else 3)

@@ -44,7 +44,7 @@ import inspect
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -203,14 +203,19 @@ def with_cond(stats: torch.Tensor) -> Forward:
 
 
 @register_algorithm("conditional")
-class Conditional(Algorithm, RoundReport, GlobalModelAtTestTime, SystemVote):
+class Conditional(
+    Algorithm[ConditionalConfig, ConditionalState, ConditionalClientState],
+    RoundReport[ConditionalState],
+    GlobalModelAtTestTime[ConditionalState],
+    SystemVote[ConditionalState, ConditionalClientState],
+):
     """FedAvg (or pooled training) of one model f(x; theta, s_i); s_i is computed and kept on client i."""
 
     Config = ConditionalConfig
     State = ConditionalState
     ClientState = ConditionalClientState
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         options = conditioned_options(self.builder.name, dict(self.builder.options), self.config.num_eigenvalues)
         self.builder = replace(self.builder, options=tuple(options.items()))
@@ -296,6 +301,7 @@ class Conditional(Algorithm, RoundReport, GlobalModelAtTestTime, SystemVote):
         self, payload: Payload, state: ConditionalClientState, data: ClientData, ctx: RoundContext
     ) -> Payload:
         """Pooled protocol: the client's rows as the model sees them, labels and s_i, unless the server holds them."""
+        assert state.stats_key is not None  # `client_update` computed the statistics first
         key = np.frombuffer(bytes.fromhex(state.stats_key), dtype=np.uint8)
         if np.array_equal(payload[POOL]["key"], key):
             return counted(None, data.num_train)

@@ -61,6 +61,7 @@ def random_conv_encoder(channels: int, seed: int) -> nn.Module:
             if isinstance(layer, nn.Conv2d):
                 fan_in = layer.in_channels * layer.kernel_size[0] * layer.kernel_size[1]
                 layer.weight.copy_(torch.randn(layer.weight.shape, generator=generator) * math.sqrt(2.0 / fan_in))
+                assert layer.bias is not None  # nn.Conv2d's default bias=True
                 layer.bias.zero_()
     encoder.requires_grad_(False)
     return encoder.eval()

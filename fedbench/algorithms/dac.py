@@ -97,7 +97,7 @@ class DACClientState(DecentralizedClientState):
 
 
 @register_algorithm("dac")
-class DAC(Decentralized):
+class DAC(Decentralized["DAC.Config", DACClientState]):
     """Similarity-driven neighbour sampling, sample-count averaging with the sampled neighbours, local training."""
 
     ClientState = DACClientState

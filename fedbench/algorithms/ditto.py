@@ -41,7 +41,7 @@ from fedbench.training import ClientData, TrainHooks, get_weights, train_local
 
 
 @register_algorithm("ditto")
-class Ditto(PersonalBesideGlobal, FedAvg):
+class Ditto(PersonalBesideGlobal, FedAvg["Ditto.Config", PersonalisedState, PersonalClientState]):
     """FedAvg's global model, plus a personal model v_k per client, kept in its client state, trained against it
     with lam/2 ||v - w^t||^2."""
 

@@ -2,47 +2,57 @@
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping, Sequence
 
 from fedbench.algorithms.base import (
     Algorithm,
+    ConfigT,
     GlobalModelAtTestTime,
-    GlobalState,
-    NoClientState,
     UplinkAverage,
     average_uplinks,
     counted,
+    with_global_model,
 )
-from fedbench.algorithms.capabilities import StreamedAggregation, SystemVote
+from fedbench.algorithms.capabilities import ClientStateT, StateT, StreamedAggregation, SystemVote
 from fedbench.core.registry import register_algorithm
 from fedbench.core.types import ClientResult, Metrics, Payload, RoundContext
 from fedbench.training import ClientData, get_weights, train_local
 
 
-class FedAvgTraining(Algorithm, StreamedAggregation, SystemVote):
+class FedAvgTraining(
+    Algorithm[ConfigT, StateT, ClientStateT],
+    StreamedAggregation[StateT],
+    SystemVote[StateT, ClientStateT],
+):
     """FedAvg's rounds: every sampled client trains the global model locally; the server averages by sample count.
-    FedAvg adds its test-time rule; a method without one (FedRep, whose heads stay on the clients) builds on this."""
+    FedAvg adds its test-time rule; a method without one (FedRep, whose heads stay on the clients) builds on this.
+
+    Generic in all three types, as the methods built on it keep its hooks with states of their own: its server half
+    reads and replaces the state's `global_model` (a `GlobalState` or a subclass; a method whose state holds no global
+    model, CFL or FeSEM, overrides every hook that would), its client half passes the client state through."""
 
     def client_update(
-        self, payload: Payload, state: NoClientState, data: ClientData, ctx: RoundContext
-    ) -> tuple[Payload, NoClientState, Metrics]:
+        self, payload: Payload, state: ClientStateT, data: ClientData, ctx: RoundContext
+    ) -> tuple[Payload, ClientStateT, Metrics]:
         model = self.model_with(payload.weights)
         metrics = train_local(model, data, ctx)
         return counted(get_weights(model), data.num_train), state, metrics
 
-    def aggregate(self, round: int, state: GlobalState, results: Sequence[ClientResult]) -> GlobalState:
-        return dataclasses.replace(state, global_model=Payload(average_uplinks(results)))
+    def aggregate(self, round: int, state: StateT, results: Sequence[ClientResult]) -> StateT:
+        return with_global_model(state, Payload(average_uplinks(results)))
 
     @classmethod
     def streams(cls) -> bool:
         """A subclass that aggregates otherwise gets the whole list."""
         return cls.aggregate is FedAvgTraining.aggregate
 
-    def aggregator(self, round: int, state: GlobalState, train_sizes: Mapping[int, int]) -> UplinkAverage:
+    def aggregator(self, round: int, state: StateT, train_sizes: Mapping[int, int]) -> UplinkAverage[StateT]:
         return UplinkAverage(state, train_sizes)
 
 
 @register_algorithm("fedavg")
-class FedAvg(FedAvgTraining, GlobalModelAtTestTime):
-    """FedAvg (McMahan et al. 2017); every test-time client gets the global model."""
+class FedAvg(FedAvgTraining[ConfigT, StateT, ClientStateT], GlobalModelAtTestTime[StateT]):
+    """FedAvg (McMahan et al. 2017); every test-time client gets the global model.
+
+    Registered as it is (`AlgorithmConfig`, `GlobalState`, `NoClientState`, the core's defaults); the methods built
+    on it name their own three types (`FedAvg["MOON.Config", GlobalState, MOONClientState]`)."""

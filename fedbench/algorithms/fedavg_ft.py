@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from typing import TypeVar
 
 from fedbench.algorithms.base import AlgorithmConfig, GlobalState
 from fedbench.algorithms.fedavg import FedAvg
@@ -36,8 +37,12 @@ class FineTuningClientState:
     model: Arrays | None = None
 
 
+FTConfigT = TypeVar("FTConfigT", bound="FedAvgFT.Config")
+"""The Config of FedAvgFT or of a method built on it (FedBABU, FedProxFT)."""
+
+
 @register_algorithm("fedavg_ft")
-class FedAvgFT(FedAvg):
+class FedAvgFT(FedAvg[FTConfigT, FineTunedState, FineTuningClientState]):
     """Rounds 1..R - ft_rounds: the parent's federated rounds; the last ft_rounds rounds: plain local
     fine-tuning of the whole model (004 Sec. 3.1), continued across rounds from the client state.
 

@@ -26,7 +26,7 @@ from fedbench.core.types import Arrays
 
 
 @register_algorithm("fedavgm")
-class FedAvgM(ServerOptimizer):
+class FedAvgM(ServerOptimizer["FedAvgM.Config"]):
     """FedAvg whose server steps along a momentum of the rounds' pseudo-gradients."""
 
     @dataclass(frozen=True)

@@ -40,7 +40,7 @@ from fedbench.training import ClientData, TrainHooks, get_weights, train_local
 
 
 @register_algorithm("fedbabu")
-class FedBABU(FedAvgFT):
+class FedBABU(FedAvgFT["FedBABU.Config"]):
     """Rounds 1..R - ft_rounds: FedAvg over the body, head frozen at its initialisation; then FedAvgFT's local
     fine-tuning of the head (004) or of the whole model (FedBABU's released notebook)."""
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 import numpy as np
 import torch
@@ -45,6 +45,9 @@ from fedbench.core.runspec import RunSpec
 from fedbench.core.types import Arrays, ClientResult, Metrics, Payload, RoundContext
 from fedbench.models.base import in_part, select_parts, without_parts
 from fedbench.training import ClientData, TrainHooks, get_weights, train_local
+
+if TYPE_CHECKING:
+    from fedbench.models.feddrm_net import FedDRMNet
 
 LOCAL_PART = "head"
 """The model part that stays on the client: the final target layer (docs/methods.md)."""
@@ -73,7 +76,7 @@ def feddrm_hooks(lam: float, client_id: int) -> TrainHooks:
         return TrainHooks(trainable=lambda name: not in_part(name, "client_head"))
 
     def loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        class_logits, client_logits = model.both(x)
+        class_logits, client_logits = cast("FedDRMNet", model).both(x)
         return lam * F.cross_entropy(class_logits, y) + (1.0 - lam) * F.cross_entropy(
             client_logits, torch.full_like(y, client_id)
         )
@@ -97,7 +100,11 @@ class FedDRMClientState:
 
 
 @register_algorithm("feddrm")
-class FedDRM(Algorithm, TestTimeAssignment, SystemVote):
+class FedDRM(
+    Algorithm["FedDRM.Config", FedDRMState, FedDRMClientState],
+    TestTimeAssignment[FedDRMState],
+    SystemVote[FedDRMState, FedDRMClientState],
+):
     """Server: averages the shared part, keeps each client's target layer and data count. Client: trains
     the received shared part with its own target layer on the two-term loss.
 
@@ -116,10 +123,10 @@ class FedDRM(Algorithm, TestTimeAssignment, SystemVote):
 
         def __post_init__(self) -> None:
             super().__post_init__()
-            if self.lam is None:
-                object.__setattr__(self, "lam", 0.8 if self.variant == "paper" else 0.9)
-            if not 0.0 <= self.lam <= 1.0:
-                raise ConfigError("lam", self.lam, "a number in [0, 1]")
+            lam = self.lam if self.lam is not None else 0.8 if self.variant == "paper" else 0.9
+            object.__setattr__(self, "lam", lam)
+            if not 0.0 <= lam <= 1.0:
+                raise ConfigError("lam", lam, "a number in [0, 1]")
 
         def check_run(self, spec: RunSpec) -> None:
             client_path_options(spec.model.name, dict(spec.model.params), spec.scenario.num_clients)
@@ -127,7 +134,7 @@ class FedDRM(Algorithm, TestTimeAssignment, SystemVote):
     State = FedDRMState
     ClientState = FedDRMClientState
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.builder = with_client_path(self.builder, self.num_clients)
 
@@ -165,6 +172,7 @@ class FedDRM(Algorithm, TestTimeAssignment, SystemVote):
     ) -> tuple[Payload, FedDRMClientState, Metrics]:
         head = state.head if state.head is not None else self.initial_head()
         model = self.model_with({**payload.weights, **head})
+        assert self.config.lam is not None  # `Config.__post_init__` fills in the variant's
         metrics = train_local(model, data, ctx, feddrm_hooks(self.config.lam, ctx.client_id))
         weights = get_weights(model)
         uplink = counted(shared_part(weights), data.num_train, {HEAD: local_part(weights)})
@@ -209,7 +217,7 @@ class FedDRM(Algorithm, TestTimeAssignment, SystemVote):
         preds, routes = [torch.zeros(0, dtype=torch.int64)], [torch.zeros(0, self.num_clients)]
         with torch.no_grad():
             for x, _ in data.test_batches(256, ctx.device):
-                class_logits, client_logits = model.both(x)
+                class_logits, client_logits = cast("FedDRMNet", model).both(x)
                 preds.append(class_logits.argmax(dim=1).cpu())
                 routes.append((client_logits - shift).float().cpu())
         return torch.cat(preds).numpy(), torch.cat(routes).numpy()

@@ -38,8 +38,9 @@ Choices where the paper is silent or fedbench differs:
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
@@ -93,9 +94,20 @@ def entropy(pi: np.ndarray) -> float:
     return float(-(p * np.log(p)).sum())
 
 
+def row_weights(w: torch.Tensor) -> Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]:
+    """The `sample_weight` hook of one component's job: each training row's responsibility `w[rows]`."""
+
+    def sample_weight(x: torch.Tensor, y: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        return w[rows].to(x.device)
+
+    return sample_weight
+
+
 class Mixture(nn.Module):
     """A client's predictor as logits: log sum_m pi_m softmax(h_m(x)), whose softmax is the mixture (with one
     component, exactly its log-softmax)."""
+
+    log_pi: torch.Tensor
 
     def __init__(self, components: Sequence[nn.Module], pi: np.ndarray):
         super().__init__()
@@ -127,7 +139,13 @@ class FedEMClientState:
 
 
 @register_algorithm("fedem")
-class FedEM(Algorithm, RoundReport, TestTimeAssignment, SystemVote, PersonalModels):
+class FedEM(
+    Algorithm["FedEM.Config", FedEMState, FedEMClientState],
+    RoundReport[FedEMState],
+    TestTimeAssignment[FedEMState],
+    SystemVote[FedEMState, FedEMClientState],
+    PersonalModels[FedEMClientState],
+):
     """M shared component models; each client mixes them with its own pi, learnt by EM. Component m travels as
     `Payload.models[m]` (downlink, uplink, and a client's shared mixture)."""
 
@@ -146,7 +164,7 @@ class FedEM(Algorithm, RoundReport, TestTimeAssignment, SystemVote, PersonalMode
             if isinstance(self.components, bool) or not isinstance(self.components, int) or self.components < 1:
                 raise ConfigError("components", self.components, "an integer >= 1")
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.count = self.config.components
         self.uniform = np.full(self.count, 1.0 / self.count)
@@ -209,7 +227,7 @@ class FedEM(Algorithm, RoundReport, TestTimeAssignment, SystemVote, PersonalMode
             if bool((weights == 1).all()):  # the plain loss, in FedAvg's exact arithmetic (always so when M = 1)
                 hooks = TrainHooks()
             else:
-                hooks = TrainHooks(sample_weight=lambda x, y, rows, w=weights: w[rows].to(x.device))
+                hooks = TrainHooks(sample_weight=row_weights(weights))
             metrics = train_local(model, data, ctx, hooks)
             uploads[m] = Payload(get_weights(model))
             loss, steps = loss + metrics[M.TRAIN_LOSS], steps + metrics[M.TRAIN_STEPS]

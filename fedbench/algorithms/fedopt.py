@@ -32,10 +32,11 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
+from typing import TypeVar
 
 import numpy as np
 
-from fedbench.algorithms.base import AlgorithmConfig, GlobalState, average_uplinks
+from fedbench.algorithms.base import AlgorithmConfig, ConfigT, GlobalState, NoClientState, average_uplinks
 from fedbench.algorithms.fedavg import FedAvg
 from fedbench.core.errors import ConfigError
 from fedbench.core.registry import register_algorithm
@@ -49,7 +50,7 @@ class ServerOptimizerState(GlobalState):
     slots: dict[str, Arrays] = field(default_factory=dict)
 
 
-class ServerOptimizer(FedAvg):
+class ServerOptimizer(FedAvg[ConfigT, ServerOptimizerState, NoClientState]):
     """Reddi et al.'s Algorithm 1: FedAvg's client half; the server moves each parameter by `step` of its
     pseudo-gradient. Subclasses give `initial_slots` and `step`; FedAvgM and FedOpt are two of them."""
 
@@ -98,7 +99,11 @@ def require_decay(field: str, value: float) -> None:
         raise ConfigError(field, value, "a number in [0, 1)")
 
 
-class FedOpt(ServerOptimizer):
+OptConfigT = TypeVar("OptConfigT", bound="FedOpt.Config")
+"""The Config of a FedOpt method (`FedOpt.Config` or one that extends it)."""
+
+
+class FedOpt(ServerOptimizer[OptConfigT]):
     """Algorithm 2's server: momentum m, a second-moment estimate v whose rule each subclass gives, and the
     step eta m / (sqrt(v) + tau)."""
 
@@ -149,7 +154,7 @@ class AdamConfig(FedOpt.Config):
 
 
 @register_algorithm("fedadam")
-class FedAdam(FedOpt):
+class FedAdam(FedOpt[AdamConfig]):
     """FedOpt with Adam's second moment, an exponential average of Delta^2."""
 
     Config = AdamConfig
@@ -160,7 +165,7 @@ class FedAdam(FedOpt):
 
 
 @register_algorithm("fedyogi")
-class FedYogi(FedOpt):
+class FedYogi(FedOpt[AdamConfig]):
     """FedOpt with Yogi's second moment: v moves towards Delta^2 by (1 - beta2) Delta^2, a step set by Delta^2
     alone (Adam's is (1 - beta2)(v - Delta^2)), so a large v decays slowly when Delta shrinks."""
 
@@ -171,7 +176,7 @@ class FedYogi(FedOpt):
 
 
 @register_algorithm("fedadagrad")
-class FedAdagrad(FedOpt):
+class FedAdagrad(FedOpt["FedAdagrad.Config"]):
     """FedOpt with Adagrad's second moment, the sum of every Delta^2 so far (v only grows)."""
 
     @dataclass(frozen=True)

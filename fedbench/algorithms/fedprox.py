@@ -5,11 +5,13 @@ objective adds the proximal term mu/2 ||w - w_global||^2, keeping local models n
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TypeVar
 
 import torch
 from torch import nn
 
-from fedbench.algorithms.base import AlgorithmConfig, NoClientState, counted
+from fedbench.algorithms.base import AlgorithmConfig, counted
+from fedbench.algorithms.capabilities import ClientStateT, StateT
 from fedbench.algorithms.fedavg import FedAvg
 from fedbench.core.errors import ConfigError
 from fedbench.core.registry import register_algorithm
@@ -31,9 +33,14 @@ def proximal_term(mu: float, anchor: dict[str, torch.Tensor]) -> ExtraLoss:
     return extra_loss
 
 
+ProxConfigT = TypeVar("ProxConfigT", bound="FedProx.Config")
+"""The Config of FedProx or of a method built on it (FedProxFT)."""
+
+
 @register_algorithm("fedprox")
-class FedProx(FedAvg):
-    """FedAvg with the proximal term added to every local batch loss; aggregation is FedAvg's."""
+class FedProx(FedAvg[ProxConfigT, StateT, ClientStateT]):
+    """FedAvg with the proximal term added to every local batch loss; aggregation is FedAvg's. Generic in its
+    states, which its client half passes through: FedProxFT trains it with FedAvgFT's."""
 
     @dataclass(frozen=True)
     class Config(AlgorithmConfig):
@@ -47,8 +54,8 @@ class FedProx(FedAvg):
                 raise ConfigError("mu", self.mu, "a number >= 0")
 
     def client_update(
-        self, payload: Payload, state: NoClientState, data: ClientData, ctx: RoundContext
-    ) -> tuple[Payload, NoClientState, Metrics]:
+        self, payload: Payload, state: ClientStateT, data: ClientData, ctx: RoundContext
+    ) -> tuple[Payload, ClientStateT, Metrics]:
         model = self.model_with(payload.weights)
         anchor = {name: p.detach().clone().to(ctx.device) for name, p in model.named_parameters()}
         metrics = train_local(model, data, ctx, TrainHooks(extra_loss=proximal_term(self.config.mu, anchor)))

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fedbench.algorithms.fedavg_ft import FedAvgFT
+from fedbench.algorithms.fedavg_ft import FedAvgFT, FineTunedState, FineTuningClientState
 from fedbench.algorithms.fedprox import FedProx
 from fedbench.core.registry import register_algorithm
 
 
 @register_algorithm("fedprox_ft")
-class FedProxFT(FedAvgFT, FedProx):
+class FedProxFT(FedAvgFT["FedProxFT.Config"], FedProx["FedProxFT.Config", FineTunedState, FineTuningClientState]):
     """FedAvgFT's schedule over FedProx's local objective (method order: FedAvgFT, then FedProx, then FedAvg)."""
 
     @dataclass(frozen=True)

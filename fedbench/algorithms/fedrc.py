@@ -52,6 +52,7 @@ import math
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
@@ -193,7 +194,7 @@ class FedRC(
             if self.prediction not in ("mixture", "argmax"):
                 raise ConfigError("prediction", self.prediction, "mixture or argmax")
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.clusters = self.resolve_clusters(self.config.clusters)
 

@@ -58,7 +58,7 @@ class FedRepClientState:
 
 
 @register_algorithm("fedrep")
-class FedRep(FedAvgTraining, PersonalModels):
+class FedRep(FedAvgTraining["FedRep.Config", GlobalState, FedRepClientState], PersonalModels[FedRepClientState]):
     """FedAvg over the representation; heads stay on the clients and train first each round. No test-time rule: a
     test-time client has no head of its own, so it is not evaluated."""
 

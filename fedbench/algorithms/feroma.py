@@ -28,9 +28,9 @@ is the client's local test split, kept for evaluation); DP sensitivities use tha
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -262,7 +262,7 @@ class Feroma(
     picks_by_description = True  # a test client's profile is matched to the training profiles
     config: FeromaConfig
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         config = self.config
         self.size_weighting = (
@@ -428,7 +428,14 @@ class Feroma(
         return Payload(extras={PROFILE: profile})
 
     def _describe(
-        self, extractor: FrozenExtractor, inputs, labels, n: int, ctx: RoundContext, purpose: str, marginal: bool = True
+        self,
+        extractor: FrozenExtractor,
+        inputs: Iterable[torch.Tensor],
+        labels: np.ndarray | None,
+        n: int,
+        ctx: RoundContext,
+        purpose: str,
+        marginal: bool = True,
     ) -> np.ndarray:
         """S2-S4 with the frozen `extractor`: a float32 profile (or part) of `n` samples."""
         lower, upper = (float(v) for v in extractor.bounds)

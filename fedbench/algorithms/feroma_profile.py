@@ -20,11 +20,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal, cast
 
 import numpy as np
 import torch
 from torch import nn
+
+if TYPE_CHECKING:
+    from fedbench.models.base import FedModel
 
 Variant = Literal["paper", "released"]
 
@@ -58,7 +61,8 @@ class Projection:
 def extract_latents(model: nn.Module, batches: Iterable[torch.Tensor]) -> np.ndarray:
     """`model.fc_input` of every input batch, stacked as float64 [n, D] (FEROMA's latents, 002 App. B.4)."""
     model.eval()
-    parts = [model.fc_input(x).detach().cpu().double().numpy() for x in batches]
+    fed = cast("FedModel", model)  # the run's model, whose `fc_input` FEROMA's latents are
+    parts = [fed.fc_input(x).detach().cpu().double().numpy() for x in batches]
     return np.concatenate(parts) if parts else np.zeros((0, 0))
 
 

@@ -36,10 +36,11 @@ import dataclasses
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
-from fedbench.algorithms.base import AlgorithmConfig, cluster_averages, sample_counts
+from fedbench.algorithms.base import AlgorithmConfig, NoClientState, cluster_averages, sample_counts
 from fedbench.algorithms.capabilities import Assignment, RoundReport
 from fedbench.algorithms.cfl import inner_products
 from fedbench.algorithms.fedavg import FedAvg
@@ -99,7 +100,7 @@ class FeSEMState:
 
 
 @register_algorithm("fesem")
-class FeSEM(FedAvg, RoundReport):
+class FeSEM(FedAvg["FeSEM.Config", FeSEMState, NoClientState], RoundReport[FeSEMState]):
     """K centers; each client joins the center nearest the model it trained, and each center averages its members."""
 
     State = FeSEMState
@@ -118,7 +119,7 @@ class FeSEM(FedAvg, RoundReport):
                     "clusters", self.clusters, "an integer >= 1, or null for the scenario's number of distributions"
                 )
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.clusters = self.resolve_clusters(self.config.clusters)
         if self.clusters > self.num_clients:

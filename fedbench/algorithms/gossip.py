@@ -26,6 +26,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from fedbench.algorithms.base import AlgorithmConfig
 from fedbench.algorithms.peer_relay import Decentralized, DecentralizedClientState, DecentralizedState
 from fedbench.core.registry import register_algorithm
 from fedbench.core.types import Arrays, Metrics, Payload, RoundContext, derive_seed
@@ -41,7 +42,7 @@ def random_pairs(seed: int, round: int, clients: Sequence[int]) -> list[tuple[in
 
 
 @register_algorithm("gossip")
-class Gossip(Decentralized):
+class Gossip(Decentralized[AlgorithmConfig, DecentralizedClientState]):
     """Each round: random pairs exchange their models, both average them 1/2-1/2, then train locally."""
 
     # -- server half ---------------------------------------------------------------------------------

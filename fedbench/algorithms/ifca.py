@@ -34,6 +34,7 @@ import dataclasses
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -99,7 +100,7 @@ class IFCA(
                     "refine_rounds", self.refine_rounds, "an integer >= 1, or null to re-estimate every round"
                 )
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.clusters = self.resolve_clusters(self.config.clusters)
 

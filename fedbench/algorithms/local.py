@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from torch import nn
+
 from fedbench.algorithms.base import Algorithm, AlgorithmConfig
 from fedbench.core.registry import register_algorithm
 from fedbench.core.types import Arrays, Metrics, Payload, RoundContext
@@ -57,6 +59,6 @@ class Local(Algorithm[AlgorithmConfig, LocalState, LocalClientState]):
     ) -> Metrics:
         return evaluate(self.own_model(state), data, device=ctx.device)
 
-    def own_model(self, state: LocalClientState):
+    def own_model(self, state: LocalClientState) -> nn.Module:
         """The client's model: its own, or the run's seeded initial model before its first job."""
         return self.model_with(state.model if state.model is not None else self.initial_weights())

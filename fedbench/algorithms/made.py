@@ -50,7 +50,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Literal
+from typing import Any, Literal, cast
 
 import numpy as np
 import torch
@@ -112,7 +112,8 @@ def adam_job(ctx: RoundContext, epochs: int, batch_size: int, lr: float) -> Roun
 
 def nll_per_pixel(made: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """The `loss` hook of a MADE: negative log-likelihood per pixel, averaged over the batch (labels unused)."""
-    return made.nll(x).mean() / made.dim
+    model = cast(MADE, made)  # the loop types its model as any module
+    return model.nll(x).mean() / model.dim
 
 
 def train_made(made: MADE, data: ClientData, epochs: int, lr: float, batch_size: int, ctx: RoundContext) -> float:
@@ -130,6 +131,9 @@ def made_features(made: MADE, x: torch.Tensor, kind: str) -> torch.Tensor:
 class RatioClassifier(nn.Module):
     """h(u) = P(global | u) as a logit: standardised features, then logistic regression (`hidden = 0`) or
     one ReLU hidden layer. The standardisation is a buffer, so it is saved with the weights."""
+
+    shift: torch.Tensor
+    scale: torch.Tensor
 
     def __init__(self, dim: int, hidden: int):
         super().__init__()
@@ -224,7 +228,11 @@ class MADEClientState:
 
 
 @register_algorithm("made")
-class MADEReweighting(Algorithm, GlobalModelAtTestTime, SystemVote):
+class MADEReweighting(
+    Algorithm["MADEReweighting.Config", MADEState, MADEClientState],
+    GlobalModelAtTestTime[MADEState],
+    SystemVote[MADEState, MADEClientState],
+):
     """FedAvg on a density-ratio-weighted loss, after a FedAvg-trained global MADE (module docstring)."""
 
     State = MADEState
@@ -278,7 +286,7 @@ class MADEReweighting(Algorithm, GlobalModelAtTestTime, SystemVote):
                     "classifier_hidden", self.classifier_hidden, "an integer >= 0 (0: logistic regression)"
                 )
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         masks = derive_seed(self.seed, "made-masks") % (2**31)  # shared by every party, so MADEs can be averaged
         self.made_builder = ModelBuilder(
@@ -328,6 +336,7 @@ class MADEReweighting(Algorithm, GlobalModelAtTestTime, SystemVote):
             return self._density_round(payload, state, data, ctx)
         if state.weighting is None:
             state = self._fit_weighting(payload.sections.get(DENSITY, {}), state, data, ctx)
+        assert state.weighting is not None  # fitted above, or in an earlier job
         hook = self.sample_weights(state.weighting, ctx.device)
         model = self.model_with(payload.weights)
         metrics = train_local(model, data, ctx, TrainHooks(sample_weight=hook))
@@ -394,8 +403,8 @@ class MADEReweighting(Algorithm, GlobalModelAtTestTime, SystemVote):
             self._weighting_job(ctx, "made-classifier", 0),
         )
         with torch.no_grad():
-            r = torch.exp(clf(u_local).clamp(-30.0, 30.0))
-        scale = [r.mean().item()] if c.rescale == "mean_clip" else [r.min().item(), r.max().item()]
+            ratio = torch.exp(clf(u_local).clamp(-30.0, 30.0))
+        scale = [ratio.mean().item()] if c.rescale == "mean_clip" else [ratio.min().item(), ratio.max().item()]
         return Weighting(get_weights(local), get_weights(clf), np.array(scale))
 
     def sample_weights(self, weighting: Weighting, device: str) -> SampleWeights:
@@ -419,7 +428,7 @@ class MADEReweighting(Algorithm, GlobalModelAtTestTime, SystemVote):
         """This process's MADE for `role` (global or local) with `weights` loaded."""
         if role not in self._mades:
             with torch.random.fork_rng(devices=[]):
-                self._mades[role] = self.made_builder()
+                self._mades[role] = cast(MADE, self.made_builder())
         set_weights(self._mades[role], weights)
         return self._mades[role]
 

@@ -9,8 +9,10 @@ import hashlib
 import json
 import os
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 import numpy as np
 import torch
@@ -72,7 +74,8 @@ class DensityCache:
         """Store a finished density phase: its final MADE and each job's loss by (round, client)."""
         folder = self.root / "final" / final_id
         by_name = {f"{round}:{client}": loss for (round, client), loss in losses.items()}  # JSON keys are strings
-        self._write(folder / "global.npz", lambda f: np.savez(f, **made))
+        # numpy's stubs take **kwds as allow_pickle, not arrays
+        self._write(folder / "global.npz", lambda f: np.savez(f, **made))  # type: ignore[arg-type]
         self._write(folder / "losses.json", lambda f: f.write(json.dumps(by_name).encode()))
         self._write(self.root / "phase" / f"{key}.json", lambda f: f.write(json.dumps({"final": final_id}).encode()))
 
@@ -85,22 +88,29 @@ class DensityCache:
                 "here; the cache folder (FEDBENCH_CACHE) must be shared by the driver and workers"
             )
         by_name = json.loads(path.read_text())
-        return {tuple(int(part) for part in name.split(":")): loss for name, loss in by_name.items()}
+        return {job_of(name): loss for name, loss in by_name.items()}
 
     def find_weighting(self, final_id: str, key: str) -> Weighting | None:
         path = self.root / "final" / final_id / f"w-{key}.npz"
         return unpack(load_npz(path)) if path.exists() else None
 
     def put_weighting(self, final_id: str, key: str, weighting: Weighting) -> None:
-        self._write(self.root / "final" / final_id / f"w-{key}.npz", lambda f: np.savez(f, **pack(weighting)))
+        path = self.root / "final" / final_id / f"w-{key}.npz"
+        self._write(path, lambda f: np.savez(f, **pack(weighting)))  # type: ignore[arg-type]  # as in `put_phase`
 
     @staticmethod
-    def _write(path: Path, write) -> None:
+    def _write(path: Path, write: Callable[[IO[bytes]], object]) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
         with os.fdopen(fd, "wb") as f:
             write(f)
         os.replace(tmp, path)
+
+
+def job_of(name: str) -> tuple[int, int]:
+    """The (round, client) a key of `losses.json` names (`round:client`, as `put_phase` writes it)."""
+    round, client = (int(part) for part in name.split(":"))
+    return round, client
 
 
 def load_npz(path: Path) -> Arrays:

@@ -20,17 +20,21 @@ logit and l_con = 0).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fedbench.algorithms.base import AlgorithmConfig, counted
+from fedbench.algorithms.base import AlgorithmConfig, GlobalState, counted
 from fedbench.algorithms.fedavg import FedAvg
 from fedbench.core.errors import ConfigError
 from fedbench.core.registry import register_algorithm
 from fedbench.core.types import Arrays, Metrics, Payload, RoundContext
 from fedbench.training import ClientData, TrainHooks, get_weights, set_weights, train_local
+
+if TYPE_CHECKING:
+    from fedbench.models.base import FedModel
 
 
 @dataclass(frozen=True)
@@ -54,19 +58,21 @@ class ContrastiveHooks:
     model's own forward, so the cross-entropy path is exactly FedAvg's.
     """
 
-    def __init__(self, mu: float, tau: float, global_model: nn.Module, previous_model: nn.Module | None):
+    def __init__(self, mu: float, tau: float, global_model: FedModel, previous_model: FedModel | None):
         self.mu, self.tau = mu, tau
         self.global_model, self.previous_model = global_model, previous_model
         self._z: torch.Tensor | None = None
 
     def forward(self, model: nn.Module, x: torch.Tensor) -> torch.Tensor:
-        self._z = model.represent(x)
-        return model.head(self._z)
+        fed = cast("FedModel", model)  # the run's model: MOON needs one with `represent` and `head`
+        self._z = fed.represent(x)
+        return fed.head(self._z)
 
     def extra_loss(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
         with torch.no_grad():
             z_glob = self.global_model.represent(x)
             z_prev = z_glob if self.previous_model is None else self.previous_model.represent(x)
+        assert self._z is not None  # `forward` ran on this batch
         return self.mu * model_contrastive_loss(self._z, z_glob, z_prev, self.tau)
 
     def hooks(self) -> TrainHooks:
@@ -74,7 +80,7 @@ class ContrastiveHooks:
 
 
 @register_algorithm("moon")
-class MOON(FedAvg):
+class MOON(FedAvg["MOON.Config", GlobalState, MOONClientState]):
     """FedAvg with the model-contrastive term; the previous local model lives in the client state."""
 
     ClientState = MOONClientState
@@ -94,7 +100,7 @@ class MOON(FedAvg):
             if self.tau <= 0:
                 raise ConfigError("tau", self.tau, "a number > 0")
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._references: dict[str, nn.Module] = {}
 
@@ -109,7 +115,7 @@ class MOON(FedAvg):
         weights = get_weights(model)
         return counted(weights, data.num_train), MOONClientState(weights), metrics
 
-    def _reference(self, role: str, weights: Arrays, device: str) -> nn.Module:
+    def _reference(self, role: str, weights: Arrays, device: str) -> FedModel:
         """A frozen eval-mode copy of the run's model with `weights` (one instance per role per process,
         built outside the job's random stream like `model_with`'s)."""
         if role not in self._references:
@@ -117,4 +123,4 @@ class MOON(FedAvg):
                 self._references[role] = self.builder()
         model = self._references[role]
         set_weights(model, weights)
-        return model.to(device).eval().requires_grad_(False)
+        return cast("FedModel", model.to(device).eval().requires_grad_(False))

@@ -27,9 +27,9 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import ClassVar, TypeVar
 
-from fedbench.algorithms.base import Algorithm
+from fedbench.algorithms.base import Algorithm, ConfigT
 from fedbench.algorithms.capabilities import Assignment, PeerRelay, PersonalModels, SystemVote, TestTimeAssignment
 from fedbench.core.types import WEIGHTS, Arrays, ClientResult, Metrics, Payload, RoundContext
 from fedbench.training import ClientData, evaluate
@@ -51,7 +51,17 @@ class DecentralizedClientState:
     model: Arrays | None = None
 
 
-class Decentralized(Algorithm, PeerRelay, PersonalModels, TestTimeAssignment, SystemVote):
+PeerStateT = TypeVar("PeerStateT", bound=DecentralizedClientState)
+"""The ClientState of a decentralized method (`DecentralizedClientState` or one that extends it, DAC's)."""
+
+
+class Decentralized(
+    Algorithm[ConfigT, DecentralizedState, PeerStateT],
+    PeerRelay,
+    PersonalModels[PeerStateT],
+    TestTimeAssignment[DecentralizedState],
+    SystemVote[DecentralizedState, PeerStateT],
+):
     """Base of the decentralized methods: the server only relays what peers send each other."""
 
     State = DecentralizedState
@@ -91,16 +101,14 @@ class Decentralized(Algorithm, PeerRelay, PersonalModels, TestTimeAssignment, Sy
         return Assignment.size_weighted(models, {cid: 1.0 for cid in models}, list(descriptions))
 
     # -- client half ---------------------------------------------------------------------------------
-    def own_weights(self, state: DecentralizedClientState) -> Arrays:
+    def own_weights(self, state: PeerStateT) -> Arrays:
         """The client's model: from its state, or the run's seeded initial model before its first job."""
         return state.model if state.model is not None else self.initial_weights()
 
-    def client_evaluate(
-        self, payload: Payload, state: DecentralizedClientState, data: ClientData, ctx: RoundContext
-    ) -> Metrics:
+    def client_evaluate(self, payload: Payload, state: PeerStateT, data: ClientData, ctx: RoundContext) -> Metrics:
         return evaluate(self.model_with(self.own_weights(state)), data, device=ctx.device)
 
-    def client_share(self, payload: Payload, state: DecentralizedClientState) -> Payload:
+    def client_share(self, payload: Payload, state: PeerStateT) -> Payload:
         """The client's own model, for system accuracy's vote (nothing where it never trained: its system payload
         is the initial model)."""
         return Payload(state.model) if state.model is not None else Payload()

@@ -9,9 +9,10 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import ClassVar
 
 from fedbench.algorithms.base import GlobalState
-from fedbench.algorithms.capabilities import PersonalModels
+from fedbench.algorithms.capabilities import HoldsModels, PersonalModels
 from fedbench.core.types import Arrays, ClientResult, Metrics, Payload, RoundContext
 from fedbench.training import ClientData, evaluate
 
@@ -31,13 +32,13 @@ class PersonalClientState:
     personal: Arrays | None = None
 
 
-class PersonalBesideGlobal(PersonalModels):
+class PersonalBesideGlobal(PersonalModels[PersonalClientState]):
     """Mixin of the methods whose clients keep a personal model next to the global one. Its `State` gives the
     default `init_state` (the initial global model, no client personalised yet); a subclass's `aggregate` records
     who trained (`with_trained`)."""
 
-    State = PersonalisedState
-    ClientState = PersonalClientState
+    State: ClassVar[type] = PersonalisedState
+    ClientState: ClassVar[type] = PersonalClientState
 
     @staticmethod
     def with_trained(state: PersonalisedState, results: Sequence[ClientResult]) -> PersonalisedState:
@@ -49,7 +50,7 @@ class PersonalBesideGlobal(PersonalModels):
         return {cid: Payload() if cid in state.personalised else state.global_model for cid in clients}
 
     def client_evaluate(
-        self, payload: Payload, state: PersonalClientState, data: ClientData, ctx: RoundContext
+        self: HoldsModels, payload: Payload, state: PersonalClientState, data: ClientData, ctx: RoundContext
     ) -> Metrics:
         """The personal model where the client has one, else the payload's (global) model."""
         weights = state.personal if state.personal is not None else payload.weights

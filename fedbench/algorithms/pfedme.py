@@ -78,7 +78,7 @@ class MoreauEnvelope:
 
 
 @register_algorithm("pfedme")
-class PFedMe(PersonalBesideGlobal, FedAvg):
+class PFedMe(PersonalBesideGlobal, FedAvg["PFedMe.Config", PersonalisedState, PersonalClientState]):
     """Clients run the Moreau-envelope bi-level update; the server mixes their average in with weight beta. The
     personalised model theta after a client's last local round is its personal model
     (`PersonalClientState.personal`)."""

@@ -103,7 +103,7 @@ class ScaffoldClientState:
 @register_algorithm("scaffold")
 class Scaffold(
     Algorithm["Scaffold.Config", ScaffoldState, ScaffoldClientState],
-    GlobalModelAtTestTime,
+    GlobalModelAtTestTime[ScaffoldState],
     SystemVote[ScaffoldState, ScaffoldClientState],
 ):
     """FedAvg's round with control variates: corrected local steps, option-II client control variates,

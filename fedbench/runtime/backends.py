@@ -8,7 +8,7 @@ into the store and return results in client-id order (so aggregation sums in the
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from fedbench.core.errors import ConfigError
 from fedbench.core.runspec import ResourceSpec, RunSpec
@@ -19,6 +19,27 @@ from fedbench.runtime.placement import WorkerPlace
 from fedbench.runtime.state_store import StateStore
 from fedbench.runtime.worker import ClientWorker
 from fedbench.scenarios import Scenario
+
+if TYPE_CHECKING:
+    from fedbench.runtime.ray_pool import RayWorkerPool
+
+
+class Backend(Protocol):
+    """What the round loop and the evaluation protocols ask of a backend (`SerialBackend`, `RayBackend`)."""
+
+    def run(self, job: Job, round: int, payloads: Mapping[int, Payload], store: StateStore) -> list[ClientResult]: ...
+
+    def stream(
+        self, job: Job, round: int, payloads: Mapping[int, Payload], store: StateStore
+    ) -> Iterator[ClientResult]: ...
+
+    def client_states(self, store: StateStore) -> dict[int, Any]: ...
+
+    def worker_pids(self) -> list[int]: ...
+
+    def worker_places(self) -> list[WorkerPlace]: ...
+
+    def close(self) -> None: ...
 
 
 class SerialBackend:
@@ -73,7 +94,9 @@ def check_serial_fits(resources: ResourceSpec) -> None:
         )
 
 
-def make_backend(name: str, dataset: BaseDataset, scenario: Scenario, spec: RunSpec, pool=None):
+def make_backend(
+    name: str, dataset: BaseDataset, scenario: Scenario, spec: RunSpec, pool: RayWorkerPool | None = None
+) -> Backend:
     """The backend called `name` (`serial` or `ray`), started for this run.
 
     Args:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fedbench.algorithms.base import Algorithm
 from fedbench.algorithms.capabilities import (
@@ -25,7 +25,7 @@ from fedbench.algorithms.capabilities import (
 )
 from fedbench.core import metrics as M
 from fedbench.core.runspec import RunSpec
-from fedbench.core.types import ClientResult, Payload
+from fedbench.core.types import ClientResult, Payload, RoundContext
 from fedbench.runtime.byte_meter import ByteMeter
 from fedbench.runtime.jobs import Job
 from fedbench.runtime.records import evaluation_metrics, test_time_metrics
@@ -41,6 +41,10 @@ from fedbench.runtime.system_eval import (
     unbundle,
 )
 from fedbench.scenarios import Scenario
+from fedbench.training import ClientData
+
+if TYPE_CHECKING:
+    from fedbench.runtime.backends import Backend
 
 
 # -- jobs --------------------------------------------------------------------------------------------------
@@ -65,7 +69,7 @@ class Predict(Job):
     def run(self, worker: Any, round: int, client_id: int, payload: Payload, state: Any) -> ClientResult:
         models, owners = unbundle(payload)
 
-        def count(data, ctx) -> dict[str, float]:
+        def count(data: ClientData, ctx: RoundContext) -> dict[str, float]:
             outputs = [worker.algorithm.client_predict(model, state, data, ctx) for model in models]
             return system_counts(outputs, owners, data.test_y.numpy(), client_id, ctx.num_classes)
 
@@ -107,7 +111,7 @@ class Test(Job):
     def run(self, worker: Any, round: int, client_id: int, payload: Payload, state: Any) -> ClientResult:
         algorithm = worker.algorithm
 
-        def score(data, ctx) -> dict[str, float]:
+        def score(data: ClientData, ctx: RoundContext) -> dict[str, float]:
             if ENSEMBLE not in payload:
                 return algorithm.client_evaluate(payload, state, data, ctx)
             models, _ = unbundle(payload)
@@ -128,7 +132,7 @@ class KnownTest(Job):
     on_test_clients = True
 
     def run(self, worker: Any, round: int, client_id: int, payload: Payload, state: Any) -> ClientResult:
-        def score(data, ctx) -> dict[str, float]:
+        def score(data: ClientData, ctx: RoundContext) -> dict[str, float]:
             labels = data.test_y.numpy()
             predicted = worker.algorithm.client_predict(payload, state, data, ctx)[M.PRED]
             accuracy = float((predicted == labels).mean()) if len(labels) else float("nan")
@@ -147,8 +151,8 @@ class Evaluation:
     """A run's evaluation protocols, over its algorithm, backend, training clients' state store and byte meter."""
 
     spec: RunSpec
-    algorithm: Algorithm
-    backend: Any
+    algorithm: Algorithm[Any, Any, Any]
+    backend: Backend
     """The run's backend (`SerialBackend` or `RayBackend`)."""
     scenario: Scenario
     store: StateStore
@@ -279,7 +283,7 @@ class LocalResults:
 
 
 def answered_by_evaluation(
-    algorithm: Algorithm, system: Mapping[int, Payload], evaluated: Mapping[int, Payload]
+    algorithm: Algorithm[Any, Any, Any], system: Mapping[int, Payload], evaluated: Mapping[int, Payload]
 ) -> bool:
     """Whether system accuracy's vote would answer every sample as the last evaluation did, so that its pass can be
     skipped: one payload answers for every client (the vote of one model is its prediction), it is the payload

@@ -16,19 +16,21 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from fedbench.algorithms import make_algorithm
+from fedbench.algorithms.base import Algorithm
 from fedbench.algorithms.capabilities import DescribedRound, PeerRelay, RoundReport, StreamedAggregation
 from fedbench.core import metrics as M
 from fedbench.core import timeline
 from fedbench.core.callbacks import RESUMED_TAG, Callback, RunResult
 from fedbench.core.errors import ResultsUnwritableError
 from fedbench.core.runspec import RunSpec
-from fedbench.core.types import Payload, derive_seed
+from fedbench.core.types import ClientResult, Payload, derive_seed
 from fedbench.data import load_dataset
-from fedbench.runtime.backends import make_backend
+from fedbench.runtime.backends import Backend, make_backend
 from fedbench.runtime.byte_meter import ByteMeter
 from fedbench.runtime.checkpoint import CheckpointFolder, RunCheckpoint
 from fedbench.runtime.evaluation import Evaluation
@@ -39,7 +41,10 @@ from fedbench.runtime.per_client import PerClientRecorder
 from fedbench.runtime.placement import placement_tags
 from fedbench.runtime.records import meaningless, summarize, training_metrics
 from fedbench.runtime.state_store import StateStore
-from fedbench.scenarios import build_scenario
+from fedbench.scenarios import Scenario, build_scenario
+
+if TYPE_CHECKING:
+    from fedbench.runtime.ray_pool import RayWorkerPool
 
 
 class Federation:
@@ -50,7 +55,7 @@ class Federation:
         spec: RunSpec,
         callbacks: Sequence[Callback] = (),
         backend: str | None = None,
-        pool=None,
+        pool: RayWorkerPool | None = None,
         gpu_check: SharedGpuCheck | None = None,
         checkpoints: CheckpointFolder | None = None,
     ):
@@ -127,7 +132,7 @@ class Federation:
         timeline.mark("run_end")
         return result
 
-    def _resume(self, algorithm, history: list[dict[str, float]]) -> tuple[object, int]:
+    def _resume(self, algorithm: Algorithm[Any, Any, Any], history: list[dict[str, float]]) -> tuple[Any, int]:
         """The server state to start from and the first round to run: the algorithm's initial state and round 1, or,
         where a checkpoint of this run exists, its state, its clients' states, records and rows, and the round after
         it. The callbacks get the records of the rounds before, so a run's recorded curves are whole."""
@@ -146,7 +151,14 @@ class Federation:
         return checkpoint.server, checkpoint.round + 1
 
     def _loop(
-        self, algorithm, backend, scenario, history: list[dict[str, float]], startup_s: float, state, first: int
+        self,
+        algorithm: Algorithm[Any, Any, Any],
+        backend: Backend,
+        scenario: Scenario,
+        history: list[dict[str, float]],
+        startup_s: float,
+        state: Any,
+        first: int,
     ) -> None:
         """Rounds `first`..R from server state `state`; `startup_s` (workers started, loaded and warmed up) is
         reported with the first of them."""
@@ -200,8 +212,15 @@ class Federation:
                 break
 
     def _describe(
-        self, algorithm, backend, round: int, state, sampled: list[int], store, meter
-    ) -> tuple[object, float]:
+        self,
+        algorithm: Algorithm[Any, Any, Any],
+        backend: Backend,
+        round: int,
+        state: Any,
+        sampled: list[int],
+        store: StateStore,
+        meter: ByteMeter,
+    ) -> tuple[Any, float]:
         """A `DescribedRound` method's first exchange: the sampled clients describe this round's data and the server
         takes the descriptions into its state. Returns that state and the jobs' compute seconds (0 where none ran)."""
         if not isinstance(algorithm, DescribedRound):
@@ -215,8 +234,16 @@ class Federation:
         return algorithm.receive_descriptions(round, state, described), sum(r.compute_s for r in described)
 
     def _fit(
-        self, algorithm, backend, scenario, round: int, state, payloads, store, meter
-    ) -> tuple[object, list, float]:
+        self,
+        algorithm: Algorithm[Any, Any, Any],
+        backend: Backend,
+        scenario: Scenario,
+        round: int,
+        state: Any,
+        payloads: dict[int, Payload],
+        store: StateStore,
+        meter: ByteMeter,
+    ) -> tuple[Any, list[ClientResult], float]:
         """The round's fit jobs and their aggregation: (next server state, results, seconds spent aggregating).
 
         Where the algorithm folds results one at a time (`StreamedAggregation`), each is added as it arrives and kept

@@ -117,7 +117,7 @@ class RayWorkerPool:
         loads = [w.load.remote(self._dataset[1], scenario_ref, spec) for w in self.workers]
         self.places = get_reporting_waits(loads, "client workers to start", self.resources)
 
-    def replace(self, dead):
+    def replace(self, dead: Any) -> Any:
         """A new worker in place of `dead` (its process died): the same resources, loaded with the same run.
 
         Inside a Tune trial, Ray captures it into the trial's placement group, in the bundle the dead one freed.
@@ -273,7 +273,7 @@ class RayBackend:
 
     def _submit(
         self,
-        worker,
+        worker: Any,
         job: Job,
         round: int,
         clients: list[int],
@@ -301,7 +301,7 @@ class RayBackend:
 
     def _after_death(
         self,
-        dead,
+        dead: Any,
         exc: Exception,
         pending: dict,
         queue: collections.deque,
@@ -323,7 +323,7 @@ class RayBackend:
         replacement = self._replace(dead, job, round, running, max(lost[cid] for cid in running), exc)
         return [w for w in idle if w != dead] + [replacement] * JOBS_IN_FLIGHT
 
-    def _replace(self, dead, job: Job, round: int, clients: list[int], lost: int, exc: Exception):
+    def _replace(self, dead: Any, job: Job, round: int, clients: list[int], lost: int, exc: Exception) -> Any:
         """A new worker for the call whose worker died, or WorkerLostError once its job has taken down
         `JOB_ATTEMPTS` workers (a client that died with others runs alone after, so this names one client)."""
         cause = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__

@@ -131,7 +131,7 @@ class ClientWorker:
         (output[0] if job.keeps_state else output).gpu_peak_bytes = torch.cuda.max_memory_reserved()
         return output
 
-    def jobs(self, job: Job, round: int, client_ids: list[int], payload_slots: list[int], *objects) -> list:
+    def jobs(self, job: Job, round: int, client_ids: list[int], payload_slots: list[int], *objects: Any) -> list:
         """Several clients' jobs of one kind, run one after another as each would run alone (every job seeds its own
         scope), in one call: a tiny client's training costs less than a Ray call and its round trip.
 

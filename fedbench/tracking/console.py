@@ -128,7 +128,7 @@ def results_table(
     from fedbench.tracking.leaderboard import STD_NOTE, label_runs, readable, varying_params
 
     finished = list({r.spec.run_hash: r for r in results if r.status == "FINISHED"}.values())
-    frame = pd.DataFrame([{f"params.{k}": str(v) for k, v in r.spec.flat().items() if v is not None} for r in finished])
+    frame = pd.DataFrame([{k: str(v) for k, v in r.spec.flat().items() if v is not None} for r in finished])
     labels = label_runs(frame, varying_params(frame)) if len(frame) else pd.Series(dtype=str)
     labels = [
         f"{label} (reference)" if r.spec.algorithm.name in references else label

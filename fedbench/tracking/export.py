@@ -9,11 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
 from fedbench.core import metrics as M
-from fedbench.tracking.leaderboard import group_and_configuration, latest_finished, read_runs, varying_params
+from fedbench.tracking.leaderboard import fedbench_runs, group_and_configuration, latest_finished, varying_params
+from fedbench.tracking.store import RUN_HASH, RUN_ID, RunStore, metric_columns
 
 FORMATS = ("csv", "parquet")
 
@@ -21,35 +23,39 @@ FORMATS = ("csv", "parquet")
 def long_metrics(experiment: str, uri: str, group_by: Sequence[str] = ("dataset", "scenario")) -> pd.DataFrame:
     """Every finished run's per-round metrics (`final.` and `total.` summaries left out: they are the leaderboard's),
     one row per (run, round, metric), each run hash once (its latest run)."""
-    from fedbench.tracking.patient_store import PatientClient
+    from fedbench.tracking.mlflow_store import MlflowStore
 
-    runs = latest_finished(read_runs(experiment, uri))
-    client = PatientClient(uri)
+    return store_metrics(MlflowStore(uri), experiment, group_by)
+
+
+def store_metrics(store: RunStore, experiment: str, group_by: Sequence[str] = ("dataset", "scenario")) -> pd.DataFrame:
+    """`long_metrics` of `experiment` in `store`."""
+    runs = latest_finished(fedbench_runs(store, experiment))
     group, configuration = group_and_configuration(runs, group_by)
     fields = varying_params(runs)
-    rows = []
+    rows: list[dict[str, Any]] = []
     for (_, run), run_group, run_configuration in zip(runs.iterrows(), group, configuration, strict=True):
-        keys = [c.removeprefix("metrics.") for c in runs if c.startswith("metrics.") and pd.notna(run[c])]
+        keys = [c for c in metric_columns(runs) if pd.notna(run[c])]
         described = run_description(run, run_group, run_configuration, fields)
         for key in keys:
             if M.is_summary(key):
                 continue
-            for point in client.get_metric_history(run["run_id"], key):
+            for point in store.metric_history(run[RUN_ID], key):
                 rows.append({**described, "round": point.step, "metric": key, "value": point.value})
     columns = ["run_hash", "seed", "group", "configuration", *fields, "round", "metric", "value"]
     table = pd.DataFrame(rows, columns=columns)
     return table.sort_values(["run_hash", "metric", "round"]).reset_index(drop=True)
 
 
-def run_description(run: pd.Series, group: str, configuration: str, fields: Sequence[str]) -> dict:
+def run_description(run: pd.Series, group: str, configuration: str, fields: Sequence[str]) -> dict[str, Any]:
     """The columns that say which run a row of an export belongs to: its hash, seed, group, configuration and
     varying fields."""
     return {
-        "run_hash": run["params.run_hash"],
-        "seed": run.get("params.seed"),
+        "run_hash": run[RUN_HASH],
+        "seed": run.get("seed"),
         "group": group,
         "configuration": configuration,
-        **{f: run[f"params.{f}"] for f in fields},
+        **{f: run[f] for f in fields},
     }
 
 

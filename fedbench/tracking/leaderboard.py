@@ -1,4 +1,4 @@
-"""Leaderboards from MLflow: runs read back with `mlflow.search_runs`, aggregated over seeds, ranked per group.
+"""Leaderboards from the store: runs read back through the store interface, aggregated over seeds, ranked per group.
 
 A configuration is everything that varies across the experiment's runs except the seed; the algorithm and
 its parameters name it, the `group_by` fields (dataset, scenario, or any dotted RunSpec field) say which
@@ -8,10 +8,8 @@ attempt that Tune restarted (tagged retried) is not a failed run: its trial's ne
 
 from __future__ import annotations
 
-import contextlib
-import os
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,8 +21,17 @@ from rich.table import Table
 from fedbench.core import metrics as M
 from fedbench.core.errors import ConfigError, FedbenchError
 from fedbench.core.runspec import algorithm_defaults
-from fedbench.tracking.paths import store_missing
-from fedbench.tracking.patient_store import patiently
+from fedbench.tracking.store import (
+    FINISHED,
+    RUN_HASH,
+    RUN_LABEL,
+    STATUS,
+    RunStore,
+    field_columns,
+    is_metric,
+    metric_columns,
+    tag,
+)
 from fedbench.tracking.tags import FAILURE_REASON_TAG, REFERENCE_TAG, RETRIED_TAG, STOPPED_EARLY_TAG
 
 DEFAULT_METRIC = M.FINAL_PREFIX + M.ACC_LOCAL_MEAN
@@ -52,7 +59,7 @@ def run_costs(runs: pd.DataFrame) -> pd.DataFrame:
     `time_startup_s` has no start-up to take out: its `wall_s` stays as recorded."""
 
     def column(key: str, scale: float) -> pd.Series:
-        return runs.get(f"metrics.{key}", pd.Series(np.nan, index=runs.index)).astype(float) * scale
+        return runs.get(key, pd.Series(np.nan, index=runs.index)).astype(float) * scale
 
     costs = pd.DataFrame({name: column(key, scale) for name, (key, scale) in COSTS.items()}, index=runs.index)
     costs["wall_s"] -= costs["startup_s"].fillna(0.0)
@@ -69,53 +76,23 @@ class Leaderboard:
 
 
 def read_runs(experiment: str, uri: str) -> pd.DataFrame:
-    """The experiment's fedbench runs (sweep parent runs left out), as `mlflow.search_runs` returns them."""
-    import mlflow
+    """The experiment's fedbench runs (sweep parent runs left out) in the store at `uri`, in the store interface's
+    column names (`fedbench.tracking.store`)."""
+    from fedbench.tracking.mlflow_store import MlflowStore
 
-    where = (
-        f"the tracking store {uri} (results go to results/ under the folder fedbench runs in, or to "
-        "FEDBENCH_RESULTS or MLFLOW_TRACKING_URI when set)"
-    )
-    if store_missing(uri):
-        raise ConfigError("--experiment", experiment, f"an experiment in {where}; that store does not exist")
-    with searching(uri):
-        if patiently(lambda: mlflow.get_experiment_by_name(experiment), uri, "reading experiments") is None:
-            raise ConfigError("--experiment", experiment, f"an experiment in {where}")
-        runs = patiently(lambda: mlflow.search_runs(experiment_names=[experiment]), uri, "reading runs")
-    if "params.run_hash" not in runs:
+    return fedbench_runs(MlflowStore(uri), experiment)
+
+
+def fedbench_runs(store: RunStore, experiment: str) -> pd.DataFrame:
+    """The runs of `experiment` in `store` that ran a RunSpec (sweep parent runs left out).
+
+    Raises:
+        ConfigError: no such store or experiment.
+    """
+    runs = store.runs(experiment)
+    if RUN_HASH not in runs:
         return runs.iloc[0:0]
-    return with_canonical_metrics(runs[runs["params.run_hash"].notna()].reset_index(drop=True))
-
-
-def with_canonical_metrics(runs: pd.DataFrame) -> pd.DataFrame:
-    """`runs` with every summary column in today's spelling (`metrics.final/x` of an older store becomes
-    `metrics.final.x`, merged with the runs that already wrote it so), so that old and new runs rank together."""
-    for column in [c for c in runs if c.startswith("metrics.")]:
-        key = M.canonical(column.removeprefix("metrics."))
-        if f"metrics.{key}" != column:
-            new = f"metrics.{key}"
-            runs[new] = runs[new].combine_first(runs[column]) if new in runs else runs[column]
-            runs = runs.drop(columns=column)
-    return runs
-
-
-@contextlib.contextmanager
-def searching(uri: str) -> Iterator[None]:
-    """MLflow's module-level search functions read the process's tracking URI, and `mlflow.set_tracking_uri` also
-    sets MLFLOW_TRACKING_URI, which `tracking_uri()` reads first: both are set for the search only and put back
-    after it, so that a later run in the same process (a notebook) still records where FEDBENCH_RESULTS says."""
-    import mlflow
-
-    variable, previous = os.environ.get("MLFLOW_TRACKING_URI"), mlflow.get_tracking_uri()
-    mlflow.set_tracking_uri(uri)
-    try:
-        yield
-    finally:
-        mlflow.set_tracking_uri(previous)
-        if variable is None:
-            os.environ.pop("MLFLOW_TRACKING_URI", None)
-        else:
-            os.environ["MLFLOW_TRACKING_URI"] = variable
+    return runs[runs[RUN_HASH].notna()].reset_index(drop=True)
 
 
 def finished_run_hashes(experiment: str, uri: str) -> set[str]:
@@ -132,9 +109,9 @@ def finished_scores(experiment: str, uri: str, metric: str | None = None) -> dic
     except ConfigError:  # no such store or experiment yet
         return {}
     finished = latest_finished(runs) if len(runs) else runs
-    column = f"metrics.{M.canonical(metric or '')}"
-    values = finished[column] if column in finished else pd.Series(np.nan, index=finished.index)
-    return dict(zip(finished.get("params.run_hash", []), values.astype(float), strict=True))
+    column = M.canonical(metric or "")
+    values = finished[column] if is_metric(column) and column in finished else pd.Series(np.nan, index=finished.index)
+    return dict(zip(finished.get(RUN_HASH, []), values.astype(float), strict=True))
 
 
 def latest_finished(runs: pd.DataFrame) -> pd.DataFrame:
@@ -143,14 +120,14 @@ def latest_finished(runs: pd.DataFrame) -> pd.DataFrame:
     A trial a scheduler stopped early (ASHA) ended FINISHED after fewer rounds than its RunSpec asks for: it
     is left out, so it neither ranks beside complete runs nor replaces a complete run of the same hash.
     """
-    finished = runs[runs["status"] == "FINISHED"]
-    if f"tags.{STOPPED_EARLY_TAG}" in finished:
-        finished = finished[finished[f"tags.{STOPPED_EARLY_TAG}"].isna()]
-    if "params.run_hash" not in finished:
+    finished = runs[runs[STATUS] == FINISHED]
+    if tag(STOPPED_EARLY_TAG) in finished:
+        finished = finished[finished[tag(STOPPED_EARLY_TAG)].isna()]
+    if RUN_HASH not in finished:
         return finished
     if "start_time" in finished:
         finished = finished.sort_values("start_time")
-    return finished.drop_duplicates("params.run_hash", keep="last").sort_index()
+    return finished.drop_duplicates(RUN_HASH, keep="last").sort_index()
 
 
 def build_leaderboard(
@@ -166,9 +143,9 @@ def build_leaderboard(
     """
     metric = M.canonical(metric)
     finished = latest_finished(runs)
-    column = f"metrics.{metric}"
-    if column not in runs or finished[column].isna().all():
-        known = sorted(c.removeprefix("metrics.") for c in runs if c.startswith("metrics.") and runs[c].notna().any())
+    column = metric
+    if not is_metric(column) or column not in runs or finished[column].isna().all():
+        known = sorted(c for c in metric_columns(runs) if runs[c].notna().any())
         raise ConfigError("--metric", metric, "a metric the runs report: " + ", ".join(known))
     group, configuration = group_and_configuration(finished, group_by)
     frame = pd.DataFrame({"group": group, "configuration": configuration, "value": finished[column].astype(float)})
@@ -237,14 +214,14 @@ def seed_stats(groups) -> pd.DataFrame:
 
 def failed_runs(runs: pd.DataFrame) -> pd.DataFrame:
     """The runs that did not finish, retried attempts aside: run name, status and the reason they recorded."""
-    failed = runs[runs["status"] != "FINISHED"]
-    if f"tags.{RETRIED_TAG}" in failed:
-        failed = failed[failed[f"tags.{RETRIED_TAG}"].isna()]
+    failed = runs[runs[STATUS] != FINISHED]
+    if tag(RETRIED_TAG) in failed:
+        failed = failed[failed[tag(RETRIED_TAG)].isna()]
     return pd.DataFrame(
         {
-            "run": failed.get("tags.mlflow.runName", pd.Series(dtype=str)),
-            "status": failed["status"],
-            "reason": failed.get(f"tags.{FAILURE_REASON_TAG}", pd.Series(dtype=str)),
+            "run": failed.get(RUN_LABEL, pd.Series(dtype=str)),
+            "status": failed[STATUS],
+            "reason": failed.get(tag(FAILURE_REASON_TAG), pd.Series(dtype=str)),
         }
     ).reset_index(drop=True)
 
@@ -312,11 +289,11 @@ def group_and_configuration(runs: pd.DataFrame, group_by: Sequence[str]) -> tupl
         ConfigError: a group-by name that is neither an alias nor a field the runs record.
     """
     varying = varying_params(runs)
-    recorded = [c.removeprefix("params.") for c in runs if c.startswith("params.")]
+    recorded = field_columns(runs)
     groups = expand_group_by(group_by, varying, recorded)
     config = [f for f in varying if f not in groups]
     configuration = label_runs(runs, config)
-    column = f"tags.{REFERENCE_TAG}"
+    column = tag(REFERENCE_TAG)
     if column in runs:  # a search's reference (FedAvg beside FEROMA's tau) reads as one
         configuration = configuration.where(runs[column] != "true", configuration + " (reference)")
     return label_runs(runs, groups), configuration
@@ -324,11 +301,10 @@ def group_and_configuration(runs: pd.DataFrame, group_by: Sequence[str]) -> tupl
 
 def varying_params(runs: pd.DataFrame) -> list[str]:
     """RunSpec fields (params) whose value differs across `runs`, less those that never tell configurations apart."""
-    fields = [c.removeprefix("params.") for c in runs if c.startswith("params.")]
     return sorted(
         f
-        for f in fields
-        if f not in IGNORED and not f.startswith("resources.") and runs[f"params.{f}"].nunique(dropna=False) > 1
+        for f in field_columns(runs)
+        if f not in IGNORED and not f.startswith("resources.") and runs[f].nunique(dropna=False) > 1
     )
 
 
@@ -360,26 +336,21 @@ def label_runs(runs: pd.DataFrame, fields: list[str]) -> pd.Series:
         if ALGORITHM_PARAM in runs
         else {}
     )
-    shown = [f"params.{f}" for f in fields]
     return runs.apply(
         lambda row: label(
-            {
-                f: row[c]
-                for f, c in zip(fields, shown, strict=True)
-                if f not in own or f in telling.get(row.get(ALGORITHM_PARAM), own)
-            }
+            {f: row[f] for f in fields if f not in own or f in telling.get(row.get(ALGORITHM_PARAM), own)}
         ),
         axis=1,
     )
 
 
-ALGORITHM_PARAM = "params.algorithm.name"
+ALGORITHM_PARAM = "algorithm.name"
 
 
 def _telling_params(group: pd.DataFrame, fields: list[str]) -> set[str]:
     """The algorithm parameters among `fields` that say something about this algorithm's runs: recorded, and
     either varying among them or away from the method's default (every recorded one when it is unknown)."""
-    recorded = [f for f in fields if group[f"params.{f}"].notna().any()]
+    recorded = [f for f in fields if group[f].notna().any()]
     try:
         defaults = algorithm_defaults(str(group[ALGORITHM_PARAM].iloc[0]))
     except FedbenchError:
@@ -387,8 +358,8 @@ def _telling_params(group: pd.DataFrame, fields: list[str]) -> set[str]:
     return {
         f
         for f in recorded
-        if group[f"params.{f}"].nunique(dropna=False) > 1
-        or any(str(v) != str(defaults.get(f.removeprefix("algorithm."))) for v in group[f"params.{f}"])
+        if group[f].nunique(dropna=False) > 1
+        or any(str(v) != str(defaults.get(f.removeprefix("algorithm."))) for v in group[f])
     }
 
 

@@ -1,9 +1,9 @@
-"""Result plots from MLflow: a metric per round (mean ± std over seeds), a configuration × group heatmap and, where
+"""Result plots from the store: a metric per round (mean ± std over seeds), a configuration × group heatmap and, where
 runs kept per-client results, how accuracy spreads over clients (`fedbench.tracking.client_plots`).
 
-Runs are read back as the leaderboard reads them (`read_runs`), and a configuration and a group mean the
-same thing here as there (`group_and_configuration`). Per-round values come from
-`MlflowClient.get_metric_history` (runs log them with step = round); the heatmap shows `final.<metric>`.
+Runs are read back as the leaderboard reads them (`fedbench_runs`, through the store interface), and a
+configuration and a group mean the same thing here as there (`group_and_configuration`). Per-round values are each
+metric's history in the store (runs log them with step = round); the heatmap shows `final.<metric>`.
 Only FINISHED runs are drawn; the others are returned apart so the caller can say how many were left out.
 The PNGs are also logged as artifacts (folder `plots`) of the experiment's most recent sweep parent run,
 when it has one.
@@ -31,15 +31,15 @@ from fedbench.core.errors import ConfigError
 from fedbench.tracking.leaderboard import (
     TIE_ALPHA,
     failed_runs,
+    fedbench_runs,
     group_and_configuration,
     latest_finished,
-    read_runs,
     readable,
     seed_stats,
     varying_params,
     versus_best,
 )
-from fedbench.tracking.sweep_runs import latest_sweep_run
+from fedbench.tracking.store import RUN_ID, RunStore, is_metric, metric_columns
 
 DEFAULT_METRIC = M.ACC_LOCAL_MEAN
 ARTIFACT_FOLDER = "plots"
@@ -90,9 +90,10 @@ def plot_experiment(
         ConfigError: unknown experiment, no finished run, a metric no finished run reports per round, or a
             group-by name that is no RunSpec field.
     """
-    from fedbench.tracking.patient_store import PatientClient
+    from fedbench.tracking.mlflow_store import MlflowStore
 
-    runs = read_runs(experiment, uri)
+    store = MlflowStore(uri)
+    runs = fedbench_runs(store, experiment)
     finished = latest_finished(runs) if len(runs) else runs
     if finished.empty:
         raise ConfigError(
@@ -102,22 +103,21 @@ def plot_experiment(
         )
     metric = M.canonical(metric).removeprefix(M.FINAL_PREFIX)
     check_metric(finished, metric)
-    client = PatientClient(uri)
     group, configuration = group_and_configuration(finished, group_by)
     fields = varying_params(finished)
     labels = pd.DataFrame(
         {
-            "run_id": finished["run_id"],
+            "run_id": finished[RUN_ID],
             "group": for_figures(group, fields),
             "configuration": for_figures(configuration, fields),
         }
     )
-    histories = {run_id: metric_history(client, run_id, metric) for run_id in labels["run_id"]}
+    histories = {run_id: metric_history(store, run_id, metric) for run_id in labels["run_id"]}
     curves = curve_table(labels, histories)
     heatmap_metric = M.FINAL_PREFIX + metric
-    if f"metrics.{heatmap_metric}" not in finished or finished[f"metrics.{heatmap_metric}"].isna().all():
+    if heatmap_metric not in finished or finished[heatmap_metric].isna().all():
         heatmap_metric = metric
-    values = finished[f"metrics.{heatmap_metric}"].astype(float)
+    values = finished[heatmap_metric].astype(float)
     heatmap, spread = heatmap_table(labels, values), heatmap_table(labels, values, "std")
     plots = Plots(curves, heatmap, heatmap_metric, failed_runs(runs))
     out.mkdir(parents=True, exist_ok=True)
@@ -138,23 +138,22 @@ def plot_experiment(
             marks=marks,
         )
         plots.files += save(heatmap_figure, out / f"heatmap_{heatmap_metric.replace('.', '_')}", formats, dpi)
-    plots.files += client_figures(experiment, uri, out, group_by, formats, dpi)
-    parent = latest_sweep_run(client, client.get_experiment_by_name(experiment).experiment_id)
-    plots.parent_run_id = parent.info.run_id if parent is not None else None
+    plots.files += client_figures(store, experiment, out, group_by, formats, dpi)
+    parent = store.sweep_parent(experiment)
+    plots.parent_run_id = parent.run_id if parent is not None else None
     if log_artifacts and plots.parent_run_id is not None:
-        for path in plots.files:
-            client.log_artifact(plots.parent_run_id, str(path), ARTIFACT_FOLDER)
+        store.attach(plots.parent_run_id, plots.files, ARTIFACT_FOLDER)
     return plots
 
 
 def client_figures(
-    experiment: str, uri: str, out: Path, group_by: Sequence[str], formats: Sequence[str], dpi: int
+    store: RunStore, experiment: str, out: Path, group_by: Sequence[str], formats: Sequence[str], dpi: int
 ) -> list[Path]:
     """The per-client figures (`fedbench.tracking.client_plots`), where the runs kept per-client results."""
     from fedbench.tracking.client_plots import draw_client_distribution, draw_client_map
-    from fedbench.tracking.per_client import per_client_runs
+    from fedbench.tracking.per_client import store_per_client
 
-    runs = per_client_runs(experiment, uri, group_by)
+    runs = store_per_client(store, experiment, group_by)
     table = runs.table
     if table.empty:
         return []
@@ -203,19 +202,14 @@ def for_figures(labels: pd.Series, fields: Sequence[str]) -> pd.Series:
 
 def check_metric(finished: pd.DataFrame, metric: str) -> None:
     """`metric` must be logged per round by some finished run; the error lists those that are."""
-    column = f"metrics.{metric}"
-    if column not in finished or finished[column].isna().all():
-        known = sorted(
-            c.removeprefix("metrics.")
-            for c in finished
-            if c.startswith("metrics.") and not M.is_summary(c.removeprefix("metrics.")) and finished[c].notna().any()
-        )
+    if not is_metric(metric) or metric not in finished or finished[metric].isna().all():
+        known = sorted(c for c in metric_columns(finished) if not M.is_summary(c) and finished[c].notna().any())
         raise ConfigError("--metric", metric, "a per-round metric the finished runs report: " + ", ".join(known))
 
 
-def metric_history(client, run_id: str, metric: str) -> pd.Series:
+def metric_history(store: RunStore, run_id: str, metric: str) -> pd.Series:
     """The run's values of `metric` indexed by step (= round); a step logged twice keeps its latest value."""
-    history = sorted(client.get_metric_history(run_id, metric), key=lambda m: (m.step, m.timestamp))
+    history = sorted(store.metric_history(run_id, metric), key=lambda m: (m.step, m.timestamp))
     return pd.Series({m.step: m.value for m in history}, dtype=float)
 
 

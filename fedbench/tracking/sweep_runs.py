@@ -3,7 +3,8 @@
 The parent is what `--resume` finds again (by the sweep's name) and the children are what it trusts: a
 trial whose child run ended is done, one left RUNNING by an interrupted sweep is deleted and run again. A
 child marked retried (an attempt Tune restarted after its process died) says nothing about its trial.
-The sweep (tuning/) asks for these steps by name and never talks to MLflow itself.
+The sweep (tuning/) asks for these steps by name and never talks to MLflow itself; what this module reads back (the
+parent, its children) it reads through the store interface (`fedbench.tracking.mlflow_store`).
 """
 
 from __future__ import annotations
@@ -12,25 +13,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from mlflow.entities import Run
 from mlflow.exceptions import MlflowException
 from mlflow.protos.databricks_pb2 import RESOURCE_ALREADY_EXISTS, ErrorCode
 
 from fedbench.core.errors import ConfigError
 from fedbench.tracking.mlflow_callback import experiment_id_for
+from fedbench.tracking.mlflow_store import MlflowStore
 from fedbench.tracking.patient_store import PatientClient
-from fedbench.tracking.search_filter import where
+from fedbench.tracking.store import StoredRun
 from fedbench.tracking.store_template import prepare_store
 from fedbench.tracking.sweep_lease import Heartbeat, Lease
-from fedbench.tracking.tags import (
-    ATTEMPTS_TAG,
-    LEASE_TAG,
-    PARENT_RUN_TAG,
-    RETRIED_TAG,
-    SWEEP_TAG,
-    TRIAL_KEY_TAG,
-    TRIALS_TAG,
-)
+from fedbench.tracking.tags import ATTEMPTS_TAG, LEASE_TAG, RETRIED_TAG, SWEEP_TAG, TRIAL_KEY_TAG, TRIALS_TAG
 
 ENDED = ("FINISHED", "FAILED")
 """Statuses of a child run whose trial is done: it failed for a reason a rerun would not change."""
@@ -44,21 +37,15 @@ class SweepParent:
     attempt: int
 
 
-def latest_sweep_run(client: PatientClient, experiment_id: str, name: str | None = None) -> Run | None:
-    """The experiment's most recently started sweep parent run (of sweep `name`, or of any sweep); None if none."""
-    runs = client.search_runs(
-        [experiment_id], where({f"tags.{SWEEP_TAG}": name}), order_by=["start_time DESC"], max_results=1
-    )
-    return runs[0] if runs else None
-
-
 class SweepRuns:
     """The sweeps of experiment `experiment` (created if needed) in the tracking store at `uri`."""
 
     def __init__(self, uri: str, experiment: str):
         prepare_store(uri)
         self.client = PatientClient(uri)
+        self.experiment = experiment
         self.experiment_id = experiment_id_for(self.client, experiment)
+        self.store = MlflowStore(uri, self.client)
 
     def start_parent(self, sweep: str, trials: int) -> SweepParent:
         """A new parent run for sweep `sweep` of `trials` trials, as its first attempt, leased to this process."""
@@ -72,23 +59,23 @@ class SweepRuns:
     def reopen_parent(self, sweep: str) -> SweepParent | None:
         """The latest parent run of sweep `sweep`, RUNNING again as its next attempt and leased to this process;
         None when there is none. Refused while another live process holds the sweep (`sweep_lease`)."""
-        run = latest_sweep_run(self.client, self.experiment_id, sweep)
+        run = self.store.sweep_parent(self.experiment, sweep)
         if run is None:
             return None
-        holder = Lease.parse(run.data.tags.get(LEASE_TAG))
-        if run.info.status == "RUNNING" and holder is not None and holder.alive():
+        holder = Lease.parse(run.tags.get(LEASE_TAG))
+        if run.status == "RUNNING" and holder is not None and holder.alive():
             raise ConfigError(
                 "--resume",
                 sweep,
                 f"a sweep no other process is running: {holder.describe()} runs it "
                 "now; wait for it to end, or stop it (Ctrl-C) and --resume again",
             )
-        attempt = int(run.data.tags.get(ATTEMPTS_TAG, "0")) + 1
-        self._claim(run.info.run_id, attempt, sweep)
-        self.client.update_run(run.info.run_id, status="RUNNING")
-        self.client.set_tag(run.info.run_id, ATTEMPTS_TAG, str(attempt))
-        self.client.set_tag(run.info.run_id, LEASE_TAG, Lease.mine().text())
-        return SweepParent(run.info.run_id, attempt)
+        attempt = int(run.tags.get(ATTEMPTS_TAG, "0")) + 1
+        self._claim(run.run_id, attempt, sweep)
+        self.client.update_run(run.run_id, status="RUNNING")
+        self.client.set_tag(run.run_id, ATTEMPTS_TAG, str(attempt))
+        self.client.set_tag(run.run_id, LEASE_TAG, Lease.mine().text())
+        return SweepParent(run.run_id, attempt)
 
     def _claim(self, run_id: str, attempt: int, sweep: str) -> None:
         """Make this process attempt `attempt` of the sweep, or refuse when another process made itself that attempt
@@ -109,26 +96,24 @@ class SweepRuns:
         """While open, this process says every few seconds that it still runs the sweep (`sweep_lease`)."""
         return Heartbeat(self.client, parent_run_id)
 
-    def children(self, parent_run_id: str) -> list[Run]:
+    def children(self, parent_run_id: str) -> list[StoredRun]:
         """Every child run of the parent, one per trial that started."""
-        return self.client.search_runs(
-            [self.experiment_id], where({f"tags.{PARENT_RUN_TAG}": parent_run_id}), max_results=50000
-        )
+        return self.store.sweep_children(self.experiment, parent_run_id)
 
     def finished_trials(self, parent_run_id: str) -> set[str]:
         """The trial keys of the children that ended (retried attempts aside): a resumed sweep does not run those
         trials again."""
         return {
-            run.data.tags.get(TRIAL_KEY_TAG)
+            run.tags.get(TRIAL_KEY_TAG)
             for run in self.children(parent_run_id)
-            if run.info.status in ENDED and RETRIED_TAG not in run.data.tags
+            if run.status in ENDED and RETRIED_TAG not in run.tags
         }
 
     def drop_unfinished_children(self, parent_run_id: str) -> int:
         """Delete the children an interrupted sweep left unended (their trials run again); how many there were."""
-        unfinished = [run for run in self.children(parent_run_id) if run.info.status not in ENDED]
+        unfinished = [run for run in self.children(parent_run_id) if run.status not in ENDED]
         for run in unfinished:
-            self.client.delete_run(run.info.run_id)
+            self.client.delete_run(run.run_id)
         return len(unfinished)
 
     def end_parent(self, parent_run_id: str, interrupted: bool) -> None:
@@ -137,12 +122,10 @@ class SweepRuns:
         self.client.set_terminated(parent_run_id, "KILLED" if interrupted else "FINISHED")
         self.client.delete_tag(parent_run_id, LEASE_TAG)
 
-    def latest_parent(self, sweep: str) -> Run | None:
+    def latest_parent(self, sweep: str) -> StoredRun | None:
         """The latest parent run of sweep `sweep`, left as it is; None when there is none."""
-        return latest_sweep_run(self.client, self.experiment_id, sweep)
+        return self.store.sweep_parent(self.experiment, sweep)
 
     def log_files(self, run_id: str, files: Sequence[Path], folder: str) -> list[str]:
         """Attach `files` to run `run_id` as artifacts in `folder`; returns their artifact paths."""
-        for path in files:
-            self.client.log_artifact(run_id, str(path), folder)
-        return [f"{folder}/{path.name}" for path in files]
+        return self.store.attach(run_id, files, folder)

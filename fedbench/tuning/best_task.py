@@ -7,12 +7,13 @@ from typing import Any
 
 import yaml
 
+from fedbench.config.task import TaskSpec
 from fedbench.tracking.paths import results_path
 from fedbench.tuning.plan import SweepPlan
 from fedbench.tuning.search_space import apply
 
 
-def write_best_task(task, sample: dict[str, Any], plan: SweepPlan) -> Path:
+def write_best_task(task: TaskSpec, sample: dict[str, Any], plan: SweepPlan) -> Path:
     """The task's first configuration (`plan.base`) with the sampled fields, over the task's seeds, written to
     `results/best/<task>-best-<space>.yaml`; returns the path."""
     assert plan.base is not None and plan.space is not None, "only a search has a best sample"

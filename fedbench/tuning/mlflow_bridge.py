@@ -38,7 +38,7 @@ class MlflowBridge(tune.Callback):
         self.outcomes: dict[str, RunResult] = {}
         self.gpu_check = SharedGpuCheck()
 
-    def on_trial_start(self, iteration, trials, trial, **info) -> None:
+    def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         if trial.trial_id in self.outcomes:  # restarted after its last report was recorded: nothing left to log
             return
         spec = self.spec_of(trial.config)
@@ -52,7 +52,7 @@ class MlflowBridge(tune.Callback):
         callback.set_tags(tags)
         self.runs[trial.trial_id] = (spec, callback, [])
 
-    def on_trial_result(self, iteration, trials, trial, result: dict[str, Any], **info) -> None:
+    def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict[str, Any], **info: Any) -> None:
         if trial.trial_id not in self.runs:  # a restarted trial whose result is already recorded
             return
         spec, callback, history = self.runs[trial.trial_id]
@@ -77,7 +77,7 @@ class MlflowBridge(tune.Callback):
             )
             self._finish(trial.trial_id, outcome)
 
-    def on_trial_complete(self, iteration, trials, trial, **info) -> None:
+    def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         """A trial that ends without its final report was stopped early by the scheduler (ASHA)."""
         if trial.trial_id in self.runs:
             spec, callback, history = self.runs[trial.trial_id]
@@ -85,7 +85,7 @@ class MlflowBridge(tune.Callback):
             seconds = sum(record.get(M.TIME_ROUND_S, 0.0) for record in history)
             self._finish(trial.trial_id, RunResult(spec, "FINISHED", history, summarize(history, seconds)))
 
-    def on_trial_recover(self, iteration, trials, trial, **info) -> None:
+    def on_trial_recover(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         """The trial's process died and Tune starts it again: this attempt's run ends FAILED, marked retried, and
         stays out of the trial's outcome (the next attempt's run is the result)."""
         if trial.trial_id in self.runs:
@@ -98,7 +98,7 @@ class MlflowBridge(tune.Callback):
             )
             callback.on_run_end(RunResult(spec, "FAILED", history, {}, reason))
 
-    def on_trial_error(self, iteration, trials, trial, **info) -> None:
+    def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         if trial.trial_id in self.runs:
             spec, _, history = self.runs[trial.trial_id]
             reason = f"trial {trial.trial_id} crashed: {trial.error_file or 'see the Tune logs'}"
@@ -119,7 +119,7 @@ def _metric_keys(result: dict[str, Any]) -> set[str]:
     }
 
 
-def _trial_tags(trial, placement) -> dict[str, str]:
+def _trial_tags(trial: Any, placement: Any) -> dict[str, str]:
     bundles = placement.bundles
     return {
         "trial.id": trial.trial_id,

@@ -61,7 +61,7 @@ class SweepProgress(tune.Callback):
         self.ended: set[str] = set()
         self.rounds_run = 0
 
-    def on_trial_result(self, iteration: int, trials: list, trial, result: dict, **info) -> None:
+    def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info: Any) -> None:
         if result.get(EVENT) == "round":
             self._count_round(trial, int(result.get("round", 0)))
             if time.monotonic() - self.last_status >= self.status_every_s:
@@ -81,17 +81,17 @@ class SweepProgress(tune.Callback):
             outcome = f"[red]FAILED[/] {escape(label)}: {escape(str(result.get('reason', '')))}"
         self._line(trials, trial, outcome)
 
-    def on_trial_complete(self, iteration: int, trials: list, trial, **info) -> None:
+    def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         """A trial that ended, with or without its final report (ASHA stops some early): no rounds left in it."""
         self._end(trial)
 
-    def on_trial_error(self, iteration: int, trials: list, trial, **info) -> None:
+    def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         """A trial whose process died (its run could not report an end)."""
         self._end(trial)
         self.failed += 1
         self._line(trials, trial, f"[red]FAILED[/] {escape(self.describe(trial.config))}: the trial's process failed")
 
-    def on_trial_recover(self, iteration: int, trials: list, trial, **info) -> None:
+    def on_trial_recover(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         """A trial whose process died and which Tune starts again (`max_failures`): not ended, said anyway."""
         self.console = self.console or Console(highlight=False, soft_wrap=True)
         self.console.print(
@@ -111,7 +111,7 @@ class SweepProgress(tune.Callback):
         if better:
             self.best = (value, label)
 
-    def _count_round(self, trial, round: int) -> None:
+    def _count_round(self, trial: Any, round: int) -> None:
         if trial.trial_id not in self.rounds:
             self.rounds[trial.trial_id] = (0, self.rounds_of(trial.config))
         done, planned = self.rounds[trial.trial_id]
@@ -119,7 +119,7 @@ class SweepProgress(tune.Callback):
             self.rounds_run += round - done
             self.rounds[trial.trial_id] = (round, planned)
 
-    def _end(self, trial) -> None:
+    def _end(self, trial: Any) -> None:
         if trial.trial_id not in self.ended:
             self.ended.add(trial.trial_id)
             self.rounds.setdefault(trial.trial_id, (0, self.rounds_of(trial.config)))
@@ -155,7 +155,7 @@ class SweepProgress(tune.Callback):
     def total(self) -> int:
         return self.planned() if callable(self.planned) else self.planned
 
-    def _line(self, trials: list, ended_trial, outcome: str) -> None:
+    def _line(self, trials: list, ended_trial: Any, outcome: str) -> None:
         ended = self.done + self.failed
         running = sum(1 for t in trials if t.status == "RUNNING" and t is not ended_trial)
         pending = max(0, self.total - ended - running)

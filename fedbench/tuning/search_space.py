@@ -27,13 +27,17 @@ import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from fedbench.config.task import TaskLoader, check_expanded_size, resolve_run, set_path
 from fedbench.core.errors import ConfigError, DegenerateRunWarning
 from fedbench.core.names import check_name
+from fedbench.core.runspec import RunSpec
+
+if TYPE_CHECKING:
+    from optuna.trial import Trial
 
 KINDS = ("uniform", "loguniform", "int", "categorical")
 ALGORITHM = "algorithm"
@@ -122,7 +126,7 @@ class Distribution:
         shown = list(self.values) if self.written is None else f"{list(self.written)} = {list(self.values)}"
         return f"{self.kind} {shown}"
 
-    def suggest(self, trial, name: str) -> Any:
+    def suggest(self, trial: Trial, name: str) -> Any:
         """Draw this field from an Optuna trial."""
         if self.kind == "categorical":
             return trial.suggest_categorical(name, list(self.values))
@@ -162,7 +166,7 @@ class SearchSpace:
         categorical would only add a useless axis to every view of the study)."""
         return {f"{ALGORITHM}.name": self.tuned[0][0]} if len(self.tuned) == 1 else {}
 
-    def sample(self, trial) -> dict[str, Any]:
+    def sample(self, trial: Trial) -> dict[str, Any]:
         """Optuna define-by-run: the algorithm first, then only its parameters (flat dotted names); returns the
         sample, `fixed` included."""
         for dist in self.common:
@@ -235,7 +239,7 @@ def _probe(
         ) from None
 
 
-def apply(base: dict[str, Any], sample: Mapping[str, Any]):
+def apply(base: dict[str, Any], sample: Mapping[str, Any]) -> RunSpec:
     """The RunSpec of `base` (a task's raw run) with sampled dotted paths set. A sampled algorithm name
     replaces the whole algorithm section, so the base's algorithm parameters do not leak into another one."""
     raw = copy.deepcopy(base)

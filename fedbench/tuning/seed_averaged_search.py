@@ -19,13 +19,16 @@ import math
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ray.tune.search import Searcher
 
 from fedbench.tuning.plan import SEED, SweepPlan
 from fedbench.tuning.search_space import ALGORITHM
 from fedbench.tuning.study_plots import REFERENCE_ATTR
+
+if TYPE_CHECKING:
+    import optuna
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +48,11 @@ class SeedAveragedSearch(Searcher):
     runs this search ends are added (a failed one with None)."""
 
     def __init__(
-        self, plan: SweepPlan, study, recorded: dict[str, float | None], say: Callable[[str], None] = log.info
+        self,
+        plan: SweepPlan,
+        study: optuna.Study,
+        recorded: dict[str, float | None],
+        say: Callable[[str], None] = log.info,
     ):
         super().__init__(metric=plan.metric, mode=plan.mode)
         self.plan, self.study, self.recorded, self.say = plan, study, recorded, say
@@ -82,7 +89,7 @@ class SeedAveragedSearch(Searcher):
         """Every proposal asked for and answered: the search is complete, not cut short."""
         return self.proposed >= self.plan.num_samples and not self.proposals and not self.queue and not self.running
 
-    def set_search_properties(self, metric, mode, config, **spec) -> bool:
+    def set_search_properties(self, metric: str | None, mode: str | None, config: dict, **spec: Any) -> bool:
         return True  # the plan fixed them
 
     def suggest(self, trial_id: str) -> Config | str | None:

@@ -17,9 +17,15 @@ import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 from fedbench.tracking.paths import results_path
 from fedbench.tracking.sweep_runs import SweepRuns
+
+if TYPE_CHECKING:
+    import optuna
+    from matplotlib.figure import Figure
 
 VIEWS = {
     "optimization_history": "optimisation history",
@@ -100,9 +106,9 @@ def plot_latest_search(
     ]
     if not searches:
         return None
-    parent, sweep = max(searches, key=lambda search: search[0].info.start_time)
+    parent, sweep = max(searches, key=lambda search: search[0].start_time)
     plots = plot_study(sweep, out, formats=formats, dpi=dpi)
-    runs.log_files(parent.info.run_id, plots.files, ARTIFACT_FOLDER)
+    runs.log_files(parent.run_id, plots.files, ARTIFACT_FOLDER)
     return plots
 
 
@@ -117,7 +123,7 @@ def _skip(view: str, scores: list[float]) -> str | None:
     return None
 
 
-def _pyplot():
+def _pyplot() -> ModuleType:
     """pyplot, on Agg unless this process chose a backend before (switching would close a notebook's figures)."""
     import matplotlib
 
@@ -128,7 +134,9 @@ def _pyplot():
     return pyplot
 
 
-def _draw(study, view: str, target: str, title: str, stem: Path, formats: Sequence[str], dpi: int) -> list[Path]:
+def _draw(
+    study: optuna.Study, view: str, target: str, title: str, stem: Path, formats: Sequence[str], dpi: int
+) -> list[Path]:
     """Optuna's `view` of `study`, titled and saved as `stem.<format>`. What Optuna and matplotlib warn of while
     drawing (experimental API, a single value's axis widened) is theirs to fix, not the user's: silenced."""
     import optuna
@@ -157,7 +165,7 @@ SCORE_AXIS_VIEWS = ("optimization_history", "slice")
 """The views whose y axis is the score: a reference's score is a line across them."""
 
 
-def _reference_lines(drawn, study, view: str) -> None:
+def _reference_lines(drawn: Any, study: optuna.Study, view: str) -> None:
     """A dashed line at each reference's mean score (`reference:<algorithm>` in the study, written by the search),
     so a sample is read against what the untuned method gets on the same seeds."""
     import numpy as np
@@ -174,7 +182,7 @@ def _reference_lines(drawn, study, view: str) -> None:
             ax.legend(handles=lines if view == "slice" else None, loc="best", fontsize="small")
 
 
-def _tidied(drawn, title: str):
+def _tidied(drawn: Any, title: str) -> Figure:
     """The figure of what an Optuna view returned (one Axes, or an array of them for several slices), with `title`
     in place of Optuna's generic one ("Slice Plot"), and log axes labelled sparsely (matplotlib labels every minor
     tick of a log axis spanning a decade or so, and they overlap in a narrow slice panel)."""
@@ -198,7 +206,7 @@ def _tidied(drawn, title: str):
     return figure
 
 
-def _save(figure, stem: Path, formats: Sequence[str], dpi: int) -> list[Path]:
+def _save(figure: Figure, stem: Path, formats: Sequence[str], dpi: int) -> list[Path]:
     """`figure` as `stem.<format>` for every format, cropped to what it draws (Optuna puts legends outside)."""
     stem.parent.mkdir(parents=True, exist_ok=True)
     paths = [stem.with_name(f"{stem.name}.{fmt}") for fmt in formats]

@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fedbench.config.task import DEFAULT_MAX_FAILURES, check_max_failures
 from fedbench.core import metrics as M
@@ -38,9 +38,15 @@ from fedbench.tracking.leaderboard import finished_scores
 from fedbench.tracking.paths import check_results_writable, check_tracking_uri, results_path, tracking_uri
 from fedbench.tracking.sweep_runs import SweepParent, SweepRuns
 from fedbench.tuning.mlflow_bridge import MlflowBridge
-from fedbench.tuning.plan import GRID_KEY, SweepPlan
+from fedbench.tuning.plan import GRID_KEY, SweepPlan, TrialSpecs
 from fedbench.tuning.resources import DRIVER_CPUS, check_trial_fits, concurrency_note, for_trial, trials_at_once
 from fedbench.tuning.study_plots import study_journal
+
+if TYPE_CHECKING:
+    import optuna
+    from optuna.storages import BaseStorage, JournalStorage
+
+    from fedbench.tuning.seed_averaged_search import SeedAveragedSearch
 
 
 @dataclass
@@ -114,8 +120,8 @@ def run_sweep(
         if tuner is not None:
             with runs.heartbeat(parent.run_id), sigterm_as_ctrl_c():
                 tuner.fit()  # returns after Ctrl-C too (Tune stops gracefully): count what ended
-            outcome.interrupted = (len(bridge.outcomes) < ending) if plan.space is None else not ending.finished
-        if plan.space is not None:
+            outcome.interrupted = (len(bridge.outcomes) < ending) if isinstance(ending, int) else not ending.finished
+        if not isinstance(ending, int):  # a search
             outcome.reused = ending.reused
         runs.end_parent(parent.run_id, interrupted=outcome.interrupted)
     except BaseException:
@@ -188,14 +194,14 @@ def _tuner(
     plan: SweepPlan,
     done: set,
     recorded: dict[str, float | None],
-    max_concurrent,
-    driver_cpus,
-    bridge,
+    max_concurrent: int | None,
+    driver_cpus: float | None,
+    bridge: MlflowBridge,
     storage: str,
     folder: str,
     max_failures: int,
     checkpoint_every: int,
-):
+) -> tuple[Any, int | SeedAveragedSearch]:
     """The Tune experiment for the trials not done yet (None: nothing left), and what says whether they all ended:
     a grid's count of trials, or a search's searcher."""
     import ray
@@ -289,7 +295,7 @@ def _tuner(
     return tuner, ending
 
 
-def _study(plan: SweepPlan):
+def _study(plan: SweepPlan) -> optuna.Study:
     """The search's Optuna study (TPE), kept on disk: a resumed search continues it."""
     import optuna
 
@@ -305,7 +311,7 @@ def _study(plan: SweepPlan):
     )
 
 
-def _sampler_seed(plan: SweepPlan, storage) -> int:
+def _sampler_seed(plan: SweepPlan, storage: BaseStorage) -> int:
     """The task's seed for a new study; for a study that already holds trials (a resumed search), the seed
     shifted by their count: TPE starts with random samples, and the same seed would draw the samples the
     interrupted attempt already ran."""
@@ -317,7 +323,7 @@ def _sampler_seed(plan: SweepPlan, storage) -> int:
     return seed + len(storage.get_all_trials(study_id, deepcopy=False))
 
 
-def _study_storage(plan: SweepPlan):
+def _study_storage(plan: SweepPlan) -> JournalStorage:
     from optuna.storages import JournalStorage
     from optuna.storages.journal import JournalFileBackend
 
@@ -342,8 +348,8 @@ def _best_sample(plan: SweepPlan) -> tuple[dict[str, Any] | None, float | None]:
     return plan.space.complete(best.params), float(best.value or 0.0)
 
 
-def _trial_name(spec_of):
-    def name(trial) -> str:
+def _trial_name(spec_of: TrialSpecs) -> Callable[[Any], str]:
+    def name(trial: Any) -> str:
         spec = spec_of(trial.config)
         return f"{spec.label}-{spec.run_hash[:6]}" if spec.run_name else spec.label  # trial folders must differ
 

@@ -12,6 +12,7 @@ from fedbench.core.errors import ConfigError
 from fedbench.runtime.session import run_specs
 from fedbench.tracking.leaderboard import build_leaderboard, read_runs, to_markdown
 from fedbench.tracking.mlflow_callback import MlflowCallback
+from fedbench.tracking.store import metric_columns
 from tests.conftest import TINY, tiny_spec
 
 
@@ -88,10 +89,10 @@ def test_an_unknown_group_by_is_refused_naming_what_is_allowed():
     runs = pd.DataFrame(
         {
             "status": ["FINISHED"] * 4,
-            "metrics.final.acc_local_mean": [0.5, 0.6, 0.7, 0.8],
-            "params.algorithm.name": ["fedavg", "local"] * 2,
-            "params.scenario.alpha": ["0.3", "0.3", "3.0", "3.0"],
-            "params.dataset.name": ["digits"] * 4,
+            "final.acc_local_mean": [0.5, 0.6, 0.7, 0.8],
+            "algorithm.name": ["fedavg", "local"] * 2,
+            "scenario.alpha": ["0.3", "0.3", "3.0", "3.0"],
+            "dataset.name": ["digits"] * 4,
         }
     )
     with pytest.raises(ConfigError) as err:
@@ -103,7 +104,7 @@ def test_an_unknown_group_by_is_refused_naming_what_is_allowed():
 
 
 def synthetic_runs(rows: list[dict]) -> pd.DataFrame:
-    """Runs as `mlflow.search_runs` returns them: params a run does not have are NaN."""
+    """Runs as the store reads them back (`fedbench.tracking.store`): fields a run does not have are NaN."""
     return pd.DataFrame([{"status": "FINISHED", "start_time": i, **row} for i, row in enumerate(rows)])
 
 
@@ -111,25 +112,25 @@ def test_labels_show_only_what_varies_and_applies_to_each_algorithm():
     runs = synthetic_runs(
         [
             {
-                "params.run_hash": "a",
-                "params.algorithm.name": "fedavg",
-                "params.algorithm.client_fraction": "1.0",
-                "metrics.final.acc_local_mean": 0.5,
+                "run_hash": "a",
+                "algorithm.name": "fedavg",
+                "algorithm.client_fraction": "1.0",
+                "final.acc_local_mean": 0.5,
             },
             {
-                "params.run_hash": "b",
-                "params.algorithm.name": "fedprox",
-                "params.algorithm.client_fraction": "1.0",
-                "params.algorithm.mu": "0.1",
-                "metrics.final.acc_local_mean": 0.6,
+                "run_hash": "b",
+                "algorithm.name": "fedprox",
+                "algorithm.client_fraction": "1.0",
+                "algorithm.mu": "0.1",
+                "final.acc_local_mean": 0.6,
             },
             {
-                "params.run_hash": "c",
-                "params.algorithm.name": "feroma",
-                "params.algorithm.client_fraction": "1.0",
-                "params.algorithm.tau": "mean",
-                "params.algorithm.epsilon": "0.1",
-                "metrics.final.acc_local_mean": 0.7,
+                "run_hash": "c",
+                "algorithm.name": "feroma",
+                "algorithm.client_fraction": "1.0",
+                "algorithm.tau": "mean",
+                "algorithm.epsilon": "0.1",
+                "final.acc_local_mean": 0.7,
             },
         ]
     )
@@ -142,8 +143,8 @@ def test_labels_show_only_what_varies_and_applies_to_each_algorithm():
 def test_a_metric_some_configurations_lack_is_shown_missing_not_a_crash():
     runs = synthetic_runs(
         [
-            {"params.run_hash": "a", "params.algorithm.name": "fedavg", "metrics.final.acc_system": 0.8},
-            {"params.run_hash": "b", "params.algorithm.name": "local", "metrics.final.acc_system": np.nan},
+            {"run_hash": "a", "algorithm.name": "fedavg", "final.acc_system": 0.8},
+            {"run_hash": "b", "algorithm.name": "local", "final.acc_system": np.nan},
         ]
     )
     board = build_leaderboard(runs, metric="final.acc_system", group_by=[])
@@ -155,13 +156,13 @@ def test_a_metric_some_configurations_lack_is_shown_missing_not_a_crash():
 def test_a_rerun_of_the_same_runspec_is_one_seed_not_two():
     runs = synthetic_runs(
         [
-            {"params.run_hash": "a", "params.algorithm.name": "fedavg", "metrics.final.acc_local_mean": 0.5},
+            {"run_hash": "a", "algorithm.name": "fedavg", "final.acc_local_mean": 0.5},
             {
-                "params.run_hash": "a",
-                "params.algorithm.name": "fedavg",
-                "metrics.final.acc_local_mean": 0.7,
+                "run_hash": "a",
+                "algorithm.name": "fedavg",
+                "final.acc_local_mean": 0.7,
             },  # the rerun
-            {"params.run_hash": "b", "params.algorithm.name": "fedavg", "metrics.final.acc_local_mean": 0.6},
+            {"run_hash": "b", "algorithm.name": "fedavg", "final.acc_local_mean": 0.6},
         ]
     )
     [row] = build_leaderboard(runs, group_by=[]).table.to_dict("records")
@@ -179,12 +180,12 @@ def test_a_missing_store_is_named_and_not_created(tmp_path):
 def test_a_trial_stopped_early_neither_ranks_nor_replaces_the_complete_run():
     runs = synthetic_runs(
         [
-            {"params.run_hash": "a", "params.algorithm.name": "fedavg", "metrics.final.acc_local_mean": 0.9},
+            {"run_hash": "a", "algorithm.name": "fedavg", "final.acc_local_mean": 0.9},
             {
-                "params.run_hash": "a",
-                "params.algorithm.name": "fedavg",
-                "metrics.final.acc_local_mean": 0.3,
-                "tags.fedbench.stopped_early": "after round 1",
+                "run_hash": "a",
+                "algorithm.name": "fedavg",
+                "final.acc_local_mean": 0.3,
+                "tag:fedbench.stopped_early": "after round 1",
             },  # a later ASHA sweep of the same RunSpec
         ]
     )
@@ -226,24 +227,24 @@ def test_a_search_reads_like_a_search_its_samples_by_what_was_sampled_and_its_re
     runs = synthetic_runs(
         [
             {
-                "params.run_hash": "a",
-                "params.algorithm.name": "feroma",
-                "params.algorithm.tau": "0.11236203565420874",
-                "params.algorithm.warmup_rounds": "3",
-                "metrics.final.acc_local_mean": 0.81,
+                "run_hash": "a",
+                "algorithm.name": "feroma",
+                "algorithm.tau": "0.11236203565420874",
+                "algorithm.warmup_rounds": "3",
+                "final.acc_local_mean": 0.81,
             },
             {
-                "params.run_hash": "b",
-                "params.algorithm.name": "feroma",
-                "params.algorithm.tau": "0.04680559213273095",
-                "params.algorithm.warmup_rounds": "2",
-                "metrics.final.acc_local_mean": 0.86,
+                "run_hash": "b",
+                "algorithm.name": "feroma",
+                "algorithm.tau": "0.04680559213273095",
+                "algorithm.warmup_rounds": "2",
+                "final.acc_local_mean": 0.86,
             },
             {
-                "params.run_hash": "c",
-                "params.algorithm.name": "fedavg",
-                "tags.fedbench.search_reference": "true",
-                "metrics.final.acc_local_mean": 0.78,
+                "run_hash": "c",
+                "algorithm.name": "fedavg",
+                "tag:fedbench.search_reference": "true",
+                "final.acc_local_mean": 0.78,
             },
         ]
     )
@@ -324,16 +325,16 @@ def searched_runs(samples: list[tuple[dict, list[float]]]) -> pd.DataFrame:
         for seed, score in enumerate(scores):
             spec = tiny_spec(algorithm=algorithm, seed=seed, rounds=6)
             tags = (
-                {f"tags.search.algorithm.{k}": str(v) for k, v in algorithm.items()}
+                {f"tag:search.algorithm.{k}": str(v) for k, v in algorithm.items()}
                 if len(algorithm) > 1
-                else {"tags.fedbench.search_reference": "true"}
+                else {"tag:fedbench.search_reference": "true"}
             )
             rows.append(
                 {
-                    **{f"params.{k}": str(v) for k, v in spec.flat().items()},
-                    "params.run_hash": spec.run_hash,
+                    **{k: str(v) for k, v in spec.flat().items()},
+                    "run_hash": spec.run_hash,
                     **tags,
-                    "metrics.final.acc_test_time": score,
+                    "final.acc_test_time": score,
                 }
             )
     return synthetic_runs(rows)
@@ -399,14 +400,13 @@ def test_configurations_the_seeds_cannot_tell_from_the_best_are_marked():
         ("ditto", [0.9]),
     ):
         rows += [
-            {"params.run_hash": f"{name}{i}", "params.algorithm.name": name, "metrics.final.acc_local_mean": v}
-            for i, v in enumerate(values)
+            {"run_hash": f"{name}{i}", "algorithm.name": name, "final.acc_local_mean": v} for i, v in enumerate(values)
         ]
     board = build_leaderboard(synthetic_runs(rows), group_by=[])
     marks = dict(zip(board.table["configuration"], board.table["vs_best"], strict=True))
     assert marks["ditto"] == "best"  # the highest mean, from one seed
     assert marks["fedprox"] == "? n=3" and marks["fedavg"] == "? n=3"  # nothing to test the best's one seed against
-    board = build_leaderboard(synthetic_runs([r for r in rows if r["params.algorithm.name"] != "ditto"]), group_by=[])
+    board = build_leaderboard(synthetic_runs([r for r in rows if r["algorithm.name"] != "ditto"]), group_by=[])
     marks = dict(zip(board.table["configuration"], board.table["vs_best"], strict=True))
     assert marks["fedprox"] == "best" and marks["fedavg"].startswith("≈ p=") and marks["local"].startswith("worse p=")
     markdown = to_markdown(board)
@@ -416,7 +416,7 @@ def test_configurations_the_seeds_cannot_tell_from_the_best_are_marked():
 def test_a_store_written_before_the_dot_ranks_beside_new_runs_and_old_metric_names_still_work():
     """Stores from before the summaries' rename hold `final/acc_local_mean`: read back, those runs carry
     `final.acc_local_mean` like new ones, and `--metric final/acc_local_mean` names the same column."""
-    from fedbench.tracking.leaderboard import with_canonical_metrics
+    from fedbench.tracking.mlflow_store import fedbench_columns
 
     runs = pd.DataFrame(
         {
@@ -426,9 +426,13 @@ def test_a_store_written_before_the_dot_ranks_beside_new_runs_and_old_metric_nam
             "metrics.acc_local_mean": [0.5, 0.7],
         }
     )
-    read = with_canonical_metrics(runs)
-    assert sorted(read) == ["metrics.acc_local_mean", "metrics.final.acc_local_mean", "metrics.total.comm_up_bytes"]
-    assert read["metrics.final.acc_local_mean"].tolist() == [0.5, 0.7]
+    read = fedbench_columns(runs)
+    assert sorted(c for c in read if c in metric_columns(read)) == [
+        "acc_local_mean",
+        "final.acc_local_mean",
+        "total.comm_up_bytes",
+    ]
+    assert read["final.acc_local_mean"].tolist() == [0.5, 0.7]
     assert M.canonical("final/acc_test_time") == "final.acc_test_time" == M.canonical("final.acc_test_time")
 
 
@@ -438,18 +442,18 @@ def test_wall_time_leaves_out_the_worker_start_up_which_gets_its_own_column():
     configuration cost alike whichever ran first."""
     runs = pd.DataFrame(
         {
-            "params.run_hash": ["a", "b"],
-            "params.seed": ["0", "1"],
-            "params.algorithm.name": ["fedavg"] * 2,
+            "run_hash": ["a", "b"],
+            "seed": ["0", "1"],
+            "algorithm.name": ["fedavg"] * 2,
             "status": ["FINISHED"] * 2,
             "start_time": pd.to_datetime([1, 2], unit="s"),
-            "metrics.final.acc_local_mean": [0.8, 0.8],
-            "metrics.total.time_run_s": [13.7, 2.1],
-            "metrics.total.time_startup_s": [11.6, 0.0],
+            "final.acc_local_mean": [0.8, 0.8],
+            "total.time_run_s": [13.7, 2.1],
+            "total.time_startup_s": [11.6, 0.0],
         }
     )
     board = build_leaderboard(runs, group_by=())
     (row,) = board.table.to_dict("records")
     assert row["wall_s"] == pytest.approx(2.1) and row["startup_s"] == pytest.approx(5.8)
-    old = runs.drop(columns="metrics.total.time_startup_s")  # a store from before the start-up was recorded
+    old = runs.drop(columns="total.time_startup_s")  # a store from before the start-up was recorded
     assert build_leaderboard(old, group_by=()).table["wall_s"][0] == pytest.approx((13.7 + 2.1) / 2)

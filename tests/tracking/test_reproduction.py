@@ -301,12 +301,14 @@ def test_a_profile_that_runs_none_of_the_papers_cells_says_so_before_and_after_i
 def test_an_ours_only_table_names_the_fields_that_tell_its_runs_apart_and_no_others():
     """feddrm_lambda's smoke profile labelled its columns `digits, feddrm/dir0.3, dirichlet, 0.3, 100, 10, None`:
     one dataset and the fields each preset fixes, beside the preset (issue 31)."""
+    from fedbench.tracking.mlflow_store import MlflowStore
     from fedbench.tracking.reproduction.report import build_tables, stored_runs
     from fedbench.tracking.reproduction.tables import telling_columns
 
     task = load_task("tasks/feddrm_lambda.yaml", ["profile=smoke"])
     specs = task.expand()
-    ours = [t for t in build_tables(task, specs, stored_runs("nothing_here", "sqlite:///nowhere.db")) if t.ours_only]
+    nowhere = MlflowStore("sqlite:///nowhere.db")
+    ours = [t for t in build_tables(task, specs, stored_runs(nowhere, "nothing_here")) if t.ours_only]
     assert {t.reference.columns for t in ours} == {("scenario.preset",)}
     assert {c for t in ours for c in t.column_keys} == {("feddrm/dir0.3",), ("feddrm/spc",)}
     flats = [{"a": 1, "b": "x", "c": 1}, {"a": 2, "b": "y", "c": 1}, {"a": 2, "b": "z", "c": 1}]

@@ -69,4 +69,4 @@ def test_a_disk_that_fills_mid_run_stops_the_command_naming_the_store_and_a_seco
         (tmp_path / "after.db").write_bytes((results / "mlflow.db").read_bytes())  # read outside: the mount must go
     runs = read_runs("faults", f"sqlite:///{tmp_path / 'after.db'}")
     finished = runs[runs["status"] == "FINISHED"]
-    assert len(finished) == 2 and finished["params.run_hash"].is_unique
+    assert len(finished) == 2 and finished["run_hash"].is_unique

@@ -4,7 +4,8 @@ unended ones dropped."""
 import pytest
 from mlflow.tracking import MlflowClient
 
-from fedbench.tracking.sweep_runs import SweepRuns, latest_sweep_run
+from fedbench.tracking.mlflow_store import MlflowStore
+from fedbench.tracking.sweep_runs import SweepRuns
 from fedbench.tracking.tags import ATTEMPTS_TAG, PARENT_RUN_TAG, SWEEP_TAG, TRIAL_KEY_TAG
 
 SWEEP = "O'Brien's task-1a2b3c4d"
@@ -36,7 +37,7 @@ def test_an_interrupted_sweep_is_reopened_by_its_quoted_name_with_only_its_ended
     assert run.info.status == "RUNNING" and run.data.tags[ATTEMPTS_TAG] == "2" and run.data.tags[SWEEP_TAG] == SWEEP
     assert runs.finished_trials(parent.run_id) == {"a", "b"}
     assert runs.drop_unfinished_children(parent.run_id) == 1
-    assert {r.info.run_id for r in runs.children(parent.run_id)} == kept
+    assert {r.run_id for r in runs.children(parent.run_id)} == kept
     runs.end_parent(parent.run_id, interrupted=False)
     assert client.get_run(parent.run_id).info.status == "FINISHED"
 
@@ -46,7 +47,7 @@ def test_reopening_a_sweep_never_started_finds_none_and_the_latest_parent_wins(m
     assert runs.reopen_parent(SWEEP) is None
     runs.start_parent(SWEEP, 1)
     newer = runs.start_parent('the "other" sweep', 1)
-    assert latest_sweep_run(runs.client, runs.experiment_id).info.run_id == newer.run_id
+    assert MlflowStore(runs.store.uri).sweep_parent("sweeps").run_id == newer.run_id  # of any sweep
 
 
 def resume_elsewhere(uri: str, sweep: str) -> str:

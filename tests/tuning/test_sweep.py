@@ -55,9 +55,10 @@ def test_a_grid_runs_as_concurrent_trials_each_inside_its_own_placement_group(tm
     ).all()  # every client actor inside its trial's group
     assert set(children["tags.trial.client_cpus"]) == {"0.5"}
     assert children["metrics.final.acc_local_mean"].notna().all()
+    from fedbench.tracking.mlflow_store import MlflowStore
     from fedbench.tracking.per_client import read_per_client  # each trial's per-client table, logged by the driver
 
-    per_client = read_per_client(mlflow.MlflowClient(f"sqlite:///{mlflow_store}"), children["run_id"].iloc[0])
+    per_client = read_per_client(MlflowStore(f"sqlite:///{mlflow_store}"), children["run_id"].iloc[0])
     assert per_client is not None and len(per_client) == 2 * 4  # 2 rounds x 4 clients
 
     spans = sorted(zip(pd.to_datetime(children["start_time"]), pd.to_datetime(children["end_time"]), strict=True))

@@ -1,4 +1,4 @@
-"""A reproduction table's cells: the task's runs each published number stands for, read back from MLflow.
+"""A reproduction table's cells: the task's runs each published number stands for, read back from the store.
 
 A cell's runs are the task's RunSpecs whose fields match the cell's (`ReferenceCell.where`), found in the
 store by run hash, so a cell is "no run yet" exactly when the task would run it and has not, and "not in
@@ -20,6 +20,7 @@ import pandas as pd
 from fedbench.config.reference import ReferenceCell, ReferenceTable
 from fedbench.core.runspec import RunSpec
 from fedbench.tracking.leaderboard import COSTS, IGNORED, latest_finished, run_costs
+from fedbench.tracking.store import FAILED, RUN_HASH, START_TIME, STATUS, is_metric, tag
 from fedbench.tracking.tags import FAILURE_REASON_TAG
 
 SPREAD = 2.0
@@ -133,16 +134,16 @@ def run_states(specs: Sequence[RunSpec], runs: pd.DataFrame, metric: str, scale:
     """Each spec's run hash -> its latest finished run (metric x scale, costs), or its failure, or nothing."""
     states: dict[str, RunState] = {}
     finished = latest_finished(runs) if len(runs) else runs
-    by_hash = finished.set_index("params.run_hash") if len(finished) else None
+    by_hash = finished.set_index(RUN_HASH) if len(finished) else None
     costs_by_hash = run_costs(by_hash) if by_hash is not None else None
-    failed = runs[runs["status"] == "FAILED"].sort_values("start_time") if len(runs) else runs
-    tag = f"tags.{FAILURE_REASON_TAG}"
+    failed = runs[runs[STATUS] == FAILED].sort_values(START_TIME) if len(runs) else runs
+    reason = tag(FAILURE_REASON_TAG)
     reasons = (
-        dict(zip(failed["params.run_hash"], failed[tag] if tag in failed else [None] * len(failed), strict=True))
+        dict(zip(failed[RUN_HASH], failed[reason] if reason in failed else [None] * len(failed), strict=True))
         if len(failed)
         else {}
     )
-    column = f"metrics.{metric}"
+    column = metric if is_metric(metric) else ""
     for spec in specs:
         key = spec.run_hash
         if by_hash is not None and key in by_hash.index:

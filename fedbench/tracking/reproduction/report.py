@@ -13,12 +13,13 @@ import pandas as pd
 from fedbench.config.task import PAPER_PROFILE, TaskSpec
 from fedbench.core.errors import ConfigError
 from fedbench.core.runspec import RunSpec
-from fedbench.tracking.leaderboard import DEFAULT_METRIC, read_runs
+from fedbench.tracking.leaderboard import DEFAULT_METRIC, fedbench_runs
 from fedbench.tracking.paths import shown_uri
 from fedbench.tracking.reproduction.cells import TableResult, run_states
 from fedbench.tracking.reproduction.figures import draw_table
 from fedbench.tracking.reproduction.markdown import how_to_read, render_table
 from fedbench.tracking.reproduction.tables import covered_hashes, ours_only_table, reference_table
+from fedbench.tracking.store import FIXED, RUN_HASH, RunStore
 
 DEFAULT_TOLERANCE = 0.02
 """On the metric's own scale (two points of accuracy), times each table's scale."""
@@ -103,7 +104,10 @@ def write_report(
     """
     if tolerance < 0:
         raise ConfigError("--tolerance", tolerance, "a number >= 0 (on the metric's own scale, e.g. 0.02)")
-    runs, specs = stored_runs(task.name, uri), task.expand()
+    from fedbench.tracking.mlflow_store import MlflowStore
+
+    store = MlflowStore(uri)
+    runs, specs = stored_runs(store, task.name), task.expand()
     tables, not_run, outside = build_tables(task, specs, runs), [], 0
     if task.profile != PAPER_PROFILE:  # a smaller profile's report shows what it runs, not the paper's whole grid
         not_run = [t.reference.title for t in tables if t.in_task() is None]
@@ -111,7 +115,7 @@ def write_report(
         tables = [trimmed for t in tables if (trimmed := t.in_task()) is not None]
         outside -= sum(cell.state == "not in this task" for t in tables if not t.ours_only for cell in t.cells.values())
     report = Report(tables, tolerance, not_run, task.profile, outside)
-    parent = sweep_parent(task.name, uri)
+    parent = sweep_parent(store, task.name)
     out.mkdir(parents=True, exist_ok=True)
     parts = []
     for i, table in enumerate(report.tables, 1):
@@ -121,11 +125,7 @@ def write_report(
     report.path = out / "report.md"
     report.path.write_text("\n".join(header(task, uri, report, len(runs), len(specs), parent) + parts))
     if log_artifacts and parent is not None:
-        from fedbench.tracking.patient_store import PatientClient
-
-        client = PatientClient(uri)
-        for path in [report.path, *report.files]:
-            client.log_artifact(parent, str(path), ARTIFACT_FOLDER)
+        store.attach(parent, [report.path, *report.files], ARTIFACT_FOLDER)
         report.parent_run_id = parent
     return report
 
@@ -165,25 +165,18 @@ def not_run_text(task: TaskSpec, report: Report) -> list[str]:
     return [text, ""]
 
 
-def stored_runs(experiment: str, uri: str) -> pd.DataFrame:
+def stored_runs(store: RunStore, experiment: str) -> pd.DataFrame:
     """The experiment's fedbench runs, or none when the store or the experiment does not exist yet."""
     try:
-        return read_runs(experiment, uri)
+        return fedbench_runs(store, experiment)
     except ConfigError:
-        return pd.DataFrame(columns=["run_id", "status", "start_time", "params.run_hash"])
+        return pd.DataFrame(columns=[*FIXED, RUN_HASH])
 
 
-def sweep_parent(experiment: str, uri: str) -> str | None:
-    from fedbench.tracking.paths import store_missing
-    from fedbench.tracking.patient_store import PatientClient
-    from fedbench.tracking.sweep_runs import latest_sweep_run
-
-    if store_missing(uri):
-        return None
-    client = PatientClient(uri)
-    found = client.get_experiment_by_name(experiment)
-    run = latest_sweep_run(client, found.experiment_id) if found is not None else None
-    return run.info.run_id if run is not None else None
+def sweep_parent(store: RunStore, experiment: str) -> str | None:
+    """The id of the experiment's latest sweep parent run; None when it has none (or there is no such store)."""
+    run = store.sweep_parent(experiment)
+    return run.run_id if run is not None else None
 
 
 def slug(title: str) -> str:
