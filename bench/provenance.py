@@ -2,12 +2,17 @@
 
 A result in bench/results/ names the commit and command that made it. Its provenance file
 (bench/results/provenance/<result's path, '/' as '-'>.json) adds, for every run behind it, the RunSpec, its run hash,
-the key of its
-scenario and the scenario's fingerprint (who holds which samples in every stage). `check` recomputes those from
-the recorded RunSpec with today's code, without training: a changed run hash means the configuration reads
-differently now, a changed key or fingerprint that the same configuration draws other data, so the result
-no longer describes what the command computes and must be re-run. tests/test_committed_results.py runs it over
-every provenance file.
+the key of its scenario, the scenario's fingerprint (who holds which samples in every stage) and the behaviour
+fingerprint of its method (`behaviour`: the metrics of a few rounds of the same configuration on a tiny drifting
+stand-in, as bench/metrics_hash.py hashes a run). `check` recomputes them from the recorded RunSpec with today's
+code: a changed run hash means the configuration reads differently now, a changed key or fingerprint that the same
+configuration draws other data, a changed behaviour that the code computes other numbers for it (a fix to a method,
+its training or its evaluation that leaves the RunSpec alone), so the result no longer describes what the command
+computes and must be re-run. tests/test_committed_results.py runs it over every provenance file.
+
+A result that is known to be stale and is being re-run says so: its provenance file carries `"stale": "<why, and
+what re-runs it>"` and the result's first line a banner (`STALE_BANNER`); the test then checks that it really is
+stale and is marked, instead of failing.
 
 A bench script records its runs with `record(result, command, specs)` as it writes the result; a committed
 `fedbench report` of a task's profile is recorded from the command line, after the report is written:
@@ -22,20 +27,33 @@ import dataclasses
 import hashlib
 import json
 import subprocess
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
 from fedbench.config import load_task
-from fedbench.config.task import PAPER_PROFILE, resolve_run
+from fedbench.config.task import resolve_run
 from fedbench.core.runspec import RunSpec
 from fedbench.data import load_dataset
 from fedbench.scenarios import build_scenario
 from fedbench.scenarios.generator import num_stages, scenario_key
 
 RESULTS = Path(__file__).resolve().parent / "results"
+PAPER = "paper"
+"""A task's whole grid (`fedbench.config.task.PAPER_PROFILE`, spelled out: `add_behaviours` runs this file against
+older checkouts too)."""
 PROVENANCE = RESULTS / "provenance"
+
+
+STALE_BANNER = "> **Stale:**"
+"""How a result known to be stale begins (the rest of the line says why and what re-runs it)."""
+PROBE_ROUNDS = 3
+BEHAVIOUR_KEYS = ("acc_", "train_loss", "comm_")
+"""The round metrics a behaviour fingerprint digests (prefixes): what a result reports, not the timings."""
+PROBE_PHASES = {"warmup_rounds": 1, "ft_rounds": 1, "density_rounds": 1}
+"""Method parameters that count rounds of a first phase, cut so that the probe's rounds get past it."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,6 +64,8 @@ class RunRecord:
     run_hash: str
     scenario_key: str
     fingerprint: str
+    behaviour: str = ""
+    """`behaviour(spec)`; empty in a record written before it existed."""
 
 
 def fingerprint(scenario) -> str:
@@ -62,15 +82,74 @@ def fingerprint(scenario) -> str:
     return digest.hexdigest()[:16]
 
 
-def describe(spec: RunSpec) -> RunRecord:
-    """`spec`'s record: its RunSpec (without the machine's data path), run hash, scenario key and fingerprint."""
+def probe_of(spec: RunSpec) -> dict:
+    """The stand-in `behaviour` runs for `spec`: the same method, model, optimizer, normalisation, test-time and
+    scoring protocol and scenario section, on class-prototype images of the dataset's shape (300 a client), for
+    PROBE_ROUNDS rounds of one local step, drifting every round where the spec drifts, seed 0, serial; a method's
+    first phase cut to one round (PROBE_PHASES)."""
+    plain = spec.to_dict()
+    data = load_dataset(spec.dataset.name, spec.dataset.data_root, **spec.dataset.kwargs)
+    if data.x.ndim == 4:  # images: [n, channels, height, width]
+        _, channels, height, width = data.x.shape
+        assert height == width, "synthetic_images draws square images"
+        plain["dataset"] = {
+            "name": "synthetic_images",
+            "channels": int(channels),
+            "size": int(height),
+            "num_classes": data.num_classes,
+            "train_samples": 300 * spec.scenario.num_clients,
+            "test_samples": 600,
+        }
+    plain["algorithm"] = {k: PROBE_PHASES.get(k, v) if v is not None else v for k, v in plain["algorithm"].items()}
+    if plain["scenario"].get("drift_every") is not None:
+        plain["scenario"]["drift_every"] = 1
+    plain.update(rounds=PROBE_ROUNDS, local_steps=1, seed=0, eval_every=1, run_name=None)
+    plain["resources"] = {"backend": "serial"}
+    return plain
+
+
+def behaviour(spec: RunSpec) -> str:
+    """What today's code computes for `spec`'s configuration: a digest of the status and the numbers of each
+    round of `probe_of(spec)` (accuracies, training loss, bytes: BEHAVIOUR_KEYS, so that a metric added later
+    leaves it). A change to the method, the training loop, the evaluation or the scoring changes it; one
+    configuration (its seeds pooled) has one. `unprobeable: <why>` where the stand-in cannot run it."""
+    from fedbench.runtime import run_spec
+
+    plain = probe_of(spec)
+    try:
+        try:
+            probe = resolve_run(plain)
+        except Exception:  # a method that trains whole epochs (a centralised pool): one epoch, not one step
+            probe = resolve_run({**plain, "local_steps": None, "local_epochs": 1})
+    except Exception as exc:  # a configuration tied to its real data (a size the stand-in lacks): said, not hidden
+        return f"unprobeable: {exc}"[:200]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the stand-in's short schedule makes methods warn (degenerate warm-ups)
+        result = run_spec(probe)
+    history = [{k: v for k, v in sorted(record.items()) if k.startswith(BEHAVIOUR_KEYS)} for record in result.history]
+    text = json.dumps([result.status, result.reason, history], sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def describe(spec: RunSpec, behaviours: dict[str, str] | None = None) -> RunRecord:
+    """`spec`'s record: its RunSpec (without the machine's data path), run hash, scenario key, fingerprint and
+    behaviour (taken from `behaviours`, keyed by the probe's run hash, where a run of the same configuration
+    computed it already)."""
     dataset = load_dataset(spec.dataset.name, spec.dataset.data_root, **spec.dataset.kwargs)
     scenario = build_scenario(dataset, spec.scenario, spec.seed, spec.rounds)
     plain = spec.to_dict()
     plain["dataset"] = {k: v for k, v in plain["dataset"].items() if k != "data_root"}
     stages = num_stages(spec.scenario, spec.rounds)
+    behaviours = {} if behaviours is None else behaviours
+    key = json.dumps(probe_of(spec), sort_keys=True, default=str)
+    if key not in behaviours:
+        behaviours[key] = behaviour(spec)
     return RunRecord(
-        plain, spec.run_hash, scenario_key(dataset, spec.scenario, spec.seed, stages), fingerprint(scenario)
+        plain,
+        spec.run_hash,
+        scenario_key(dataset, spec.scenario, spec.seed, stages),
+        fingerprint(scenario),
+        behaviours[key],
     )
 
 
@@ -92,7 +171,8 @@ def record(
     """Write the provenance of bench/results/`result` (made by `command` at `commit`, default HEAD) from `specs`
     into `folder`."""
     commit = commit or head_commit()
-    runs = [dataclasses.asdict(describe(spec)) for spec in dict((s.run_hash, s) for s in specs).values()]
+    behaviours: dict[str, str] = {}
+    runs = [dataclasses.asdict(describe(spec, behaviours)) for spec in dict((s.run_hash, s) for s in specs).values()]
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{Path(result).with_suffix('').as_posix().replace('/', '-')}.json"
     path.write_text(json.dumps({"result": result, "commit": commit, "command": command, "runs": runs}, indent=1) + "\n")
@@ -103,6 +183,7 @@ def check(path: Path) -> list[str]:
     """What no longer matches in the provenance file `path` (empty: the result still describes today's code)."""
     saved = json.loads(path.read_text())
     problems = []
+    behaviours: dict[str, str] = {}
     for run in saved["runs"]:
         name = run["spec"].get("run_name") or run["run_hash"]
         try:
@@ -110,14 +191,25 @@ def check(path: Path) -> list[str]:
         except Exception as exc:  # the recorded configuration no longer reads: that is staleness too
             problems.append(f"{name}: today's code cannot read its RunSpec ({exc})")
             continue
-        now = describe(spec)
+        now = describe(spec, behaviours)
         for field, label in (("run_hash", "run hash"), ("scenario_key", "scenario key"), ("fingerprint", "scenario")):
             if getattr(now, field) != run[field]:
                 problems.append(f"{name}: {label} {run[field]} then, {getattr(now, field)} now")
+        if not run.get("behaviour"):
+            problems.append(f"{name}: no behaviour fingerprint recorded (re-record it at the result's commit)")
+        elif now.behaviour != run["behaviour"]:
+            problems.append(
+                f"{name}: behaviour {run['behaviour']} then, {now.behaviour} now (the code computes other numbers)"
+            )
     return problems
 
 
-def record_report(task_file: str, profile: str = PAPER_PROFILE) -> Path:
+def stale_mark(path: Path) -> str | None:
+    """Why the result of provenance file `path` is marked stale (being re-run), None where it is not."""
+    return json.loads(path.read_text()).get("stale")
+
+
+def record_report(task_file: str, profile: str = PAPER) -> Path:
     """Record the runs behind bench/results/reports/<experiment>/report.md, the report of `task_file`'s `profile`."""
     task = load_task(task_file, [f"profile={profile}"])
     folder = f"reports/{task.name}"
@@ -128,9 +220,27 @@ def record_report(task_file: str, profile: str = PAPER_PROFILE) -> Path:
     return record(f"{folder}/report.md", command, task.expand())
 
 
+def add_behaviours(path: Path) -> None:
+    """Fill in the behaviour fingerprints of a provenance file recorded before they existed, with the code that is
+    imported: run it from a checkout of the result's commit (PYTHONPATH) so that they describe that code."""
+    saved = json.loads(path.read_text())
+    behaviours: dict[str, str] = {}
+    for run in saved["runs"]:
+        run["behaviour"] = describe(resolve_run(run["spec"]), behaviours).behaviour
+    path.write_text(json.dumps(saved, indent=1) + "\n")
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description="Record the runs behind a committed `fedbench report`.")
-    parser.add_argument("task", help="the task file, e.g. tasks/feroma_drift.yaml")
-    parser.add_argument("--profile", default=PAPER_PROFILE, help="the profile the report is of, e.g. reduced")
+    parser.add_argument("task", nargs="?", help="the task file, e.g. tasks/feroma_drift.yaml")
+    parser.add_argument("--profile", default=PAPER, help="the profile the report is of, e.g. reduced")
+    parser.add_argument(
+        "--add-behaviours",
+        metavar="FILE",
+        help="fill in a provenance file's behaviour fingerprints (see add_behaviours)",
+    )
     cli = parser.parse_args()
-    print(record_report(cli.task, cli.profile))
+    if cli.add_behaviours:
+        add_behaviours(Path(cli.add_behaviours))
+    else:
+        print(record_report(cli.task, cli.profile))

@@ -408,6 +408,7 @@ def report(
     *,
     out: str | os.PathLike | None = None,
     tolerance: float | None = None,
+    resolution: float | None = None,
     uri: str | None = None,
     overrides: Sequence[str] = (),
     **fields: Any,
@@ -418,8 +419,10 @@ def report(
     Args:
         task: a task file's path, mapping or TaskSpec; `profile="reduced"` (a keyword) picks a profile.
         out: the folder to write; None: `results/reports/<task>`.
-        tolerance: how far (on the metric's own scale) ours may be from a published value and still agree;
-            None: the command's default, 0.02.
+        tolerance: how far (on the metric's own scale) ours may be from a published mean and still agree (the
+            verdict compares means: tracking/reproduction/verdict.py); None: the command's default, 0.02.
+        resolution: the widest 95% interval of a difference (half-width, on the metric's scale) a cell may have
+            and still be called within; None: the command's default, 0.1.
         uri: the MLflow tracking URI; None: where `fedbench run` records.
 
     Returns:
@@ -427,11 +430,17 @@ def report(
         report.md, `files` (the PNGs) and `parent_run_id` where it was logged.
     """
     from fedbench.tracking.paths import results_path, tracking_uri
-    from fedbench.tracking.reproduction import DEFAULT_TOLERANCE, write_report
+    from fedbench.tracking.reproduction import DEFAULT_RESOLUTION, DEFAULT_TOLERANCE, write_report
 
     spec = as_task(task, [*overrides, *keyword_overrides(fields)])
     folder = Path(out) if out is not None else results_path("reports", spec.name)
-    return write_report(spec, uri or tracking_uri(), folder, DEFAULT_TOLERANCE if tolerance is None else tolerance)
+    return write_report(
+        spec,
+        uri or tracking_uri(),
+        folder,
+        DEFAULT_TOLERANCE if tolerance is None else tolerance,
+        resolution=DEFAULT_RESOLUTION if resolution is None else resolution,
+    )
 
 
 def ui(*, uri: str | None = None, port: int | None = None) -> UiServer:

@@ -226,7 +226,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     """The task's runs beside the published numbers of its `reference:` block: report.md, PNGs, a summary."""
     task = api.as_task(args.task, task_overrides(args))
-    report = api.report(task, out=args.out, tolerance=args.tolerance)
+    report = api.report(task, out=args.out, tolerance=args.tolerance, resolution=args.resolution)
     counts = report.summary()
     console.print(
         f"task [bold]{escape(task.name)}[/]: {len(report.tables)} tables; "
@@ -518,8 +518,15 @@ def add_report_parser(sub) -> None:
         "--tolerance",
         type=float,
         default=None,
-        help="a cell is flagged when |ours - published| > 2 std + this, on the metric's own scale "
-        "(times the table's scale; default 0.02: two points of accuracy)",
+        help="a cell is beyond when the 95%% interval of ours - published (a difference of means) lies wholly "
+        "outside +- this, on the metric's own scale (times the table's scale; default 0.02: two points of accuracy)",
+    )
+    report.add_argument(
+        "--resolution",
+        type=float,
+        default=None,
+        help="a cell that is not beyond but whose 95%% interval is wider than +- this is not testable, not within "
+        "(on the metric's own scale; default 0.1: ten points of accuracy)",
     )
     report.set_defaults(func=cmd_report)
 

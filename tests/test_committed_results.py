@@ -1,6 +1,7 @@
-"""Every committed result still describes what today's code computes: the run hashes, scenario keys and scenario
-fingerprints its provenance file records are recomputed from the recorded RunSpecs, without training
-(bench/provenance.py). A failure names the result and the command to re-run."""
+"""Every committed result still describes what today's code computes: the run hashes, scenario keys, scenario
+fingerprints and behaviour fingerprints (a few rounds of each configuration on a tiny stand-in) its provenance file
+records are recomputed from the recorded RunSpecs (bench/provenance.py). A failure names the result and the command
+to re-run; a result marked stale (being re-run) must be stale and say so on its first line."""
 
 import importlib.util
 import json
@@ -10,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import tiny_spec
+from fedbench.config.task import resolve_run
+from tests.conftest import TINY, tiny_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("bench_provenance", ROOT / "bench" / "provenance.py")
@@ -30,6 +32,11 @@ def test_a_committed_result_still_matches_the_code(path):
         pytest.skip("its runs read MNIST: point FEDBENCH_DATA at the datasets (CI does)")
     saved = json.loads(path.read_text())
     problems = provenance.check(path)
+    if provenance.stale_mark(path):
+        assert problems, f"{path.name} is marked stale but matches today's code: drop its `stale` mark and banner"
+        banner = (provenance.RESULTS / saved["result"]).read_text().splitlines()[0]
+        assert banner.startswith(provenance.STALE_BANNER), f"bench/results/{saved['result']} does not say it is stale"
+        return
     assert not problems, (
         f"bench/results/{saved['result']} (made at {saved['commit']}) no longer matches the code; "
         f"re-run `{saved['command']}`:\n" + "\n".join(problems)
@@ -47,6 +54,29 @@ def test_the_check_names_a_run_whose_data_or_configuration_changed(tmp_path):
     drew_other_data = {**then, "fingerprint": "0" * 16}  # as if the generator had drawn other samples
     read_otherwise = {**then, "run_hash": "0" * 10}  # as if a field now meant something else
     stale.write_text(json.dumps({**saved, "runs": [drew_other_data, read_otherwise]}))
+    computed_otherwise = {**then, "behaviour": "0" * 16}  # as if a method's code had changed, its RunSpec not
+    stale.write_text(json.dumps({**saved, "runs": [drew_other_data, read_otherwise, computed_otherwise]}))
     problems = provenance.check(stale)
-    assert len(problems) == 2 and "scenario 0000000000000000 then" in problems[0]
+    assert len(problems) == 3 and "scenario 0000000000000000 then" in problems[0]
     assert "run hash 0000000000 then" in problems[1]
+    assert "behaviour 0000000000000000 then" in problems[2]
+
+
+def test_the_behaviour_fingerprint_sees_a_change_to_a_method_that_leaves_its_runspec_alone(monkeypatch):
+    """Issue 42, item 6: the Oracle's one-round-late cluster models (its RunSpec unchanged) are flagged."""
+    from fedbench.algorithms.oracle import Oracle
+
+    spec = resolve_run(
+        {
+            **TINY,
+            "algorithm": "oracle",
+            "scenario": {"preset": "feroma/label_skew/medium", "num_clients": 4, "drift_every": 1},
+            "dataset": {"name": "synthetic_images", "train_samples": 1200, "test_samples": 200},
+            "model": "lenet5",
+            "test_time": "known",
+        }
+    )
+    today = provenance.behaviour(spec)
+    assert today == provenance.behaviour(spec) and not today.startswith("unprobeable")
+    monkeypatch.setattr(Oracle, "round_describe_payloads", lambda self, round, state, sampled: {})  # told late
+    assert provenance.behaviour(spec) != today

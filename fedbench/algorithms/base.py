@@ -126,6 +126,19 @@ class Algorithm(ABC, Generic[ConfigT, StateT, ClientStateT]):
     """A client's state between its jobs: a frozen dataclass the method owns, built with no arguments for a client
     that never ran a job (and for test-time clients)."""
 
+    @classmethod
+    def check_spec(cls, spec: RunSpec) -> None:
+        """Refuse, when the task loads, a run this method cannot honour whatever its Config: scoring the round of
+        lowest validation loss (`RunSpec.scored_round`) keeps only the server's state of that round, so a method
+        whose clients keep state would answer with later rounds' client states."""
+        if spec.scored_round == "lowest_validation_loss" and cls.ClientState is not NoClientState:
+            raise ConfigError(
+                "scored_round",
+                spec.scored_round,
+                f"last for {spec.algorithm.name} (its clients keep state between rounds, which is not kept per "
+                "round); lowest_validation_loss is for methods whose clients keep none, e.g. fedavg",
+            )
+
     def __init__(
         self,
         config: ConfigT,

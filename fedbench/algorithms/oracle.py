@@ -1,14 +1,15 @@
 """Oracle (001 Sec. IV-C): one model per ground-truth cluster, trained by FedAvg within the cluster.
 
 The ceiling for clustering methods: it is told what no real method knows, each client's ground-truth
-distribution id (`RoundContext.distribution_id`, which only oracles may read). A client sends the id of
-the distribution it trained on with its update (a one-int uplink besides FedAvg's), the server averages
-updates per id and remembers each client's last id. Each round a client is sent the model of the cluster
-it reported last; in round 1, and for a client never seen before, that is the run's initial model.
+distribution id (`RoundContext.distribution_id`, which only oracles may read). Each round runs in two
+exchanges (`DescribedRound`, as FEROMA's): every sampled client first reports the id of the distribution it
+holds this round (one int), then is sent that cluster's model, trains it on the same data, and the server
+averages the updates of each cluster's members. So under drift a client trains its new cluster's model from
+the round it drifts in, and no cluster model ever averages updates that started from another cluster's model.
+A cluster no client has trained yet starts from the run's initial model.
 
 001 pools each cluster's data; this is the federated form (FedAvg within clusters), as for Conditional's
-default. Under drift a client's first round in a new distribution starts from its old cluster's model and
-its update is averaged into the new cluster (one round late, as any method learning from uplinks would be).
+default.
 
 Test time: a test client reports its own distribution id and is given that cluster's model (`matched`: a
 training client of the cluster). A distribution no client trained on has no model; such a test client gets
@@ -30,7 +31,13 @@ from fedbench.algorithms.base import (
     counted,
     reported_cluster,
 )
-from fedbench.algorithms.capabilities import Assignment, SystemVote, TestTimeAssignment, TrainedOn
+from fedbench.algorithms.capabilities import (
+    Assignment,
+    DescribedRound,
+    SystemVote,
+    TestTimeAssignment,
+    TrainedOn,
+)
 from fedbench.core.registry import register_algorithm
 from fedbench.core.types import ClientResult, Metrics, Payload, RoundContext
 from fedbench.training import ClientData, get_weights, train_local
@@ -38,7 +45,8 @@ from fedbench.training import ClientData, get_weights, train_local
 
 @dataclass(frozen=True)
 class OracleState:
-    """The run's initial model, each ground-truth cluster's model, and each client's last cluster."""
+    """The run's initial model, each ground-truth cluster's model, and the cluster each client last reported
+    (this round's, once the round's descriptions are in)."""
 
     initial: Payload
     models: dict[int, Payload] = field(default_factory=dict)
@@ -48,6 +56,7 @@ class OracleState:
 @register_algorithm("oracle")
 class Oracle(
     Algorithm[AlgorithmConfig, OracleState, NoClientState],
+    DescribedRound[OracleState, NoClientState],
     TestTimeAssignment[OracleState],
     SystemVote[OracleState, NoClientState],
 ):
@@ -59,13 +68,22 @@ class Oracle(
     def init_state(self) -> OracleState:
         return OracleState(Payload(self.initial_weights()))
 
+    def round_describe_payloads(self, round: int, state: OracleState, sampled: Sequence[int]) -> dict[int, Payload]:
+        """Every sampled client is asked which distribution it holds this round (an empty request)."""
+        return {cid: Payload() for cid in sampled}
+
+    def receive_descriptions(self, round: int, state: OracleState, descriptions: Sequence[ClientResult]) -> OracleState:
+        """Each described client's cluster this round, which `configure` sends the model of."""
+        reported = {r.client_id: reported_cluster(r.uplink) for r in descriptions}
+        return dataclasses.replace(state, cluster_of={**state.cluster_of, **reported})
+
     def configure(self, round: int, state: OracleState, sampled: Sequence[int]) -> dict[int, Payload]:
         return self._models_for(state, sampled)
 
     def aggregate(self, round: int, state: OracleState, results: Sequence[ClientResult]) -> OracleState:
-        models = {**state.models, **cluster_averages(results, lambda r: reported_cluster(r.uplink))}
-        cluster_of = {**state.cluster_of, **{r.client_id: reported_cluster(r.uplink) for r in results}}
-        return dataclasses.replace(state, models=models, cluster_of=cluster_of)
+        """FedAvg within each cluster, over the members that trained this round."""
+        averages = cluster_averages(results, lambda r: state.cluster_of[r.client_id])
+        return dataclasses.replace(state, models={**state.models, **averages})
 
     def evaluation_payloads(self, state: OracleState, clients: Sequence[int]) -> dict[int, Payload]:
         return self._models_for(state, clients)
@@ -86,17 +104,23 @@ class Oracle(
         return Assignment(payloads, matched)
 
     def _models_for(self, state: OracleState, clients: Sequence[int]) -> dict[int, Payload]:
-        """Each client's last cluster's model (the same object for a cluster's members, so it ships once)."""
+        """Each client's reported cluster's model (the same object for a cluster's members, so it ships once)."""
         held = state.cluster_of
         return {cid: state.models.get(held[cid], state.initial) if cid in held else state.initial for cid in clients}
 
     # -- client half ---------------------------------------------------------------------------------
+    def client_describe_round(
+        self, payload: Payload, state: NoClientState, data: ClientData, ctx: RoundContext
+    ) -> tuple[Payload, NoClientState]:
+        """The id of the distribution the client holds this round."""
+        return Payload(extras=cluster_section(ground_truth(ctx))), state
+
     def client_update(
         self, payload: Payload, state: NoClientState, data: ClientData, ctx: RoundContext
     ) -> tuple[Payload, NoClientState, Metrics]:
         model = self.model_with(payload.weights)
         metrics = train_local(model, data, ctx)
-        return counted(get_weights(model), data.num_train, cluster_section(ground_truth(ctx))), state, metrics
+        return counted(get_weights(model), data.num_train), state, metrics
 
     def client_describe(self, payload: Payload, data: ClientData, ctx: RoundContext) -> Payload:
         return Payload(extras=cluster_section(ground_truth(ctx)))

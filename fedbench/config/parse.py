@@ -23,7 +23,9 @@ from fedbench.core.runspec import INLINE, Component, DatasetSpec, RunSpec, plain
 def parse_run(raw: Any) -> RunSpec:
     """Validate a plain mapping (as written in a task file) into a RunSpec; errors name the field."""
     spec = parse_spec(RunSpec, raw, "")
-    ALGORITHMS.get(spec.algorithm.name).Config(**spec.algorithm.kwargs).check_run(spec)  # refused here, not mid-run
+    method = ALGORITHMS.get(spec.algorithm.name)
+    method.Config(**spec.algorithm.kwargs).check_run(spec)  # refused here, not mid-run
+    method.check_spec(spec)
     return spec
 
 

@@ -16,8 +16,9 @@ their `.name`) and gives the published value, or null where the paper prints non
           - {algorithm: feroma, scenario.preset: feroma/label_skew/medium, scenario.drift_every: 2,
              value: 97.94, std: 2.01}
 
-A cell may give the published `std` (over the paper's seeds): the report prints it and widens the spread its
-verdict allows by it. `note` is free text the report lists under the table.
+A cell may give the published `std` (over the paper's seeds); a table whose cells do says how many seeds each
+published mean is over (`seeds: 5`), so the report's verdict can compare means (tracking/reproduction/verdict.py).
+`note` is free text the report lists under the table.
 
 A table may name a `cost` (compute_s, wall_s, mb_up or mb_down): the report's line plot along a numeric
 column (clients, K) draws it per run on a second axis, as 002 Fig. 4 draws wall time beside accuracy.
@@ -25,6 +26,7 @@ column (clients, K) draws it per run on a second axis, as 002 Fig. 4 draws wall 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -36,7 +38,7 @@ from fedbench.core.errors import ConfigError
 SHORTHANDS = {"algorithm": "algorithm.name", "dataset": "dataset.name", "model": "model.name"}
 """Component fields a cell may name by the component alone."""
 
-TABLE_KEYS = {"title", "source", "metric", "scale", "where", "rows", "columns", "cells", "cost"}
+TABLE_KEYS = {"title", "source", "metric", "scale", "where", "rows", "columns", "cells", "cost", "seeds"}
 COSTS = ("compute_s", "wall_s", "startup_s", "mb_up", "mb_down")
 """Costs a table may plot beside its metric (the leaderboard's cost columns)."""
 CELL_KEYS = {"value", "std", "note"}
@@ -51,6 +53,8 @@ class ReferenceCell:
     note: str = ""
     std: float | None = None
     """The published std over the paper's seeds; None where it prints none."""
+    seeds: int | None = None
+    """How many seeds the published mean is over (the table's `seeds`); None where the paper does not say."""
 
 
 @dataclass(frozen=True)
@@ -107,15 +111,25 @@ def _table(raw: Any, where: str, known: set[str] | None) -> ReferenceTable:
     cost = raw.get("cost")
     if cost is not None and cost not in COSTS:
         raise ConfigError(f"{where}.cost", cost, f"one of {', '.join(COSTS)}, or no entry")
+    seeds = raw.get("seeds")
+    if seeds is not None and (isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1):
+        raise ConfigError(f"{where}.seeds", seeds, "a whole number >= 1 (how many seeds each published mean is over)")
     layout = {key: _fields(raw.get(key), f"{where}.{key}", known) for key in ("rows", "columns")}
     common = _values(raw.get("where") or {}, f"{where}.where", known)
     cells = raw.get("cells")
     if not isinstance(cells, list) or not cells:
         raise ConfigError(f"{where}.cells", cells, "a non-empty list of {field: value, ..., value: number or null}")
     parsed = tuple(
-        _cell(cell, f"{where}.cells[{i}]", known, common, layout["rows"] + layout["columns"])
+        dataclasses.replace(
+            _cell(cell, f"{where}.cells[{i}]", known, common, layout["rows"] + layout["columns"]), seeds=seeds
+        )
         for i, cell in enumerate(cells)
     )
+    with_std = next((i for i, c in enumerate(parsed) if c.std is not None), None)
+    if with_std is not None and seeds is None:
+        raise ConfigError(
+            f"{where}.seeds", None, f"how many seeds each published mean is over: cells[{with_std}] gives a std"
+        )
     return ReferenceTable(
         raw["title"],
         raw["source"],

@@ -33,6 +33,11 @@ ACC_LOCAL_MIN = "acc_local_min"
 ACC_LOCAL_WEIGHTED = "acc_local_weighted"
 ACC_LOCAL_PI_WEIGHTED = "acc_local_pi_weighted"
 """Local accuracies weighted by each client's share pi_i of the training data (004's "average accuracy")."""
+LOSS_LOCAL_WEIGHTED = "loss_local_weighted"
+"""Local test (validation) loss over clients weighted by test-set size: Flower's distributed loss, by which 002's
+FedAvg picks the round it reports (`RunSpec.scored_round`)."""
+SCORED_ROUND = "scored_round"
+"""The round whose model the final test-time and system scores come from (`RunSpec.scored_round`)."""
 ACC_TEST_TIME = "acc_test_time"
 """Mean accuracy over the test-time clients, each with the payload `assign` gave it (002 Sec. 3.3)."""
 ACC_ASSOCIATION = "acc_association"
@@ -91,7 +96,9 @@ LAST = (
     ACC_LOCAL_MIN,
     ACC_LOCAL_WEIGHTED,
     ACC_LOCAL_PI_WEIGHTED,
+    LOSS_LOCAL_WEIGHTED,
     TRAIN_LOSS_MEAN,
+    SCORED_ROUND,
     ACC_TEST_TIME,
     ACC_ASSOCIATION,
     ACC_ASSOCIATION_KNOWN,
@@ -107,6 +114,7 @@ DISPLAY_NAMES = {
     ACC_LOCAL_WEIGHTED: "local test accuracy (sample-weighted)",
     ACC_LOCAL_PI_WEIGHTED: "local test accuracy (pi-weighted)",
     TRAIN_LOSS_MEAN: "training loss (mean over clients)",
+    LOSS_LOCAL_WEIGHTED: "local test (validation) loss (sample-weighted)",
     ACC_TEST_TIME: "test-time client accuracy",
     ACC_ASSOCIATION: "test-time association accuracy",
     ACC_SYSTEM: "system accuracy (pooled test sets)",

@@ -235,6 +235,13 @@ class RunSpec:
     i's own final pi, cluster or personal model): test client i gets training client i's personal model, whatever
     distribution it holds, which is the right one only where each test client keeps its own last distribution
     (P(Y|X), 002 App. I.2) and for global-model methods; methods with a rule keep it (docs/methods.md, FEROMA)."""
+    scored_round: Literal["last", "lowest_validation_loss"] = field(default="last", metadata=IDENTITY_UNLESS_DEFAULT)
+    """Which round's model the final scores (test-time clients, system accuracy) come from. `last`: the last
+    round's, the platform's default. `lowest_validation_loss`: the round whose evaluation of every client had the
+    lowest validation loss (each client's local test split, weighted by its size: Flower's distributed loss), as
+    002's released FedAvg reports it (FEROMA `fedavg/server.py`: the checkpoint of `best_loss_round` is scored);
+    `final.scored_round` records which. Only for methods whose clients keep no state between rounds (that state
+    is not kept per round)."""
     resources: ResourceSpec = field(default_factory=ResourceSpec, metadata=NOT_IDENTITY)
     run_name: str | None = field(default=None, metadata=NOT_IDENTITY)
     """The run's display name (MLflow run name, progress lines); a task names its runs by what varies in its
@@ -257,6 +264,13 @@ class RunSpec:
                 "own (each method's rule), known (002 App. E's known "
                 "association for methods without one) or index (test client i gets training client i's "
                 "model, as 002's baseline code did)",
+            )
+        if self.scored_round not in ("last", "lowest_validation_loss"):
+            raise ConfigError(
+                "scored_round",
+                self.scored_round,
+                "last (the last round's model) or lowest_validation_loss (the round with the lowest validation "
+                "loss, as 002's FedAvg)",
             )
         if self.local_steps is not None and self.local_steps < 1:
             raise ConfigError("local_steps", self.local_steps, "an integer >= 1, or null for local_epochs epochs")

@@ -49,6 +49,8 @@ class RunCheckpoint:
     """The round records of rounds 1..round, as the callbacks got them."""
     per_client: dict[str, Any] = field(default_factory=dict)
     """The per-client rows so far (`fedbench.runtime.per_client`)."""
+    scored: Any = None
+    """The round the final scores will come from so far (`ScoredRound`, `RunSpec.scored_round`), None: the last."""
 
 
 class CheckpointFolder:

@@ -40,6 +40,7 @@ from fedbench.runtime.jobs import DESCRIBE_DATA, FIT
 from fedbench.runtime.per_client import PerClientRecorder
 from fedbench.runtime.placement import placement_tags
 from fedbench.runtime.records import meaningless, summarize, training_metrics
+from fedbench.runtime.scored_round import LOWEST_VALIDATION_LOSS, ScoredRound, keep_lowest
 from fedbench.runtime.state_store import StateStore
 from fedbench.scenarios import Scenario, build_scenario
 
@@ -84,6 +85,8 @@ class Federation:
         """Every client's state after the last round run (on the ray backend, references to them)."""
         self.per_client = PerClientRecorder()
         """Every client's numbers at every evaluated round."""
+        self.scored: ScoredRound | None = None
+        """Under `scored_round: lowest_validation_loss`, the round of lowest validation loss so far and its state."""
 
     def run(self) -> RunResult:
         for cb in self.callbacks:
@@ -143,6 +146,7 @@ class Federation:
             self.store.put(client_id, state)
         history.extend(checkpoint.history)
         self.per_client = PerClientRecorder.from_table(checkpoint.per_client)
+        self.scored = checkpoint.scored
         for record in checkpoint.history:
             for cb in self.callbacks:
                 cb.on_round_end(self.spec, record)
@@ -189,8 +193,10 @@ class Federation:
                 metrics, local = evaluation.local(round, state, evaluated)
                 record.update(metrics)
                 self.per_client.add(round, local.results, results)
+                if spec.scored_round == LOWEST_VALIDATION_LOSS and evaluated is clients:
+                    self.scored = keep_lowest(self.scored, round, metrics[M.LOSS_LOCAL_WEIGHTED], state)
             if round == spec.rounds:  # the last round evaluated every client: `local` is its evaluation
-                record.update(evaluation.final(round, state, local))
+                record.update(self._final(evaluation, round, state, local, clients))
             record[M.TIME_CLIENT_COMPUTE_S] += evaluation.take_compute_s()
             record.update(meter.take_round())
             record[M.TIME_ROUND_S] = time.perf_counter() - round_start
@@ -204,6 +210,7 @@ class Federation:
                         backend.client_states(store),
                         list(history),
                         self.per_client.table(),
+                        self.scored,
                     )
                 )  # which may ship it
             stop = [cb.on_round_end(spec, record) for cb in self.callbacks]
@@ -269,6 +276,17 @@ class Federation:
             results.append(dataclasses.replace(result, uplink=Payload()))
         start = time.perf_counter()
         return aggregator.finish(), results, seconds + time.perf_counter() - start
+
+    def _final(self, evaluation: Evaluation, round: int, state: Any, last: Any, clients: list[int]) -> dict[str, float]:
+        """The final scores (`Evaluation.final`) from the last round's model, or, under `scored_round:
+        lowest_validation_loss`, from the kept round's (its clients evaluated again for the vote); that round is
+        recorded as `scored_round`."""
+        if self.spec.scored_round != LOWEST_VALIDATION_LOSS:
+            return evaluation.final(round, state, last)
+        scored = self.scored if self.scored is not None else ScoredRound(round, float("nan"), state)
+        if scored.round != round:
+            _, last = evaluation.local(scored.round, scored.server, clients)
+        return {**evaluation.final(scored.round, scored.server, last), M.SCORED_ROUND: float(scored.round)}
 
     def _sample(self, round: int, m: int) -> list[int]:
         """Clients taking part in `round`: a seeded sample of m of the K clients (`clients_per_round`)."""

@@ -16,9 +16,12 @@ from collections.abc import Mapping, Sequence
 
 from fedbench.runtime.gpu_sharing import mps_daemon_listening
 
+NUMERICS_TAG = "clients.numerics"
+"""The run's workers' `numerics`, distinct values joined by ` | `: what its numbers depend on besides its spec."""
+
 WorkerPlace = dict[str, str]
-"""`{"node": Ray node id, "gpu_ids": "0,1" or "", "device": "cpu" or "cuda", "pid": the worker's process id}`, and on
-`cuda` `"mps": "yes" or "no"`."""
+"""`{"node": Ray node id, "gpu_ids": "0,1" or "", "device": "cpu" or "cuda", "pid": the worker's process id}`, on
+`cuda` `"mps": "yes" or "no"`, and from a loaded worker `"numerics"` (`worker.numerics`: torch and the kernels)."""
 
 
 def worker_place(device: str) -> WorkerPlace:
@@ -60,6 +63,9 @@ def placement_tags(places: Sequence[WorkerPlace], num_clients: int) -> dict[str,
         tags["clients.device"] = parts[0].replace(": ", f": {num_clients} clients on ", 1)
     else:
         tags["clients.device"] = f"{num_clients} clients on " + "; ".join(parts)
+    kinds = sorted({place["numerics"] for place in places if "numerics" in place})
+    if kinds:  # one line, as a report compares it across runs: two kinds of worker give one run two numerics
+        tags[NUMERICS_TAG] = " | ".join(kinds)
     return tags
 
 

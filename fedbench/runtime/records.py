@@ -29,7 +29,8 @@ def training_metrics(results: Sequence[ClientResult]) -> RoundRecord:
 
 def evaluation_metrics(results: Sequence[ClientResult]) -> RoundRecord:
     """Local test accuracy over clients: mean, std, min, and means weighted by test-set size and by the
-    clients' shares of the training data (004's pi-weighted average accuracy)."""
+    clients' shares of the training data (004's pi-weighted average accuracy); the local test loss weighted by
+    test-set size (the validation loss 002's FedAvg picks its reported round by)."""
     acc = np.array([r.metrics[M.ACCURACY] for r in results], dtype=np.float64)
     return {
         M.ACC_LOCAL_MEAN: float(acc.mean()),
@@ -37,6 +38,10 @@ def evaluation_metrics(results: Sequence[ClientResult]) -> RoundRecord:
         M.ACC_LOCAL_MIN: float(acc.min()),
         M.ACC_LOCAL_WEIGHTED: weighted_mean(acc, [r.metrics[M.TEST_SAMPLES] for r in results]),
         M.ACC_LOCAL_PI_WEIGHTED: weighted_mean(acc, [r.metrics[M.TRAIN_SAMPLES] for r in results]),
+        M.LOSS_LOCAL_WEIGHTED: weighted_mean(
+            np.array([r.metrics[M.LOSS] for r in results], dtype=np.float64),
+            [r.metrics[M.TEST_SAMPLES] for r in results],
+        ),
     }
 
 
@@ -70,8 +75,11 @@ def mean_of_finite(values: Sequence[float]) -> float:
 
 
 def weighted_mean(values: np.ndarray, weights: Sequence[float]) -> float:
+    """The `weights`-weighted mean of `values`; a value of weight 0 (a client with no test samples: NaN) counts
+    for nothing."""
     w = np.asarray(weights, dtype=np.float64)
-    return float((values * w).sum() / w.sum()) if w.sum() else float("nan")
+    held = w > 0
+    return float((values[held] * w[held]).sum() / w[held].sum()) if held.any() else float("nan")
 
 
 def summarize(history: Sequence[RoundRecord], run_seconds: float) -> dict[str, float]:

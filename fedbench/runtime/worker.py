@@ -1,8 +1,11 @@
 """ClientWorker: runs client jobs (`fedbench.runtime.jobs`) against the base dataset and scenario it holds.
 
 The same class runs in-process (serial backend) and as a Ray actor (ray backend), so both compute the
-same numbers: every job seeds its own torch RNG from (run seed, round, client) and uses the same number
-of intra-op threads (results differ with the thread count, measured on these machines).
+same numbers: every job seeds its own torch RNG from (run seed, round, client) and runs on one intra-op thread
+(JOB_THREADS), whatever CPUs the run reserves per client: results differ with the thread count (measured on these
+machines: a reduction split over more threads adds in another order), and a run's identity leaves its resources
+out, so its numbers must not depend on them. What they still depend on, torch's version and the kernels it picks
+for the machine's CPU, is recorded with the run (`numerics`).
 """
 
 from __future__ import annotations
@@ -29,6 +32,16 @@ from fedbench.training import ClientData, materialize
 from fedbench.training.loop import make_optimizer
 
 T = TypeVar("T")
+
+JOB_THREADS = 1
+"""Intra-op threads of every client job: fixed, so that a run's numbers do not depend on the CPUs it reserves."""
+
+
+def numerics(device: str) -> str:
+    """What a job's floating-point results depend on besides the run's spec: torch's version and the kernels it
+    dispatches to on this CPU (`avx2`, `avx512`: each adds in its own order) or the GPU model."""
+    where = torch.cuda.get_device_name() if device == "cuda" else f"cpu {torch.backends.cpu.get_cpu_capability()}"
+    return f"torch {torch.__version__}, {where}, {JOB_THREADS} thread"
 
 
 @contextlib.contextmanager
@@ -84,12 +97,12 @@ class ClientWorker:
             spec, scenario.input_shape, dataset.num_classes, scenario.trained_distributions(spec.rounds)
         )
         self.device = client_device(spec.resources.client_gpus)
-        self.threads = max(1, int(spec.resources.client_cpus))
+        self.threads = JOB_THREADS
         self.normalization = normalization_values(spec.normalize, dataset)
         keep_freed_memory()
         self._warm_up()
         timeline.mark("worker_warm", device=self.device)
-        return worker_place(self.device)
+        return {**worker_place(self.device), "numerics": numerics(self.device)}
 
     def _warm_up(self) -> None:
         """One optimizer step of a throwaway model on a zero batch, so that torch's first-call costs (the

@@ -59,9 +59,9 @@ class Scenario:
 
     Attributes:
         input_shape: shape of one sample as models see it, after transforms (colour makes grayscale RGB).
-        duplicated: True when the scenario deliberately lets one sample be held by several clients in a
-            stage (dataset duplication for 50-100 clients, 002 I.3); otherwise training indices of a stage
-            are disjoint across clients.
+        duplicated: True when the scenario deliberately lets one sample occur more than once in a stage: held by
+            several clients (dataset duplication for 50-100 clients, 002 I.3) or repeated within a client's part
+            (002's label-skew data scaling); otherwise training indices of a stage are distinct.
         distributions: distribution id -> its description (ids index this tuple).
     """
 

@@ -220,6 +220,7 @@ def _generate(dataset: BaseDataset, spec: ScenarioSpec, seed: int, key: str, sta
         facts,
         spec.copies,
         bank_seed=derive_seed(seed, "banks", key),
+        stages=stages,
     )
     banks = [shift.bank(ctx, spec.num_clients) for shift in parts.shifts]
     official_test = np.flatnonzero(split_col == "test") if spec.source == "train" else np.zeros(0, dtype=np.int64)
@@ -272,7 +273,7 @@ def _generate(dataset: BaseDataset, spec: ScenarioSpec, seed: int, key: str, sta
             () if spec.drift_every is None else tuple(s for s in range(stages) for _ in range(spec.drift_every))
         ),
         test_clients=test_clients,
-        duplicated=spec.copies > 1,
+        duplicated=spec.copies > 1 or split.resampled,
         distributions=tuple(registry.descriptions),
     )
 
@@ -328,10 +329,13 @@ def _stage_views(
 
 
 def _local_split(indices: np.ndarray, test_fraction: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """A client's own random train/test split (002 Sec. 5: 20% of local data kept for evaluation)."""
-    shuffled = rng.permutation(indices)
+    """A client's own random train/test split (002 Sec. 5: 20% of local data kept for evaluation), of its distinct
+    samples: where a part repeats samples (002's data scaling) every copy stays on the side its sample fell on, so
+    the local test never holds a training sample (002's client splits after duplicating, so its validation does)."""
+    shuffled = rng.permutation(np.unique(indices))
     n_test = int(round(test_fraction * len(shuffled)))
-    return np.sort(shuffled[n_test:]), np.sort(shuffled[:n_test])
+    test = np.sort(shuffled[:n_test])
+    return np.sort(indices[~np.isin(indices, test)]), test
 
 
 def _official_test_parts(dataset, ctx: PoolContext, split: Split, official_test: np.ndarray, rng) -> list[np.ndarray]:

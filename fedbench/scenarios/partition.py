@@ -20,7 +20,8 @@ from fedbench.data import DatasetFacts
 from fedbench.scenarios.pool import PoolContext, Split, allocate, class_queues, histogram, weights_demand
 
 FEROMA_CHUNK_DIVISOR = 30
-"""002 I.2 / ANDA: each client's stage holds a fresh chunk of about N_train / 30 samples (MNIST: ~2,000)."""
+"""002 I.2 / ANDA: the 30 in its data scaling max(1, stages x clients / 30); under feature and concept drift
+each client's stage holds a fresh chunk of about N_train / 30 samples (MNIST: ~2,000)."""
 
 
 class Partition:
@@ -240,8 +241,14 @@ class Chunks(Partition):
 class ClassBank(Partition):
     """FEROMA's label skew (002 I.2, Table 12): each client draws its classes from a bank of class subsets.
 
-    A bank of `banks` distinct subsets of `classes_per_client` classes is drawn once; in every stage each
-    client draws one subset uniformly and a fresh chunk of those classes.
+    As 002's generator builds it (FEROMA's ANDA, `split_trDR_teND_Py`, commit 1821636): each client holds a fixed
+    iid share of the pool (N / clients), grown by resampling with replacement to max(1, stages x clients / 30)
+    times its size (002 I.2: "we dynamically scale the size of training dataset based on the factor of drifting
+    frequency"), once for the run. A bank of `banks` distinct subsets of `classes_per_client` classes is drawn
+    once; in every stage each client draws one subset uniformly and keeps the samples of its share in those
+    classes. So a stage is not a fixed-size chunk: on MNIST with 20 clients, 2 of 10 classes, 20 rounds, a stage
+    holds about 2,000 samples when drifting every 4 rounds (5 stages), 4,000 every 2 and 8,000 every round,
+    duplicates included, drawn from the same ~600 distinct samples of the client's share.
     """
 
     offers_unseen = True
@@ -250,8 +257,6 @@ class ClassBank(Partition):
     """Bank size: 4 / 6 / 8 for low / medium / high (002 Table 12)."""
     classes_per_client: int = 2
     """Classes per subset: 2 for 10-class data, 20 for CIFAR-100 (002 I.2)."""
-    samples_per_client: int | None = None
-    """Chunk size; None: pool size / 30 (002 I.2)."""
 
     def check(self, facts, num_clients):
         k, n = self.classes_per_client, facts.num_classes
@@ -278,11 +283,10 @@ class ClassBank(Partition):
 
     def split(self, ctx, num_clients, rng):
         bank = self._bank(ctx.num_classes, ctx.bank_rng())  # fixed for the run, whatever the stage
-        size = self.samples_per_client or len(ctx.labels) // FEROMA_CHUNK_DIVISOR
+        shares, scaling = scaled_shares(ctx, num_clients)
         weights = {b: _uniform_over(s, ctx.num_classes) for b, s in enumerate(bank)}
         groups = [int(g) for g in rng.integers(len(bank), size=num_clients)]
-        demand = np.stack([weights_demand(weights[g], size) for g in groups])
-        parts = allocate(demand, class_queues(ctx.labels, ctx.num_classes, rng, ctx.copies))
+        parts = [np.sort(share[np.isin(ctx.labels[share], bank[g])]) for share, g in zip(shares, groups, strict=True)]
         unseen = [(_uniform_over(s, ctx.num_classes), f"classes {list(s)}") for s in self._unseen(bank, ctx)]
         return Split(
             parts,
@@ -291,7 +295,23 @@ class ClassBank(Partition):
             class_weights=weights,
             unseen=unseen,
             redraws=True,
+            resampled=scaling > 1,
         )
+
+
+def scaled_shares(ctx: PoolContext, num_clients: int) -> tuple[list[np.ndarray], float]:
+    """Each client's share of the pool for the whole run, as 002's generator makes it: an iid cut of the pool
+    (repeated `copies` times, 002 I.3), grown with int(n x (s - 1)) positions resampled from it with replacement,
+    s = max(1, stages x clients / 30). Drawn from a scenario-fixed generator, so every stage filters the same.
+    Returns the shares and s."""
+    rng = ctx.bank_rng(2)
+    pool = np.concatenate([rng.permutation(len(ctx.labels)) for _ in range(ctx.copies)])
+    scaling = max(1.0, ctx.stages * num_clients / FEROMA_CHUNK_DIVISOR)
+    shares = []
+    for share in np.array_split(pool, num_clients):
+        extra = rng.integers(len(share), size=int(len(share) * (scaling - 1))) if len(share) else share[:0]
+        shares.append(np.concatenate([share, share[extra]]))
+    return shares, scaling
 
 
 @register_partition("class_clusters")

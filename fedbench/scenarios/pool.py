@@ -29,6 +29,8 @@ class PoolContext:
         facts: what the dataset offers (classes, channels, superclasses).
         copies: how many times each sample may be handed out within one stage (002 I.3 duplication).
         bank_seed: seed of the scenario's fixed banks (class subsets, transform patterns).
+        stages: the number of drift stages the run has (1 without drift); 002's generator scales a label-skew
+            client's data with it.
     """
 
     indices: np.ndarray
@@ -37,6 +39,7 @@ class PoolContext:
     facts: DatasetFacts
     copies: int = 1
     bank_seed: int = 0
+    stages: int = 1
 
     def bank_rng(self, stream: int = 0) -> np.random.Generator:
         """A generator fixed for the whole scenario: banks drawn from it are the same in every stage."""
@@ -64,6 +67,7 @@ class Split:
         unseen: class distributions of groups that never occur in training (for unseen test clients).
         redraws: True when every drift stage draws a fresh split (bank-based partitions); False: the data
             stays and only the shifts drift.
+        resampled: True when a client's part repeats positions (002's label-skew data scaling).
     """
 
     parts: list[np.ndarray]
@@ -73,6 +77,7 @@ class Split:
     class_weights: dict[int, np.ndarray] = field(default_factory=dict)
     unseen: list[tuple[np.ndarray, str]] = field(default_factory=list)
     redraws: bool = False
+    resampled: bool = False
 
 
 def class_queues(labels: np.ndarray, num_classes: int, rng: np.random.Generator, copies: int = 1) -> list[np.ndarray]:

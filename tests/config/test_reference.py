@@ -39,8 +39,8 @@ def test_a_reference_table_names_its_cells_by_dotted_fields_with_the_tables_filt
 
 def test_a_cell_may_give_the_published_std_over_the_papers_seeds(tmp_path):
     cells = [{**TABLE["cells"][0], "std": 2.01}, TABLE["cells"][1]]
-    [table] = load(tmp_path, [{**TABLE, "cells": cells}]).reference
-    assert table.cells[0].std == 2.01 and table.cells[0].note == ""
+    [table] = load(tmp_path, [{**TABLE, "cells": cells, "seeds": 5}]).reference
+    assert table.cells[0].std == 2.01 and table.cells[0].note == "" and table.cells[0].seeds == 5
 
 
 @pytest.mark.parametrize(
@@ -61,6 +61,8 @@ def test_a_cell_may_give_the_published_std_over_the_papers_seeds(tmp_path):
             {"cells": [{"algorithm": "fedavg", "scenario.alpha": 0.1, "value": 81.5, "std": "+- 2"}]},
             "reference[0].cells[0].std",
         ),
+        ({"seeds": 0}, "reference[0].seeds"),
+        ({"seeds": 2.5}, "reference[0].seeds"),
     ],
 )
 def test_a_bad_reference_is_refused_naming_the_entry(tmp_path, change, field):

@@ -53,14 +53,34 @@ def test_same_seed_same_scenario_and_other_seed_differs(section):
 )
 def test_indices_are_in_range_and_no_training_sample_is_held_twice_in_a_stage(section):
     data, scenario = make(section, rounds=4)
-    assert not scenario.duplicated
     for stage in scenario.stages:
         train = np.concatenate([v.train for v in stage])
         assert train.min() >= 0 and train.max() < len(data)
-        assert len(np.unique(train)) == len(train)
+        distinct = np.concatenate([np.unique(v.train) for v in stage])
+        assert len(np.unique(distinct)) == len(distinct)  # no sample held by two clients
+        assert scenario.duplicated or len(distinct) == len(train)  # nor twice by one, unless resampled
         for v in stage:
             assert not np.intersect1d(v.train, v.test).size
             assert len(v.train) > 0
+
+
+def test_label_skew_stages_grow_with_drift_frequency_from_a_fixed_share_as_002s_generator():
+    """002 I.2 / FEROMA's ANDA: a client's share (N / clients) is scaled by max(1, stages x clients / 30) and each
+    stage keeps its classes' samples: 20 clients over 20 rounds hold about 2x / 4x the samples at drift every 2 / 1
+    as at drift every 4, from the same distinct samples (no stage takes samples outside the client's share)."""
+
+    def sizes(drift_every: int):
+        data, scenario = make({"preset": "feroma/label_skew/medium", "drift_every": drift_every}, rounds=20)
+        return data, scenario, np.mean([len(v.train) + len(v.test) for stage in scenario.stages for v in stage])
+
+    (data, every4, n4), (_, _, n2), (_, every1, n1) = sizes(4), sizes(2), sizes(1)
+    assert n2 / n4 == pytest.approx(2, rel=0.1) and n1 / n4 == pytest.approx(4, rel=0.1)
+    assert every1.duplicated and every4.duplicated
+    share = int((data.meta["split"] == "train").sum()) // every1.num_clients + 1
+    for scenario in (every4, every1):
+        for c in range(scenario.num_clients):
+            held = np.unique(np.concatenate([np.union1d(stage[c].train, stage[c].test) for stage in scenario.stages]))
+            assert len(held) <= share  # every stage filters the client's one share, no fresh chunk
 
 
 def test_duplication_is_declared_and_bounded_by_the_copies():

@@ -20,13 +20,9 @@ import pandas as pd
 from fedbench.config.reference import ReferenceCell, ReferenceTable
 from fedbench.core.runspec import RunSpec
 from fedbench.tracking.leaderboard import COSTS, IGNORED, latest_finished, run_costs
+from fedbench.tracking.reproduction.verdict import Verdict, compare
 from fedbench.tracking.store import FAILED, RUN_HASH, START_TIME, STATUS, is_metric, tag
 from fedbench.tracking.tags import FAILURE_REASON_TAG
-
-SPREAD = 2.0
-"""A cell agrees with the paper when |ours - published| <= SPREAD x the combined std + the tolerance, the combined
-std being sqrt(ours' std^2 + the published std^2) (the spread of the difference of two independent draws; ours'
-alone where the paper prints no std)."""
 
 
 @dataclass(frozen=True)
@@ -47,6 +43,8 @@ class Cell:
     note: str = ""
     published_std: float | None = None
     """The paper's std over its seeds; None where it prints none."""
+    published_seeds: int | None = None
+    """How many seeds the published mean is over; None where the paper does not say."""
     values: tuple[float, ...] = ()
     """Ours on the paper's scale, one per finished seed that reports the metric."""
     specs: int = 0
@@ -73,12 +71,12 @@ class Cell:
     def diff(self) -> float | None:
         return None if self.published is None or not self.values else self.mean - self.published
 
-    def agrees(self, tolerance: float) -> bool | None:
-        """Whether ours is within SPREAD combined std (plus `tolerance`, on the paper's scale) of the published
-        number; None when there is nothing to compare."""
-        if self.diff is None:
+    def verdict(self, tolerance: float, resolution: float) -> Verdict | None:
+        """Ours against the published mean (`verdict.compare`; `tolerance` and `resolution` on the paper's scale);
+        None when there is nothing to compare."""
+        if self.published is None or not self.values:
             return None
-        return abs(self.diff) <= SPREAD * math.hypot(self.std, self.published_std or 0.0) + tolerance + 1e-9
+        return compare(self.values, self.published, self.published_std, self.published_seeds, tolerance, resolution)
 
     @property
     def state(self) -> str:
@@ -182,7 +180,11 @@ def make_cell(
     """The cell at (row, column) of the published `reference` (None in a table of ours only) and its runs `specs`."""
     found = [states.get(s.run_hash, RunState()) for s in specs]
     configurations = len({configuration_key(flats[s.run_hash]) for s in specs})
-    published = (reference.value, reference.note, reference.std) if reference is not None else (None, "", None)
+    published = (
+        (reference.value, reference.note, reference.std, reference.seeds)
+        if reference is not None
+        else (None, "", None, None)
+    )
     return Cell(
         row,
         column,

@@ -19,10 +19,13 @@ from fedbench.tracking.reproduction.cells import TableResult, run_states
 from fedbench.tracking.reproduction.figures import draw_table
 from fedbench.tracking.reproduction.markdown import how_to_read, render_table
 from fedbench.tracking.reproduction.tables import covered_hashes, ours_only_table, reference_table
+from fedbench.tracking.reproduction.verdict import BEYOND, NOT_TESTABLE, WITHIN
 from fedbench.tracking.store import FIXED, RUN_HASH, RunStore
 
 DEFAULT_TOLERANCE = 0.02
 """On the metric's own scale (two points of accuracy), times each table's scale."""
+DEFAULT_RESOLUTION = 0.10
+"""On the metric's own scale (ten points of accuracy): a cell whose 95% interval is wider than this is not testable."""
 ARTIFACT_FOLDER = "report"
 
 
@@ -32,6 +35,7 @@ class Report:
 
     tables: list[TableResult]
     tolerance: float
+    resolution: float
     not_run: list[str] = field(default_factory=list)
     """Titles of the reference tables the task's profile runs no cell of (left out of the report)."""
     profile: str = PAPER_PROFILE
@@ -41,28 +45,25 @@ class Report:
     files: list[Path] = field(default_factory=list)
     parent_run_id: str | None = None
 
-    def has_published_std(self) -> bool:
-        """Whether some compared cell gives the paper's std (the legend then says how the verdict counts it)."""
-        return any(cell.published_std is not None for table in self.tables for cell in table.cells.values())
-
     def summary(self) -> dict[str, int]:
-        """The paper's cells: compared with their published number (within or beyond the spread), without runs,
+        """The paper's cells: compared with their published number (within, beyond or not testable), without runs,
         failed, and not in this task, or outside a smaller profile (so a profile's report never makes the paper's
         cells vanish); then the task's runs no cell covers ("ours only")."""
         outside = "not in this task" if self.profile == PAPER_PROFILE else f"not in profile {self.profile}"
         counts = dict.fromkeys(
-            ["compared", "within the spread", "beyond the spread", "no run yet", "failed", outside, "ours only"], 0
+            ["compared", WITHIN, BEYOND, NOT_TESTABLE, "no run yet", "failed", outside, "ours only"], 0
         )
         counts[outside] = self.outside_profile
         for table in self.tables:
+            scale = table.reference.scale
             for cell in table.cells.values():
                 if table.ours_only:
                     counts["ours only"] += 1
                     continue
-                verdict = cell.agrees(self.tolerance * table.reference.scale)
+                verdict = cell.verdict(self.tolerance * scale, self.resolution * scale)
                 counts["compared"] += verdict is not None
-                counts["within the spread"] += verdict is True
-                counts["beyond the spread"] += verdict is False
+                if verdict is not None:
+                    counts[verdict.kind] += 1
                 counts["no run yet"] += cell.state == "no run yet"
                 counts[outside] += cell.state == "not in this task"
                 counts["failed"] += bool(cell.failed)
@@ -94,16 +95,25 @@ def build_tables(task: TaskSpec, specs: list[RunSpec], runs: pd.DataFrame) -> li
 
 
 def write_report(
-    task: TaskSpec, uri: str, out: Path, tolerance: float = DEFAULT_TOLERANCE, log_artifacts: bool = True
+    task: TaskSpec,
+    uri: str,
+    out: Path,
+    tolerance: float = DEFAULT_TOLERANCE,
+    log_artifacts: bool = True,
+    resolution: float = DEFAULT_RESOLUTION,
 ) -> Report:
     """Write `out/report.md` and its PNGs, and log them under the latest sweep parent run of the task's
     experiment (folder `report/`) when there is one.
 
     Raises:
-        ConfigError: a tolerance below 0.
+        ConfigError: a tolerance below 0, or a resolution not above it.
     """
     if tolerance < 0:
         raise ConfigError("--tolerance", tolerance, "a number >= 0 (on the metric's own scale, e.g. 0.02)")
+    if resolution <= tolerance:
+        raise ConfigError(
+            "--resolution", resolution, f"a number above the tolerance {tolerance:g} (on the metric's scale, e.g. 0.1)"
+        )
     from fedbench.tracking.mlflow_store import MlflowStore
 
     store = MlflowStore(uri)
@@ -114,14 +124,15 @@ def write_report(
         outside = sum(cell.state == "not in this task" for t in tables if not t.ours_only for cell in t.cells.values())
         tables = [trimmed for t in tables if (trimmed := t.in_task()) is not None]
         outside -= sum(cell.state == "not in this task" for t in tables if not t.ours_only for cell in t.cells.values())
-    report = Report(tables, tolerance, not_run, task.profile, outside)
+    report = Report(tables, tolerance, resolution, not_run, task.profile, outside)
     parent = sweep_parent(store, task.name)
     out.mkdir(parents=True, exist_ok=True)
     parts = []
     for i, table in enumerate(report.tables, 1):
         files = draw_table(table, out / f"table{i}_{slug(table.reference.title)}")
         report.files += files
-        parts += render_table(table, tolerance * table.reference.scale, [f.name for f in files])
+        scale = table.reference.scale
+        parts += render_table(table, tolerance * scale, resolution * scale, [f.name for f in files])
     report.path = out / "report.md"
     report.path.write_text("\n".join(header(task, uri, report, len(runs), len(specs), parent) + parts))
     if log_artifacts and parent is not None:
@@ -147,7 +158,7 @@ def header(task: TaskSpec, uri: str, report: Report, stored: int, planned: int, 
         "Summary: " + ", ".join(f"{n} {what}" for what, n in counts.items()) + ".",
         "",
         *not_run_text(task, report),
-        how_to_read(report.tolerance, report.has_published_std()),
+        how_to_read(report.tolerance, report.resolution),
         "",
     ]
 
