@@ -49,7 +49,11 @@ PROVENANCE = RESULTS / "provenance"
 
 STALE_BANNER = "> **Stale:**"
 """How a result known to be stale begins (the rest of the line says why and what re-runs it)."""
-PROBE_ROUNDS = 3
+PROBE_ROUNDS = 2
+PROBE_CLIENTS = 10
+PROBE_SAMPLES = 150
+"""Training samples per client of the stand-in."""
+"""A larger federation is probed at 10 clients where its scenario allows: the code is fingerprinted, not the scale."""
 BEHAVIOUR_KEYS = ("acc_", "train_loss", "comm_")
 """The round metrics a behaviour fingerprint digests (prefixes): what a result reports, not the timings."""
 PROBE_PHASES = {"warmup_rounds": 1, "ft_rounds": 1, "density_rounds": 1}
@@ -84,9 +88,9 @@ def fingerprint(scenario) -> str:
 
 def probe_of(spec: RunSpec) -> dict:
     """The stand-in `behaviour` runs for `spec`: the same method, model, optimizer, normalisation, test-time and
-    scoring protocol and scenario section, on class-prototype images of the dataset's shape (300 a client), for
-    PROBE_ROUNDS rounds of one local step, drifting every round where the spec drifts, seed 0, serial; a method's
-    first phase cut to one round (PROBE_PHASES)."""
+    scoring protocol and scenario section, on class-prototype images of the dataset's shape (PROBE_SAMPLES a
+    client), for PROBE_ROUNDS rounds of one local step, drifting every round where the spec drifts, seed 0,
+    serial; a method's first phase cut to one round (PROBE_PHASES)."""
     plain = spec.to_dict()
     data = load_dataset(spec.dataset.name, spec.dataset.data_root, **spec.dataset.kwargs)
     if data.x.ndim == 4:  # images: [n, channels, height, width]
@@ -97,8 +101,8 @@ def probe_of(spec: RunSpec) -> dict:
             "channels": int(channels),
             "size": int(height),
             "num_classes": data.num_classes,
-            "train_samples": 300 * spec.scenario.num_clients,
-            "test_samples": 600,
+            "train_samples": PROBE_SAMPLES * spec.scenario.num_clients,
+            "test_samples": 300,
         }
     plain["algorithm"] = {k: PROBE_PHASES.get(k, v) if v is not None else v for k, v in plain["algorithm"].items()}
     if plain["scenario"].get("drift_every") is not None:
@@ -108,6 +112,32 @@ def probe_of(spec: RunSpec) -> dict:
     return plain
 
 
+def probe_variants(plain: dict) -> list[dict]:
+    """The stand-in at PROBE_CLIENTS clients where the spec has more, else as it is; each with one local step, then
+    with one epoch (a method that trains whole epochs, such as a centralised pool)."""
+    clients = plain["scenario"]["num_clients"]
+    sizes = [min(clients, PROBE_CLIENTS), clients] if clients > PROBE_CLIENTS else [clients]
+    variants = []
+    for n in sizes:
+        dataset = plain["dataset"]
+        if dataset.get("name") == "synthetic_images":
+            dataset = {**dataset, "train_samples": PROBE_SAMPLES * n}
+        sized = {**plain, "dataset": dataset, "scenario": {**plain["scenario"], "num_clients": n}}
+        variants += [sized, {**sized, "local_steps": None, "local_epochs": 1}]
+    return variants
+
+
+def first_that_reads(variants: list[dict]) -> RunSpec | str:
+    """The first variant today's (or the imported) code accepts as a run; else why the last was refused."""
+    reason = ""
+    for variant in variants:
+        try:
+            return resolve_run(variant)
+        except Exception as exc:  # a preset that needs more clients, a method that refuses steps: the next
+            reason = str(exc)
+    return reason
+
+
 def behaviour(spec: RunSpec) -> str:
     """What today's code computes for `spec`'s configuration: a digest of the status and the numbers of each
     round of `probe_of(spec)` (accuracies, training loss, bytes: BEHAVIOUR_KEYS, so that a metric added later
@@ -115,14 +145,9 @@ def behaviour(spec: RunSpec) -> str:
     configuration (its seeds pooled) has one. `unprobeable: <why>` where the stand-in cannot run it."""
     from fedbench.runtime import run_spec
 
-    plain = probe_of(spec)
-    try:
-        try:
-            probe = resolve_run(plain)
-        except Exception:  # a method that trains whole epochs (a centralised pool): one epoch, not one step
-            probe = resolve_run({**plain, "local_steps": None, "local_epochs": 1})
-    except Exception as exc:  # a configuration tied to its real data (a size the stand-in lacks): said, not hidden
-        return f"unprobeable: {exc}"[:200]
+    probe = first_that_reads(probe_variants(probe_of(spec)))
+    if isinstance(probe, str):  # a configuration tied to its real data (a size the stand-in lacks): said, not hidden
+        return f"unprobeable: {probe}"[:200]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the stand-in's short schedule makes methods warn (degenerate warm-ups)
         result = run_spec(probe)

@@ -26,6 +26,7 @@ def needs_real_data(path: Path) -> bool:
     return bool(datasets & {"mnist", "fmnist"}) and not os.environ.get("FEDBENCH_DATA")
 
 
+@pytest.mark.slow  # a few rounds of every configuration behind a result: a minute or two in all
 @pytest.mark.parametrize("path", FILES, ids=[p.stem for p in FILES])
 def test_a_committed_result_still_matches_the_code(path):
     if needs_real_data(path):
