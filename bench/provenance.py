@@ -54,8 +54,10 @@ PROBE_CLIENTS = 10
 PROBE_SAMPLES = 150
 """Training samples per client of the stand-in."""
 """A larger federation is probed at 10 clients where its scenario allows: the code is fingerprinted, not the scale."""
-BEHAVIOUR_KEYS = ("acc_", "train_loss", "comm_")
-"""The round metrics a behaviour fingerprint digests (prefixes): what a result reports, not the timings."""
+BEHAVIOUR_KEYS = ("acc_", "train_loss")
+"""The round metrics a behaviour fingerprint digests (prefixes): the accuracies and losses results compare, not the
+timings, nor the byte counts (a change to how evaluation traffic is metered leaves the accuracies a result is
+about; a result's cost columns are re-measured whenever it is re-run)."""
 PROBE_PHASES = {"warmup_rounds": 1, "ft_rounds": 1, "density_rounds": 1}
 """Method parameters that count rounds of a first phase, cut so that the probe's rounds get past it."""
 
@@ -107,7 +109,8 @@ def probe_of(spec: RunSpec) -> dict:
     plain["algorithm"] = {k: PROBE_PHASES.get(k, v) if v is not None else v for k, v in plain["algorithm"].items()}
     if plain["scenario"].get("drift_every") is not None:
         plain["scenario"]["drift_every"] = 1
-    plain.update(rounds=PROBE_ROUNDS, local_steps=1, seed=0, eval_every=1, run_name=None)
+    plain.update(rounds=PROBE_ROUNDS, local_steps=1, seed=0, eval_every=1)
+    plain.pop("run_name", None)  # older checkouts refuse a null name
     plain["resources"] = {"backend": "serial"}
     return plain
 
@@ -140,7 +143,7 @@ def first_that_reads(variants: list[dict]) -> RunSpec | str:
 
 def behaviour(spec: RunSpec) -> str:
     """What today's code computes for `spec`'s configuration: a digest of the status and the numbers of each
-    round of `probe_of(spec)` (accuracies, training loss, bytes: BEHAVIOUR_KEYS, so that a metric added later
+    round of `probe_of(spec)` (accuracies and training loss: BEHAVIOUR_KEYS, so that a metric added later
     leaves it). A change to the method, the training loop, the evaluation or the scoring changes it; one
     configuration (its seeds pooled) has one. `unprobeable: <why>` where the stand-in cannot run it."""
     from fedbench.runtime import run_spec

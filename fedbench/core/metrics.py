@@ -36,8 +36,9 @@ ACC_LOCAL_PI_WEIGHTED = "acc_local_pi_weighted"
 LOSS_LOCAL_WEIGHTED = "loss_local_weighted"
 """Local test (validation) loss over clients weighted by test-set size: Flower's distributed loss, by which 002's
 FedAvg picks the round it reports (`RunSpec.scored_round`)."""
-SCORED_ROUND = "scored_round"
-"""The round whose model the final test-time and system scores come from (`RunSpec.scored_round`)."""
+SCORED_ROUND = "round_scored"
+"""The round whose model the final test-time and system scores come from (`RunSpec.scored_round`); named apart
+from the field, so that a run's table has one column of each."""
 ACC_TEST_TIME = "acc_test_time"
 """Mean accuracy over the test-time clients, each with the payload `assign` gave it (002 Sec. 3.3)."""
 ACC_ASSOCIATION = "acc_association"

@@ -175,6 +175,8 @@ class ResourceSpec:
 
     backend: Literal["serial", "ray"] = "serial"
     client_cpus: float = 1.0
+    """CPUs a client worker reserves (Ray's scheduling); its jobs run on one torch thread whatever this says, so
+    that the numbers do not depend on it (results differ with the thread count)."""
     client_gpus: float = 0.0
     num_workers: int | None = None
     """Client workers in the Ray pool; None: as many as the free CPUs (and GPU fractions) allow."""
@@ -240,7 +242,7 @@ class RunSpec:
     round's, the platform's default. `lowest_validation_loss`: the round whose evaluation of every client had the
     lowest validation loss (each client's local test split, weighted by its size: Flower's distributed loss), as
     002's released FedAvg reports it (FEROMA `fedavg/server.py`: the checkpoint of `best_loss_round` is scored);
-    `final.scored_round` records which. Only for methods whose clients keep no state between rounds (that state
+    `final.round_scored` records which. Only for methods whose clients keep no state between rounds (that state
     is not kept per round)."""
     resources: ResourceSpec = field(default_factory=ResourceSpec, metadata=NOT_IDENTITY)
     run_name: str | None = field(default=None, metadata=NOT_IDENTITY)

@@ -280,7 +280,7 @@ class Federation:
     def _final(self, evaluation: Evaluation, round: int, state: Any, last: Any, clients: list[int]) -> dict[str, float]:
         """The final scores (`Evaluation.final`) from the last round's model, or, under `scored_round:
         lowest_validation_loss`, from the kept round's (its clients evaluated again for the vote); that round is
-        recorded as `scored_round`."""
+        recorded as `round_scored`."""
         if self.spec.scored_round != LOWEST_VALIDATION_LOSS:
             return evaluation.final(round, state, last)
         scored = self.scored if self.scored is not None else ScoredRound(round, float("nan"), state)
