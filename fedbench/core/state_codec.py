@@ -7,7 +7,9 @@ unpickling code. An object met twice (one Payload handed to many clients, one ar
 once and comes back as one object, because the runtime ships and meters a shared payload once and the system
 vote's bundle relies on it. Anything else (a function, a module, a dict subclass) is refused with its path in the
 state, so a method cannot put something into its state that a resumed run would lack or get back changed.
-Loading imports the modules that define the state's dataclasses, as unpickling would, but runs no other code.
+Loading builds only dataclasses, of fedbench's own modules (imported where needed) or of a module the process has
+already imported (a plugin method's, loaded when the run made its algorithm): a class name in the JSON never makes
+it import anything else, so reading a checkpoint runs no code it names.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import dataclasses
 import importlib
 import io
 import json
+import sys
 from typing import Any
 
 import numpy as np
@@ -133,11 +136,29 @@ class _Decoder:
         for kind, build in (("list", list), ("tuple", tuple), ("set", set), ("frozenset", frozenset)):
             if kind in node:
                 return build(self.decode(v) for v in node[kind])
-        module, qualname = node["class"].split(":")
-        cls: Any = importlib.import_module(module)
-        for name in qualname.split("."):
-            cls = getattr(cls, name)
-        value = object.__new__(cls)
+        cls = state_class(node["class"])
+        value: Any = object.__new__(cls)
         for name, field in node["fields"].items():
             object.__setattr__(value, name, self.decode(field))
         return value
+
+
+def state_class(reference: str) -> type:
+    """The dataclass a tree names (`module:Qual.Name`): fedbench's own, or one of a module already imported.
+
+    Raises:
+        StateCodecError: anything else, naming it (the module is not imported to find out).
+    """
+    module, _, qualname = reference.partition(":")
+    own = module == "fedbench" or module.startswith("fedbench.")
+    if not own and module not in sys.modules:
+        raise StateCodecError(
+            f"class {reference}: a state's classes are fedbench's or a loaded plugin's; {module!r} is neither "
+            "(this process never imported it), and reading a checkpoint imports nothing else"
+        )
+    found: Any = importlib.import_module(module) if own else sys.modules[module]
+    for name in qualname.split("."):
+        found = getattr(found, name, None)
+    if not (isinstance(found, type) and dataclasses.is_dataclass(found)):
+        raise StateCodecError(f"class {reference}: not a dataclass, and a state is built only of dataclasses")
+    return found

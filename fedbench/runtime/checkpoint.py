@@ -6,18 +6,28 @@ the tree as JSON, no pickled code). No random generator position needs keeping: 
 by (run seed, round, client, purpose) (`fedbench.core.types.derive_seed`), so the round is the position, and a
 resumed run ends with the numbers of an uninterrupted one (tests/runtime/test_checkpoint.py kills runs to check).
 A folder keeps the last `keep` checkpoints (a kill while one is being written leaves the one before), written
-under a temporary name and renamed, so a checkpoint on disk is always whole; the folder goes once the run ends.
+under a temporary name, synced to disk and renamed, so a checkpoint on disk is whole even after a crash; the folder
+goes once the run ends. A checkpoint that cannot be read (cut short, corrupted) or does not agree with itself (a
+round at or past the run's last, a history of another length) is refused with a warning naming the file, and the
+one before is used.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import warnings
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fedbench.core import metrics as M
 from fedbench.core.errors import ConfigError
+
+UNREADABLE = (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile, TypeError)
+"""What reading a cut-short or corrupted checkpoint raises: a truncated zip, a broken tree, a class the codec
+refuses (`StateCodecError`, a TypeError: the codec imports torch, which the CLI does not load)."""
 
 CHECKPOINT_EVERY = 5
 """Rounds between two checkpoints of a run by default (`fedbench run --checkpoint-every`)."""
@@ -71,7 +81,10 @@ class CheckpointFolder:
         self.folder.mkdir(parents=True, exist_ok=True)
         path = self.folder / f"round-{checkpoint.round:04d}.npz"
         partial = path.with_name(path.name + ".partial")
-        partial.write_bytes(dumps(checkpoint))
+        with open(partial, "wb") as out:
+            out.write(dumps(checkpoint))
+            out.flush()
+            os.fsync(out.fileno())  # on disk before the rename: a crash cannot leave a named, cut-short checkpoint
         os.replace(partial, path)
         for old in self._written()[: -self.keep]:
             old.unlink(missing_ok=True)
@@ -88,17 +101,25 @@ class CheckpointFolder:
         for path in Path(folder).glob("round-*.npz"):
             shutil.copy2(path, self.folder / path.name)
 
-    def latest(self, run_hash: str) -> RunCheckpoint | None:
-        """The newest whole checkpoint of run `run_hash` here, None when there is none."""
+    def latest(self, run_hash: str, rounds: int | None = None) -> RunCheckpoint | None:
+        """The newest whole checkpoint of run `run_hash` (of `rounds` rounds) here that agrees with itself, None
+        when there is none; each one passed over is named in a warning, with why."""
         from fedbench.core.state_codec import loads
 
         for path in reversed(self._written()):
             try:
                 checkpoint = loads(path.read_bytes())
-            except (OSError, ValueError, KeyError):  # cut short some other way than by our rename: the one before
+            except UNREADABLE as exc:
+                why = f"{type(exc).__name__}: {exc}"
+                warnings.warn(f"checkpoint {path} cannot be read ({why}); using the one before", stacklevel=2)
                 continue
-            if isinstance(checkpoint, RunCheckpoint) and checkpoint.run_hash == run_hash:
-                return checkpoint
+            if not isinstance(checkpoint, RunCheckpoint) or checkpoint.run_hash != run_hash:
+                continue
+            problem = disagreement(checkpoint, rounds)
+            if problem:
+                warnings.warn(f"checkpoint {path} refused: {problem}; using the one before", stacklevel=2)
+                continue
+            return checkpoint
         return None
 
     def clear(self) -> None:
@@ -107,3 +128,20 @@ class CheckpointFolder:
 
     def _written(self) -> list[Path]:
         return sorted(self.folder.glob("round-*.npz")) if self.folder.is_dir() else []
+
+
+def disagreement(checkpoint: RunCheckpoint, rounds: int | None) -> str | None:
+    """Why `checkpoint` cannot be what a run of `rounds` rounds wrote, None where it can: its round must be one the
+    run checkpoints (1 up to the one before its last) and its history hold exactly the records of rounds 1..round."""
+    reached = checkpoint.round
+    if not isinstance(reached, int) or reached < 1 or (rounds is not None and reached >= rounds):
+        last = f"1..{rounds - 1}" if rounds is not None else "a round >= 1"
+        return f"it claims round {reached!r}, and a run of {rounds} rounds checkpoints {last}"
+    recorded = [record.get(M.ROUND) for record in checkpoint.history]
+    if recorded != [float(r) for r in range(1, reached + 1)]:
+        return f"it claims round {reached} but holds the records of rounds {_span(recorded)}"
+    return None
+
+
+def _span(rounds: list[Any]) -> str:
+    return "none" if not rounds else f"{rounds[0]:g}..{rounds[-1]:g} ({len(rounds)} records)"
