@@ -40,6 +40,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         task = api.plan_run(args.task, overrides=task_overrides(args), backend=args.backend)
         print_dry_run(task.name, task.expand(), args.all, "runs")
         return 0
+    import signal
+
+    signal.signal(signal.SIGTERM, interrupt)  # `kill`, a scheduler's time limit: stop as Ctrl-C does, runs marked
     try:
         results = api.run(
             args.task,
@@ -265,7 +268,7 @@ def cmd_ui(args: argparse.Namespace) -> int:
 
 
 def interrupt(signum, frame) -> None:
-    """SIGTERM as Ctrl-C, so that `fedbench ui` stops its server either way."""
+    """SIGTERM as Ctrl-C, so that `fedbench ui` stops its server and `fedbench run` marks its run stopped either way."""
     raise KeyboardInterrupt
 
 

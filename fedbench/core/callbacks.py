@@ -41,3 +41,7 @@ class Callback:
 
     def on_run_end(self, result: RunResult) -> None:
         pass
+
+    def on_run_stopped(self, spec: RunSpec, rounds_done: int, reason: str) -> None:
+        """The run was stopped before it ended (Ctrl-C, SIGTERM, a store that can record nothing more): no
+        `on_run_end` follows; `rounds_done` rounds were reported. Called best-effort, the process is stopping."""

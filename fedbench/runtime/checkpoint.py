@@ -61,6 +61,9 @@ class RunCheckpoint:
     """The per-client rows so far (`fedbench.runtime.per_client`)."""
     scored: Any = None
     """The round the final scores will come from so far (`ScoredRound`, `RunSpec.scored_round`), None: the last."""
+    wall_s: float = 0.0
+    """Seconds the run had taken when it wrote this (every attempt before it included): a resumed run's wall time
+    counts them, as its compute time counts the rounds they ran."""
 
 
 class CheckpointFolder:

@@ -78,6 +78,10 @@ class Federation:
         self.checkpoints = checkpoints
         self.resumed_from = 0
         """The round of the checkpoint this run went on from (0: it started at round 1)."""
+        self.earlier_wall_s = 0.0
+        """Seconds the attempts before this one took to reach its checkpoint (0: it started at round 1)."""
+        self.started = 0.0
+        """`time.perf_counter()` when this attempt started."""
         self.worker_pids: list[int] = []
         self.state = None
         """The server state after the last round run (the algorithm's `State`)."""
@@ -92,7 +96,7 @@ class Federation:
         for cb in self.callbacks:
             cb.on_run_start(self.spec)
         timeline.mark("run_started")
-        start = time.perf_counter()
+        start = self.started = time.perf_counter()
         history: list[dict[str, float]] = []
         backend, placement = None, {}
         try:
@@ -112,13 +116,17 @@ class Federation:
                 self.gpu_check.add(backend.worker_places())
             state, first = self._resume(algorithm, history)
             self._loop(algorithm, backend, scenario, history, time.perf_counter() - startup, state, first)
-            final = summarize(history, time.perf_counter() - start)
+            final = summarize(history, self.earlier_wall_s + time.perf_counter() - start)
             reason = meaningless(final)
             result = RunResult(self.spec, "FAILED" if reason else "FINISHED", history, final, reason)
-        except ResultsUnwritableError:  # nothing more can be recorded: every later run would fail the same way
+        except ResultsUnwritableError as stop:  # nothing more can be recorded: every later run would fail the same way
+            self._stopped(len(history), f"the results cannot be written ({stop})")
+            raise
+        except (KeyboardInterrupt, SystemExit) as stop:  # Ctrl-C, or SIGTERM raised as it: the run says where it was
+            self._stopped(len(history), "interrupted" if isinstance(stop, KeyboardInterrupt) else "stopped")
             raise
         except Exception as exc:  # a failed run is recorded, never propagated to the other runs
-            final = summarize(history, time.perf_counter() - start)
+            final = summarize(history, self.earlier_wall_s + time.perf_counter() - start)
             result = RunResult(self.spec, "FAILED", history, final, failure_reason(exc), failure_traceback(exc))
             result.final[M.FAILED_ROUND] = float(len(history) + 1)
         finally:
@@ -135,6 +143,14 @@ class Federation:
         timeline.mark("run_end")
         return result
 
+    def _stopped(self, rounds_done: int, reason: str) -> None:
+        """Tell the callbacks the run stops before its end; a callback that cannot (the store is gone) is skipped."""
+        for cb in self.callbacks:
+            try:
+                cb.on_run_stopped(self.spec, rounds_done, reason)
+            except Exception:  # stopping anyway: one callback's failure must not hide the stop
+                continue
+
     def _resume(self, algorithm: Algorithm[Any, Any, Any], history: list[dict[str, float]]) -> tuple[Any, int]:
         """The server state to start from and the first round to run: the algorithm's initial state and round 1, or,
         where a checkpoint of this run exists, its state, its clients' states, records and rows, and the round after
@@ -148,6 +164,7 @@ class Federation:
         history.extend(checkpoint.history)
         self.per_client = PerClientRecorder.from_table(checkpoint.per_client)
         self.scored = checkpoint.scored
+        self.earlier_wall_s = checkpoint.wall_s
         for record in checkpoint.history:
             for cb in self.callbacks:
                 cb.on_round_end(self.spec, record)
@@ -212,6 +229,7 @@ class Federation:
                         list(history),
                         self.per_client.table(),
                         self.scored,
+                        self.earlier_wall_s + time.perf_counter() - self.started,
                     )
                 )  # which may ship it
             stop = [cb.on_round_end(spec, record) for cb in self.callbacks]

@@ -213,10 +213,14 @@ def seed_stats(groups) -> pd.DataFrame:
 
 
 def failed_runs(runs: pd.DataFrame) -> pd.DataFrame:
-    """The runs that did not finish, retried attempts aside: run name, status and the reason they recorded."""
+    """The runs that did not finish, retried attempts and attempts a later run of the same RunSpec finished aside
+    (a run stopped by Ctrl-C and resumed): run name, status and the reason they recorded."""
     failed = runs[runs[STATUS] != FINISHED]
     if tag(RETRIED_TAG) in failed:
         failed = failed[failed[tag(RETRIED_TAG)].isna()]
+    if RUN_HASH in runs:
+        finished = set(runs.loc[runs[STATUS] == FINISHED, RUN_HASH])
+        failed = failed[~failed[RUN_HASH].isin(finished)]
     return pd.DataFrame(
         {
             "run": failed.get(RUN_LABEL, pd.Series(dtype=str)),

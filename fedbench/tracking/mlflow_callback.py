@@ -22,7 +22,7 @@ from fedbench.tracking.paths import inside, tracking_uri
 from fedbench.tracking.patient_store import PatientClient
 from fedbench.tracking.per_client import log_per_client
 from fedbench.tracking.store_template import prepare_store
-from fedbench.tracking.tags import FAILURE_REASON_TAG, FAILURE_TRACEBACK_ARTIFACT, PARENT_RUN_TAG
+from fedbench.tracking.tags import FAILURE_REASON_TAG, FAILURE_TRACEBACK_ARTIFACT, PARENT_RUN_TAG, STOPPED_TAG
 
 MAX_PARAM_LENGTH = 6000
 
@@ -103,3 +103,12 @@ class MlflowCallback(Callback):
             if result.traceback:
                 self.client.log_text(self.run_id, result.traceback, FAILURE_TRACEBACK_ARTIFACT)
         self.client.set_terminated(self.run_id, status=result.status)
+
+    def on_run_stopped(self, spec: RunSpec, rounds_done: int, reason: str) -> None:
+        """Mark the run KILLED with where it stopped, so that no listing shows it RUNNING forever; once a later
+        attempt of the same run finishes, listings leave this one out (`leaderboard.failed_runs`)."""
+        if self.run_id is None:
+            return
+        stopped = f"{reason} after round {rounds_done} of {spec.rounds}"
+        self.client.log_batch(self.run_id, tags=[RunTag(STOPPED_TAG, stopped), RunTag(FAILURE_REASON_TAG, stopped)])
+        self.client.set_terminated(self.run_id, status="KILLED")
