@@ -252,8 +252,8 @@ def cmd_ui(args: argparse.Namespace) -> int:
 
     from fedbench.tracking.ui import MODEL_TRAINING_HINT, runs_pages
 
+    signal.signal(signal.SIGTERM, interrupt)  # before the server starts: SIGTERM while it starts stops it too
     server = api.ui(port=args.port)
-    signal.signal(signal.SIGTERM, interrupt)
     try:
         console.print(f"MLflow UI over {escape(server.store)}: [bold]{server.url}[/] (Ctrl-C stops it)", soft_wrap=True)
         console.print(escape(MODEL_TRAINING_HINT), soft_wrap=True)
@@ -265,6 +265,17 @@ def cmd_ui(args: argparse.Namespace) -> int:
     finally:
         server.stop()
     return 0
+
+
+def port_number(text: str) -> int:
+    """`--port`'s value, refused when parsed unless a whole number in 1..65535 (not after a server was tried)."""
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"got {text!r}; allowed: a port number in 1..65535") from None
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"got {port}; allowed: a port number in 1..65535")
+    return port
 
 
 def interrupt(signum, frame) -> None:
@@ -572,7 +583,9 @@ def add_scenario_parser(sub) -> None:
 
 def add_ui_parser(sub) -> None:
     ui = sub.add_parser("ui", help="MLflow's web UI over the results store, on 127.0.0.1 (Ctrl-C stops it)")
-    ui.add_argument("--port", type=int, default=None, help="the port to serve on (default: a free one)")
+    ui.add_argument(
+        "--port", type=port_number, default=None, help="the port to serve on, 1..65535 (default: a free one)"
+    )
     ui.set_defaults(func=cmd_ui)
 
 

@@ -66,7 +66,7 @@ def serve_store(uri: str, artifacts: Path, port: int | None = None, timeout_s: f
     """A real `mlflow server` over the backend store `uri` (sqlite or PostgreSQL), artifacts under `artifacts`,
     on 127.0.0.1 (a free port unless `port`); returned once its /health answers. The tests' tracking servers
     are these too."""
-    port = port or free_port()
+    port = free_port() if port is None else checked_port(port)
     cmd = [
         sys.executable,
         "-m",
@@ -89,10 +89,28 @@ def serve_store(uri: str, artifacts: Path, port: int | None = None, timeout_s: f
     server = UiServer(f"http://127.0.0.1:{port}", uri, process, log)
     try:
         wait_until_healthy(server, timeout_s)
+        if server.process.poll() is not None:  # what answered is another server on that port, not ours
+            raise ConfigError("--port", port, f"a free port: another server answers at {server.url}")
     except BaseException:
         server.stop()
         raise
     return server
+
+
+def checked_port(port: int) -> int:
+    """`port` if this machine can serve on it at 127.0.0.1.
+
+    Raises:
+        ConfigError: out of 1..65535, or already taken (another UI, say), naming the port.
+    """
+    if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+        raise ConfigError("--port", port, "a port number in 1..65535, or none for a free one")
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError as exc:
+            raise ConfigError("--port", port, f"a free port ({exc.strerror}: something already serves on it)") from None
+    return port
 
 
 def runs_pages(server: UiServer, limit: int = 20) -> list[tuple[str, str]]:
