@@ -106,6 +106,8 @@ def checked_port(port: int) -> int:
     if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
         raise ConfigError("--port", port, "a port number in 1..65535, or none for a free one")
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        # as the server binds: a port a stopped server left in TIME_WAIT is free, one something listens on is not
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind(("127.0.0.1", port))
         except OSError as exc:
