@@ -51,9 +51,9 @@ STALE_BANNER = "> **Stale:**"
 """How a result known to be stale begins (the rest of the line says why and what re-runs it)."""
 PROBE_ROUNDS = 2
 PROBE_CLIENTS = 10
+"""A larger federation is probed at 10 clients where its scenario allows: the code is fingerprinted, not the scale."""
 PROBE_SAMPLES = 150
 """Training samples per client of the stand-in."""
-"""A larger federation is probed at 10 clients where its scenario allows: the code is fingerprinted, not the scale."""
 BEHAVIOUR_KEYS = ("acc_", "train_loss")
 """The round metrics a behaviour fingerprint digests (prefixes): the accuracies and losses results compare, not the
 timings, nor the byte counts (a change to how evaluation traffic is metered leaves the accuracies a result is
@@ -161,8 +161,8 @@ def behaviour(spec: RunSpec) -> str:
 
 def describe(spec: RunSpec, behaviours: dict[str, str] | None = None) -> RunRecord:
     """`spec`'s record: its RunSpec (without the machine's data path), run hash, scenario key, fingerprint and
-    behaviour (taken from `behaviours`, keyed by the probe's run hash, where a run of the same configuration
-    computed it already)."""
+    behaviour (taken from `behaviours`, keyed by the probe's own settings, where a run of the same configuration
+    computed it already: seeds share one probe)."""
     dataset = load_dataset(spec.dataset.name, spec.dataset.data_root, **spec.dataset.kwargs)
     scenario = build_scenario(dataset, spec.scenario, spec.seed, spec.rounds)
     plain = spec.to_dict()

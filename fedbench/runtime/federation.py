@@ -155,8 +155,8 @@ class Federation:
         """The server state to start from and the first round to run: the algorithm's initial state and round 1, or,
         where a checkpoint of this run exists, its state, its clients' states, records and rows, and the round after
         it. The callbacks get the records of the rounds before, so a run's recorded curves are whole."""
-        checkpoints = self.checkpoints
-        checkpoint = checkpoints.latest(self.spec.run_hash, self.spec.rounds) if checkpoints is not None else None
+        folder = self.checkpoints
+        checkpoint = folder.latest(self.spec.run_hash, self.spec.rounds) if folder is not None else None
         if checkpoint is None:
             return algorithm.init_state(), 1
         for client_id, state in checkpoint.clients.items():
