@@ -1,5 +1,5 @@
 """`python -m fedbench`: the same command line as the `fedbench` script."""
 
-from fedbench.cli import entry
+from fedbench.command import entry
 
 entry()
