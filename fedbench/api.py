@@ -12,16 +12,18 @@ report theirs (`--metric`, `--experiment`).
 
 from __future__ import annotations
 
+import contextlib
 import os
+import time
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fedbench.core import metrics as M
 from fedbench.core import timeline
-from fedbench.core.errors import ConfigError, DegenerateRunWarning
+from fedbench.core.errors import ConfigError, DegenerateRunWarning, FedbenchError
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -97,6 +99,7 @@ def run(
         specs = [with_overrides(task_or_spec, [*overrides, *keyword_overrides(fields), *backend_override(backend)])]
     else:
         specs = plan_run(task_or_spec, overrides=overrides, backend=backend, **fields).expand()
+    started = time.time()  # before the store is read: a run another process ends after this is not trained again
     folders = checkpoint_folders(checkpoint_every, track, fresh=rerun)
     check_tracking(track)  # before the store is read
     if track and not rerun and not single:
@@ -110,8 +113,36 @@ def run(
         f"task [bold]{specs[0].task}[/]: {len(specs)} runs, backend {backends}, "
         f"tracking {tracking_uri() if track else 'off'}"
     )
-    results = run_specs(specs, callbacks, folders)
+    claims = RunClaims(track, started, console)
+    results = run_specs(specs, callbacks, folders, claims)
+    if single and not results:
+        raise FedbenchError(f"run {specs[0].label}: {claims.skipped[0]}")
     return results[0] if single else results
+
+
+class RunClaims:
+    """spec -> the context in which this process trains it (`runtime.run_lock`): False, and the console told why,
+    where another process trains it now or ended it since `started`; untracked runs share nothing and are never
+    skipped. `skipped` keeps the reasons."""
+
+    def __init__(self, track: bool, started: float, console: Console):
+        self.track, self.started, self.console, self.skipped = track, started, console, []
+
+    @contextlib.contextmanager
+    def __call__(self, spec: RunSpec) -> Iterator[bool]:
+        from rich.markup import escape
+
+        from fedbench.runtime.run_lock import claimed
+        from fedbench.tracking.paths import results_path
+
+        if not self.track:
+            yield True
+            return
+        with claimed(results_path("locks", spec.task, spec.run_hash), self.started) as claim:
+            if not claim.mine:
+                self.skipped.append(claim.why_not())
+                self.console.print(f"skipped {escape(spec.label)}: {claim.why_not()}")
+            yield claim.mine
 
 
 def checkpoint_folders(every: int | None, track: bool, fresh: bool):

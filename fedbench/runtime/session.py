@@ -9,6 +9,7 @@ caller is left running.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 
 from fedbench.core import timeline
@@ -24,10 +25,12 @@ def run_specs(
     specs: Sequence[RunSpec],
     callbacks: Callable[[int, RunSpec], Sequence[Callback]],
     checkpoints: Callable[[RunSpec], CheckpointFolder | None] = lambda spec: None,
+    claim: Callable[[RunSpec], contextlib.AbstractContextManager[bool]] = lambda spec: contextlib.nullcontext(True),
 ) -> list[RunResult]:
     """Run `specs` in order, the i-th (from 1) with the callbacks `callbacks(i, spec)` makes for it and the checkpoint
     folder `checkpoints(spec)` gives it (a run killed before goes on from its last checkpoint there); a failed
-    run is reported in its result and the others go on."""
+    run is reported in its result and the others go on. A run is trained inside `claim(spec)`, and skipped where
+    that says False (another process trains it: `run_lock`)."""
     ray_started_here, pools = False, None
     results, gpu_check = [], SharedGpuCheck()
     try:
@@ -47,13 +50,16 @@ def run_specs(
                 check_worker_fits(resources, node_resources())
             pools = ReusedPool()
         for i, spec in enumerate(specs, 1):
-            pool = None
-            if spec.resources.backend == "ray":
-                assert pools is not None  # made above, before the first of the task's Ray runs
-                pool = pools.for_run(spec, max(s.scenario.num_clients for s in specs))
-            result = Federation(
-                spec, callbacks(i, spec), pool=pool, gpu_check=gpu_check, checkpoints=checkpoints(spec)
-            ).run()
+            with claim(spec) as mine:
+                if not mine:
+                    continue
+                pool = None
+                if spec.resources.backend == "ray":
+                    assert pools is not None  # made above, before the first of the task's Ray runs
+                    pool = pools.for_run(spec, max(s.scenario.num_clients for s in specs))
+                result = Federation(
+                    spec, callbacks(i, spec), pool=pool, gpu_check=gpu_check, checkpoints=checkpoints(spec)
+                ).run()
             results.append(result)
             if pool is not None and pools is not None:
                 pools.after(result.status)

@@ -48,7 +48,12 @@ class SweepRuns:
         self.store = MlflowStore(uri, self.client)
 
     def start_parent(self, sweep: str, trials: int) -> SweepParent:
-        """A new parent run for sweep `sweep` of `trials` trials, as its first attempt, leased to this process."""
+        """A new parent run for sweep `sweep` of `trials` trials, as its first attempt, leased to this process.
+        Refused while another live process runs the sweep: a second plain `sweep` trained its trials again under a
+        parent of its own (issue 47, item 6)."""
+        latest = self.store.sweep_parent(self.experiment, sweep)
+        if latest is not None:
+            self._refuse_if_held(latest, sweep, "task", "--resume it")
         run = self.client.create_run(
             self.experiment_id,
             run_name=f"sweep {sweep}",
@@ -62,20 +67,25 @@ class SweepRuns:
         run = self.store.sweep_parent(self.experiment, sweep)
         if run is None:
             return None
-        holder = Lease.parse(run.tags.get(LEASE_TAG))
-        if run.status == "RUNNING" and holder is not None and holder.alive():
-            raise ConfigError(
-                "--resume",
-                sweep,
-                f"a sweep no other process is running: {holder.describe()} runs it "
-                "now; wait for it to end, or stop it (Ctrl-C) and --resume again",
-            )
+        self._refuse_if_held(run, sweep, "--resume", "--resume again")
         attempt = int(run.tags.get(ATTEMPTS_TAG, "0")) + 1
         self._claim(run.run_id, attempt, sweep)
         self.client.update_run(run.run_id, status="RUNNING")
         self.client.set_tag(run.run_id, ATTEMPTS_TAG, str(attempt))
         self.client.set_tag(run.run_id, LEASE_TAG, Lease.mine().text())
         return SweepParent(run.run_id, attempt)
+
+    @staticmethod
+    def _refuse_if_held(run: StoredRun, sweep: str, field: str, then: str) -> None:
+        """Refuse (naming `field`) to run sweep `sweep` while a live process holds its parent `run`'s lease."""
+        holder = Lease.parse(run.tags.get(LEASE_TAG))
+        if run.status == "RUNNING" and holder is not None and holder.alive():
+            raise ConfigError(
+                field,
+                sweep,
+                f"a sweep no other process is running: {holder.describe()} runs it "
+                f"now; wait for it to end, or stop it (Ctrl-C) and {then}",
+            )
 
     def _claim(self, run_id: str, attempt: int, sweep: str) -> None:
         """Make this process attempt `attempt` of the sweep, or refuse when another process made itself that attempt

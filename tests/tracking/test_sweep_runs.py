@@ -5,8 +5,9 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from fedbench.tracking.mlflow_store import MlflowStore
+from fedbench.tracking.sweep_lease import Lease
 from fedbench.tracking.sweep_runs import SweepRuns
-from fedbench.tracking.tags import ATTEMPTS_TAG, PARENT_RUN_TAG, SWEEP_TAG, TRIAL_KEY_TAG
+from fedbench.tracking.tags import ATTEMPTS_TAG, LEASE_TAG, PARENT_RUN_TAG, SWEEP_TAG, TRIAL_KEY_TAG
 
 SWEEP = "O'Brien's task-1a2b3c4d"
 
@@ -80,13 +81,27 @@ def test_a_sweep_another_live_process_runs_is_not_resumed_under_it(mlflow_store)
     assert MlflowClient(uri).get_run(live).info.status == "RUNNING"  # the live trial's run is untouched
 
     gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    from fedbench.tracking.sweep_lease import Lease
-    from fedbench.tracking.tags import LEASE_TAG
-
     dead = Lease(Lease.mine().host, int(gone.stdout), Lease.mine().heartbeat)  # a SIGKILLed sweep's lease
     runs.client.set_tag(parent.run_id, LEASE_TAG, dead.text())
     assert resume_elsewhere(uri, SWEEP) == "attempt 2"
     assert resume_elsewhere(uri, SWEEP) == "attempt 3"  # attempt 2's process ended without ending the parent run
+
+
+def test_a_sweep_another_live_process_runs_is_not_started_again_beside_it(mlflow_store):
+    """A plain `sweep` of a running sweep trained its trials again under a second parent (issue 47, item 6); once
+    the first has ended, a new sweep starts."""
+    import os
+
+    from fedbench.core.errors import ConfigError
+
+    runs = SweepRuns(f"sqlite:///{mlflow_store}", "sweeps")
+    parent = runs.start_parent(SWEEP, 2)
+    holder = Lease(Lease.mine().host, os.getppid(), Lease.mine().heartbeat)  # a live process other than this one
+    runs.client.set_tag(parent.run_id, LEASE_TAG, holder.text())
+    with pytest.raises(ConfigError, match=f"task.*a sweep no other process is running: process {os.getppid()} on"):
+        runs.start_parent(SWEEP, 2)
+    runs.end_parent(parent.run_id, interrupted=True)
+    assert runs.start_parent(SWEEP, 2).run_id != parent.run_id
 
 
 def test_two_resumes_at_the_same_moment_make_one_attempt(mlflow_store):
