@@ -13,6 +13,7 @@ report theirs (`--metric`, `--experiment`).
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import time
 import warnings
@@ -106,6 +107,7 @@ def run(
         specs = unfinished(specs, console)
         if not specs:
             return []
+    check_datasets(specs)
     callbacks = run_callbacks(len(specs), console, track)
     timeline.mark("tracking_ready")
     backends = ", ".join(sorted({s.resources.backend for s in specs}))
@@ -143,6 +145,19 @@ class RunClaims:
                 self.skipped.append(claim.why_not())
                 self.console.print(f"skipped {escape(spec.label)}: {claim.why_not()}")
             yield claim.mine
+
+
+def check_datasets(specs: Sequence[RunSpec]) -> None:
+    """Load each distinct dataset of `specs` once, before any run starts, so that a missing or damaged file is one
+    error (DataMissingError, DataCorruptError) before the work, not a failed run after run. A process loads a
+    dataset once (`load_dataset`), so the runs of `fedbench run` then use the copy this loaded."""
+    from fedbench.data import load_dataset
+
+    for spec in dict(
+        (json.dumps([s.dataset.name, s.dataset.data_root, s.dataset.kwargs], sort_keys=True, default=str), s)
+        for s in specs
+    ).values():
+        load_dataset(spec.dataset.name, spec.dataset.data_root, **spec.dataset.kwargs)
 
 
 def checkpoint_folders(every: int | None, track: bool, fresh: bool):
@@ -287,6 +302,8 @@ def execute_sweep(
     from fedbench.runtime.checkpoint import checkpoint_interval
     from fedbench.tuning.launch import execute_sweep as launch
 
+    if address in (None, "local") and "RAY_ADDRESS" not in os.environ:  # a cluster's nodes may hold other files
+        check_datasets(plan.specs or [plan.spec_of({})])
     return launch(
         task,
         plan,

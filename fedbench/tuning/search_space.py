@@ -222,7 +222,11 @@ def _probe(
             apply(base, sample)
     except ConfigError as exc:
         at = exc.field if exc.field in dists else path
-        raise ConfigError(f"search space {space}: {at}", sample[at], f"a valid value: {exc}") from exc
+        if at == exc.field:  # the field at fault is the sampled one: its own error, said once
+            raise ConfigError(f"search space {space}: {at}", exc.value, exc.allowed) from exc
+        raise ConfigError(
+            f"search space {space}: {at}", sample[at], f"a value that gives a valid run (here: {exc})"
+        ) from exc
     except DegenerateRunWarning as exc:
         if exc.field not in dists:  # the task's value, or the method's default, in every trial
             raise ConfigError(

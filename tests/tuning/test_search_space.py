@@ -286,3 +286,15 @@ def test_a_search_does_not_warn_of_the_task_run_it_never_trains_but_the_task_run
         )
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=1))
     assert {plan.space.sample(study.ask())["algorithm.warmup_rounds"] for _ in range(30)} == {2, 3}
+
+
+def test_an_unknown_parameter_in_a_space_is_named_once_with_what_is_allowed(tmp_path):
+    """The message said the field, the value and the parser's whole message again (issue 47, item 8)."""
+    space = write(
+        tmp_path, "bad.yaml", {"name": "bad", "space": {"algorithm": {"fedprox": {"mux": {"uniform": [0, 1]}}}}}
+    )
+    with pytest.raises(ConfigError) as err:
+        make_plan(task(tmp_path), load_search_space(space), 2, "final.acc_local_mean")
+    text = str(err.value)
+    assert text.count("algorithm.mux") == 1 and text.count("got") == 1, text
+    assert err.value.field == "search space bad: algorithm.mux" and "client_fraction, mu" in err.value.allowed
