@@ -54,8 +54,10 @@ TIME_ROUND_S = "time_round_s"
 TIME_CLIENT_COMPUTE_S = "time_client_compute_s"
 """Seconds the clients' jobs took (training, evaluation), summed over jobs; worker start-up is not in it."""
 TIME_STARTUP_S = "time_startup_s"
-"""Seconds to start, load and warm up the run's workers (round 1 only): the cost of the first job's torch
-warm-up, which would otherwise double round 1's compute depending on which run warmed the worker."""
+"""Seconds before round 1 could start (recorded in round 1 only): the dataset loaded, the scenario built, the
+method made, the run's workers started, loaded and warmed up. Mostly one-off costs the first run in a process or
+on a worker pool pays (a sweep's first trials paid 3-4 s more wall time than the rest for the dataset alone), which
+would otherwise rank runs by who came first; the leaderboard's `wall_s` leaves it out."""
 TIME_AGGREGATE_S = "time_aggregate_s"
 GPU_PEAK_MB = "gpu_peak_mb"
 """The most GPU memory one client worker's torch held while training the round's clients (MiB reserved by its

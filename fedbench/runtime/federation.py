@@ -96,7 +96,7 @@ class Federation:
         for cb in self.callbacks:
             cb.on_run_start(self.spec)
         timeline.mark("run_started")
-        start = self.started = time.perf_counter()
+        start = self.started = time.perf_counter()  # also the start-up's start: what comes before round 1
         history: list[dict[str, float]] = []
         backend, placement = None, {}
         try:
@@ -107,7 +107,6 @@ class Federation:
             algorithm = make_algorithm(
                 self.spec, scenario.input_shape, dataset.num_classes, scenario.trained_distributions(self.spec.rounds)
             )
-            startup = time.perf_counter()
             backend = make_backend(self.backend_name, dataset, scenario, self.spec, self.pool)
             timeline.mark("workers_loaded")
             self.worker_pids = backend.worker_pids()
@@ -115,7 +114,7 @@ class Federation:
             if self.gpu_check is not None:
                 self.gpu_check.add(backend.worker_places())
             state, first = self._resume(algorithm, history)
-            self._loop(algorithm, backend, scenario, history, time.perf_counter() - startup, state, first)
+            self._loop(algorithm, backend, scenario, history, time.perf_counter() - start, state, first)
             final = summarize(history, self.earlier_wall_s + time.perf_counter() - start)
             reason = meaningless(final)
             result = RunResult(self.spec, "FAILED" if reason else "FINISHED", history, final, reason)
@@ -182,8 +181,8 @@ class Federation:
         state: Any,
         first: int,
     ) -> None:
-        """Rounds `first`..R from server state `state`; `startup_s` (workers started, loaded and warmed up) is
-        reported with the first of them."""
+        """Rounds `first`..R from server state `state`; `startup_s` (the time before round 1: data, scenario,
+        method and workers) is reported with the first of them."""
         spec = self.spec
         clients = list(range(spec.scenario.num_clients))
         store, meter = self.store, ByteMeter()

@@ -18,6 +18,7 @@ import collections
 import logging
 import os
 import secrets
+import sys
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -66,6 +67,8 @@ def ensure_ray(address: str | None = None, num_cpus: int | None = None) -> None:
     """
     if ray.is_initialized():
         return
+    if not sys.stderr.isatty():  # the prefix of the lines Ray relays from workers, uncoloured in a log file
+        os.environ.setdefault("RAY_COLOR_PREFIX", "0")
     starts_local = address == "local" or (address is None and "RAY_ADDRESS" not in os.environ)
     if starts_local and "RAY_AUTH_MODE" not in os.environ:  # Ray turns token auth on: give it a token of its own
         os.environ.setdefault("RAY_AUTH_TOKEN", secrets.token_hex(32))

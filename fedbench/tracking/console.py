@@ -4,6 +4,7 @@ what a task runs and how its runs ended."""
 from __future__ import annotations
 
 import sys
+import time
 from collections import defaultdict
 from collections.abc import Sequence
 
@@ -17,15 +18,22 @@ from fedbench.core import metrics as M
 from fedbench.core.callbacks import RESUMED_TAG, Callback, RoundRecord, RunResult
 from fedbench.core.runspec import RunSpec, changed_params
 
+PLAIN_EVERY_S = 10.0
+"""Where the output is not a terminal (a log file, CI), a plain line says the round a run is in, at most this often:
+a log of hours of runs neither stays silent for minutes nor gets a line per millisecond round."""
+
 
 class ProgressCallback(Callback):
-    """A progress bar over rounds with the latest accuracy; silent when stderr is not a terminal."""
+    """A progress bar over rounds with the latest accuracy while stderr is a terminal; where `plain` (a console whose
+    output is not a terminal), a line every PLAIN_EVERY_S at most with the round and the latest accuracy."""
 
-    def __init__(self, console: Console | None = None, position: str = ""):
+    def __init__(self, console: Console | None = None, position: str = "", plain: Console | None = None):
         self.console = console or Console(stderr=True)
         self.position = position
         self.enabled = sys.stderr.isatty()
         self.progress: Progress | None = None
+        self.plain = plain if plain is not None and not plain.is_terminal else None
+        self.said = time.monotonic()
 
     def on_run_start(self, spec: RunSpec) -> None:
         if not self.enabled:
@@ -43,9 +51,13 @@ class ProgressCallback(Callback):
         self.task = self.progress.add_task("rounds", total=spec.rounds, status="")
 
     def on_round_end(self, spec: RunSpec, record: RoundRecord) -> None:
+        acc = record.get(M.ACC_LOCAL_MEAN)
         if self.progress is not None:
-            acc = record.get(M.ACC_LOCAL_MEAN)
             self.progress.update(self.task, advance=1, status=f"acc {acc:.3f}" if acc is not None else "")
+        if self.plain is not None and time.monotonic() - self.said >= PLAIN_EVERY_S:
+            self.said = time.monotonic()
+            latest = f" {M.ACC_LOCAL_MEAN}={acc:.4f}" if acc is not None else ""
+            self.plain.print(f"{self.position}{escape(spec.label)}: round {int(record[M.ROUND])}/{spec.rounds}{latest}")
 
     def on_run_end(self, result: RunResult) -> None:
         if self.progress is not None:
@@ -138,7 +150,7 @@ def results_table(
     for label, r in zip(labels, finished, strict=True):
         groups[label].append(r)
     table = Table(title="fedbench results: final round, mean ± std over seeds", caption=STD_NOTE)
-    table.add_column("configuration")
+    table.add_column("configuration", overflow="fold")  # wrapped, never cut: its end may be what tells rows apart
     for col in (f"{metric.removeprefix(M.FINAL_PREFIX)} mean", "acc min", "compute s", "MB up", "MB down", "n"):
         table.add_column(col, justify="right")
 
@@ -175,8 +187,8 @@ def failures_table(results: Sequence[RunResult]) -> Table | None:
     if not failed:
         return None
     table = Table(title="failed runs", style="red")
-    table.add_column("run")
-    table.add_column("reason")
+    table.add_column("run", overflow="fold")
+    table.add_column("reason", overflow="fold")
     for r in failed:
         table.add_row(r.spec.label, r.reason)
     return table

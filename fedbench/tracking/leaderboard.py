@@ -261,7 +261,8 @@ def to_table(board: Leaderboard, title: str) -> Table:
     table = Table(title=title, caption=f"{STD_NOTE}\n{TIE_NOTE}")
     columns = list(board.table.columns)
     for column in columns:
-        table.add_column(column, justify="left" if column in ("group", "configuration") else "right")
+        named = column in ("group", "configuration")  # wrapped, never cut: the end may tell two rows apart
+        table.add_column(column, justify="left" if named else "right", overflow="fold" if named else "ellipsis")
     for row, shown in zip(board.table.to_dict("records"), readable(board.table["configuration"]), strict=True):
         cells = {
             **row,

@@ -34,7 +34,7 @@ def run_callbacks(total: int, console: Console, track: bool = True) -> Callable[
         position = f"[{i}/{total}] "
         return [
             *([MlflowCallback()] if track else []),
-            ProgressCallback(position=position),
+            ProgressCallback(position=position, plain=console),
             ResultLine(console, position),
         ]
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from fedbench.config.parse import parse_run
-from fedbench.config.task import TaskSpec
+from fedbench.config.task import TaskSpec, initials
 from fedbench.core import metrics as M
 from fedbench.core.errors import ConfigError
 from fedbench.core.runspec import RunSpec
@@ -60,7 +60,8 @@ class TrialSpecs:
     def __call__(self, config: dict[str, Any]) -> RunSpec:
         if self.base is None:
             return for_trial(parse_run(config[GRID_KEY]))
-        return for_trial(apply(self.base, config))
+        spec = for_trial(apply(self.base, config))
+        return spec if spec.run_name else spec.replace(run_name=sample_name(spec, self.sampled(config)))
 
     def sampled(self, config: dict[str, Any]) -> dict[str, Any]:
         """The fields a search sampled for this trial (its seed is the task's, not sampled); none for a grid point
@@ -76,6 +77,19 @@ class TrialSpecs:
     def trial_key(self, config: dict[str, Any], trial_id: str) -> str:
         """What `--resume` counts a trial as done by: its run hash, the same in every attempt."""
         return self(config).run_hash
+
+
+def sample_name(spec: RunSpec, sampled: dict[str, Any]) -> str:
+    """A search trial's name from what it sampled, numbers to 3 significant digits (`fedprox-mu0.0123-s0`), as a
+    grid point is named by its axes; a reference is its algorithm and seed (`fedavg-s0`). The run hash, not the
+    name, tells two trials apart."""
+    parts = [spec.algorithm.name]
+    for path, value in sampled.items():
+        if path != f"{ALGORITHM}.name":
+            field = path.rsplit(".", 1)[-1]
+            key = initials(path) if "_" in field else field  # lr, mu, tau; wr for warmup_rounds
+            parts.append(f"{key}{f'{value:.3g}' if isinstance(value, float) else value}")
+    return "-".join([*parts, f"s{spec.seed}"])
 
 
 @dataclass(frozen=True)

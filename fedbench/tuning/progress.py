@@ -4,8 +4,8 @@ Each line says which trial ended and how, where the sweep stands (done, running,
 value so far of the ranked metric and an ETA. Between trials' ends, a status line every `status_every_s` says
 which round each running trial is in (`fedprox-s0 round 7/20`), so a sweep of long trials is not silent for
 minutes. The ETA counts rounds: the rounds still to run (those left in running trials, and a pending trial's
-planned rounds) at the rate rounds have run so far; before any round has, it is unknown. Hours-long grids are
-never silent, and the lines read the same in a terminal, a log file or CI.
+planned rounds) at the rate rounds have run since the first one did; before any round has, it is unknown.
+Hours-long grids are never silent, and the lines read the same in a terminal, a log file or CI.
 """
 
 from __future__ import annotations
@@ -60,6 +60,7 @@ class SweepProgress(tune.Callback):
         self.rounds: dict[str, tuple[int, int]] = {}  # trial id -> (rounds run, rounds planned)
         self.ended: set[str] = set()
         self.rounds_run = 0
+        self.first_round: tuple[float, int] | None = None  # (when, rounds run by then): the rate is timed from it
 
     def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info: Any) -> None:
         if result.get(EVENT) == "round":
@@ -117,6 +118,8 @@ class SweepProgress(tune.Callback):
         done, planned = self.rounds[trial.trial_id]
         if round > done:  # a restarted trial reports its rounds again from 1: counted once
             self.rounds_run += round - done
+            if self.first_round is None:
+                self.first_round = (time.monotonic(), self.rounds_run)
             self.rounds[trial.trial_id] = (round, planned)
 
     def _end(self, trial: Any) -> None:
@@ -125,13 +128,18 @@ class SweepProgress(tune.Callback):
             self.rounds.setdefault(trial.trial_id, (0, self.rounds_of(trial.config)))
 
     def _eta(self, elapsed: float) -> float:
-        """Seconds left: the rounds still to run at the rate rounds have run so far (NaN before the first round)."""
-        if not self.rounds_run:
+        """Seconds left: the rounds still to run at the rate rounds have run since the first one did (NaN before
+        the first round). Timed from the first round, not the sweep's start: Ray's and the first workers' start
+        (tens of seconds, once) made the first ETA of a short sweep read hours (issue 47, item 10)."""
+        if not self.rounds_run or self.first_round is None:
             return math.nan
+        since, rounds_then = self.first_round
+        timed = (time.monotonic() - since, self.rounds_run - rounds_then)
+        seconds, rounds = timed if timed[1] > 0 else (elapsed, self.rounds_run)  # one round so far: all there is
         left = sum(planned - done for tid, (done, planned) in self.rounds.items() if tid not in self.ended)
         unstarted = max(0, self.total - len(self.rounds))
         mean_planned = sum(planned for _, planned in self.rounds.values()) / len(self.rounds)
-        return (left + unstarted * mean_planned) * elapsed / self.rounds_run
+        return (left + unstarted * mean_planned) * seconds / rounds
 
     def _status(self, trials: list) -> None:
         """Which round each running trial is in, and the ETA."""

@@ -222,6 +222,10 @@ def _tuner(
         tune.with_parameters(run_trial, spec_of=spec_of, checkpoint_every=checkpoint_every),
         lambda config: placement(spec_of(config), driver_cpus or DRIVER_CPUS),
     )
+    # Tune snapshots the experiment each time a trial has reported as many checkpoints as it keeps (2) and warned,
+    # in a paragraph each time, that the snapshots come often: they do by design here (a checkpoint every few
+    # rounds), and a snapshot of a local experiment is a small file write
+    os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
     if plan.metric is not None:
         # not every report carries the metric: rounds between evaluations (eval_every) have no accuracy, and
         # only the last report has the final.* values. The scheduler and the searcher skip such reports.

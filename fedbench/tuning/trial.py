@@ -7,6 +7,7 @@ then never sees concurrent writers).
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -82,6 +83,9 @@ def run_trial(config: dict[str, Any], spec_of: Callable[[dict[str, Any]], RunSpe
     from fedbench.runtime.ray_pool import ReusedPool
 
     timeline.mark("trial_started", process_age=timeline.process_age())
+    # Ray Train logs a line per checkpoint a trial reports (every few rounds of every trial), which flooded the
+    # sweep's console; a checkpoint that fails still warns
+    logging.getLogger("ray.train._internal.storage").setLevel(logging.WARNING)
     spec = spec_of(config)
     _pools = _pools or ReusedPool()
     pool = _pools.for_run(spec)

@@ -72,6 +72,8 @@ def test_a_trial_is_told_grid_or_search_by_its_plan_alone(tmp_path):
     assert search.trial_key(sample, "trial_1") == search(sample).run_hash  # a sample is its run, in any attempt
     assert search.sampled(sample) == {"optimizer.lr": 0.01}  # the seed is the task's, not sampled
     assert search(sample).optimizer.lr == 0.01 and search(sample).seed == 1
+    named = search({"optimizer.lr": 0.012345678, "seed": 1})  # named by its sample, not its hash (issue 47, item 10)
+    assert named.label == f"{task.expand()[0].algorithm.name}-lr0.0123-s1"
 
 
 @pytest.mark.parametrize("value", ["0", "-1"])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 from types import SimpleNamespace
 
+import pytest
 from rich.console import Console
 
 from fedbench.tuning.progress import SweepProgress, clock
@@ -78,4 +79,30 @@ def test_a_status_line_says_each_running_trials_round_and_the_eta_counts_rounds(
     [line] = out.getvalue().splitlines()  # one line in 60 s, after the first 30
     assert "running: fedprox-s0 round" in line and "fedavg-s1 round 3/20" in line
     now[0] = 60.0
-    assert progress._eta(60.0) == (13 + 17 + 20) * 6.0  # rounds left in a and b, and all of c's, at 6 s a round
+    per_round = (60 - 60 / 7) / 9  # the 9 rounds after the first took the time since it
+    assert progress._eta(60.0) == pytest.approx((13 + 17 + 20) * per_round)  # left in a and b, and all of c's
+
+
+def test_the_eta_is_not_inflated_by_the_start_before_the_first_round(monkeypatch):
+    """A sweep's first ETA read 5:16:58 for a sweep of 2:38 (issue 47, item 10): Ray's and the workers' start
+    (here 40 s) was counted as if rounds took that long."""
+    import fedbench.tuning.progress as progress_module
+
+    now = [40.0]
+    monkeypatch.setattr(progress_module.time, "monotonic", lambda: now[0])
+    progress = SweepProgress(
+        2,
+        "final.acc_local_mean",
+        "max",
+        lambda config: config["name"],
+        Console(file=io.StringIO()),
+        rounds=lambda config: 10,
+        status_every_s=3600,
+    )
+    progress.started = 0.0
+    a, b = trial("a"), trial("b", "PENDING")
+    for round in range(1, 5):  # the first round at 40 s, then one every 2 s
+        progress.on_trial_result(round, [a, b], a, {EVENT: "round", "round": round})
+        now[0] += 2
+    now[0] -= 2
+    assert progress._eta(now[0]) == pytest.approx((6 + 10) * 2.0)  # not (6 + 10) * 46 / 4
