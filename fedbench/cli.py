@@ -236,6 +236,8 @@ def cmd_report(args: argparse.Namespace) -> int:
         + ", ".join(f"{n} {what}" for what, n in counts.items())
         + " (cells)"
     )
+    if report.unreachable:
+        console.print(f"[yellow]nothing can be compared:[/] {escape('; '.join(report.unreachable))}")
     console.print(
         f"written: {escape(str(report.path))} and {len(report.files)} PNGs in {escape(str(report.path.parent))}"
     )

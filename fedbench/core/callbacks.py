@@ -11,6 +11,9 @@ RoundRecord = dict[str, float]
 
 RESUMED_TAG = "fedbench.resumed_from_round"
 """The tag of a run that went on from a checkpoint (`fedbench.runtime.checkpoint`): the round it was written after."""
+NUMERICS_TAG = "clients.numerics"
+"""The run's workers' `numerics` (`fedbench.runtime.worker`), distinct values joined by ` | `: what its numbers depend
+on besides its spec."""
 
 
 @dataclass

@@ -14,10 +14,8 @@ import sys
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
+from fedbench.core.callbacks import NUMERICS_TAG
 from fedbench.runtime.gpu_sharing import mps_daemon_listening
-
-NUMERICS_TAG = "clients.numerics"
-"""The run's workers' `numerics`, distinct values joined by ` | `: what its numbers depend on besides its spec."""
 
 WorkerPlace = dict[str, str]
 """`{"node": Ray node id, "gpu_ids": "0,1" or "", "device": "cpu" or "cuda", "pid": the worker's process id}`, on

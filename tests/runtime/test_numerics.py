@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from fedbench.config.task import resolve_run
+from fedbench.core.callbacks import NUMERICS_TAG
 from fedbench.runtime import run_spec
 from fedbench.runtime import worker as worker_module
-from fedbench.runtime.placement import NUMERICS_TAG
 from tests.conftest import TINY, tiny_spec
 from tests.runtime.test_checkpoint import numbers
 

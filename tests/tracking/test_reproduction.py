@@ -11,6 +11,7 @@ from PIL import Image
 from fedbench.cli import main
 from fedbench.config import load_task
 from fedbench.runtime.session import run_specs
+from fedbench.runtime.worker import numerics
 from fedbench.tracking.mlflow_callback import MlflowCallback
 from fedbench.tracking.paths import tracking_uri
 from fedbench.tracking.reproduction import write_report
@@ -109,6 +110,7 @@ def test_report_cells_hold_the_stored_runs_beside_the_published_values(tmp_path,
     assert "- local @ 0.05: the paper has no local row" in markdown
     assert markdown.count("ClientDivergedError") >= 3  # the cell and both seeds under "Failed runs"
     assert "Ours only" not in markdown  # every run is covered by a cell
+    assert f"Clients computed with: {numerics('cpu')} (6 runs)." in markdown  # what one number per RunSpec needs
 
     pngs = sorted(out.glob("*.png"))
     assert [p.name for p in pngs] == ["table1_local_accuracy_lines.png", "table1_local_accuracy_vs_published.png"]
@@ -305,6 +307,9 @@ def test_a_profile_that_runs_none_of_the_papers_cells_says_so_before_and_after_i
         printed = " ".join(capsys.readouterr().out.split())
         ours = "2 ours only" if ran else "0 no run yet"
         assert "0 compared" in printed and "4 not in profile smoke" in printed and ours in printed, printed
+        assert (
+            "nothing can be compared: optimizer.lr is 0.05, 1e+30 in the paper's cells, 0.02 in these runs" in printed
+        )
 
 
 def test_an_ours_only_table_names_the_fields_that_tell_its_runs_apart_and_no_others():

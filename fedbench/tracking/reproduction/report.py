@@ -11,16 +11,17 @@ from pathlib import Path
 import pandas as pd
 
 from fedbench.config.task import PAPER_PROFILE, TaskSpec
+from fedbench.core.callbacks import NUMERICS_TAG
 from fedbench.core.errors import ConfigError
 from fedbench.core.runspec import RunSpec
 from fedbench.tracking.leaderboard import DEFAULT_METRIC, fedbench_runs
 from fedbench.tracking.paths import shown_uri
-from fedbench.tracking.reproduction.cells import TableResult, run_states
+from fedbench.tracking.reproduction.cells import TableResult, run_states, same
 from fedbench.tracking.reproduction.figures import draw_table
 from fedbench.tracking.reproduction.markdown import how_to_read, render_table
 from fedbench.tracking.reproduction.tables import covered_hashes, ours_only_table, reference_table
 from fedbench.tracking.reproduction.verdict import BEYOND, NOT_TESTABLE, WITHIN
-from fedbench.tracking.store import FIXED, RUN_HASH, RunStore
+from fedbench.tracking.store import FIXED, RUN_HASH, RunStore, tag
 
 DEFAULT_TOLERANCE = 0.02
 """On the metric's own scale (two points of accuracy), times each table's scale."""
@@ -38,6 +39,11 @@ class Report:
     resolution: float
     not_run: list[str] = field(default_factory=list)
     """Titles of the reference tables the task's profile runs no cell of (left out of the report)."""
+    unreachable: list[str] = field(default_factory=list)
+    """Why no run of the task can be a published cell (`unreachable_fields`); empty where some can."""
+    numerics: dict[str, int] = field(default_factory=dict)
+    """The runs' `clients.numerics` tags (threads, device, dtype) -> how many runs had each: one number per RunSpec
+    needs one, and a report must say which it was."""
     profile: str = PAPER_PROFILE
     outside_profile: int = 0
     """The paper's cells a smaller profile does not run (left out of its tables, counted in the summary)."""
@@ -124,7 +130,11 @@ def write_report(
         outside = sum(cell.state == "not in this task" for t in tables if not t.ours_only for cell in t.cells.values())
         tables = [trimmed for t in tables if (trimmed := t.in_task()) is not None]
         outside -= sum(cell.state == "not in this task" for t in tables if not t.ours_only for cell in t.cells.values())
-    report = Report(tables, tolerance, resolution, not_run, task.profile, outside)
+    report = Report(tables, tolerance, resolution, not_run, profile=task.profile, outside_profile=outside)
+    report.unreachable = unreachable_fields(task, specs)
+    numerics_column = tag(NUMERICS_TAG)
+    if numerics_column in runs:
+        report.numerics = {str(k): int(n) for k, n in runs[numerics_column].dropna().value_counts().items()}
     parent = sweep_parent(store, task.name)
     out.mkdir(parents=True, exist_ok=True)
     parts = []
@@ -158,6 +168,8 @@ def header(task: TaskSpec, uri: str, report: Report, stored: int, planned: int, 
         "Summary: " + ", ".join(f"{n} {what}" for what, n in counts.items()) + ".",
         "",
         *not_run_text(task, report),
+        *([f"Nothing here can be compared: {'; '.join(report.unreachable)}.", ""] if report.unreachable else []),
+        *([f"Clients computed with: {numerics_text(report.numerics)}.", ""] if report.numerics else []),
         how_to_read(report.tolerance, report.resolution),
         "",
     ]
@@ -174,6 +186,31 @@ def not_run_text(task: TaskSpec, report: Report) -> list[str]:
     if report.not_run:
         text += " Tables it runs no cell of, left out: " + "; ".join(report.not_run) + "."
     return [text, ""]
+
+
+def unreachable_fields(task: TaskSpec, specs: list[RunSpec]) -> list[str]:
+    """Each field whose every published value no run of `specs` has (`dataset.name is mnist in the paper's cells,
+    synthetic_images in these runs`): why a profile's report compares nothing, said instead of a bare 0."""
+    flats = [s.flat() for s in specs]
+    needed: dict[str, set[str]] = {}
+    for reference in task.reference:
+        for cell in reference.cells:
+            for name, value in cell.where:
+                needed.setdefault(name, set()).add(str(value))
+    said = []
+    for name, values in needed.items():
+        have = {str(f.get(name)) for f in flats}
+        if not any(same(ours, theirs) for ours in have for theirs in values):
+            said.append(
+                f"{name} is {', '.join(sorted(values)[:4])}{' ...' if len(values) > 4 else ''} in the paper's cells, "
+                f"{', '.join(sorted(have))} in these runs"
+            )
+    return said
+
+
+def numerics_text(numerics: dict[str, int]) -> str:
+    """`1 thread cpu float32 (135 runs)`, or each kind with its count where runs differ."""
+    return "; ".join(f"{kind} ({n} runs)" for kind, n in numerics.items())
 
 
 def stored_runs(store: RunStore, experiment: str) -> pd.DataFrame:
