@@ -26,13 +26,13 @@ def needs_real_data(path: Path) -> bool:
     return bool(datasets & {"mnist", "fmnist"}) and not os.environ.get("FEDBENCH_DATA")
 
 
-@pytest.mark.slow  # a few rounds of every configuration behind a result: a minute or two in all
+@pytest.mark.slow  # a few rounds of each method configuration behind a result: a minute or so in all
 @pytest.mark.parametrize("path", FILES, ids=[p.stem for p in FILES])
 def test_a_committed_result_still_matches_the_code(path):
     if needs_real_data(path):
         pytest.skip("its runs read MNIST: point FEDBENCH_DATA at the datasets (CI does)")
     saved = json.loads(path.read_text())
-    problems = provenance.check(path)
+    problems = provenance.check(path, every_probe=False)  # `python bench/provenance.py --check FILE` probes all
     if provenance.stale_mark(path):
         assert problems, f"{path.name} is marked stale but matches today's code: drop its `stale` mark and banner"
         banner = (provenance.RESULTS / saved["result"]).read_text().splitlines()[0]
