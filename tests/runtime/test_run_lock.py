@@ -11,6 +11,7 @@ import fedbench
 from fedbench.api import plan_run
 from fedbench.core.errors import FedbenchError
 from fedbench.runtime.run_lock import claimed
+from fedbench.tracking.leaderboard import read_runs
 from fedbench.tracking.paths import results_path
 from tests.conftest import TINY
 
@@ -25,8 +26,6 @@ def test_a_run_another_process_trains_is_skipped_and_trained_once_it_is_free(mlf
     """Two `fedbench run` of one task both trained every run (two FINISHED runs of one hash). While another holds
     seed 0's lock (a second open file description conflicts as a second process's would), this one trains seed 1
     only and says why; once the lock is free, running the task again trains seed 0 alone."""
-    import mlflow
-
     first, second = plan_run(TASK).expand()
     out = io.StringIO()
     with claimed(lock_of(first), since=0) as held:
@@ -37,9 +36,8 @@ def test_a_run_another_process_trains_is_skipped_and_trained_once_it_is_free(mlf
 
     results = fedbench.run(TASK, console=Console(file=io.StringIO()))
     assert [r.spec.run_hash for r in results] == [first.run_hash]
-    mlflow.set_tracking_uri(f"sqlite:///{mlflow_store}")
-    runs = mlflow.search_runs(experiment_names=["locked"])
-    assert sorted(runs["params.run_hash"]) == sorted([first.run_hash, second.run_hash])  # one run a hash
+    runs = read_runs("locked", f"sqlite:///{mlflow_store}")  # not mlflow.set_tracking_uri: it outlives the test
+    assert sorted(runs["run_hash"]) == sorted([first.run_hash, second.run_hash])  # one run a hash
     assert (runs["status"] == "FINISHED").all()
 
 
