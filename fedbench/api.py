@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from fedbench.core.runspec import RunSpec
     from fedbench.data.base import BaseDataset
     from fedbench.scenarios.artifact import Scenario
+    from fedbench.tracking.cost import CostEstimate
     from fedbench.tracking.plots import Plots
     from fedbench.tracking.reproduction import Report
     from fedbench.tracking.ui import UiServer
@@ -145,6 +146,49 @@ class RunClaims:
                 self.skipped.append(claim.why_not())
                 self.console.print(f"skipped {escape(spec.label)}: {claim.why_not()}")
             yield claim.mine
+
+
+def dry_run_cost(specs: Sequence[RunSpec], *, skips_finished: bool = True, probe: bool = False) -> CostEstimate:
+    """What `--dry-run` says of `specs` beyond their list: how many the tracking store already holds finished (which
+    `fedbench run` skips, `skips_finished`), and the CPU- (and GPU-) hours of client compute the rest need, measured
+    on the store's finished runs of each configuration; with `probe`, one serial round of each configuration the
+    store never ran is timed (nothing is recorded)."""
+    from fedbench.tracking.cost import estimate
+    from fedbench.tracking.leaderboard import read_runs
+    from fedbench.tracking.paths import store_missing, tracking_uri
+    from fedbench.tracking.store import RUN_HASH, STATUS
+
+    uri = tracking_uri()
+    runs = pd_frame([STATUS, RUN_HASH])
+    if specs and not store_missing(uri):  # reading a store that is not there would create it
+        try:
+            runs = read_runs(specs[0].task, uri)
+        except ConfigError:  # no experiment of this task yet
+            pass
+    return estimate(specs, runs, skips_finished, probe_round if probe else None)
+
+
+def probe_round(spec: RunSpec) -> float:
+    """Seconds of client compute of one serial round of `spec`'s configuration (NaN where it cannot run one round:
+    a method whose first phase is longer, say); untracked."""
+    import dataclasses
+    import math
+
+    from fedbench.runtime import run_spec
+
+    one = spec.replace(rounds=1, eval_every=1, resources=dataclasses.replace(spec.resources, backend="serial"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a one-round run of a method with a warm-up warns that it is degenerate
+        result = run_spec(one)
+    if result.status != "FINISHED" or not result.history:
+        return math.nan
+    return float(result.history[0].get(M.TIME_CLIENT_COMPUTE_S, math.nan))
+
+
+def pd_frame(columns: list[str]) -> pd.DataFrame:
+    import pandas as pd
+
+    return pd.DataFrame(columns=columns)
 
 
 def check_datasets(specs: Sequence[RunSpec]) -> None:

@@ -39,6 +39,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.dry_run:
         task = api.plan_run(args.task, overrides=task_overrides(args), backend=args.backend)
         print_dry_run(task.name, task.expand(), args.all, "runs")
+        print_cost(task.expand(), skips_finished=not args.rerun, probe=args.probe)
         return 0
     import signal
 
@@ -82,6 +83,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     space = plan.space
     if args.dry_run and space is None:
         print_dry_run(task.name, plan.specs, args.all, "configurations")
+        print_cost(plan.specs, skips_finished=False, probe=args.probe)
         return 0
     if args.dry_run:
         console.print(
@@ -142,6 +144,17 @@ def print_dry_run(task: str, specs: Sequence[RunSpec], every: bool, what: str) -
         f"task [bold]{task}[/]: {len(specs)} {what}, {count_data_configurations(specs)} data configurations "
         "(runs differing only in algorithm and seed count once) (nothing was run)"
     )
+
+
+def print_cost(specs: Sequence[RunSpec], skips_finished: bool, probe: bool) -> None:
+    """A dry run's cost lines: what the store already holds, and the CPU- (GPU-) hours of the rest."""
+    from fedbench.tracking.paths import shown_uri, tracking_uri
+
+    if probe:
+        console.print("probing one serial round of each configuration the store has not run...")
+    cost = api.dry_run_cost(specs, skips_finished=skips_finished, probe=probe)
+    for line in cost.lines(shown_uri(tracking_uri())):
+        console.print(escape(line))
 
 
 def print_results(results: Sequence[RunResult], plan: SweepPlan | None = None) -> bool:
@@ -366,6 +379,8 @@ def check_all_option(args: argparse.Namespace) -> None:
         raise ConfigError(
             "--all", True, "only with --dry-run: it lists every run of the plan instead of its first and last"
         )
+    if args.probe and not args.dry_run:
+        raise ConfigError("--probe", True, "only with --dry-run: it times a round of each configuration to estimate")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -390,7 +405,12 @@ def add_run_parser(sub) -> None:
     run = sub.add_parser("run", help="run every RunSpec of a task, one after another, and print a results table")
     add_task_arguments(run)
     run.add_argument("--backend", choices=["serial", "ray"], default=None, help="where client jobs run")
-    run.add_argument("--dry-run", action="store_true", help="list the runs and their count, run nothing")
+    run.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="list the runs, how many the store holds finished, and the CPU-hours of the rest; run nothing",
+    )
+    add_probe_option(run)
     add_all_option(run)
     run.add_argument(
         "--rerun",
@@ -410,7 +430,12 @@ def add_run_parser(sub) -> None:
 def add_sweep_parser(sub) -> None:
     sweep = sub.add_parser("sweep", help="run a task's RunSpecs as Ray Tune trials, several at once")
     add_task_arguments(sweep)
-    sweep.add_argument("--dry-run", action="store_true", help="list the configurations and their count, run nothing")
+    sweep.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="list the configurations, how many the store holds finished, and their CPU-hours; run nothing",
+    )
+    add_probe_option(sweep)
     add_all_option(sweep)
     sweep.add_argument(
         "--max-concurrent", type=int, default=None, metavar="K", help="trials at once (default: as resources allow)"
@@ -613,6 +638,14 @@ def add_profile_option(parser: argparse.ArgumentParser) -> None:
         metavar="NAME",
         help="the task file's scale: paper (its fields as written, the default) or one of its "
         "`profiles:` such as reduced or smoke (own experiment, <task>-<profile>)",
+    )
+
+
+def add_probe_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--probe",
+        action="store_true",
+        help="with --dry-run, time one serial round of each configuration the store has not run (for its estimate)",
     )
 
 
