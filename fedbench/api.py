@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from fedbench.core.runspec import RunSpec
     from fedbench.data.base import BaseDataset
     from fedbench.scenarios.artifact import Scenario
+    from fedbench.tracking.compare import Comparison
     from fedbench.tracking.cost import CostEstimate
     from fedbench.tracking.plots import Plots
     from fedbench.tracking.reproduction import Report
@@ -146,6 +147,34 @@ class RunClaims:
                 self.skipped.append(claim.why_not())
                 self.console.print(f"skipped {escape(spec.label)}: {claim.why_not()}")
             yield claim.mine
+
+
+def compare(
+    a: str,
+    b: str,
+    *,
+    metric: str = M.FINAL_PREFIX + M.ACC_LOCAL_MEAN,
+    mode: str = "max",
+    a_where: Sequence[str] = (),
+    b_where: Sequence[str] = (),
+) -> Comparison:
+    """Experiment `b` against experiment `a`, as `fedbench compare` shows them: each `NAME` (in the tracking store)
+    or `NAME@STORE` (a results folder, or a tracking URI), narrowed to runs whose fields have the `FIELD=VALUE`s of
+    `a_where` / `b_where` (two `--set` variants in one experiment). Configurations are paired by the fields that
+    vary across both sides less those that tell the sides apart (`Comparison.change`); each row has both sides'
+    mean, std and seeds, B - A with Welch's 95% interval, and whether B is better, worse or tied.
+
+    Raises:
+        ConfigError: a side without finished runs, a field it does not record, a metric the runs lack.
+    """
+    from fedbench.tracking.compare import Side
+    from fedbench.tracking.compare import compare as compare_sides
+    from fedbench.tracking.paths import tracking_uri
+
+    if mode not in ("max", "min"):
+        raise ConfigError("mode", mode, "max or min (whether larger values are better)")
+    uri = tracking_uri()
+    return compare_sides(Side.parse(a, uri, a_where), Side.parse(b, uri, b_where), metric, mode)
 
 
 def dry_run_cost(specs: Sequence[RunSpec], *, skips_finished: bool = True, probe: bool = False) -> CostEstimate:

@@ -197,6 +197,33 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_compare(args: argparse.Namespace) -> int:
+    """Experiment B beside experiment A: a row per configuration with B - A, its interval and the verdict."""
+    from rich.table import Table
+
+    from fedbench.tracking.compare import cell
+
+    board = api.compare(args.a, args.b, metric=args.metric, mode=args.mode, a_where=args.a_where, b_where=args.b_where)
+    console.print(f"A: {escape(board.a.written)} in {escape(board.a.uri)}")
+    console.print(f"B: {escape(board.b.written)} in {escape(board.b.uri)}")
+    console.print("B differs from A in: " + (escape("; ".join(board.change)) or "no field (the same configurations)"))
+    table = Table(title=f"{board.metric}: B against A ({board.mode} is better)", caption=COMPARE_NOTE)
+    for column in board.table.columns:
+        table.add_column(column, overflow="fold", justify="left" if column in ("configuration", "verdict") else "right")
+    for row in board.table.to_dict("records"):
+        table.add_row(*(escape(cell(v)) for v in row.values()))
+    console.print(table)
+    if args.out:
+        out = Path(args.out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(board.markdown())
+        console.print(f"written: {escape(str(out))}")
+    return 0
+
+
+COMPARE_NOTE = "std over seeds (ddof 1); interval: Welch's 95% for B - A; ≈ tied: it holds 0"
+
+
 def cmd_export(args: argparse.Namespace) -> int:
     """Every per-round metric (or every client's numbers per round) of the experiment's runs as one long table."""
     table = api.export(
@@ -390,6 +417,7 @@ def build_parser() -> argparse.ArgumentParser:
         add_run_parser,
         add_sweep_parser,
         add_leaderboard_parser,
+        add_compare_parser,
         add_export_parser,
         add_plot_parser,
         add_report_parser,
@@ -499,6 +527,26 @@ def add_leaderboard_parser(sub) -> None:
     )
     board.add_argument("--out", default=None, help="path for --format's file")
     board.set_defaults(func=cmd_leaderboard)
+
+
+def add_compare_parser(sub) -> None:
+    compare = sub.add_parser(
+        "compare",
+        help="two experiments side by side (before/after a change, two --set variants): B - A and its interval",
+    )
+    compare.add_argument("a", help="experiment A: NAME (in the tracking store) or NAME@STORE (results folder or URI)")
+    compare.add_argument("b", help="experiment B, as A")
+    ranked = M.FINAL_PREFIX + M.ACC_LOCAL_MEAN
+    compare.add_argument("--metric", default=ranked, help=f"metric to compare (default {ranked})")
+    compare.add_argument("--mode", choices=["max", "min"], default="max", help="whether larger values are better")
+    compare.add_argument(
+        "--a-where", action="append", default=[], metavar="FIELD=VALUE", help="only A's runs with this value"
+    )
+    compare.add_argument(
+        "--b-where", action="append", default=[], metavar="FIELD=VALUE", help="only B's runs with this value"
+    )
+    compare.add_argument("--out", default=None, help="also write the board as markdown to this path")
+    compare.set_defaults(func=cmd_compare)
 
 
 def add_export_parser(sub) -> None:
