@@ -13,6 +13,7 @@ report theirs (`--metric`, `--experiment`).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import time
@@ -591,8 +592,17 @@ def listing(kind: str | None = None, name: str | None = None) -> dict[str, list[
     kinds = [catalog.resolve_kind(kind)] if kind else list(catalog.KINDS)  # a bad kind fails before the catalog loads
     listed = catalog.load()
     if name and kind:
-        return {kinds[0]: [listed.entry(kinds[0], name)]}
+        entry = listed.entry(kinds[0], name)
+        if kinds[0] == "datasets":
+            from fedbench.data.base import files_status
+
+            entry = dataclasses.replace(entry, files=files_status(name))
+        return {kinds[0]: [entry]}
     entries = {k: listed.entries(k) for k in kinds}
+    if "datasets" in entries:  # where the files are is a fact of this machine, now: looked up, not cached
+        from fedbench.data.base import files_status
+
+        entries["datasets"] = [dataclasses.replace(e, files=files_status(e.name)) for e in entries["datasets"]]
     if not kind:
         entries["presets"] = [catalog.Listed(preset, text, ()) for preset, text in listed.presets]
     return entries

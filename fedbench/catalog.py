@@ -65,6 +65,9 @@ class Listed:
     parameters: tuple[Parameter, ...]
     capabilities: tuple[str, ...] = ()
     """An algorithm's capabilities beyond the core (`fedbench.algorithms.capabilities`); empty for other kinds."""
+    files: str = ""
+    """A dataset's files: where they are found now (`fedbench.data.base.files_status`), filled in when listed, never
+    cached; empty for other kinds."""
 
 
 @dataclass(frozen=True)

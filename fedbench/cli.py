@@ -340,21 +340,26 @@ def cmd_list(args: argparse.Namespace) -> int:
         )
         if kind == "algorithms":
             console.print(f"capabilities: {', '.join(entry.capabilities) or 'none, the core only'}")
+        if kind == "datasets":
+            console.print(f"files: {escape(entry.files)}")
         return 0
     presets = listing.pop("presets", None)
     for kind, entries in listing.items():
         table = Table(title=f"{kind} (fedbench list {kind} NAME: its parameters)", title_justify="left")
-        columns = (
-            ("name", "parameters", "capabilities", "what it is")
-            if kind == "algorithms"
-            else ("name", "parameters", "what it is")
-        )
+        extra = {"algorithms": ("capabilities",), "datasets": ("files",)}.get(kind, ())
+        columns = ("name", "parameters", *extra, "what it is")
         for column in columns:
             table.add_column(column, overflow="fold")
         for entry in entries:
-            abilities = (escape(", ".join(entry.capabilities) or "none"),) if kind == "algorithms" else ()
+            cells = {
+                "algorithms": (escape(", ".join(entry.capabilities) or "none"),),
+                "datasets": (escape(entry.files),),
+            }
             table.add_row(
-                entry.name, escape(", ".join(p.name for p in entry.parameters)), *abilities, escape(entry.summary)
+                entry.name,
+                escape(", ".join(p.name for p in entry.parameters)),
+                *cells.get(kind, ()),
+                escape(entry.summary),
             )
         console.print(table)
     if presets is not None:

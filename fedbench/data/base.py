@@ -235,6 +235,31 @@ def with_facts(facts: DatasetFacts | Callable[..., DatasetFacts]) -> Callable[[T
     return attach
 
 
+def with_files(present: Callable[[Path], bool]) -> Callable[[T], T]:
+    """Attach where a file-backed loader's files are, as `loader.files_at(root)`: whether a data root holds them as
+    the loader reads them (`files_status`, `fedbench list datasets`); generated and bundled datasets have none."""
+
+    def attach(loader: T) -> T:
+        loader.files_at = present  # type: ignore[attr-defined]
+        return loader
+
+    return attach
+
+
+def files_status(name: str) -> str:
+    """Where dataset `name`'s files are, as `fedbench list datasets` says it: found under the data root
+    (`FEDBENCH_DATA`) or in the download cache, missing, or none of its own."""
+    present = getattr(DATASETS.get(name, field="dataset.name"), "files_at", None)
+    if present is None:  # generated, shipped with a package, or made of other datasets (a mixture reads its parts')
+        return "none of its own"
+    root, cache = resolve_root(None), (cache_dir() / "data").resolve()
+    if present(root):
+        return f"found in {root}"
+    if cache != root and present(cache):
+        return f"found in the download cache {cache}"
+    return f"missing from {root}" + ("" if os.environ.get("FEDBENCH_DATA") else " (FEDBENCH_DATA is not set)")
+
+
 def dataset_facts(name: str, **params: Any) -> DatasetFacts:
     """The facts of dataset `name` with loader options `params`, without reading any data.
 

@@ -25,11 +25,19 @@ except ImportError:  # numpy < 2
 
 from fedbench.core.errors import DataCorruptError
 from fedbench.core.registry import register_dataset
-from fedbench.data.base import BaseDataset, DatasetFacts, read_or_download, with_facts
+from fedbench.data.base import BaseDataset, DatasetFacts, read_or_download, with_facts, with_files
 from fedbench.data.decoded_cache import cached_dataset
 
 _CIFAR10 = ("cifar-10-batches-py", [f"data_batch_{i}" for i in range(1, 6)], ["test_batch"], "batches.meta")
 _CIFAR100 = ("cifar-100-python", ["train"], ["test"], "meta")
+
+
+def cifar_paths(where: Path, layout: tuple[str, list[str], list[str], str]) -> list[Path] | None:
+    """The files of a CIFAR `layout` (folder, train batches, test batches, meta) under `where`; None: not all."""
+    folder, train_files, test_files, meta_file = layout
+    paths = [where / folder / n for n in (*train_files, *test_files, meta_file)]
+    return paths if all(p.is_file() for p in paths) else None
+
 
 # CIFAR-10's two natural groups (001 Sec. IV-A E1/E2a, K=2 "vehicles vs animals"): airplane, automobile,
 # ship and truck (labels 0, 1, 8, 9) are vehicles (0); bird, cat, deer, dog, frog and horse animals (1).
@@ -60,6 +68,7 @@ CIFAR100_MEAN_STD = ((0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762))
 
 
 @register_dataset("cifar10")
+@with_files(lambda where: cifar_paths(where, _CIFAR10) is not None)
 @with_facts(
     DatasetFacts(
         10, 3, (32, 32), superclasses=CIFAR10_SUPERCLASSES, mean_std=CIFAR10_MEAN_STD, train_size=50000, test_size=10000
@@ -91,6 +100,7 @@ def _cifar100_facts(label: str) -> DatasetFacts:
 
 
 @register_dataset("cifar100")
+@with_files(lambda where: cifar_paths(where, _CIFAR100) is not None)
 @with_facts(_cifar100_facts)
 def cifar100(root: Path, label: Literal["fine", "coarse"] = "fine") -> BaseDataset:
     """CIFAR-100 from `<root>/cifar-100-python/`: 100 fine classes grouped into 20 coarse superclasses.
@@ -140,16 +150,12 @@ def _cifar_dataset(
     folder, train_files, test_files, meta_file = layout
     names = [*train_files, *test_files, meta_file]
 
-    def locate(where: Path) -> list[Path] | None:
-        paths = [where / folder / n for n in names]
-        return paths if all(p.is_file() for p in paths) else None
-
     def download(where: Path) -> None:
         import torchvision.datasets  # here, not at the top: a seconds-long import digits/synthetic need not pay
 
         getattr(torchvision.datasets, torchvision_class)(where, train=True, download=True)
 
-    sources = read_or_download(name, root, folder, ", ".join(names), locate, download)
+    sources = read_or_download(name, root, folder, ", ".join(names), lambda at: cifar_paths(at, layout), download)
 
     def decode() -> BaseDataset:
         batches = [_unpickle(path) for path in sources]

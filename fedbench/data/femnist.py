@@ -17,7 +17,7 @@ import numpy as np
 
 from fedbench.core.errors import DataCorruptError, DataMissingError
 from fedbench.core.registry import register_dataset
-from fedbench.data.base import BaseDataset, DatasetFacts, with_facts
+from fedbench.data.base import BaseDataset, DatasetFacts, with_facts, with_files
 from fedbench.data.decoded_cache import cached_dataset
 
 # LEAF's relabel_class: 0-9 digits, 10-35 uppercase, 36-61 lowercase letters.
@@ -29,6 +29,7 @@ Record = tuple[str, np.ndarray, np.ndarray]  # (LEAF user name, uint8 images [n,
 
 
 @register_dataset("femnist")
+@with_files(lambda where: found_leaf_files(where))
 @with_facts(lambda digits_only: DatasetFacts(10 if digits_only else 62, 1, (28, 28), ("writer",)))
 def femnist(root: Path, digits_only: bool = False) -> BaseDataset:
     """LEAF FEMNIST as uint8 [N, 1, 28, 28], 62 classes (0-9, A-Z, a-z), meta 'split' and 'writer'.
@@ -83,6 +84,15 @@ def _decode(files: dict[str, list[Path]], digits_only: bool) -> BaseDataset:
 
     classes = CLASSES[:10] if digits_only else CLASSES
     return BaseDataset.from_splits("femnist", classes, stack(records["train"]), stack(records["test"]))
+
+
+def found_leaf_files(root: Path) -> bool:
+    """Whether `root` holds LEAF's JSON files where `femnist` reads them (`with_files`)."""
+    try:
+        _find(root)
+    except DataMissingError:
+        return False
+    return True
 
 
 def _find(root: Path) -> dict[str, list[Path]]:

@@ -22,7 +22,7 @@ import numpy as np
 from fedbench.core.errors import DataCorruptError
 from fedbench.core.fields import added_later
 from fedbench.core.registry import register_dataset
-from fedbench.data.base import BaseDataset, DatasetFacts, read_or_download, with_facts
+from fedbench.data.base import BaseDataset, DatasetFacts, read_or_download, with_facts, with_files
 from fedbench.data.colourise import colour_facts, colourised
 from fedbench.data.decoded_cache import cached_dataset
 
@@ -37,6 +37,20 @@ _EMNIST_FILES = {
     s: (f"emnist-digits-{s}-images-idx3-ubyte", f"emnist-digits-{s}-labels-idx1-ubyte") for s in ("train", "test")
 }
 IMAGES_MAGIC, LABELS_MAGIC = 2051, 2049
+
+
+def idx_suffix(where: Path, folder: str, files: dict[str, tuple[str, str]]) -> str | None:
+    """The suffix (`""` extracted, `.gz`) with which `where/<folder>/raw` holds every one of `files`; None: not all."""
+    raw = where / folder / "raw"
+    names = [n for pair in files.values() for n in pair]
+    return next((s for s in ("", ".gz") if all((raw / f"{n}{s}").is_file() for n in names)), None)
+
+
+def idx_files(folder: str, files: dict[str, tuple[str, str]]) -> Callable[[Path], bool]:
+    """Whether a root holds an idx dataset's files (`with_files`)."""
+    return lambda where: idx_suffix(where, folder, files) is not None
+
+
 GRAY_28 = DatasetFacts(num_classes=10, channels=1, image_size=(28, 28), train_size=60000, test_size=10000)
 MNIST_FACTS = dataclasses.replace(GRAY_28, mean_std=((0.1307,), (0.3081,)))
 """MNIST's mean and std, as PyTorch's MNIST example and most FL code bases normalise it."""
@@ -45,6 +59,7 @@ FMNIST_FACTS = dataclasses.replace(GRAY_28, mean_std=((0.2860,), (0.3530,)))
 
 
 @register_dataset("mnist")
+@with_files(idx_files("MNIST", _MNIST_FILES))
 @added_later("colourise", "colour_seed")
 @with_facts(lambda colourise, colour_seed: colour_facts(MNIST_FACTS, colourise, colour_seed))
 def mnist(root: Path, colourise: bool = False, colour_seed: int = 0) -> BaseDataset:
@@ -65,6 +80,7 @@ def mnist(root: Path, colourise: bool = False, colour_seed: int = 0) -> BaseData
 
 
 @register_dataset("fmnist")
+@with_files(idx_files("FashionMNIST", _MNIST_FILES))
 @added_later("colourise", "colour_seed")
 @with_facts(lambda colourise, colour_seed: colour_facts(FMNIST_FACTS, colourise, colour_seed))
 def fmnist(root: Path, colourise: bool = False, colour_seed: int = 0) -> BaseDataset:
@@ -85,6 +101,7 @@ def fmnist(root: Path, colourise: bool = False, colour_seed: int = 0) -> BaseDat
 
 
 @register_dataset("emnist")
+@with_files(idx_files("EMNIST", _EMNIST_FILES))
 @with_facts(dataclasses.replace(GRAY_28, train_size=240000, test_size=40000))
 def emnist(root: Path) -> BaseDataset:
     """EMNIST's 'digits' split (240000 train + 40000 test), from `<root>/EMNIST/raw/`.
@@ -135,11 +152,8 @@ def _idx_dataset(
 
     def locate(where: Path) -> tuple[Path, bool] | None:
         """(root, gzipped?) of a complete set of files under `where`."""
-        raw = where / folder / "raw"
-        for gz in (False, True):
-            if all((raw / (f"{n}.gz" if gz else n)).is_file() for n in names):
-                return where, gz
-        return None
+        suffix = idx_suffix(where, folder, files)
+        return None if suffix is None else (where, suffix == ".gz")
 
     expected = ", ".join(f"{n}.gz" for n in names) + " (or the same files extracted, without .gz)"
     where, gz = read_or_download(

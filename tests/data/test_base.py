@@ -166,3 +166,26 @@ def test_failed_download_says_where_what_and_how_to_fix(tmp_path):
 def test_download_that_leaves_nothing_readable_is_reported(tmp_path):
     with pytest.raises(DataMissingError, match="left no readable files"):
         read_or_download("thing", tmp_path, "thing", "file.bin", _marker_reader, lambda where: None)
+
+
+def test_list_datasets_says_where_each_datasets_files_are(tmp_path, monkeypatch, capsys):
+    """Issue 47, item 15: `fedbench list datasets` says which datasets FEDBENCH_DATA holds."""
+    from fedbench.cli import main
+    from fedbench.data.base import files_status
+
+    monkeypatch.setenv("FEDBENCH_DATA", str(tmp_path / "data"))
+    raw = tmp_path / "data" / "MNIST" / "raw"
+    raw.mkdir(parents=True)
+    for name in ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte"):
+        (raw / f"{name}.gz").write_bytes(b"")
+    assert files_status("mnist").startswith("missing from")  # three of four files
+    (raw / "t10k-labels-idx1-ubyte.gz").write_bytes(b"")
+    assert files_status("mnist") == f"found in {(tmp_path / 'data').resolve()}"
+    assert files_status("digits") == "none of its own"
+    folder = tmp_path / "data" / "cifar-10-batches-py"
+    folder.mkdir()
+    for name in [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch", "batches.meta"]:
+        (folder / name).write_bytes(b"")
+    assert files_status("cifar10").startswith("found in")
+    assert main(["list", "datasets", "fmnist"]) == 0
+    assert "files: missing from" in capsys.readouterr().out
