@@ -184,9 +184,9 @@ class TaskLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
         return super().construct_mapping(node, deep)
 
 
-LEARNER_FIELDS = ("algorithm", "scored_round", "seed", "run_name", "task", "resources")
+LEARNER_FIELDS = ("algorithm", "scored_round", "seed", "run_name", "task", "resources", "log_models")
 """What a data configuration leaves out: how its federation is learnt (the algorithm and its parameters) and which
-round of it is scored, the seed, and the run's name, task and placement."""
+round of it is scored, the seed, and the run's name, task, placement and whether it logs its models."""
 
 
 def data_configuration(spec: RunSpec) -> str:

@@ -31,6 +31,9 @@ class RunResult:
     per_client: dict[str, Any] = field(default_factory=dict)
     """Every client's numbers at every evaluated round, as columns (`fedbench.runtime.per_client`); empty when the
     run evaluated no round."""
+    models: list[tuple[Any, list[int]]] = field(default_factory=list)
+    """Under `RunSpec.log_models`, each distinct final model (a torch module) and the clients evaluated with it;
+    empty otherwise, and for a failed run."""
 
 
 class Callback:

@@ -245,6 +245,12 @@ class RunSpec:
     `final.round_scored` records which. Only for methods whose clients keep no state between rounds (that state
     is not kept per round)."""
     resources: ResourceSpec = field(default_factory=ResourceSpec, metadata=NOT_IDENTITY)
+    log_models: bool = field(default=False, metadata=NOT_IDENTITY)
+    """Log the run's final model(s) as MLflow PyTorch models under the run's `models/` artifacts (`model_0`, ...;
+    `models/clients.json` says which clients each is for): the models the server sends the clients to evaluate at
+    the end (the scored round's under `scored_round`), one for a global-model method, one per cluster for a
+    clustered one; a personalised method's clients adapt them further on their own. Off by default: a sweep of
+    hundreds of runs would store as many models."""
     run_name: str | None = field(default=None, metadata=NOT_IDENTITY)
     """The run's display name (MLflow run name, progress lines); a task names its runs by what varies in its
     grid (`fedavg-cf0.5-a0.1-s0`). None: algorithm, dataset, seed and hash."""
@@ -257,8 +263,9 @@ class RunSpec:
             raise ConfigError(
                 "rounds", self.rounds, f"at most {MAX_ROUNDS:,} (a sane maximum: the papers run up to 800)"
             )
-        if not isinstance(self.system_accuracy, bool):
-            raise ConfigError("system_accuracy", self.system_accuracy, "true or false")
+        for name in ("system_accuracy", "log_models"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(name, getattr(self, name), "true or false")
         if self.test_time not in ("own", "known", "index"):
             raise ConfigError(
                 "test_time",

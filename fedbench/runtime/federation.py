@@ -13,9 +13,11 @@ callback that can record nothing more (`ResultsUnwritableError`: a full disk), w
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import hashlib
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -118,6 +120,8 @@ class Federation:
             final = summarize(history, self.earlier_wall_s + time.perf_counter() - start)
             reason = meaningless(final)
             result = RunResult(self.spec, "FAILED" if reason else "FINISHED", history, final, reason)
+            if self.spec.log_models and not reason:
+                result.models = self._final_models(algorithm)
         except ResultsUnwritableError as stop:  # nothing more can be recorded: every later run would fail the same way
             self._stopped(len(history), f"the results cannot be written ({stop})")
             raise
@@ -306,6 +310,19 @@ class Federation:
             _, last = evaluation.local(scored.round, scored.server, clients)
         return {**evaluation.final(scored.round, scored.server, last), M.SCORED_ROUND: float(scored.round)}
 
+    def _final_models(self, algorithm: Algorithm[Any, Any, Any]) -> list[tuple[Any, list[int]]]:
+        """Each distinct model the clients are sent to evaluate at the end (the scored round's state where one was
+        kept), as a torch module of its own, with the clients it is for."""
+        state = self.scored.server if self.scored is not None else self.state
+        payloads = algorithm.evaluation_payloads(state, list(range(self.spec.scenario.num_clients)))
+        distinct: dict[str, tuple[Any, list[int]]] = {}
+        for client, payload in sorted(payloads.items()):
+            key = weights_digest(payload.weights)  # by content: two clients sent equal weights are sent one model
+            if key not in distinct:
+                distinct[key] = (copy.deepcopy(algorithm.model_with(payload.weights)), [])
+            distinct[key][1].append(client)
+        return list(distinct.values())
+
     def _sample(self, round: int, m: int) -> list[int]:
         """Clients taking part in `round`: a seeded sample of m of the K clients (`clients_per_round`)."""
         k = self.spec.scenario.num_clients
@@ -313,6 +330,14 @@ class Federation:
             return list(range(k))
         rng = np.random.default_rng(derive_seed(self.spec.seed, round, "sample"))
         return sorted(int(c) for c in rng.choice(k, size=m, replace=False))
+
+
+def weights_digest(weights: Mapping[str, np.ndarray]) -> str:
+    digest = hashlib.sha1()
+    for name in sorted(weights):
+        digest.update(name.encode())
+        digest.update(np.ascontiguousarray(weights[name]).tobytes())
+    return digest.hexdigest()
 
 
 def run_spec(spec: RunSpec, callbacks: Sequence[Callback] = (), backend: str | None = None) -> RunResult:

@@ -22,7 +22,7 @@ from fedbench.core.runspec import RunSpec
 from fedbench.tracking.mlflow_callback import MAX_PARAM_LENGTH
 from fedbench.tracking.store import RUN_HASH, STATUS
 
-KIND_LEFT_OUT = ("seed", "rounds", "run_name", "task")
+KIND_LEFT_OUT = ("seed", "rounds", "run_name", "task", "log_models")
 """Fields a run's cost per round does not depend on (resources.* neither: they place the clients, the work is the
 same)."""
 COMPUTE = M.TOTAL_PREFIX + M.TIME_CLIENT_COMPUTE_S

@@ -48,7 +48,16 @@ its `startup_s`). Names without spaces, so that exported tables read back as the
 ALIASES = {"dataset": ("dataset.",), "scenario": ("scenario.",), "algorithm": ("algorithm.",), "model": ("model.",)}
 """A group-by name standing for every varying field under a section."""
 
-IGNORED = {"seed", "run_hash", "run_name", "task", "resources.backend", "resources.num_workers", "dataset.data_root"}
+IGNORED = {
+    "seed",
+    "run_hash",
+    "run_name",
+    "task",
+    "log_models",
+    "resources.backend",
+    "resources.num_workers",
+    "dataset.data_root",
+}
 """Fields that never tell configurations apart."""
 
 

@@ -21,6 +21,7 @@ from fedbench.core.runspec import RunSpec
 from fedbench.tracking.paths import inside, tracking_uri
 from fedbench.tracking.patient_store import PatientClient
 from fedbench.tracking.per_client import log_per_client
+from fedbench.tracking.run_models import log_models
 from fedbench.tracking.store_template import prepare_store
 from fedbench.tracking.tags import FAILURE_REASON_TAG, FAILURE_TRACEBACK_ARTIFACT, PARENT_RUN_TAG, STOPPED_TAG
 
@@ -98,6 +99,7 @@ class MlflowCallback(Callback):
         self.client.log_batch(self.run_id, metrics=[Metric(k, float(v), now, step) for k, v in result.final.items()])
         self.set_tags(result.tags)
         log_per_client(self.client, self.run_id, result.per_client)
+        log_models(self.client, self.run_id, result.models)
         if result.status == "FAILED":
             self.client.log_batch(self.run_id, tags=[RunTag(FAILURE_REASON_TAG, result.reason[:5000])])
             if result.traceback:

@@ -189,6 +189,12 @@ def make_plan(
             seeds=tuple(seeds),
         )
         runs = (apply(base, {}),)
+    if any(run.log_models for run in runs):
+        raise ConfigError(
+            "log_models",
+            True,
+            "false in a sweep (its trials report numbers to the sweep, not models); `fedbench run` logs them",
+        )
     if bare in M.TEST_TIME and all(run.scenario.test_clients.mode == "none" for run in runs):
         raise ConfigError(
             "--metric",
