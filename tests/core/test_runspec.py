@@ -34,7 +34,7 @@ BASES = [
     parse_run({**WITH_EVERYTHING, "normalize": {"mode": "values", "mean": [0.5], "std": [0.5]}}),
     parse_run({**WITH_EVERYTHING, "normalize": "none"}),
 ]
-NOT_IDENTITY = ("resources", "dataset.data_root", "run_name")
+NOT_IDENTITY = ("resources", "dataset.data_root", "run_name", "log_models")
 
 
 def leaves(value: Any, annotation: Any, path: str = "") -> Iterator[tuple[str, Any, Any]]:
