@@ -10,11 +10,13 @@ Two figures, drawn by `fedbench plot` beside the curves and the heatmap when the
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pandas as pd
 
 from fedbench.tracking.leaderboard import readable
+from fedbench.tracking.plots import fitted
 
 MAX_MAP_PANELS = 12
 """Configurations x groups drawn in the clients x rounds figure; the rest are named in its title as left out."""
@@ -31,7 +33,7 @@ def draw_client_distribution(table: pd.DataFrame, title: str):
     from matplotlib.figure import Figure
 
     final = final_round_rows(table)
-    groups = list(dict.fromkeys(final["group"]))
+    groups = sorted(dict.fromkeys(final["group"]), key=numbers_in_order)
     configurations = sorted(final["configuration"].unique())
     shown = readable(configurations)
     slanted = len(configurations) > 3 or max(map(len, shown)) > 14  # labels that would run into each other
@@ -61,14 +63,21 @@ def draw_client_distribution(table: pd.DataFrame, title: str):
         ax.set_visible(False)
     for ax in axes[::cols]:
         ax.set_ylabel("local test accuracy of a client")
-    fig.suptitle(title, fontsize=10)
+    fig.suptitle(fitted(title, fig), fontsize=10)  # one panel is narrower than the title
     return fig
+
+
+def numbers_in_order(label: str) -> list[tuple[int, float | str]]:
+    """A sort key reading the numbers in a label as numbers: `alpha=0.3` < `alpha=1.0` < `alpha=10`."""
+    parts = re.split(r"(-?\d+(?:\.\d+)?(?:e[+-]?\d+)?)", label)
+    return [(0, float(part)) if i % 2 else (1, part) for i, part in enumerate(parts)]
 
 
 def draw_client_map(table: pd.DataFrame, title: str):
     """Clients (rows) x evaluated rounds (columns), per configuration and group, coloured by accuracy (mean over
     seeds), one shared colour scale from 0 to 1."""
     from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
 
     panels = list(table.groupby(["group", "configuration"], sort=True).groups)
     left_out = len(panels) - MAX_MAP_PANELS
@@ -93,6 +102,7 @@ def draw_client_map(table: pd.DataFrame, title: str):
         ax.set_xticks(ticks, [str(rounds[t]) for t in ticks], fontsize=7)
         ax.set_xlabel("round", fontsize=8)
         ax.set_ylabel("client", fontsize=8)
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))  # client ids, not -0.5, 0.0, 0.5 ...
         ax.tick_params(axis="y", labelsize=7)
         ax.set_title(f"{names[configuration]}\n{group}", fontsize=8)
     for ax in axes[len(panels) :]:
@@ -100,5 +110,5 @@ def draw_client_map(table: pd.DataFrame, title: str):
     if image is not None:
         fig.colorbar(image, ax=axes[: len(panels)].tolist(), shrink=0.8, label="local test accuracy")
     more = f" ({left_out} more configurations not drawn)" if left_out > 0 else ""
-    fig.suptitle(title + more, fontsize=10)
+    fig.suptitle(fitted(title + more, fig), fontsize=10)
     return fig
