@@ -484,7 +484,7 @@ def export(
 def plot(
     task_or_experiment: TaskLike,
     *,
-    metric: str = M.ACC_LOCAL_MEAN,
+    metric: str | None = None,
     group_by: str | Sequence[str] = ("scenario",),
     out: str | os.PathLike | None = None,
     formats: str | Sequence[str] = ("png",),
@@ -497,7 +497,8 @@ def plot(
 
     Args:
         task_or_experiment: an MLflow experiment name or a task, as `leaderboard` takes it.
-        metric: the per-round metric to plot; the heatmap shows `final.<metric>`.
+        metric: the per-round metric to plot; the heatmap shows `final.<metric>`. None: the metric the
+            experiment's latest search optimised (its per-round name), else acc_local_mean.
         group_by: the fields whose values form the panels and heatmap columns, as a list or comma-separated.
         out: the folder for the figures; None: `results/plots/<experiment>`.
         formats: figure formats among png, pdf and svg, as a list or comma-separated.
@@ -510,7 +511,7 @@ def plot(
     """
     from fedbench.tracking.paths import results_path, tracking_uri
     from fedbench.tracking.plots import plot_experiment
-    from fedbench.tuning.study_plots import plot_latest_search
+    from fedbench.tuning.study_plots import plot_latest_search, searched_metric
 
     if not 10 <= dpi <= 1200:
         raise ConfigError("--dpi", dpi, "a resolution from 10 to 1200 dots per inch")
@@ -518,6 +519,8 @@ def plot(
     experiment = experiment_name(task_or_experiment)
     folder = Path(out) if out else results_path("plots", experiment)
     uri = uri or tracking_uri()
+    if metric is None:  # a search's figures rank by what it optimised, not by another metric
+        metric = (searched_metric(uri, experiment) or M.ACC_LOCAL_MEAN).removeprefix(M.FINAL_PREFIX)
     plots = plot_experiment(experiment, uri, folder, metric, field_list(group_by), formats=kinds, dpi=dpi)
     search = plot_latest_search(uri, experiment, folder / "optuna", kinds, dpi)
     if search is not None:

@@ -582,8 +582,9 @@ def add_plot_parser(sub) -> None:
     add_experiment_arguments(plot)
     plot.add_argument(
         "--metric",
-        default=M.ACC_LOCAL_MEAN,
-        help=f"per-round metric to plot (default {M.ACC_LOCAL_MEAN}); the heatmap shows {M.FINAL_PREFIX}<metric>",
+        default=None,
+        help="per-round metric to plot (default: the one the experiment's latest search optimised, else "
+        f"{M.ACC_LOCAL_MEAN}); the heatmap shows {M.FINAL_PREFIX}<metric>",
     )
     plot.add_argument(
         "--group-by",

@@ -41,7 +41,7 @@ from fedbench.algorithms.base import AlgorithmConfig, average_uplinks, counted
 from fedbench.algorithms.fedavg import FedAvg
 from fedbench.algorithms.fedprox import proximal_term
 from fedbench.algorithms.personal import PersonalBesideGlobal, PersonalClientState, PersonalisedState
-from fedbench.core.errors import ConfigError
+from fedbench.core.errors import ConfigError, IgnoredSettingWarning
 from fedbench.core.registry import register_algorithm
 from fedbench.core.runspec import RunSpec
 from fedbench.core.types import Arrays, ClientResult, Metrics, OptimizerSpec, Payload, RoundContext
@@ -126,6 +126,7 @@ class PFedMe(PersonalBesideGlobal, FedAvg["PFedMe.Config", PersonalisedState, Pe
                 warnings.warn(
                     f"pFedMe ignores {', '.join(ignored)}: its inner and outer updates are plain gradient "
                     "steps at optimizer.lr and its schedule (Dinh et al. 2020, Algorithm 1)",
+                    IgnoredSettingWarning,
                     stacklevel=2,
                 )
 

@@ -38,6 +38,7 @@ import itertools
 import math
 import os
 import re
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,7 +48,7 @@ import yaml
 
 from fedbench.config.parse import components_parsed_once, parse_dataset, parse_run
 from fedbench.config.reference import ReferenceTable, parse_reference
-from fedbench.core.errors import ConfigError
+from fedbench.core.errors import ConfigError, IgnoredSettingWarning
 from fedbench.core.names import check_name
 from fedbench.core.runspec import RunSpec, changed_params
 
@@ -111,7 +112,8 @@ class TaskSpec:
 
     def _expansion(self) -> tuple[RunSpec, ...]:
         specs: dict[str, RunSpec] = {}
-        with components_parsed_once():
+        with components_parsed_once(), warnings.catch_warnings(record=True) as said:
+            warnings.simplefilter("always")
             for block, grid in enumerate(self.grid):
                 for point in itertools.product(*(values for _, values in grid)):
                     for spec in self._seeded(resolve_run(self.run_dict(point, None, block))):
@@ -119,6 +121,10 @@ class TaskSpec:
                             axes = {axis: v for (axis, _), v in zip(grid, point, strict=True)}
                             spec = spec.replace(run_name=run_name(spec, axes))
                         specs.setdefault(spec.run_hash, spec)
+        shared = len({spec.algorithm.name for spec in specs.values()}) > 1
+        for warning in {(w.category, str(w.message)): w for w in said}.values():  # each said once
+            if not (shared and issubclass(warning.category, IgnoredSettingWarning)):  # set for the other methods
+                warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
         return tuple(specs.values())
 
     def _seeded(self, first: RunSpec) -> list[RunSpec]:

@@ -10,6 +10,12 @@ class FedbenchError(Exception):
     """Base of every error fedbench raises on purpose."""
 
 
+class IgnoredSettingWarning(UserWarning):
+    """A run setting its method does not use (pFedMe's plain gradient steps take no momentum). Said where a task runs
+    that method alone; a task whose grid shares one setting among several methods chose it for the others, and is not
+    warned (`TaskSpec.expand`)."""
+
+
 class DegenerateRunWarning(UserWarning):
     """A run that trains, but is not what its method is for (a warm-up lasting the whole run makes FEROMA FedAvg): a
     warning in a task, refused where a search space's range would sample it. `field` (the dotted path at fault) lets

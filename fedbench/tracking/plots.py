@@ -180,8 +180,9 @@ def heatmap_console_table(plots: Plots, title: str) -> Table:
     table.add_column("configuration")
     for group in plots.heatmap.columns:
         table.add_column(escape(str(group)), justify="right")
-    for configuration, row in plots.heatmap.iterrows():
-        table.add_row(escape(str(configuration)), *("-" if math.isnan(value) else f"{value:.4f}" for value in row))
+    names = readable([str(c) for c in plots.heatmap.index])  # a sampled tau=0.11236203565420874 reads 0.112
+    for name, (_, row) in zip(names, plots.heatmap.iterrows(), strict=True):
+        table.add_row(escape(name), *("-" if math.isnan(value) else f"{value:.4f}" for value in row))
     return table
 
 

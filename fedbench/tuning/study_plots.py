@@ -97,19 +97,42 @@ def plot_latest_search(
     """For `fedbench plot`: the views of `experiment`'s latest search whose study is here, drawn into `out` and
     logged on that search's parent run (which need not be the latest sweep: a grid may have followed it); None
     when the experiment has no such search."""
-    runs = SweepRuns(uri, experiment)
-    pattern = f"{glob.escape(experiment)}-*.log"  # a sweep is named <task>-<digest>
-    searches = [
-        (parent, journal.stem)
-        for journal in results_path("optuna").glob(pattern)
-        if (parent := runs.latest_parent(journal.stem)) is not None
-    ]
-    if not searches:
+    latest = latest_search(uri, experiment)
+    if latest is None:
         return None
-    parent, sweep = max(searches, key=lambda search: search[0].start_time)
+    runs, parent, sweep = latest
     plots = plot_study(sweep, out, formats=formats, dpi=dpi)
     runs.log_files(parent.run_id, plots.files, ARTIFACT_FOLDER)
     return plots
+
+
+def latest_search(uri: str, experiment: str) -> tuple[SweepRuns, Any, str] | None:
+    """The sweeps of `experiment`, and the parent run and name of its latest search whose study is here; None when
+    it has none (the store is not read, nor the experiment made, where no study of it is here)."""
+    pattern = f"{glob.escape(experiment)}-*.log"  # a sweep is named <task>-<digest>
+    journals = list(results_path("optuna").glob(pattern))
+    if not journals:
+        return None
+    runs = SweepRuns(uri, experiment)
+    searches = [(parent, j.stem) for j in journals if (parent := runs.latest_parent(j.stem)) is not None]
+    if not searches:
+        return None
+    parent, sweep = max(searches, key=lambda search: search[0].start_time)
+    return runs, parent, sweep
+
+
+def searched_metric(uri: str, experiment: str) -> str | None:
+    """The metric `experiment`'s latest search optimised (as its study records it); None without a search."""
+    import optuna
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    latest = latest_search(uri, experiment)
+    if latest is None:
+        return None
+    storage = JournalStorage(JournalFileBackend(str(study_journal(latest[2]))))
+    names = optuna.load_study(study_name=latest[2], storage=storage).metric_names
+    return names[0] if names else None
 
 
 def _skip(view: str, scores: list[float]) -> str | None:
@@ -148,6 +171,8 @@ def _draw(
         drawn = getattr(optuna.visualization.matplotlib, f"plot_{view}")(study, target_name=target)
         if view in SCORE_AXIS_VIEWS:
             _reference_lines(drawn, study, view)
+        if view == "parallel_coordinate":
+            _legible_lines(drawn)
         if view == "optimization_history":  # trials are counted: no half-trial ticks with a few of them
             from matplotlib.ticker import MaxNLocator
 
@@ -180,6 +205,25 @@ def _reference_lines(drawn: Any, study: optuna.Study, view: str) -> None:
         ]
         if lines:  # a slice panel's legend would list Optuna's empty "Infeasible Trial" too
             ax.legend(handles=lines if view == "slice" else None, loc="best", fontsize="small")
+
+
+def _legible_lines(ax: Any) -> None:
+    """Optuna colours the parallel coordinates' lines on Blues from white, so the lowest-scoring trials were all but
+    invisible, and its colour bar sat on the last axis's labels: the lines start at a visible blue, the bar moves
+    right of the labels."""
+    import numpy as np
+    from matplotlib import colormaps
+    from matplotlib.collections import LineCollection
+    from matplotlib.colors import ListedColormap
+
+    visible = ListedColormap(colormaps["Blues"](np.linspace(0.4, 1.0, 256)))
+    for lines in ax.collections:
+        if isinstance(lines, LineCollection) and lines.get_array() is not None:
+            lines.set_cmap(visible)
+            if lines.colorbar is not None:
+                lines.colorbar.update_normal(lines)
+                box = lines.colorbar.ax.get_position()
+                lines.colorbar.ax.set_position((box.x0 + 0.12, box.y0, box.width, box.height))
 
 
 def _tidied(drawn: Any, title: str) -> Figure:

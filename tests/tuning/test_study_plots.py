@@ -103,6 +103,20 @@ def test_fedbench_plot_draws_the_latest_search_and_logs_it_on_that_search_parent
     assert logged == {f"plots/optuna/{view}.png" for view in VIEWS}
 
 
+def test_fedbench_plot_of_a_search_ranks_by_the_metric_it_optimised(mlflow_store, capsys):
+    """`fedbench plot` on a search of acc_test_time ranked by acc_local_mean (issue 47, item 11)."""
+    from fedbench.tuning.study_plots import searched_metric
+
+    uri = f"sqlite:///{mlflow_store}"
+    story(uri, "story-0123abcd")
+    searched("story-0123abcd", complete=3)
+    plot_study("story-0123abcd", mlflow_store.parent / "views", metric="final.acc_local_min")  # as the search records
+    assert searched_metric(uri, "story") == "final.acc_local_min"
+    assert fedbench.plot("story").heatmap_metric == "final.acc_local_min"
+    assert fedbench.plot("story", metric="acc_local_mean").heatmap_metric == "final.acc_local_mean"
+    assert searched_metric(uri, "nothing") is None
+
+
 def test_fedbench_plot_says_why_a_view_of_a_search_is_missing(mlflow_store, capsys):
     story(f"sqlite:///{mlflow_store}", "story-0123abcd")
     searched("story-0123abcd", complete=1)
@@ -113,3 +127,20 @@ def test_fedbench_plot_says_why_a_view_of_a_search_is_missing(mlflow_store, caps
         "complete trials, the study has 1" in " ".join(err.split())
     )
     assert "optuna/slice.png" in out and "Traceback" not in out + err
+
+
+def test_the_parallel_coordinates_lowest_trials_are_visible_and_the_colour_bar_clears_the_labels():
+    """Optuna drew the lowest-scoring trials near-white and its colour bar over the last axis's labels (issue 47,
+    item 11)."""
+    from matplotlib.collections import LineCollection
+
+    from fedbench.tuning.study_plots import _legible_lines
+
+    study = searched("paper-0000000a", complete=6, failed=0)
+    ax = optuna.visualization.matplotlib.plot_parallel_coordinate(study)
+    _legible_lines(ax)
+    [lines] = [c for c in ax.collections if isinstance(c, LineCollection) and c.get_array() is not None]
+    red, green, blue, _ = lines.cmap(0.0)
+    assert 0.299 * red + 0.587 * green + 0.114 * blue < 0.8  # Blues at 0 is 0.97: white on white
+    assert lines.colorbar.ax.get_position().x0 > ax.get_position().x1 + 0.1
+    ax.figure.clf()
