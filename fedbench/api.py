@@ -581,6 +581,20 @@ def ui(*, uri: str | None = None, port: int | None = None) -> UiServer:
     return start_ui(uri, port)
 
 
+def ui_pages(server: UiServer, limit: int = 20) -> list[tuple[str, str]]:
+    """(experiment, address) of the runs pages `fedbench ui` prints, each opening on a comparison of the experiment's
+    runs (`fedbench.tracking.ui_views`): best first by the final metric (the one its latest search optimised, where
+    it has one), the metrics and the fields that tell runs apart as columns, sweeps' children shown."""
+    from fedbench.tracking.leaderboard import DEFAULT_METRIC
+    from fedbench.tracking.ui_views import share_views
+    from fedbench.tuning.study_plots import searched_metric
+
+    def metric_of(experiment: str) -> str:
+        return searched_metric(server.store, experiment) or DEFAULT_METRIC
+
+    return share_views(server.store, server.url, metric_of, limit)
+
+
 def listing(kind: str | None = None, name: str | None = None) -> dict[str, list[Listed]]:
     """What `fedbench list` shows: each kind's registered entries by name (datasets, models, algorithms,
     partitions, shifts), each with its parameters, their defaults and docs, then the scenario presets under

@@ -292,14 +292,15 @@ def cmd_ui(args: argparse.Namespace) -> int:
     """MLflow's UI over the results store until Ctrl-C or SIGTERM; then the server this started is stopped."""
     import signal
 
-    from fedbench.tracking.ui import MODEL_TRAINING_HINT, runs_pages
+    from fedbench.tracking.ui import MODEL_TRAINING_HINT
 
     signal.signal(signal.SIGTERM, interrupt)  # before the server starts: SIGTERM while it starts stops it too
     server = api.ui(port=args.port)
     try:
         console.print(f"MLflow UI over {escape(server.store)}: [bold]{server.url}[/] (Ctrl-C stops it)", soft_wrap=True)
         console.print(escape(MODEL_TRAINING_HINT), soft_wrap=True)
-        for name, page in runs_pages(server):
+        console.print("each experiment's runs, best first, the fields that tell them apart as columns:")
+        for name, page in api.ui_pages(server):
             console.print(f"  {escape(name)}: {page}", soft_wrap=True)
         server.process.wait()
     except KeyboardInterrupt:

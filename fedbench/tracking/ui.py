@@ -115,15 +115,6 @@ def checked_port(port: int) -> int:
     return port
 
 
-def runs_pages(server: UiServer, limit: int = 20) -> list[tuple[str, str]]:
-    """(experiment, the address of its runs page) for the store's experiments, newest first: that page shows the
-    runs as training runs whichever way the UI's GenAI / Model training toggle stands."""
-    from fedbench.tracking.patient_store import PatientClient
-
-    experiments = PatientClient(server.store).search_experiments(max_results=limit, order_by=["creation_time DESC"])
-    return [(e.name, f"{server.url}/#/experiments/{e.experiment_id}/runs") for e in experiments if e.name != "Default"]
-
-
 def wait_until_healthy(server: UiServer, timeout_s: float) -> None:
     """Return once the server's /health answers; raise FedbenchError if it exits or stays silent."""
     deadline = time.monotonic() + timeout_s
