@@ -10,7 +10,7 @@ may read). `@with_facts` tells fedbench what the data is before any is loaded: t
 (or the channels and size of an image) and the sizes of the splits. A task is checked against them when it
 loads (a federation with more clients than samples, a model that cannot take the rows), and the facts function
 checks the options the way the loader would, so a bad option fails then, naming the field, not rounds later.
-`examples/my_dataset_and_model.py` runs it.
+`python examples/my_dataset.py` loads it as fedbench does; `examples/my_dataset_and_model.py` runs it.
 """
 
 from __future__ import annotations
@@ -53,3 +53,12 @@ def moons(root: Path, samples: int = 2000, noise: float = 0.2, test_fraction: fl
     x = x.astype(np.float32)
     cut = samples - int(test or 0)
     return BaseDataset.from_splits("moons", CLASSES, {"x": x[:cut], "y": y[:cut]}, {"x": x[cut:], "y": y[cut:]})
+
+
+if __name__ == "__main__":  # python examples/my_dataset.py: what the loader gives, as fedbench loads it
+    from fedbench.data import load_dataset
+
+    data = load_dataset("examples.my_dataset:moons", noise=0.2)
+    train = int((data.meta["split"] == "train").sum())
+    test, features = len(data) - train, data.x.shape[1]
+    print(f"moons: {train} train + {test} test points of {features} features, {data.num_classes} classes")

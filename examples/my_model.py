@@ -7,7 +7,7 @@ and its options, and returns a `FedModel`: `features` (inputs to a flat vector),
 representation) and `head` (the classifier). The split is what methods that treat parts differently read:
 FedRep and FedBABU train the head apart from the body, FedDRM and the conditional models read the representation.
 Options are the keyword parameters, checked when the task loads (a ConfigError names the field).
-`examples/my_dataset_and_model.py` runs it.
+`python examples/my_model.py` builds it as fedbench does; `examples/my_dataset_and_model.py` runs it.
 """
 
 from __future__ import annotations
@@ -45,3 +45,11 @@ def residual_mlp(input_shape: tuple[int, ...], num_classes: int, width: int = 64
         raise ConfigError("model.blocks", blocks, "an integer >= 0")
     body = nn.Sequential(nn.Linear(math.prod(input_shape), width), nn.ReLU(), *(Residual(width) for _ in range(blocks)))
     return FedModel(nn.Flatten(), body, nn.Linear(width, num_classes))
+
+
+if __name__ == "__main__":  # python examples/my_model.py: the model fedbench builds for two features, two classes
+    from fedbench.models import build_model
+
+    model = build_model("examples.my_model:residual_mlp", (2,), 2, width=32, blocks=2)
+    outputs = tuple(model(torch.zeros(5, 2)).shape)
+    print(f"residual_mlp: {sum(p.numel() for p in model.parameters())} parameters, output {outputs} for 5 points")

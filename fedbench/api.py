@@ -184,13 +184,13 @@ def dry_run_cost(specs: Sequence[RunSpec], *, skips_finished: bool = True, probe
     on the store's finished runs of each configuration; with `probe`, one serial round of each configuration the
     store never ran is timed (nothing is recorded)."""
     from fedbench.tracking.cost import estimate
-    from fedbench.tracking.leaderboard import read_runs
     from fedbench.tracking.paths import store_missing, tracking_uri
-    from fedbench.tracking.store import RUN_HASH, STATUS
 
     uri = tracking_uri()
-    runs = pd_frame([STATUS, RUN_HASH])
-    if specs and not store_missing(uri):  # reading a store that is not there would create it
+    runs = None
+    if specs and not store_missing(uri):  # reading a store that is not there would create it (and import MLflow)
+        from fedbench.tracking.leaderboard import read_runs
+
         try:
             runs = read_runs(specs[0].task, uri)
         except ConfigError:  # no experiment of this task yet
@@ -213,12 +213,6 @@ def probe_round(spec: RunSpec) -> float:
     if result.status != "FINISHED" or not result.history:
         return math.nan
     return float(result.history[0].get(M.TIME_CLIENT_COMPUTE_S, math.nan))
-
-
-def pd_frame(columns: list[str]) -> pd.DataFrame:
-    import pandas as pd
-
-    return pd.DataFrame(columns=columns)
 
 
 def check_datasets(specs: Sequence[RunSpec]) -> None:
@@ -611,15 +605,15 @@ def listing(kind: str | None = None, name: str | None = None) -> dict[str, list[
     if name and kind:
         entry = listed.entry(kinds[0], name)
         if kinds[0] == "datasets":
-            from fedbench.data.base import files_status
+            from fedbench.core.data_files import files_status
 
-            entry = dataclasses.replace(entry, files=files_status(name))
+            entry = dataclasses.replace(entry, files=files_status(entry.layouts))
         return {kinds[0]: [entry]}
     entries = {k: listed.entries(k) for k in kinds}
     if "datasets" in entries:  # where the files are is a fact of this machine, now: looked up, not cached
-        from fedbench.data.base import files_status
+        from fedbench.core.data_files import files_status
 
-        entries["datasets"] = [dataclasses.replace(e, files=files_status(e.name)) for e in entries["datasets"]]
+        entries["datasets"] = [dataclasses.replace(e, files=files_status(e.layouts)) for e in entries["datasets"]]
     if not kind:
         entries["presets"] = [catalog.Listed(preset, text, ()) for preset, text in listed.presets]
     return entries

@@ -65,9 +65,11 @@ class Listed:
     parameters: tuple[Parameter, ...]
     capabilities: tuple[str, ...] = ()
     """An algorithm's capabilities beyond the core (`fedbench.algorithms.capabilities`); empty for other kinds."""
+    layouts: tuple[tuple[str, ...], ...] = ()
+    """A dataset's files as its loader declares them (`fedbench.core.data_files.DataFiles`); empty for other kinds."""
     files: str = ""
-    """A dataset's files: where they are found now (`fedbench.data.base.files_status`), filled in when listed, never
-    cached; empty for other kinds."""
+    """A dataset's files: where they are found now (`fedbench.core.data_files.files_status` of `layouts`), filled in
+    when listed, never cached; empty for other kinds."""
 
 
 @dataclass(frozen=True)
@@ -109,8 +111,8 @@ def load() -> Catalog:
         _write(path, raw)
     own = {
         kind: {
-            name: Listed(name, text, tuple(Parameter(*p) for p in params), tuple(abilities))
-            for name, text, params, abilities in rows
+            name: Listed(name, text, tuple(Parameter(*p) for p in params), tuple(abilities), tuple(map(tuple, layouts)))
+            for name, text, params, abilities, layouts in rows
         }
         for kind, rows in raw["kinds"].items()
     }
@@ -193,7 +195,9 @@ def _listed(kind: str, name: str) -> Listed:
         from fedbench.algorithms.capabilities import capabilities_of
 
         abilities = tuple(capabilities_of(entry))
-    return Listed(name, summary(entry), tuple(parameters(kind, name)), abilities)
+    files = getattr(entry, "data_files", None) if kind == "datasets" else None
+    layouts = files.layouts if files is not None else ()
+    return Listed(name, summary(entry), tuple(parameters(kind, name)), abilities, layouts)
 
 
 def _build(declared: dict[str, set[str]]) -> dict[str, Any]:
@@ -202,7 +206,13 @@ def _build(declared: dict[str, set[str]]) -> dict[str, Any]:
 
     kinds = {
         kind: [
-            [item.name, item.summary, [dataclasses.astuple(p) for p in item.parameters], list(item.capabilities)]
+            [
+                item.name,
+                item.summary,
+                [dataclasses.astuple(p) for p in item.parameters],
+                list(item.capabilities),
+                [list(layout) for layout in item.layouts],
+            ]
             for item in (_listed(kind, name) for name in registry.names() if name not in declared[kind])
         ]
         for kind, (registry, _) in KINDS.items()

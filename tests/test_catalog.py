@@ -26,6 +26,7 @@ def live(kind: str) -> list[catalog.Listed]:
             catalog.summary(registry.get(name)),
             tuple(catalog.parameters(kind, name)),
             abilities(registry.get(name)),
+            getattr(getattr(registry.get(name), "data_files", None), "layouts", ()),  # a dataset's files
         )
         for name in registry.names()
     ]

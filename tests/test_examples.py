@@ -14,6 +14,8 @@ SCRIPTS = sorted(p.name for p in (ROOT / "examples").glob("*.py"))
 
 EXPECTED = {
     "compare_fedavg_fedprox.py": [r"4 of 4 runs finished", r"^ *\d +fedprox mu=0\.1 .* 2$", r"^ *\d +fedavg .* 2$"],
+    "my_dataset.py": [r"^moons: 1500 train \+ 500 test points of 2 features, 2 classes$"],
+    "my_model.py": [r"^residual_mlp: \d+ parameters, output \(5, 2\) for 5 points$"],
     "my_dataset_and_model.py": [r"2 of 2 runs finished", r"^ *\d +fedavg .* 1$", r"^ *\d +local .* 1$"],
     "my_algorithm.py": [
         r"2 of 2 runs finished",

@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from fedbench.core.cache import cache_dir
+from fedbench.core.data_files import DataFiles, resolve_root
 from fedbench.core.errors import ConfigError, DataCorruptError, DataMissingError
 from fedbench.core.fields import coerce, signature_fields, without_later_defaults
 from fedbench.core.registry import DATASETS
@@ -235,29 +236,15 @@ def with_facts(facts: DatasetFacts | Callable[..., DatasetFacts]) -> Callable[[T
     return attach
 
 
-def with_files(present: Callable[[Path], bool]) -> Callable[[T], T]:
-    """Attach where a file-backed loader's files are, as `loader.files_at(root)`: whether a data root holds them as
-    the loader reads them (`files_status`, `fedbench list datasets`); generated and bundled datasets have none."""
+def with_files(files: DataFiles) -> Callable[[T], T]:
+    """Attach the files a file-backed loader reads, as `loader.data_files` (`fedbench.core.data_files`: where
+    `fedbench list datasets` looks for them); generated and bundled datasets have none."""
 
     def attach(loader: T) -> T:
-        loader.files_at = present  # type: ignore[attr-defined]
+        loader.data_files = files  # type: ignore[attr-defined]
         return loader
 
     return attach
-
-
-def files_status(name: str) -> str:
-    """Where dataset `name`'s files are, as `fedbench list datasets` says it: found under the data root
-    (`FEDBENCH_DATA`) or in the download cache, missing, or none of its own."""
-    present = getattr(DATASETS.get(name, field="dataset.name"), "files_at", None)
-    if present is None:  # generated, shipped with a package, or made of other datasets (a mixture reads its parts')
-        return "none of its own"
-    root, cache = resolve_root(None), (cache_dir() / "data").resolve()
-    if present(root):
-        return f"found in {root}"
-    if cache != root and present(cache):
-        return f"found in the download cache {cache}"
-    return f"missing from {root}" + ("" if os.environ.get("FEDBENCH_DATA") else " (FEDBENCH_DATA is not set)")
 
 
 def dataset_facts(name: str, **params: Any) -> DatasetFacts:
@@ -344,15 +331,6 @@ def to_float_batch(xb: torch.Tensor) -> torch.Tensor:
     if xb.is_floating_point():
         return xb.to(torch.float32)
     raise TypeError(f"expected a uint8 or floating-point batch, got {xb.dtype}")
-
-
-def resolve_root(data_root: str | os.PathLike | None) -> Path:
-    """Where dataset files are read from: `data_root`, else env `FEDBENCH_DATA`, else ~/.cache/fedbench/data.
-
-    The default is the folder downloads go to when `FEDBENCH_CACHE` is unset, so a download is found again.
-    """
-    chosen = data_root or os.environ.get("FEDBENCH_DATA") or "~/.cache/fedbench/data"
-    return Path(chosen).expanduser().resolve()
 
 
 def read_or_download(

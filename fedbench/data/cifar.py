@@ -23,6 +23,7 @@ try:
 except ImportError:  # numpy < 2
     from numpy.core.multiarray import _reconstruct
 
+from fedbench.core.data_files import DataFiles
 from fedbench.core.errors import DataCorruptError
 from fedbench.core.registry import register_dataset
 from fedbench.data.base import BaseDataset, DatasetFacts, read_or_download, with_facts, with_files
@@ -30,6 +31,12 @@ from fedbench.data.decoded_cache import cached_dataset
 
 _CIFAR10 = ("cifar-10-batches-py", [f"data_batch_{i}" for i in range(1, 6)], ["test_batch"], "batches.meta")
 _CIFAR100 = ("cifar-100-python", ["train"], ["test"], "meta")
+
+
+def cifar_files(layout: tuple[str, list[str], list[str], str]) -> DataFiles:
+    """A CIFAR `layout`'s files as `with_files` declares them."""
+    folder, train_files, test_files, meta_file = layout
+    return DataFiles(((*(f"{folder}/{n}" for n in (*train_files, *test_files, meta_file)),),))
 
 
 def cifar_paths(where: Path, layout: tuple[str, list[str], list[str], str]) -> list[Path] | None:
@@ -68,7 +75,7 @@ CIFAR100_MEAN_STD = ((0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762))
 
 
 @register_dataset("cifar10")
-@with_files(lambda where: cifar_paths(where, _CIFAR10) is not None)
+@with_files(cifar_files(_CIFAR10))
 @with_facts(
     DatasetFacts(
         10, 3, (32, 32), superclasses=CIFAR10_SUPERCLASSES, mean_std=CIFAR10_MEAN_STD, train_size=50000, test_size=10000
@@ -100,7 +107,7 @@ def _cifar100_facts(label: str) -> DatasetFacts:
 
 
 @register_dataset("cifar100")
-@with_files(lambda where: cifar_paths(where, _CIFAR100) is not None)
+@with_files(cifar_files(_CIFAR100))
 @with_facts(_cifar100_facts)
 def cifar100(root: Path, label: Literal["fine", "coarse"] = "fine") -> BaseDataset:
     """CIFAR-100 from `<root>/cifar-100-python/`: 100 fine classes grouped into 20 coarse superclasses.

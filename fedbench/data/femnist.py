@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from fedbench.core.data_files import DataFiles
 from fedbench.core.errors import DataCorruptError, DataMissingError
 from fedbench.core.registry import register_dataset
 from fedbench.data.base import BaseDataset, DatasetFacts, with_facts, with_files
@@ -25,11 +26,19 @@ CLASSES = tuple(string.digits + string.ascii_uppercase + string.ascii_lowercase)
 # Share of each writer's samples marked 'test' when only LEAF's unsplit all_data/ exists (its default --tf 0.9).
 ALL_DATA_TEST_FRACTION = 0.1
 _LAYOUTS = ("femnist", "femnist/data")  # <root>/femnist/..., or LEAF's own leaf/data/femnist/data/... as root
+LEAF_FILES = DataFiles(
+    tuple(
+        layout
+        for folder in _LAYOUTS
+        for layout in ((f"{folder}/train/*.json", f"{folder}/test/*.json"), (f"{folder}/all_data/*.json",))
+    )
+)
+"""What `_find` reads, as `with_files` declares it."""
 Record = tuple[str, np.ndarray, np.ndarray]  # (LEAF user name, uint8 images [n, 1, 28, 28], int64 labels [n])
 
 
 @register_dataset("femnist")
-@with_files(lambda where: found_leaf_files(where))
+@with_files(LEAF_FILES)
 @with_facts(lambda digits_only: DatasetFacts(10 if digits_only else 62, 1, (28, 28), ("writer",)))
 def femnist(root: Path, digits_only: bool = False) -> BaseDataset:
     """LEAF FEMNIST as uint8 [N, 1, 28, 28], 62 classes (0-9, A-Z, a-z), meta 'split' and 'writer'.
@@ -84,15 +93,6 @@ def _decode(files: dict[str, list[Path]], digits_only: bool) -> BaseDataset:
 
     classes = CLASSES[:10] if digits_only else CLASSES
     return BaseDataset.from_splits("femnist", classes, stack(records["train"]), stack(records["test"]))
-
-
-def found_leaf_files(root: Path) -> bool:
-    """Whether `root` holds LEAF's JSON files where `femnist` reads them (`with_files`)."""
-    try:
-        _find(root)
-    except DataMissingError:
-        return False
-    return True
 
 
 def _find(root: Path) -> dict[str, list[Path]]:

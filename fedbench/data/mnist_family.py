@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from fedbench.core.data_files import DataFiles
 from fedbench.core.errors import DataCorruptError
 from fedbench.core.fields import added_later
 from fedbench.core.registry import register_dataset
@@ -46,9 +47,10 @@ def idx_suffix(where: Path, folder: str, files: dict[str, tuple[str, str]]) -> s
     return next((s for s in ("", ".gz") if all((raw / f"{n}{s}").is_file() for n in names)), None)
 
 
-def idx_files(folder: str, files: dict[str, tuple[str, str]]) -> Callable[[Path], bool]:
-    """Whether a root holds an idx dataset's files (`with_files`)."""
-    return lambda where: idx_suffix(where, folder, files) is not None
+def idx_files(folder: str, files: dict[str, tuple[str, str]]) -> DataFiles:
+    """An idx dataset's files as `with_files` declares them: all extracted, or all gzipped (`idx_suffix`)."""
+    names = [n for pair in files.values() for n in pair]
+    return DataFiles(tuple(tuple(f"{folder}/raw/{n}{suffix}" for n in names) for suffix in ("", ".gz")))
 
 
 GRAY_28 = DatasetFacts(num_classes=10, channels=1, image_size=(28, 28), train_size=60000, test_size=10000)

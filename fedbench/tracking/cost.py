@@ -13,14 +13,14 @@ import math
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from fedbench.core import metrics as M
 from fedbench.core.runspec import RunSpec
-from fedbench.tracking.mlflow_callback import MAX_PARAM_LENGTH
-from fedbench.tracking.store import RUN_HASH, STATUS
+from fedbench.tracking.tags import MAX_PARAM_LENGTH
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 KIND_LEFT_OUT = ("seed", "rounds", "run_name", "task", "log_models")
 """Fields a run's cost per round does not depend on (resources.* neither: they place the clients, the work is the
@@ -94,14 +94,15 @@ def amount(seconds: float, resource: str = "") -> str:
 
 def estimate(
     specs: Sequence[RunSpec],
-    runs: pd.DataFrame,
+    runs: pd.DataFrame | None,
     skips_finished: bool = True,
     probe: Callable[[RunSpec], float] | None = None,
 ) -> CostEstimate:
-    """The cost of `specs` given the store's `runs` of their experiment (fedbench's columns); `probe(spec)`, when
-    given, measures the seconds of client compute of one round of a configuration the store never ran."""
-    finished_runs = runs[runs[STATUS] == "FINISHED"] if len(runs) else runs
-    done = set(finished_runs[RUN_HASH]) if len(finished_runs) else set()
+    """The cost of `specs` given the store's `runs` of their experiment (fedbench's columns; None: the store holds
+    none, and pandas is not imported); `probe(spec)`, when given, measures the seconds of client compute of one
+    round of a configuration the store never ran."""
+    finished_runs = runs[runs["status"] == "FINISHED"] if runs is not None and len(runs) else None
+    done = set(finished_runs["run_hash"]) if finished_runs is not None else set()
     result = CostEstimate(len(specs), sum(s.run_hash in done for s in specs), skips_finished)
     per_round: dict[tuple, float] = {}
     probed: set[tuple] = set()
@@ -126,9 +127,9 @@ def estimate(
     return result
 
 
-def measured_per_round(runs: pd.DataFrame, kind: Mapping[str, Any]) -> float:
+def measured_per_round(runs: pd.DataFrame | None, kind: Mapping[str, Any]) -> float:
     """The median client compute per round of the finished `runs` of configuration `kind`; NaN for none."""
-    if not len(runs) or COMPUTE not in runs or any(k not in runs for k in kind):
+    if runs is None or not len(runs) or COMPUTE not in runs or any(k not in runs for k in kind):
         return math.nan
     same = runs
     for name, value in kind.items():

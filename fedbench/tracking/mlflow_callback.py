@@ -23,9 +23,13 @@ from fedbench.tracking.patient_store import PatientClient
 from fedbench.tracking.per_client import log_per_client
 from fedbench.tracking.run_models import log_models
 from fedbench.tracking.store_template import prepare_store
-from fedbench.tracking.tags import FAILURE_REASON_TAG, FAILURE_TRACEBACK_ARTIFACT, PARENT_RUN_TAG, STOPPED_TAG
-
-MAX_PARAM_LENGTH = 6000
+from fedbench.tracking.tags import (
+    FAILURE_REASON_TAG,
+    FAILURE_TRACEBACK_ARTIFACT,
+    MAX_PARAM_LENGTH,
+    PARENT_RUN_TAG,
+    STOPPED_TAG,
+)
 
 MAX_TAGS_PER_BATCH = 100
 """The most tags MLflow takes in one `log_batch` call."""

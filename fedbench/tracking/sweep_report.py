@@ -12,9 +12,9 @@ from mlflow.entities import Param
 from fedbench.core.errors import FedbenchError
 from fedbench.core.runspec import flatten
 from fedbench.tracking.leaderboard import build_leaderboard, read_runs, to_markdown
-from fedbench.tracking.mlflow_callback import MAX_PARAM_LENGTH
 from fedbench.tracking.patient_store import PatientClient
 from fedbench.tracking.plots import plot_experiment
+from fedbench.tracking.tags import MAX_PARAM_LENGTH
 
 log = logging.getLogger(__name__)
 

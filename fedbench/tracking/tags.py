@@ -27,3 +27,5 @@ FAILURE_REASON_TAG = "failure_reason"
 """On a FAILED run: why it failed, on one line (the type and message of the exception a client job raised)."""
 FAILURE_TRACEBACK_ARTIFACT = "failure_traceback.txt"
 """A FAILED run's artifact: the traceback behind its `failure_reason`."""
+MAX_PARAM_LENGTH = 6000
+"""A run parameter's value is cut to this many characters (MLflow's limit on a param's value)."""

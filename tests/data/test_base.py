@@ -170,8 +170,12 @@ def test_download_that_leaves_nothing_readable_is_reported(tmp_path):
 
 def test_list_datasets_says_where_each_datasets_files_are(tmp_path, monkeypatch, capsys):
     """Issue 47, item 15: `fedbench list datasets` says which datasets FEDBENCH_DATA holds."""
+    from fedbench.api import listing
     from fedbench.cli import main
-    from fedbench.data.base import files_status
+
+    def files_status(name):
+        [entry] = listing("datasets", name)["datasets"]
+        return entry.files
 
     monkeypatch.setenv("FEDBENCH_DATA", str(tmp_path / "data"))
     raw = tmp_path / "data" / "MNIST" / "raw"
