@@ -46,6 +46,12 @@ RUN_NAME_TAG = "mlflow.runName"
 MAX_CHILDREN = 50000
 
 
+def ui_column(name: str, metric: bool) -> str:
+    """MLflow UI's key of a run table's column for a metric or a RunSpec field (`metrics.`final.acc``), as its
+    shared views and sort keys name them."""
+    return f"{METRICS if metric else PARAMS}`{name}`"
+
+
 def fedbench_columns(frame: pd.DataFrame) -> pd.DataFrame:
     """`mlflow.search_runs`' table in fedbench's column names (`fedbench.tracking.store`).
 

@@ -14,40 +14,33 @@ from collections.abc import Callable
 from typing import Any
 
 from fedbench.core import metrics as M
-from fedbench.tracking.leaderboard import DEFAULT_METRIC, IGNORED
-from fedbench.tracking.tags import PARENT_RUN_TAG, SWEEP_TAG
+from fedbench.tracking.leaderboard import DEFAULT_METRIC
+from fedbench.tracking.tags import PARENT_RUN_TAG
 
 VIEW_KEY = "fedbench"
 VIEW_TAG = f"mlflow.sharedViewState.{VIEW_KEY}"
 SHOWN_METRICS = (M.FINAL_PREFIX + M.ACC_LOCAL_MIN, M.FINAL_PREFIX + M.ACC_TEST_TIME, M.FINAL_PREFIX + M.ACC_SYSTEM)
 """Metrics shown beside the ranked one where the runs record them."""
-RUNS_READ = 1000
-"""Runs an experiment's view is made from (the newest): enough to see which fields vary."""
 
 
-def comparison_view(client: Any, experiment_id: str, metric: str = DEFAULT_METRIC) -> dict[str, Any]:
-    """The view of experiment `experiment_id`: sorted by `metric` (best first), its metrics and the varying fields
-    as columns, every sweep's children shown."""
-    runs = client.search_runs([experiment_id], max_results=RUNS_READ, order_by=["attributes.start_time DESC"])
-    trained = [r for r in runs if "run_hash" in r.data.params]
-    names = sorted({k for r in trained for k in r.data.params})
-    varying = [
-        name
-        for name in names
-        if name not in IGNORED
-        and not name.startswith("resources.")
-        and len({r.data.params.get(name) for r in trained}) > 1
-    ]
-    recorded = {k for r in trained for k in r.data.metrics}
+def comparison_view(uri: str, experiment: str, metric: str = DEFAULT_METRIC) -> dict[str, Any]:
+    """The view of `experiment` in the store at `uri`: sorted by `metric` (best first), its metrics and the varying
+    fields and seed as columns, every sweep's children shown."""
+    from fedbench.tracking.leaderboard import fedbench_runs, varying_params
+    from fedbench.tracking.mlflow_store import MlflowStore, ui_column
+    from fedbench.tracking.store import metric_columns, tag
+
+    runs = fedbench_runs(MlflowStore(uri), experiment)
+    recorded = set(metric_columns(runs))
     metrics = list(dict.fromkeys(m for m in (metric, *SHOWN_METRICS) if m in recorded or m == metric))
-    columns = [f"metrics.`{m}`" for m in metrics] + [f"params.`{p}`" for p in [*varying, "seed"] if p in names]
-    parents = {r.data.tags[PARENT_RUN_TAG] for r in runs if PARENT_RUN_TAG in r.data.tags}
-    parents |= {r.info.run_id for r in runs if SWEEP_TAG in r.data.tags}
+    fields = [*varying_params(runs), *(["seed"] if "seed" in runs else [])]
+    parent = tag(PARENT_RUN_TAG)
+    parents = sorted(set(runs[parent].dropna())) if parent in runs else []
     return {
-        "orderByKey": f"metrics.`{metric}`",
+        "orderByKey": ui_column(metric, metric=True),
         "orderByAsc": False,
-        "selectedColumns": columns,
-        "runsExpanded": dict.fromkeys(sorted(parents), True),
+        "selectedColumns": [ui_column(m, metric=True) for m in metrics] + [ui_column(f, metric=False) for f in fields],
+        "runsExpanded": dict.fromkeys(parents, True),
     }
 
 
@@ -63,7 +56,7 @@ def share_views(
     for experiment in client.search_experiments(max_results=limit, order_by=["creation_time DESC"]):
         if experiment.name == "Default":
             continue
-        view = comparison_view(client, experiment.experiment_id, metric_of(experiment.name))
+        view = comparison_view(uri, experiment.name, metric_of(experiment.name))
         client.set_experiment_tag(experiment.experiment_id, VIEW_TAG, json.dumps(view))
         page = f"{url}/#/experiments/{experiment.experiment_id}/runs?viewStateShareKey={VIEW_KEY}"
         pages.append((experiment.name, page))

@@ -71,10 +71,12 @@ def test_an_experiments_view_ranks_by_its_metric_with_the_fields_that_tell_runs_
 
     uri = f"sqlite:///{mlflow_store}"
     parent = SweepRuns(uri, "tiny").start_parent("tiny-0123abcd", 2).run_id
-    for algorithm in ("fedavg", "local"):
-        run_spec(tiny_spec(algorithm=algorithm, rounds=1), [MlflowCallback(uri)])
     client = MlflowClient(uri)
-    view = comparison_view(client, client.get_experiment_by_name("tiny").experiment_id)
+    for algorithm in ("fedavg", "local"):
+        callback = MlflowCallback(uri)
+        run_spec(tiny_spec(algorithm=algorithm, rounds=1), [callback])
+        client.set_tag(callback.run_id, "mlflow.parentRunId", parent)  # as a sweep's trial
+    view = comparison_view(uri, "tiny")
     assert view["orderByKey"] == "metrics.`final.acc_local_mean`" and view["orderByAsc"] is False
     columns = view["selectedColumns"]  # the UI groups them: metrics, then parameters
     assert columns[:2] == ["metrics.`final.acc_local_mean`", "metrics.`final.acc_local_min`"]
