@@ -10,7 +10,6 @@ Two figures, drawn by `fedbench plot` beside the curves and the heatmap when the
 from __future__ import annotations
 
 import math
-import re
 
 import numpy as np
 import pandas as pd
@@ -33,7 +32,7 @@ def draw_client_distribution(table: pd.DataFrame, title: str):
     from matplotlib.figure import Figure
 
     final = final_round_rows(table)
-    groups = sorted(dict.fromkeys(final["group"]), key=numbers_in_order)
+    groups = sorted(set(final["group"]))  # in the curves' and the client map's order (their groupby sorts)
     configurations = sorted(final["configuration"].unique())
     shown = readable(configurations)
     slanted = len(configurations) > 3 or max(map(len, shown)) > 14  # labels that would run into each other
@@ -65,12 +64,6 @@ def draw_client_distribution(table: pd.DataFrame, title: str):
         ax.set_ylabel("local test accuracy of a client")
     fig.suptitle(fitted(title, fig), fontsize=10)  # one panel is narrower than the title
     return fig
-
-
-def numbers_in_order(label: str) -> list[tuple[int, float | str]]:
-    """A sort key reading the numbers in a label as numbers: `alpha=0.3` < `alpha=1.0` < `alpha=10`."""
-    parts = re.split(r"(-?\d+(?:\.\d+)?(?:e[+-]?\d+)?)", label)
-    return [(0, float(part)) if i % 2 else (1, part) for i, part in enumerate(parts)]
 
 
 def draw_client_map(table: pd.DataFrame, title: str):
