@@ -1,7 +1,7 @@
-"""fedbench from Python (a notebook), and what every `fedbench` command does: `run`, `sweep`, `leaderboard`, `export`,
-`plot`, `report`, `ui`, `listing` and `show_scenario` do the work and return their results instead of printing tables.
-The command line only parses its arguments, calls these and prints what they return, so a command and its
-Python twin cannot drift apart (both skip finished runs, both write the leaderboard files).
+"""fedbench from Python (a notebook), and what every `fedbench` command does: `run`, `sweep`, `leaderboard`, `rank`,
+`export`, `plot`, `report`, `ui`, `listing` and `show_scenario` do the work and return their results instead of
+printing tables. The command line only parses its arguments, calls these and prints what they return, so a command
+and its Python twin cannot drift apart (both skip finished runs, both write the leaderboard files).
 
 Overrides are `--set`'s: `overrides=["optimizer.lr=0.01"]` (values parsed as YAML), or keyword arguments
 with `__` for the dots, `optimizer__lr=0.01` (values taken as they are). Everything but fedbench's lightest
@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import math
 import os
 import time
 import warnings
@@ -40,7 +41,9 @@ if TYPE_CHECKING:
     from fedbench.tracking.compare import Comparison
     from fedbench.tracking.cost import CostEstimate
     from fedbench.tracking.plots import Plots
+    from fedbench.tracking.rank_report import RankedExperiment
     from fedbench.tracking.reproduction import Report
+    from fedbench.tracking.seeds_question import SeedsQuestion
     from fedbench.tracking.ui import UiServer
     from fedbench.tuning.plan import SweepPlan
     from fedbench.tuning.search_space import SearchSpace
@@ -196,6 +199,51 @@ def dry_run_cost(specs: Sequence[RunSpec], *, skips_finished: bool = True, probe
         except ConfigError:  # no experiment of this task yet
             pass
     return estimate(specs, runs, skips_finished, probe_round if probe else None)
+
+
+def seeds_for(
+    specs: Sequence[RunSpec], difference: float, *, spread: float | None = None, metric: str | None = None
+) -> SeedsQuestion:
+    """How many seeds (and runs) the task's grid needs to tell two configurations apart whose means differ by
+    `difference`, as `fedbench sweep --dry-run --detect` says: at 80% power by the leaderboard's own test.
+
+    Args:
+        specs: the task's RunSpecs (`plan_run(...).expand()`).
+        difference: the difference of means to tell apart, on the metric's own scale (0.02: two points of accuracy).
+        spread: the seed standard deviation of the metric; None: pooled over the configurations the task's store
+            holds two finished seeds or more of.
+        metric: the final metric (default final.acc_local_mean).
+
+    Raises:
+        ConfigError: a difference that is not a positive number, a negative spread, or no spread given where the
+            store has none to measure.
+    """
+    from fedbench.tracking.paths import store_missing, tracking_uri
+    from fedbench.tracking.seeds_question import pooled_spread, seeds_question
+
+    metric = M.canonical(metric or M.FINAL_PREFIX + M.ACC_LOCAL_MEAN)
+    if not difference > 0 or not math.isfinite(difference):
+        raise ConfigError("--detect", difference, "a positive difference of means on the metric's scale, e.g. 0.02")
+    if spread is not None:
+        if not spread >= 0 or not math.isfinite(spread):
+            raise ConfigError("--spread", spread, "a seed standard deviation >= 0 on the metric's scale, e.g. 0.01")
+        return seeds_question(specs, metric, difference, spread, "as stated")
+    measured = None
+    uri = tracking_uri()
+    if specs and not store_missing(uri):
+        from fedbench.tracking.leaderboard import read_runs
+
+        with contextlib.suppress(ConfigError):  # no experiment of this task yet
+            measured = pooled_spread(read_runs(specs[0].task, uri), metric)
+    if measured is None:
+        raise ConfigError(
+            "--spread",
+            None,
+            f"the seed standard deviation of {metric} (e.g. 0.01): the store holds no configuration of "
+            f"{specs[0].task if specs else 'this task'} with two finished seeds to measure it from",
+        )
+    spread, configurations = measured
+    return seeds_question(specs, metric, difference, spread, f"pooled over {configurations} stored configurations")
 
 
 def probe_round(spec: RunSpec) -> float:
@@ -431,6 +479,45 @@ def leaderboard(
         written.append(write_leaderboard(board, path, fmt))
     board.table.attrs.update(failed=board.failed, metric=board.metric, files=list(dict.fromkeys(written)))
     return board.table
+
+
+def rank(
+    task_or_experiment: TaskLike,
+    *,
+    metric: str = M.FINAL_PREFIX + M.ACC_LOCAL_MEAN,
+    mode: str = "max",
+    across: str | Sequence[str] = ("dataset", "scenario"),
+    out: str | os.PathLike | None = None,
+    uri: str | None = None,
+) -> RankedExperiment:
+    """Rank the methods of an experiment across its scenarios, as `fedbench rank` does: average ranks, the
+    Friedman test, every pair's Wilcoxon test (Holm-corrected), a critical-difference diagram, the aggregate score
+    and each pair's probability of improvement with intervals (`fedbench.tracking.ranking` says how).
+
+    Args:
+        task_or_experiment: an MLflow experiment name or a task, as `leaderboard` takes it.
+        metric: the final metric to rank by.
+        mode: `max` or `min`, whether larger metric values are better.
+        across: the fields whose values make a scenario (the rest, seeds aside, make a method), as a list or
+            comma-separated.
+        out: the folder for ranking.md and the PNGs; None: `results/rankings/<experiment>`.
+        uri: the MLflow tracking URI; None: where `fedbench run` records.
+
+    Returns:
+        The ranking (its tables as DataFrames), the files written and the sweep parent run they were logged
+        under (None where the experiment has none).
+
+    Raises:
+        ConfigError: an unknown experiment, metric or field, or fewer than two methods run in two scenarios.
+    """
+    from fedbench.tracking.paths import results_path, tracking_uri
+    from fedbench.tracking.rank_report import rank_experiment
+
+    if mode not in ("max", "min"):
+        raise ConfigError("--mode", mode, "max or min")
+    experiment = experiment_name(task_or_experiment)
+    folder = Path(out) if out else results_path("rankings", experiment)
+    return rank_experiment(experiment, uri or tracking_uri(), folder, metric, mode, field_list(across))
 
 
 def export(

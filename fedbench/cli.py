@@ -1,6 +1,7 @@
 """The `fedbench` command: `run` a task's RunSpecs one after another, `sweep` them on Ray Tune, rank them
-(`leaderboard`), `plot` them and `report` them beside the published numbers from MLflow, `list` what is
-registered, `scenario show` the federation a task generates before spending compute on it.
+(`leaderboard` per scenario, `rank` across scenarios), `plot` them and `report` them beside the published numbers
+from MLflow, `list` what is registered, `scenario show` the federation a task generates before spending compute on
+it.
 
 Here are the arguments and what each command prints, nothing else: each command calls its twin in
 `fedbench.api`, which notebooks call too, so that the two cannot come to behave differently.
@@ -81,9 +82,20 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         overrides=task_overrides(args),
     )
     space = plan.space
+    if args.spread is not None and args.detect is None:
+        raise ConfigError("--spread", args.spread, "with --detect, the difference to tell apart")
+    if args.detect is not None and not (args.dry_run and space is None):
+        raise ConfigError("--detect", args.detect, "with --dry-run of a grid (no --search)")
     if args.dry_run and space is None:
+        question = (
+            None
+            if args.detect is None
+            else api.seeds_for(plan.specs, args.detect, spread=args.spread, metric=args.metric)
+        )
         print_dry_run(task.name, plan.specs, args.all, "configurations")
         print_cost(plan.specs, skips_finished=False, probe=args.probe)
+        for line in question.lines() if question else []:
+            console.print(escape(line))
         return 0
     if args.dry_run:
         console.print(
@@ -194,6 +206,39 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
         for run, reason in failed.itertuples(index=False):
             console.print(f"[red]failed[/] {escape(str(run))}: {escape(str(reason))}")
     console.print("written: " + escape(", ".join(str(p) for p in board.attrs["files"])))
+    return 0
+
+
+def cmd_rank(args: argparse.Namespace) -> int:
+    """The methods ranked across the scenarios: average ranks and the aggregate, the tests, the files written."""
+    from fedbench.tracking.rank_report import bounds, friedman_text
+
+    ranked = api.rank(experiment_of(args), metric=args.metric, mode=args.mode, across=args.across, out=args.out)
+    ranking = ranked.ranking
+    table = Table(
+        title=f"{escape(experiment_of(args))}: {ranking.metric} ranked over {len(ranking.scenarios)} scenarios",
+        caption="rank 1 is best in a scenario; IQM of the score normalised per scenario (worst mean 0, best 1), "
+        "95% stratified-bootstrap interval",
+    )
+    for column in ("method", "average rank", "IQM", "95% interval"):
+        table.add_column(column, overflow="fold", justify="left" if column == "method" else "right")
+    for row in ranking.aggregate.itertuples(index=False):
+        interval = bounds(row.low, row.high, 3)
+        table.add_row(escape(row.method), f"{row.average_rank:.2f}", f"{row.iqm:.3f}", interval)
+    console.print(table)
+
+    console.print(escape(friedman_text(ranking)))
+    groups = [c for c in ranking.cliques() if len(c) > 1]
+    told_apart = int(ranking.pairwise["significant"].sum())
+    console.print(
+        f"{told_apart} of {len(ranking.pairwise)} pairs differ (Wilcoxon signed-rank, Holm); "
+        + ("not told apart: " + escape("; ".join(", ".join(c) for c in groups)) if groups else "every pair differs")
+    )
+    for note in ranking.left_out:
+        console.print(f"[yellow]not ranked[/]: {escape(note)}")
+    console.print("written: " + ", ".join(escape(str(p)) for p in ranked.files))
+    if ranked.parent_run_id:
+        console.print(f"logged as artifacts under 'ranking/' of sweep parent run {ranked.parent_run_id}")
     return 0
 
 
@@ -423,6 +468,7 @@ def build_parser() -> argparse.ArgumentParser:
         add_run_parser,
         add_sweep_parser,
         add_leaderboard_parser,
+        add_rank_parser,
         add_compare_parser,
         add_export_parser,
         add_plot_parser,
@@ -471,6 +517,21 @@ def add_sweep_parser(sub) -> None:
     )
     add_probe_option(sweep)
     add_all_option(sweep)
+    sweep.add_argument(
+        "--detect",
+        type=float,
+        default=None,
+        metavar="D",
+        help="with --dry-run: the seeds (and runs) the grid needs to tell two configurations apart whose means "
+        "differ by D (on the metric's scale, e.g. 0.02), at 80%% power by the leaderboard's test",
+    )
+    sweep.add_argument(
+        "--spread",
+        type=float,
+        default=None,
+        metavar="S",
+        help="with --detect: the seed std of the metric (default: pooled over the task's stored runs)",
+    )
     sweep.add_argument(
         "--max-concurrent", type=int, default=None, metavar="K", help="trials at once (default: as resources allow)"
     )
@@ -533,6 +594,28 @@ def add_leaderboard_parser(sub) -> None:
     )
     board.add_argument("--out", default=None, help="path for --format's file")
     board.set_defaults(func=cmd_leaderboard)
+
+
+def add_rank_parser(sub) -> None:
+    rank = sub.add_parser(
+        "rank",
+        help="rank the methods across a task's scenarios: Friedman, Wilcoxon-Holm, a critical-difference diagram, "
+        "the aggregate score and probabilities of improvement with intervals",
+    )
+    add_experiment_arguments(rank)
+    ranked = M.FINAL_PREFIX + M.ACC_LOCAL_MEAN
+    rank.add_argument("--metric", default=ranked, help=f"final metric to rank by (default {ranked})")
+    rank.add_argument("--mode", choices=["max", "min"], default="max", help="whether larger metric values are better")
+    rank.add_argument(
+        "--across",
+        default="dataset,scenario",
+        help="comma-separated fields whose values make a scenario (default dataset,scenario); the other varying "
+        "fields, seeds aside, make a method",
+    )
+    rank.add_argument(
+        "--out", default=None, help="folder for ranking.md and the PNGs (default results/rankings/<experiment>)"
+    )
+    rank.set_defaults(func=cmd_rank)
 
 
 def add_compare_parser(sub) -> None:

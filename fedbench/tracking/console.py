@@ -133,11 +133,12 @@ def results_table(
     references: Sequence[str] = (),
 ) -> Table:
     """One row per configuration, named as leaderboards name it (`feroma tau=0.047 warmup_rounds=3`; an algorithm
-    in `references`, a search's reference, says so), best first by `metric`: its mean ± std over seeds, the worst
-    client's accuracy, the costs and n. A run hash counts once."""
+    in `references`, a search's reference, says so), best first by `metric`: its mean ± std over seeds and the
+    mean's 95% interval, the worst client's accuracy, the costs and n. A run hash counts once."""
     import pandas as pd  # not for a dry run's tables
 
-    from fedbench.tracking.leaderboard import STD_NOTE, label_runs, readable, varying_params
+    from fedbench.tracking.intervals import mean_interval
+    from fedbench.tracking.leaderboard import INTERVAL_NOTE, STD_NOTE, label_runs, readable, varying_params
 
     finished = list({r.spec.run_hash: r for r in results if r.status == "FINISHED"}.values())
     frame = pd.DataFrame([{k: str(v) for k, v in r.spec.flat().items() if v is not None} for r in finished])
@@ -149,9 +150,9 @@ def results_table(
     groups: dict[str, list[RunResult]] = defaultdict(list)
     for label, r in zip(labels, finished, strict=True):
         groups[label].append(r)
-    table = Table(title="fedbench results: final round, mean ± std over seeds", caption=STD_NOTE)
+    table = Table(title="fedbench results: final round, mean ± std over seeds", caption=f"{STD_NOTE}\n{INTERVAL_NOTE}")
     table.add_column("configuration", overflow="fold")  # wrapped, never cut: its end may be what tells rows apart
-    for col in (f"{metric.removeprefix(M.FINAL_PREFIX)} mean", "acc min", "compute s", "MB up", "MB down", "n"):
+    for col in (f"{metric.removeprefix(M.FINAL_PREFIX)} mean [95%]", "acc min", "compute s", "MB up", "MB down", "n"):
         table.add_column(col, justify="right")
 
     def values(runs: list[RunResult], key: str, scale: float = 1.0) -> np.ndarray:
@@ -165,6 +166,12 @@ def results_table(
             else f"{found[0]:.{digits}f}"
         )
 
+    def ranked_stat(runs: list[RunResult]) -> str:
+        """The ranked metric's mean ± std and, below it, its mean's 95% interval."""
+        interval = mean_interval(list(values(runs, metric)))
+        bounds = "" if np.isnan(interval.low) else f"\n[{interval.low:.3f}, {interval.high:.3f}]"
+        return stat(runs, metric) + bounds
+
     sign = -1 if mode == "max" else 1
     ranked = sorted(
         groups.items(), key=lambda kv: sign * np.nan_to_num(values(kv[1], metric).mean(), nan=-sign * np.inf)
@@ -172,7 +179,7 @@ def results_table(
     for label, (_, runs) in zip(readable([label for label, _ in ranked]), ranked, strict=True):
         table.add_row(
             escape(label),
-            stat(runs, metric),
+            ranked_stat(runs),
             stat(runs, M.FINAL_PREFIX + M.ACC_LOCAL_MIN),
             stat(runs, M.TOTAL_PREFIX + M.TIME_CLIENT_COMPUTE_S, digits=1),
             stat(runs, M.TOTAL_PREFIX + M.COMM_UP_BYTES, 1e-6, 2),

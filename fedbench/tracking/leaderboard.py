@@ -21,6 +21,7 @@ from rich.table import Table
 from fedbench.core import metrics as M
 from fedbench.core.errors import ConfigError, FedbenchError
 from fedbench.core.runspec import algorithm_defaults
+from fedbench.tracking.intervals import BOOTSTRAP_FROM, POWER, holm, mean_interval, seeds_needed
 from fedbench.tracking.store import (
     FINISHED,
     RUN_HASH,
@@ -59,6 +60,9 @@ IGNORED = {
     "dataset.data_root",
 }
 """Fields that never tell configurations apart."""
+
+INTERVAL_COLUMNS = ("ci_low", "ci_high", "ci_kind")
+"""A mean's 95% interval and how it was made (`fedbench.tracking.intervals`), in every table that shows a mean."""
 
 
 def run_costs(runs: pd.DataFrame) -> pd.DataFrame:
@@ -145,7 +149,8 @@ def build_leaderboard(
     group_by: Sequence[str] = ("dataset", "scenario"),
     mode: str = "max",
 ) -> Leaderboard:
-    """Mean, sample std and n over seeds per configuration, ranked within each group (1 = best).
+    """Mean, sample std, the mean's 95% interval and n over seeds per configuration, ranked within each group
+    (1 = best), each marked against its group's best (`versus_best`).
 
     A configuration none of whose runs report the metric (`local` has no system accuracy) keeps its row,
     with the value missing and no rank.
@@ -165,30 +170,46 @@ def build_leaderboard(
         table[name] = stats[name].mean().to_numpy()
     table["rank"] = table.groupby("group")["mean"].rank(ascending=(mode == "min"), method="min").astype("Int64")
     marks = versus_best(frame, mode)
-    table["vs_best"] = [marks.get((g, c), "") for g, c in zip(table["group"], table["configuration"], strict=True)]
+    keys = list(zip(table["group"], table["configuration"], strict=True))
+    table["vs_best"] = [marks[key].mark if key in marks else "" for key in keys]
+    table["seeds_needed"] = pd.array([marks[key].seeds_needed if key in marks else None for key in keys], "Int64")
     table = table.sort_values(["group", "rank"]).reset_index(drop=True)
     return Leaderboard(
-        table[["group", "rank", "configuration", "mean", "std", "n", "vs_best", *COSTS]],
+        table[
+            ["group", "rank", "configuration", "mean", "std", *INTERVAL_COLUMNS, "n", "vs_best", "seeds_needed", *COSTS]
+        ],
         failed_runs(runs)[["run", "reason"]],
         metric,
     )
 
 
 TIE_ALPHA = 0.05
-"""Below this p-value a configuration's seeds differ from the best's (Welch's t-test, two-sided)."""
+"""Below this Holm-corrected p-value a configuration's seeds differ from the best's (Welch's t-test, two-sided)."""
 
 TIE_NOTE = (
-    "vs_best: each configuration's seeds against its group's best by Welch's t-test (two-sided): "
-    f"'≈' not distinguishable from it (p >= {TIE_ALPHA}), 'worse' distinguishable, '?' fewer than 2 seeds on "
-    "either side"
+    "vs_best: each configuration's seeds against its group's best by Welch's t-test (two-sided), p corrected by "
+    f"Holm over the group's comparisons: '≈' not distinguishable from it (p >= {TIE_ALPHA}), 'worse' "
+    "distinguishable, '?' fewer than 2 seeds on either side; seeds_needed (under a '≈' in the console): the seeds "
+    "per configuration (at least one more than ran) "
+    f"that would tell a difference of the size observed apart at {POWER:.0%} power (t-test at {TIE_ALPHA}/m, m the "
+    "group's comparisons, with the two configurations' pooled std)"
 )
-"""What the vs_best marks mean, said wherever they are shown."""
+"""What the vs_best marks and seeds_needed mean, said wherever they are shown."""
 
 
-def versus_best(frame: pd.DataFrame, mode: str) -> dict[tuple[str, str], str]:
-    """(group, configuration) -> how its seeds' `value`s compare with the best configuration's of its group:
-    `best`, `≈ p=0.43`, `worse p=0.01` or `? n=1`. A ranking that put 0.880 ± 0.08 above 0.872 would otherwise
-    read as a result."""
+@dataclass(frozen=True)
+class VersusBest:
+    """How a configuration's seeds compare with its group's best: the mark (`best`, `≈ p=0.43`, `worse p=0.01`,
+    `? n=1`; p Holm-corrected) and, for a tie, the seeds each would need to tell the difference apart."""
+
+    mark: str
+    seeds_needed: int | None = None
+
+
+def versus_best(frame: pd.DataFrame, mode: str) -> dict[tuple[str, str], VersusBest]:
+    """(group, configuration) -> how its seeds' `value`s compare with the best configuration's of its group. A
+    ranking that put 0.880 ± 0.08 above 0.872 would otherwise read as a result, and among ten configurations one
+    in two would read as different from the best at p < 0.05 by chance alone without Holm's correction."""
     from scipy.stats import ttest_ind
 
     marks = {}
@@ -196,28 +217,50 @@ def versus_best(frame: pd.DataFrame, mode: str) -> dict[tuple[str, str], str]:
         seeds = {c: v["value"].to_numpy() for c, v in rows.groupby("configuration", sort=False)}
         means = {c: v.mean() for c, v in seeds.items()}
         best = (max if mode == "max" else min)(means, key=means.get)
+        marks[(group, best)] = VersusBest("best")
+        tested: dict[str, float] = {}
         for configuration, values in seeds.items():
             if configuration == best:
-                marks[(group, configuration)] = "best"
-            elif min(len(values), len(seeds[best])) < 2:
-                marks[(group, configuration)] = f"? n={len(values)}"
+                continue
+            if min(len(values), len(seeds[best])) < 2:
+                marks[(group, configuration)] = VersusBest(f"? n={len(values)}")
+            elif values.std() == 0 and seeds[best].std() == 0:  # no spread: equal or not, nothing to test
+                tested[configuration] = 1.0 if means[configuration] == means[best] else 0.0
             else:
-                if values.std() == 0 and seeds[best].std() == 0:  # no spread: equal or not, nothing to test
-                    p = 1.0 if means[configuration] == means[best] else 0.0
-                else:
-                    p = float(ttest_ind(values, seeds[best], equal_var=False).pvalue)
-                marks[(group, configuration)] = f"{'≈' if p >= TIE_ALPHA else 'worse'} p={p:.3g}"  # 0.0497, not 0.05
+                tested[configuration] = float(ttest_ind(values, seeds[best], equal_var=False).pvalue)
+        for (configuration, _), p in zip(tested.items(), holm(list(tested.values())), strict=True):
+            tie = p >= TIE_ALPHA
+            needed = None
+            if tie:
+                spread = float(np.sqrt((seeds[configuration].var(ddof=1) + seeds[best].var(ddof=1)) / 2))
+                difference = means[configuration] - means[best]
+                needed = seeds_needed(difference, spread, alpha=TIE_ALPHA / len(tested))
+                # these seeds did not tell them apart, whatever the power computed: more are needed
+                ran = min(len(seeds[configuration]), len(seeds[best]))
+                needed = None if needed is None else max(needed, ran + 1)
+            marks[(group, configuration)] = VersusBest(f"{'≈' if tie else 'worse'} p={p:.3g}", needed)
     return marks
 
 
 STD_NOTE = "std: sample standard deviation over seeds (ddof 1; 0 for one seed); n: seeds"
 """fedbench's one std convention, said wherever a std is shown."""
 
+INTERVAL_NOTE = (
+    f"95% interval of the mean over seeds: Student's t below {BOOTSTRAP_FROM} seeds (a bootstrap of 3-5 values "
+    f"covers too little), BCa bootstrap from {BOOTSTRAP_FROM}; none for one seed"
+)
+"""How a mean's interval is made, said wherever one is shown."""
+
 
 def seed_stats(groups) -> pd.DataFrame:
-    """Mean, sample std (ddof 1; 0 for a single seed) and n of the `value` column of each group of seeds."""
+    """Mean, sample std (ddof 1; 0 for a single seed), n and the mean's 95% interval (`ci_low`, `ci_high`,
+    `ci_kind`: `fedbench.tracking.intervals.mean_interval`) of the `value` column of each group of seeds."""
     table = groups["value"].agg(mean="mean", std="std", n="count").reset_index()
     table.loc[table["n"] == 1, "std"] = 0.0
+    intervals = [mean_interval(list(values)) for _, values in groups["value"]]
+    table["ci_low"] = [i.low for i in intervals]
+    table["ci_high"] = [i.high for i in intervals]
+    table["ci_kind"] = [i.kind for i in intervals]
     return table
 
 
@@ -252,37 +295,67 @@ def write_leaderboard(board: Leaderboard, path: Path, fmt: str) -> Path:
 
 
 def to_markdown(board: Leaderboard) -> str:
-    header = ["group", "rank", "configuration", f"{board.metric} (mean ± std)", "n", "vs_best", *COSTS]
+    header = ["group", "rank", "configuration", f"{board.metric} (mean ± std)", "95% interval", "n", "vs_best"]
+    header += ["seeds_needed", *COSTS]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for row, shown in zip(board.table.to_dict("records"), readable(board.table["configuration"]), strict=True):
         costs = [number(row[c], 2) for c in COSTS]
         value = f"{number(row['mean'], 4)} ± {number(row['std'], 4)}" if pd.notna(row["mean"]) else MISSING
-        cells = [row["group"], number(row["rank"]), shown, value, row["n"], row["vs_best"] or MISSING, *costs]
+        cells = [row["group"], number(row["rank"]), shown, value, interval_text(row), row["n"]]
+        cells += [row["vs_best"] or MISSING, number(row["seeds_needed"]), *costs]
         lines.append("| " + " | ".join(map(str, cells)) + " |")
-    lines += ["", STD_NOTE + ".", TIE_NOTE + "."]
+    lines += ["", STD_NOTE + ".", INTERVAL_NOTE + ".", TIE_NOTE + "."]
     if len(board.failed):
         lines += ["", "Failed runs:", ""] + [f"- {r.run}: {r.reason}" for r in board.failed.itertuples(index=False)]
     return "\n".join(lines) + "\n"
 
 
+def interval_text(row: dict, digits: int = 4) -> str:
+    """A row's 95% interval as `[low, high]`, MISSING without one (a single seed)."""
+    if pd.isna(row["ci_low"]):
+        return MISSING
+    return f"[{row['ci_low']:.{digits}f}, {row['ci_high']:.{digits}f}]"
+
+
 def to_table(board: Leaderboard, title: str) -> Table:
-    """The board for the console: mean and std to 4 places, costs to 2, every cell escaped for rich."""
-    table = Table(title=title, caption=f"{STD_NOTE}\n{TIE_NOTE}")
-    columns = list(board.table.columns)
+    """The board for the console: mean ± std and the interval to 4 places, costs to 2, every cell escaped for rich;
+    the interval's kind is said in the caption rather than on every row."""
+    table = Table(title=title, caption=f"{STD_NOTE}\n{INTERVAL_NOTE}\n{TIE_NOTE}")
+    shown_apart = (*INTERVAL_COLUMNS, "std", "seeds_needed")  # in the mean's and the mark's cells
+    columns = [c for c in board.table.columns if c not in shown_apart]
+    if set(board.table["group"]) == {"all"}:  # nothing is grouped: the column would only say so on every row
+        columns.remove("group")
+    columns[columns.index("mean")] = MEAN_HEADER
     for column in columns:
         named = column in ("group", "configuration")  # wrapped, never cut: the end may tell two rows apart
-        table.add_column(column, justify="left" if named else "right", overflow="fold" if named else "ellipsis")
+        table.add_column(
+            column,
+            justify="left" if named else "right",
+            overflow="fold" if named else "ellipsis",
+            no_wrap=not named and column != MEAN_HEADER,
+        )
     for row, shown in zip(board.table.to_dict("records"), readable(board.table["configuration"]), strict=True):
         cells = {
             **row,
             "configuration": shown,
             "rank": number(row["rank"]),
-            "mean": number(row["mean"], 4),
-            "std": number(row["std"], 4),
+            MEAN_HEADER: mean_cell(row),
+            "vs_best": row["vs_best"] + (f"\n{row['seeds_needed']} seeds" if pd.notna(row["seeds_needed"]) else ""),
             **{c: number(row[c], 2) for c in COSTS},
         }
         table.add_row(*(escape(str(cells[c])) for c in columns))
     return table
+
+
+MEAN_HEADER = "mean ± std [95% interval]"
+"""The console's one column for a mean: its std and its interval below it, so that the names keep their width."""
+
+
+def mean_cell(row: dict) -> str:
+    if pd.isna(row["mean"]):
+        return MISSING
+    shown = f"{number(row['mean'], 4)} ± {number(row['std'], 4)}"
+    return shown if pd.isna(row["ci_low"]) else f"{shown}\n{interval_text(row)}"
 
 
 MISSING = "–"

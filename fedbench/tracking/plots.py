@@ -1,5 +1,6 @@
-"""Result plots from the store: a metric per round (mean ± std over seeds), a configuration × group heatmap and, where
-runs kept per-client results, how accuracy spreads over clients (`fedbench.tracking.client_plots`).
+"""Result plots from the store: a metric per round (the mean over seeds and its 95% interval), a configuration ×
+group heatmap and, where runs kept per-client results, how accuracy spreads over clients
+(`fedbench.tracking.client_plots`).
 
 Runs are read back as the leaderboard reads them (`fedbench_runs`, through the store interface), and a
 configuration and a group mean the same thing here as there (`group_and_configuration`). Per-round values are each
@@ -28,6 +29,7 @@ from rich.table import Table
 
 from fedbench.core import metrics as M
 from fedbench.core.errors import ConfigError
+from fedbench.tracking.intervals import mean_interval
 from fedbench.tracking.leaderboard import (
     TIE_ALPHA,
     failed_runs,
@@ -118,22 +120,24 @@ def plot_experiment(
     if heatmap_metric not in finished or finished[heatmap_metric].isna().all():
         heatmap_metric = metric
     values = finished[heatmap_metric].astype(float)
-    heatmap, spread = heatmap_table(labels, values), heatmap_table(labels, values, "std")
+    heatmap = heatmap_table(labels, values)
+    low, high = (heatmap_table(labels, values, bound) for bound in interval_bounds())
     plots = Plots(curves, heatmap, heatmap_metric, failed_runs(runs))
     out.mkdir(parents=True, exist_ok=True)
     curves_figure = draw_curves(
         curves,
-        f"{M.display_name(metric)} per round, mean ± std over seeds",
+        f"{M.display_name(metric)} per round, mean over seeds (band: its 95% interval)",
         M.display_name(metric),
         M.value_range(metric),
     )
     plots.files = save(curves_figure, out / f"curves_{metric}", formats, dpi)
     if len(heatmap.columns) > 1:  # one group is one column: the leaderboard says it better than a strip of colour
-        marks = versus_best(labels.assign(value=values.to_numpy()), M.better(heatmap_metric))
+        versus = versus_best(labels.assign(value=values.to_numpy()), M.better(heatmap_metric))
+        marks = {key: v.mark for key, v in versus.items()}
         heatmap_figure = draw_heatmap(
             heatmap,
-            spread,
-            f"{M.display_name(heatmap_metric)}, mean ± std over seeds",
+            (low, high),
+            f"{M.display_name(heatmap_metric)}, mean over seeds [its 95% interval]",
             xlabel=", ".join(dict.fromkeys(g.split("=")[0] for g in heatmap.columns)),
             marks=marks,
         )
@@ -225,8 +229,9 @@ def curve_table(labels: pd.DataFrame, histories: dict[str, pd.Series]) -> pd.Dat
     return seed_stats(frame.groupby(["group", "configuration", "round"], sort=True))
 
 
-def heatmap_table(labels: pd.DataFrame, values: pd.Series, statistic: str = "mean") -> pd.DataFrame:
-    """Configurations × groups, the mean (or sample std) over seeds of `values` (NaN where one did not run)."""
+def heatmap_table(labels: pd.DataFrame, values: pd.Series, statistic="mean") -> pd.DataFrame:
+    """Configurations × groups, the mean over seeds of `values` (or another `statistic`: a pandas aggregation's
+    name or a function of a cell's values), NaN where one did not run."""
     frame = labels.assign(value=values.to_numpy())
     return frame.pivot_table(
         index="configuration", columns="group", values="value", aggfunc=statistic, sort=True, dropna=False
@@ -243,8 +248,9 @@ def save(figure, stem: Path, formats: Sequence[str], dpi: int) -> list[Path]:
 
 
 def draw_curves(curves: pd.DataFrame, title: str, ylabel: str, bounds: tuple[float, float] = (-np.inf, np.inf)):
-    """One panel per group, one line per configuration (same colour in every panel), shaded mean ± std clipped
-    to the metric's `bounds` (with two seeds a std band of an accuracy near 0 would reach below it)."""
+    """One panel per group, one line per configuration (same colour in every panel), shaded over the mean's 95%
+    interval (`fedbench.tracking.intervals`; none for one seed) clipped to the metric's `bounds` (with two seeds
+    the interval of an accuracy near 0 reaches far below it)."""
     from matplotlib.figure import Figure
     from matplotlib.ticker import MaxNLocator
 
@@ -262,13 +268,12 @@ def draw_curves(curves: pd.DataFrame, title: str, ylabel: str, bounds: tuple[flo
             line = panel[panel["configuration"] == configuration].sort_values("round")
             if line.empty:
                 continue
-            x, mean, std = line["round"].to_numpy(), line["mean"].to_numpy(), line["std"].to_numpy()
+            x, mean = line["round"].to_numpy(), line["mean"].to_numpy()
+            low, high = line["ci_low"].to_numpy(dtype=float), line["ci_high"].to_numpy(dtype=float)
             ax.plot(
                 x, mean, color=palette[i], marker="o" if len(x) < 15 else None, markersize=3, label=shown[configuration]
             )
-            ax.fill_between(
-                x, np.clip(mean - std, *bounds), np.clip(mean + std, *bounds), color=palette[i], alpha=0.2, linewidth=0
-            )
+            ax.fill_between(x, np.clip(low, *bounds), np.clip(high, *bounds), color=palette[i], alpha=0.2, linewidth=0)
         ax.set_title(group, fontsize=9)
         ax.set_xlabel("round")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
@@ -292,12 +297,13 @@ def draw_curves(curves: pd.DataFrame, title: str, ylabel: str, bounds: tuple[flo
 
 def draw_heatmap(
     heatmap: pd.DataFrame,
-    spread: pd.DataFrame,
+    interval: tuple[pd.DataFrame, pd.DataFrame],
     title: str,
     xlabel: str,
     marks: dict[tuple[str, str], str] | None = None,
 ):
-    """Configurations (rows) × groups (columns), each cell annotated with its mean ± std over seeds and, from `marks`
+    """Configurations (rows) × groups (columns), each cell annotated with its mean over seeds, the mean's 95% interval
+    (`interval`: its lower and upper bounds, laid out as `heatmap`) and, from `marks`
     (the leaderboard's `versus_best`), ★ on each column's best and ≈ on those its seeds cannot tell from it."""
     from matplotlib.figure import Figure
 
@@ -323,10 +329,11 @@ def draw_heatmap(
     middle = (low + high) / 2
     for i in range(n_rows):
         for j in range(n_cols):
-            value, std = values[i, j], spread.to_numpy(dtype=float)[i, j]
-            text = "-" if not np.isfinite(value) else f"{value:.3f}" if abs(value) < 1000 else f"{value:.3g}"
-            if np.isfinite(value) and np.isfinite(std):
-                text += f"\n± {std:.3f}" if abs(std) < 1000 else f"\n± {std:.3g}"
+            value = values[i, j]
+            low_bound, high_bound = (bound.to_numpy(dtype=float)[i, j] for bound in interval)
+            text = "-" if not np.isfinite(value) else short(value)
+            if np.isfinite(value) and np.isfinite(low_bound):
+                text += f"\n[{short(low_bound)}, {short(high_bound)}]"
             text += cell_mark((marks or {}).get((heatmap.columns[j], heatmap.index[i]), ""))
             ax.text(
                 j,
@@ -340,7 +347,7 @@ def draw_heatmap(
     fig.colorbar(image, ax=ax, shrink=0.8)
     if marks:
         xlabel += "\n" + fitted(
-            f"★ best of its column; ≈ not distinguishable from it (Welch's t-test over seeds, "
+            f"★ best of its column; ≈ not distinguishable from it (Welch's t-test over seeds, Holm-corrected "
             f"p >= {TIE_ALPHA}); ? fewer than 2 seeds",
             fig,
         )
@@ -348,6 +355,16 @@ def draw_heatmap(
     ax.set_ylabel("configuration")
     ax.set_title(fitted(title, fig), fontsize=10)
     return fig
+
+
+def short(value: float) -> str:
+    """A heatmap cell's number: 3 places, or 3 significant digits from 1000 up."""
+    return f"{value:.3f}" if abs(value) < 1000 else f"{value:.3g}"
+
+
+def interval_bounds():
+    """The functions of a cell's seed values giving its mean's 95% interval's lower and upper bounds."""
+    return (lambda v: mean_interval(list(v)).low), (lambda v: mean_interval(list(v)).high)
 
 
 def cell_mark(mark: str) -> str:

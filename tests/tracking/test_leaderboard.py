@@ -4,12 +4,14 @@ import numpy as np
 import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
+from scipy import stats
 
 from fedbench.cli import main
 from fedbench.config.task import task_from_dict
 from fedbench.core import metrics as M
 from fedbench.core.errors import ConfigError
 from fedbench.runtime.session import run_specs
+from fedbench.tracking.intervals import seeds_needed
 from fedbench.tracking.leaderboard import build_leaderboard, read_runs, to_markdown
 from fedbench.tracking.mlflow_callback import MlflowCallback
 from fedbench.tracking.store import metric_columns
@@ -150,7 +152,7 @@ def test_a_metric_some_configurations_lack_is_shown_missing_not_a_crash():
     board = build_leaderboard(runs, metric="final.acc_system", group_by=[])
     local = board.table[board.table["configuration"] == "local"].iloc[0]
     assert pd.isna(local["mean"]) and pd.isna(local["rank"])
-    assert "| all | – | local | – | 0 |" in to_markdown(board)  # no run of it reports the metric
+    assert "| all | – | local | – | – | 0 |" in to_markdown(board)  # no run of it reports the metric
 
 
 def test_a_rerun_of_the_same_runspec_is_one_seed_not_two():
@@ -250,7 +252,7 @@ def test_a_search_reads_like_a_search_its_samples_by_what_was_sampled_and_its_re
     )
     board = build_leaderboard(runs, group_by=[])
     markdown = to_markdown(board)
-    assert "| all | 1 | feroma tau=0.0468 warmup_rounds=2 | 0.8600 ± 0.0000 | 1 |" in markdown
+    assert "| all | 1 | feroma tau=0.0468 warmup_rounds=2 | 0.8600 ± 0.0000 | – | 1 |" in markdown
     assert (
         "| all | 2 | feroma tau=0.112 warmup_rounds=3 |" in markdown and "| all | 3 | fedavg (reference) |" in markdown
     )
@@ -363,8 +365,12 @@ def test_a_conditional_search_ranks_its_samples_by_what_was_sampled_beside_its_r
         "configuration",
         "mean",
         "std",
+        "ci_low",
+        "ci_high",
+        "ci_kind",
         "n",
         "vs_best",
+        "seeds_needed",
         "compute_s",
         "wall_s",
         "startup_s",
@@ -380,9 +386,9 @@ def test_a_conditional_search_ranks_its_samples_by_what_was_sampled_beside_its_r
     ]
     assert list(board.table["n"]) == [2] * 5 and list(board.table["rank"]) == [1, 2, 3, 4, 5]
     markdown = to_markdown(board)
-    assert "| all | 1 | feroma tau=0.0468 warmup_rounds=2 | 0.8600 ± 0.0283 | 2 |" in markdown
-    assert "| all | 3 | fedavg (reference) | 0.7800 ± 0.0000 | 2 |" in markdown
-    assert "| all | 5 | fedprox mu=0.0123 | 0.7000 ± 0.0000 | 2 |" in markdown
+    assert "| all | 1 | feroma tau=0.0468 warmup_rounds=2 | 0.8600 ± 0.0283 | [0.6059, 1.1141] | 2 |" in markdown
+    assert "| all | 3 | fedavg (reference) | 0.7800 ± 0.0000 | [0.7800, 0.7800] | 2 |" in markdown
+    assert "| all | 5 | fedprox mu=0.0123 | 0.7000 ± 0.0000 | [0.7000, 0.7000] | 2 |" in markdown
     console = Console(width=120, record=True)
     console.print(to_table(board, "search"))
     text = console.export_text()
@@ -410,7 +416,8 @@ def test_configurations_the_seeds_cannot_tell_from_the_best_are_marked():
     marks = dict(zip(board.table["configuration"], board.table["vs_best"], strict=True))
     assert marks["fedprox"] == "best" and marks["fedavg"].startswith("≈ p=") and marks["local"].startswith("worse p=")
     markdown = to_markdown(board)
-    assert "| all | 2 | fedavg | 0.8720 ± 0.0830 | 3 | ≈ p=0.9" in markdown and "Welch's t-test" in markdown
+    assert "| all | 2 | fedavg | 0.8720 ± 0.0830 | [0.6658, 1.0782] | 3 | ≈ p=0.9" in markdown
+    assert "Welch's t-test" in markdown and "Holm" in markdown
 
 
 def test_a_store_written_before_the_dot_ranks_beside_new_runs_and_old_metric_names_still_work():
@@ -457,3 +464,35 @@ def test_wall_time_leaves_out_the_worker_start_up_which_gets_its_own_column():
     assert row["wall_s"] == pytest.approx(2.1) and row["startup_s"] == pytest.approx(5.8)
     old = runs.drop(columns="total.time_startup_s")  # a store from before the start-up was recorded
     assert build_leaderboard(old, group_by=()).table["wall_s"][0] == pytest.approx((13.7 + 2.1) / 2)
+
+
+def test_tie_marks_correct_for_the_number_of_comparisons_and_say_how_many_seeds_a_tie_needs():
+    """Issue 44: five configurations against the best are five tests; uncorrected, a p of 0.03 among them reads as a
+    difference by chance one time in four. Alone it is one test and stays a difference; first in Holm's order of
+    five it is multiplied by five."""
+    from scipy.stats import ttest_ind
+
+    best = [0.90, 0.91, 0.92]
+    close = [0.875, 0.885, 0.895]  # Welch p about 0.03 against the best
+    rows = [{"run_hash": f"best{i}", "algorithm.name": "best", "final.acc_local_mean": v} for i, v in enumerate(best)]
+    rows += [
+        {"run_hash": f"close{i}", "algorithm.name": "close", "final.acc_local_mean": v} for i, v in enumerate(close)
+    ]
+    raw = float(ttest_ind(close, best, equal_var=False).pvalue)
+    assert 0.01 < raw < 0.05
+    alone = build_leaderboard(synthetic_runs(rows), group_by=[])
+    assert alone.table.set_index("configuration").loc["close", "vs_best"] == f"worse p={raw:.3g}"
+    for k in range(4):  # four more configurations the seeds cannot tell from the best
+        rows += [
+            {"run_hash": f"tie{k}{i}", "algorithm.name": f"tie{k}", "final.acc_local_mean": v - 0.001 * (k + 1)}
+            for i, v in enumerate(best)
+        ]
+    board = build_leaderboard(synthetic_runs(rows), group_by=[]).table.set_index("configuration")
+    assert board.loc["close", "vs_best"] == f"≈ p={min(1.0, 5 * raw):.3g}"  # first of five in Holm's order
+    # the tie says how many seeds would tell it apart: the observed difference, the pooled std, alpha / 5
+    spread = float(np.sqrt((np.var(close, ddof=1) + np.var(best, ddof=1)) / 2))
+    assert board.loc["close", "seeds_needed"] == max(4, seeds_needed(0.025, spread, alpha=0.05 / 5))
+    assert pd.isna(board.loc[board["vs_best"] == "best"].iloc[0]["seeds_needed"])
+    interval = board.loc["close", ["ci_low", "ci_high"]].to_numpy(dtype=float)
+    half = stats.t.ppf(0.975, 2) * np.std(close, ddof=1) / np.sqrt(3)
+    assert interval == pytest.approx([0.885 - half, 0.885 + half]) and board.loc["close", "ci_kind"] == "t"

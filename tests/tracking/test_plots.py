@@ -162,14 +162,14 @@ def test_plot_cli_on_plain_runs_writes_files_and_says_there_is_no_sweep(mlflow_s
     assert main(["plot"]) == 2
 
 
-def test_paper_formats_dpi_and_std_in_heatmap_cells(handmade, isolated_results):
+def test_paper_formats_dpi_and_intervals_in_heatmap_cells(handmade, isolated_results):
     uri, parent, older, logged = handmade
     folder = isolated_results / "paper"
     plots = plot_experiment("plots_exact", uri, folder, formats=("png", "pdf", "svg"), dpi=200, log_artifacts=False)
     assert sorted(p.suffix for p in plots.files) == [".pdf", ".pdf", ".png", ".png", ".svg", ".svg"]
     assert all(p.stat().st_size > 1000 for p in plots.files)
     heatmap_svg = (folder / "heatmap_final_acc_local_mean.svg").read_text()
-    assert "±" in heatmap_svg or "&#177;" in heatmap_svg  # every cell shows its std over seeds
+    assert heatmap_svg.count("[") >= 2  # every cell shows its mean's interval over seeds
     with Image.open(folder / "curves_acc_local_mean.png") as image:
         assert image.info["dpi"][0] == pytest.approx(200, abs=1)
 
@@ -194,8 +194,8 @@ def test_seed_bands_stay_inside_the_metrics_range():
             "configuration": "fedavg",
             "round": [1, 2, 3],
             "mean": [0.05, 0.5, 0.97],
-            "std": [0.2, 0.1, 0.2],
-            "n": 2,
+            "ci_low": [-0.4, 0.3, 0.5],  # two seeds' t intervals are wide
+            "ci_high": [0.5, 0.7, 1.4],
         }
     )
     figure = draw_curves(curves, "t", "accuracy", M.value_range(M.ACC_LOCAL_MEAN))
@@ -213,13 +213,15 @@ def test_figures_name_sampled_values_as_tables_do():
 
     names = ["fedprox mu=0.018662266976517967", "fedprox mu=0.4311005868549", "fedavg (reference)"]
     heatmap = pd.DataFrame({"all": [0.8, 0.7, 0.75]}, index=names)
-    figure = draw_heatmap(heatmap, heatmap * 0.1, "t", "all")
+    figure = draw_heatmap(heatmap, (heatmap * 0.9, heatmap * 1.1), "t", "all")
     assert [t.get_text() for t in figure.axes[0].get_yticklabels()] == [
         "fedprox mu=0.0187",
         "fedprox mu=0.431",
         "fedavg (reference)",
     ]
-    curves = pd.DataFrame({"group": "all", "configuration": names, "round": 1, "mean": 0.5, "std": 0.0, "n": 1})
+    curves = pd.DataFrame(
+        {"group": "all", "configuration": names, "round": 1, "mean": 0.5, "ci_low": np.nan, "ci_high": np.nan}
+    )
     legend = [t.get_text() for t in draw_curves(curves, "t", "accuracy").legends[0].get_texts()]
     assert sorted(legend) == sorted(["fedprox mu=0.0187", "fedprox mu=0.431", "fedavg (reference)"])
 
@@ -253,7 +255,7 @@ def test_heatmap_cells_carry_the_leaderboards_marks_best_and_ties():
     import pandas as pd
 
     from fedbench.tracking.leaderboard import versus_best
-    from fedbench.tracking.plots import draw_heatmap, heatmap_table
+    from fedbench.tracking.plots import draw_heatmap, heatmap_table, interval_bounds
 
     labels = pd.DataFrame(
         {
@@ -263,16 +265,20 @@ def test_heatmap_cells_carry_the_leaderboards_marks_best_and_ties():
         }
     )
     values = pd.Series([0.90, 0.91, 0.92, 0.10, 0.12, 0.11, 0.5, 0.6, 0.55])
-    marks = versus_best(labels.assign(value=values), "max")
-    figure = draw_heatmap(heatmap_table(labels, values), heatmap_table(labels, values, "std"), "t", "group", marks)
+    marks = {key: v.mark for key, v in versus_best(labels.assign(value=values), "max").items()}
+    low, high = (heatmap_table(labels, values, bound) for bound in interval_bounds())
+    figure = draw_heatmap(heatmap_table(labels, values), (low, high), "t", "group", marks)
     cells = {t.get_text() for t in figure.axes[0].texts}
-    assert "0.910\n± 0.010 ★" in cells and "0.110\n± 0.010" in cells  # b is clearly worse: no mark
-    assert "0.550\n± 0.050 ★" in cells and "-" in cells  # g2's only configuration is its best; b did not run there
+    # each mean with its 95% t interval (3 seeds: mean ± 4.303 x std / sqrt 3); b is clearly worse: no mark
+    assert "0.910\n[0.885, 0.935] ★" in cells and "0.110\n[0.085, 0.135]" in cells
+    assert "0.550\n[0.426, 0.674] ★" in cells  # g2's only configuration is its best
+    assert "-" in cells  # b did not run in g2
     tied = versus_best(
         pd.DataFrame({"group": ["g"] * 4, "configuration": ["a", "a", "b", "b"], "value": [0.88, 0.80, 0.87, 0.86]}),
         "max",
     )
-    assert tied[("g", "b")] == "best" and tied[("g", "a")].startswith("≈")  # 0.84 ± 0.06 against 0.865 ± 0.007
+    # 0.84 ± 0.06 against 0.865 ± 0.007
+    assert tied[("g", "b")].mark == "best" and tied[("g", "a")].mark.startswith("≈")
 
 
 def test_figures_name_fields_without_their_section_unless_two_fields_share_a_name():

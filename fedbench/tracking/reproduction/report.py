@@ -11,11 +11,14 @@ from pathlib import Path
 import pandas as pd
 
 from fedbench.config.task import PAPER_PROFILE, TaskSpec
+from fedbench.core import metrics as M
 from fedbench.core.callbacks import NUMERICS_TAG
 from fedbench.core.errors import ConfigError
 from fedbench.core.runspec import RunSpec
 from fedbench.tracking.leaderboard import DEFAULT_METRIC, fedbench_runs
 from fedbench.tracking.paths import shown_uri
+from fedbench.tracking.rank_report import CD_DIAGRAM, MARKDOWN, bounds, friedman_text, write_ranking
+from fedbench.tracking.ranking import rank_runs
 from fedbench.tracking.reproduction.cells import TableResult, run_states, same
 from fedbench.tracking.reproduction.figures import draw_table
 from fedbench.tracking.reproduction.markdown import how_to_read, render_table
@@ -143,12 +146,43 @@ def write_report(
         report.files += files
         scale = table.reference.scale
         parts += render_table(table, tolerance * scale, resolution * scale, [f.name for f in files])
+    metric = report.tables[0].reference.metric if report.tables else DEFAULT_METRIC
+    lines, files = ranking_section(runs, metric, out / RANKING_FOLDER, task.name)
+    report.files += files
     report.path = out / "report.md"
-    report.path.write_text("\n".join(header(task, uri, report, len(runs), len(specs), parent) + parts))
+    report.path.write_text("\n".join(header(task, uri, report, len(runs), len(specs), parent) + parts + lines))
     if log_artifacts and parent is not None:
         store.attach(parent, [report.path, *report.files], ARTIFACT_FOLDER)
         report.parent_run_id = parent
     return report
+
+
+RANKING_FOLDER = "ranking"
+
+
+def ranking_section(runs: pd.DataFrame, metric: str, out: Path, title: str) -> tuple[list[str], list[Path]]:
+    """The suite's methods ranked across its scenarios (`fedbench rank`'s files, written into `out`) as the report's
+    last section, or a line saying why they cannot be."""
+    lines = ["", "## Methods ranked across scenarios", ""]
+    try:
+        ranking = rank_runs(runs, metric, M.better(metric))
+    except ConfigError as exc:
+        return [*lines, f"Not ranked: {exc.allowed} ({exc.value})."], []
+    files = write_ranking(ranking, out, title)
+    aggregate = ranking.aggregate.itertuples(index=False)
+    lines += [
+        f"By `{metric}`; the tests, every pair and the scenario means: [{RANKING_FOLDER}/{MARKDOWN}]"
+        f"({RANKING_FOLDER}/{MARKDOWN}). {friedman_text(ranking)}",
+        "",
+        f"![critical-difference diagram]({RANKING_FOLDER}/{CD_DIAGRAM})",
+        "",
+        "| method | average rank | IQM (normalised) [95% interval] |",
+        "|---|---|---|",
+        *(f"| {r.method} | {r.average_rank:.2f} | {r.iqm:.3f} {bounds(r.low, r.high, 3)} |" for r in aggregate),
+    ]
+    if ranking.left_out:
+        lines += ["", "Not ranked: " + "; ".join(ranking.left_out) + "."]
+    return lines, files
 
 
 def header(task: TaskSpec, uri: str, report: Report, stored: int, planned: int, parent: str | None) -> list[str]:
