@@ -125,6 +125,10 @@ class Algorithm(ABC, Generic[ConfigT, StateT, ClientStateT]):
     ClientState: ClassVar[type] = NoClientState
     """A client's state between its jobs: a frozen dataclass the method owns, built with no arguments for a client
     that never ran a job (and for test-time clients)."""
+    client_metrics: ClassVar[tuple[str, ...]] = ()
+    """Keys `client_update` reports beside `metrics.FIT_KEYS` (a detector's statistic, a reset flag): the runtime
+    records each round's mean over the clients as `client_<key>_mean` and each client's value in the per-client
+    table, unmetered (a number kept for the record, not sent as communication). A key not declared fails the run."""
 
     @classmethod
     def check_spec(cls, spec: RunSpec) -> None:

@@ -13,6 +13,9 @@ inheriting their type. The runtime asks `isinstance(algorithm, TestTimeAssignmen
   model, FedRep's head); for the vote each client uploads that part once, after the last round.
 - `PeerRelay`: a decentralized method simulated through the server as a relay (Gossip, DAC): its uplinks only
   park models there and are not metered; peers' payloads arrive in `Payload.peers`, charged to both ends.
+- `ReadsGroundTruth`: the client half is told each client's true distribution id (`RoundContext.distribution_id`);
+  an oracle's ceiling (001 Sec. IV-C). Every other method's jobs get -1, so a drift detector cannot become an
+  oracle by accident.
 
 The protocols that use them live in `fedbench.runtime.evaluation`.
 """
@@ -61,6 +64,13 @@ class Aggregator(Protocol[StateT_co]):
     def add(self, result: ClientResult) -> None: ...
 
     def finish(self) -> StateT_co: ...
+
+
+class ReadsGroundTruth:
+    """A method told what no real method knows: each client's ground-truth distribution id, in its jobs'
+    `RoundContext.distribution_id`. Only an oracle declares it (001 Sec. IV-C's Oracle, the ceiling clustering
+    methods are measured against); for every other method the runtime passes -1, and the contract test shows that
+    permuting the scenario's ids leaves each one's whole history bit-identical."""
 
 
 class StreamedAggregation(ABC, Generic[StateT]):

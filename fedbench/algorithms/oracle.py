@@ -1,7 +1,8 @@
 """Oracle (001 Sec. IV-C): one model per ground-truth cluster, trained by FedAvg within the cluster.
 
 The ceiling for clustering methods: it is told what no real method knows, each client's ground-truth
-distribution id (`RoundContext.distribution_id`, which only oracles may read). Each round runs in two
+distribution id (`RoundContext.distribution_id`, which the runtime gives only a method that declares
+`ReadsGroundTruth`). Each round runs in two
 exchanges (`DescribedRound`, as FEROMA's): every sampled client first reports the id of the distribution it
 holds this round (one int), then is sent that cluster's model, trains it on the same data, and the server
 averages the updates of each cluster's members. So under drift a client trains its new cluster's model from
@@ -34,6 +35,7 @@ from fedbench.algorithms.base import (
 from fedbench.algorithms.capabilities import (
     Assignment,
     DescribedRound,
+    ReadsGroundTruth,
     SystemVote,
     TestTimeAssignment,
     TrainedOn,
@@ -59,6 +61,7 @@ class Oracle(
     DescribedRound[OracleState, NoClientState],
     TestTimeAssignment[OracleState],
     SystemVote[OracleState, NoClientState],
+    ReadsGroundTruth,
 ):
     """FedAvg per ground-truth cluster."""
 

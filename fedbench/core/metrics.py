@@ -9,6 +9,11 @@ TRAIN_LOSS = "train_loss"
 TRAIN_STEPS = "train_steps"
 TRAIN_SAMPLES = "train_samples"
 """The client's training-set size, by which 004's pi-weighted accuracy weighs its local accuracy."""
+FIT_KEYS = (TRAIN_LOSS, TRAIN_STEPS, TRAIN_SAMPLES)
+"""What any method's fit job may report; a method's own keys it declares (`Algorithm.client_metrics`)."""
+CLIENT_METRIC_PREFIX = "client_"
+"""A declared client metric `k` is recorded per round as `client_<k>_mean`, the mean over the clients that reported
+it (`fedbench.runtime.records.training_metrics`)."""
 ACCURACY = "accuracy"
 LOSS = "loss"
 TEST_SAMPLES = "test_samples"

@@ -172,8 +172,8 @@ class RoundContext:
     device: str = "cpu"
     num_threads: int = 1
     distribution_id: int = -1
-    """The client's ground-truth distribution id this round. Only oracles may read it (001 Sec. IV's Oracle);
-    every other method must behave as if it did not exist. -1 where unknown."""
+    """The client's ground-truth distribution id this round, for a method that declares `ReadsGroundTruth` (001 Sec.
+    IV's Oracle); -1 for every other method, and where unknown."""
     rounds: int = 1
     """The run's number of rounds, for the learning-rate schedule."""
     local_steps: int | None = None

@@ -161,11 +161,12 @@ class Federation:
         folder = self.checkpoints
         checkpoint = folder.latest(self.spec.run_hash, self.spec.rounds) if folder is not None else None
         if checkpoint is None:
+            self.per_client = PerClientRecorder(algorithm.client_metrics)  # a column per metric it declares
             return algorithm.init_state(), 1
         for client_id, state in checkpoint.clients.items():
             self.store.put(client_id, state)
         history.extend(checkpoint.history)
-        self.per_client = PerClientRecorder.from_table(checkpoint.per_client)
+        self.per_client = PerClientRecorder.from_table(checkpoint.per_client, algorithm.client_metrics)
         self.scored = checkpoint.scored
         self.earlier_wall_s = checkpoint.wall_s
         for record in checkpoint.history:
@@ -205,7 +206,7 @@ class Federation:
                 M.TIME_AGGREGATE_S: aggregate_s,
                 M.TIME_STARTUP_S: startup_s if round == first else 0.0,
             }
-            record.update(training_metrics(results))
+            record.update(training_metrics(results, spec.algorithm.name, algorithm.client_metrics))
             record[M.TIME_CLIENT_COMPUTE_S] += describe_s
             if isinstance(algorithm, RoundReport):
                 record.update(algorithm.round_metrics(state))

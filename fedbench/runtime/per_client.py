@@ -3,7 +3,9 @@ percentiles, each client's gain over Local), kept as one compact table per run r
 
 Columns: `round`, `client`, `acc_local` (the client's accuracy on its local test split), `test_samples`,
 `train_samples` (its rows in that round) and `train_loss` (its training loss that round, NaN where it did not
-train). 1,000 clients x 100 rounds is 100,000 rows, about 3 MB as arrays and less as the run's parquet artifact.
+train), then one per client metric the method declares (`Algorithm.client_metrics`: its value that round, NaN
+where the client did not train). 1,000 clients x 100 rounds is 100,000 rows, about 3 MB as arrays and less as the
+run's parquet artifact.
 """
 
 from __future__ import annotations
@@ -32,34 +34,39 @@ PerClientTable = dict[str, np.ndarray]
 class PerClientRecorder:
     """Collects a run's per-client rows as its rounds are evaluated."""
 
-    def __init__(self) -> None:
-        self._columns: dict[str, list] = {name: [] for name in COLUMNS}
+    def __init__(self, reported: Sequence[str] = ()) -> None:
+        """`reported`: the client metrics the method declares, a column each."""
+        self.reported = tuple(reported)
+        self._columns: dict[str, list] = {name: [] for name in (*COLUMNS, *self.reported)}
 
     def add(self, round: int, evaluated: Sequence[ClientResult], trained: Sequence[ClientResult]) -> None:
-        """One row per evaluated client of `round`, with its training loss where it trained that round."""
-        losses = {r.client_id: r.metrics.get(M.TRAIN_LOSS, math.nan) for r in trained}
+        """One row per evaluated client of `round`, with its training loss and declared metrics where it trained that
+        round."""
+        fits = {r.client_id: r.metrics for r in trained}
         for result in sorted(evaluated, key=lambda r: r.client_id):
+            fit = fits.get(result.client_id, {})
             row = {
                 "round": round,
                 "client": result.client_id,
                 "acc_local": result.metrics[M.ACCURACY],
                 "test_samples": result.metrics[M.TEST_SAMPLES],
                 "train_samples": result.metrics[M.TRAIN_SAMPLES],
-                "train_loss": losses.get(result.client_id, math.nan),
+                "train_loss": fit.get(M.TRAIN_LOSS, math.nan),
+                **{key: fit.get(key, math.nan) for key in self.reported},
             }
             for name, value in row.items():
                 self._columns[name].append(value)
 
     @classmethod
-    def from_table(cls, table: PerClientTable) -> PerClientRecorder:
+    def from_table(cls, table: PerClientTable, reported: Sequence[str] = ()) -> PerClientRecorder:
         """A recorder holding `table`'s rows (a resumed run's, from its checkpoint)."""
-        recorder = cls()
-        for name in COLUMNS:
+        recorder = cls(reported)
+        for name in recorder._columns:
             recorder._columns[name] = list(table.get(name, ()))
         return recorder
 
     def table(self) -> PerClientTable:
-        return {name: np.asarray(values, dtype=COLUMNS[name]) for name, values in self._columns.items()}
+        return {name: np.asarray(values, dtype=COLUMNS.get(name, np.float64)) for name, values in self._columns.items()}
 
 
 def encode(table: PerClientTable) -> str:
@@ -71,4 +78,4 @@ def encode(table: PerClientTable) -> str:
 
 def decode(text: str) -> PerClientTable:
     with np.load(io.BytesIO(base64.b64decode(text)), allow_pickle=False) as arrays:
-        return {name: arrays[name] for name in COLUMNS}
+        return {name: arrays[name] for name in arrays.files}

@@ -10,21 +10,51 @@ import numpy as np
 from fedbench.algorithms.capabilities import TrainedOn
 from fedbench.core import metrics as M
 from fedbench.core.callbacks import RoundRecord
+from fedbench.core.errors import FedbenchError
 from fedbench.core.types import ClientResult
 from fedbench.scenarios import Scenario
 
 
-def training_metrics(results: Sequence[ClientResult]) -> RoundRecord:
-    """Mean training loss, compute seconds, clients trained and, on GPUs, the most memory a worker held."""
+def training_metrics(results: Sequence[ClientResult], method: str = "", declared: Sequence[str] = ()) -> RoundRecord:
+    """Mean training loss, compute seconds, clients trained, on GPUs the most memory a worker held, and the mean of
+    each client metric the method declares (`Algorithm.client_metrics`) as `client_<key>_mean`.
+
+    Raises:
+        UndeclaredClientMetricError: a client reported a key that is neither a fit's own nor declared: it would
+            otherwise be dropped without a word.
+    """
+    allowed = {*M.FIT_KEYS, *declared}
+    for result in results:
+        unknown = sorted(set(result.metrics) - allowed)
+        if unknown:
+            raise UndeclaredClientMetricError(method, result.client_id, unknown, declared)
     record = {
         M.TRAIN_LOSS_MEAN: mean_of_finite([r.metrics[M.TRAIN_LOSS] for r in results]),
         M.TIME_CLIENT_COMPUTE_S: float(sum(r.compute_s for r in results)),
         M.CLIENTS_SAMPLED: float(len(results)),
     }
+    for key in declared:
+        record[client_metric(key)] = mean_of_finite([r.metrics[key] for r in results if key in r.metrics])
     peak = max((r.gpu_peak_bytes for r in results), default=0)
     if peak:
         record[M.GPU_PEAK_MB] = peak / 2**20
     return record
+
+
+def client_metric(key: str) -> str:
+    """The round key a declared client metric is recorded under."""
+    return f"{M.CLIENT_METRIC_PREFIX}{key}_mean"
+
+
+class UndeclaredClientMetricError(FedbenchError, ValueError):
+    """A client half reported a metric its method does not declare in `client_metrics`."""
+
+    def __init__(self, method: str, client: int, keys: Sequence[str], declared: Sequence[str]):
+        super().__init__(
+            f"{method or 'the method'}'s client {client} reported {', '.join(map(repr, keys))}, which "
+            f"{method or 'it'} does not declare: add it to {method or 'the method'}'s `client_metrics` "
+            f"(declared: {', '.join(declared) or 'none'}; every fit may report {', '.join(M.FIT_KEYS)}) to record it"
+        )
 
 
 def evaluation_metrics(results: Sequence[ClientResult]) -> RoundRecord:
@@ -83,9 +113,13 @@ def weighted_mean(values: np.ndarray, weights: Sequence[float]) -> float:
 
 
 def summarize(history: Sequence[RoundRecord], run_seconds: float) -> dict[str, float]:
-    """`final.<key>` (last value seen) and `total.<key>` (sum over rounds), plus the run's wall time."""
+    """`final.<key>` (last value seen) and `total.<key>` (sum over rounds), plus the run's wall time; the methods'
+    declared client metrics (`client_<key>_mean`) get their `final.` too."""
     final: dict[str, float] = {}
-    for key in M.LAST:
+    declared = sorted(
+        {k for rec in history for k in rec if k.startswith(M.CLIENT_METRIC_PREFIX) and k.endswith("_mean")}
+    )
+    for key in [*M.LAST, *declared]:
         values = [rec[key] for rec in history if key in rec]
         if values:
             final[M.FINAL_PREFIX + key] = values[-1]

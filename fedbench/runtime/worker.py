@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 import torch
 
 from fedbench.algorithms import make_algorithm
+from fedbench.algorithms.capabilities import ReadsGroundTruth
 from fedbench.core import timeline
 from fedbench.core.runspec import RunSpec
 from fedbench.core.types import Payload, RoundContext, derive_seed
@@ -128,7 +129,7 @@ class ClientWorker:
             num_classes=self.dataset.num_classes,
             device=self.device,
             num_threads=self.threads,
-            distribution_id=view.distribution_id,
+            distribution_id=view.distribution_id if isinstance(self.algorithm, ReadsGroundTruth) else -1,
             rounds=self.spec.rounds,
             local_steps=self.spec.local_steps,
         )
