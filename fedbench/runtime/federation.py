@@ -214,7 +214,7 @@ class Federation:
                 evaluated = sampled if spec.eval_clients == "sampled" and round < spec.rounds else clients
                 metrics, local = evaluation.local(round, state, evaluated)
                 record.update(metrics)
-                self.per_client.add(round, local.results, results)
+                self.per_client.add(round, local.results, results, scenario)
                 if spec.scored_round == LOWEST_VALIDATION_LOSS and evaluated is clients:
                     self.scored = keep_lowest(self.scored, round, metrics[M.LOSS_LOCAL_WEIGHTED], state)
             if round == spec.rounds:  # the last round evaluated every client: `local` is its evaluation
