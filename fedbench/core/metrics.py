@@ -54,6 +54,22 @@ ACC_SYSTEM = "acc_system"
 """Pooled test sets, one answer per sample: routed (004 eq. 9) or majority vote over personal models."""
 ACC_ROUTING = "acc_routing"
 """Share of pooled test samples a router sends to the client they came from (004 Sec. 5)."""
+DRIFT_ACC_DROP = "drift_acc_drop"
+"""Local accuracy lost to a drift: a drifting client's accuracy at its previous evaluated round less its accuracy at
+the round it drifts, mean over the round's drifting clients (`fedbench.runtime.drift_records`; rounds with one)."""
+ACC_DRIFTED = "acc_drifted"
+"""Mean local accuracy of the clients that drifted this round (rounds with a drift only)."""
+ACC_STEADY = "acc_steady"
+"""Mean local accuracy of the evaluated clients that did not drift, in a round where some did."""
+ACC_OVER_TIME = "acc_over_time"
+"""`final.` only: acc_local_mean averaged over the evaluated rounds (FedDrift's headline, AISTATS 2023)."""
+RECOVERY_ROUNDS = "recovery_rounds"
+"""`final.` only: evaluated rounds until a drifted client is back within the margin of its accuracy before the
+drift, mean over the drifts it recovered from (NaN: none recovered)."""
+UNRECOVERED = "unrecovered_share"
+"""`final.` only: share of the run's drifts not recovered from before the client drifted again or the run ended."""
+DRIFT_EVENTS = "drift_events"
+"""`final.` only: how many (client, round) drifts the evaluated rounds saw."""
 CLIENTS_SAMPLED = "clients_sampled"
 TIME_ROUND_S = "time_round_s"
 TIME_CLIENT_COMPUTE_S = "time_client_compute_s"
@@ -133,6 +149,12 @@ DISPLAY_NAMES = {
     GPU_PEAK_MB: "peak GPU memory of a worker (MiB)",
     COMM_UP_BYTES: "uplink bytes",
     COMM_DOWN_BYTES: "downlink bytes",
+    DRIFT_ACC_DROP: "accuracy drop at a drift",
+    ACC_DRIFTED: "local accuracy of the clients that drifted",
+    ACC_STEADY: "local accuracy of the clients that did not drift",
+    ACC_OVER_TIME: "local test accuracy averaged over rounds",
+    RECOVERY_ROUNDS: "rounds to recover from a drift",
+    UNRECOVERED: "share of drifts not recovered from",
 }
 """How figures and tables name a metric for readers; a metric without an entry shows its key."""
 
@@ -163,7 +185,9 @@ def value_range(key: str) -> tuple[float, float]:
     """The values metric `key` can take: an accuracy (or share) lies in [0, 1]; every other fedbench metric (a
     loss, seconds, bytes, a count) is >= 0. A band of mean ± std drawn past these would show impossible values."""
     bare = key.removeprefix(FINAL_PREFIX).removeprefix(TOTAL_PREFIX)
-    return (0.0, 1.0) if bare.startswith("acc") else (0.0, float("inf"))
+    if bare == DRIFT_ACC_DROP:  # a difference of accuracies: a client may gain at a drift
+        return (-1.0, 1.0)
+    return (0.0, 1.0) if bare.startswith(("acc", "unrecovered")) else (0.0, float("inf"))
 
 
 def better(key: str) -> str:

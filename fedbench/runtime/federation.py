@@ -35,6 +35,7 @@ from fedbench.data import load_dataset
 from fedbench.runtime.backends import Backend, make_backend
 from fedbench.runtime.byte_meter import ByteMeter
 from fedbench.runtime.checkpoint import CheckpointFolder, RunCheckpoint
+from fedbench.runtime.drift_records import round_drift_metrics, run_drift_metrics
 from fedbench.runtime.evaluation import Evaluation
 from fedbench.runtime.failures import failure_reason, failure_traceback
 from fedbench.runtime.gpu_sharing import SharedGpuCheck
@@ -118,6 +119,7 @@ class Federation:
             state, first = self._resume(algorithm, history)
             self._loop(algorithm, backend, scenario, history, time.perf_counter() - start, state, first)
             final = summarize(history, self.earlier_wall_s + time.perf_counter() - start)
+            final.update(run_drift_metrics(self.per_client.table(), history))
             reason = meaningless(final)
             result = RunResult(self.spec, "FAILED" if reason else "FINISHED", history, final, reason)
             if self.spec.log_models and not reason:
@@ -215,6 +217,7 @@ class Federation:
                 metrics, local = evaluation.local(round, state, evaluated)
                 record.update(metrics)
                 self.per_client.add(round, local.results, results, scenario)
+                record.update(round_drift_metrics(self.per_client.table(), round))
                 if spec.scored_round == LOWEST_VALIDATION_LOSS and evaluated is clients:
                     self.scored = keep_lowest(self.scored, round, metrics[M.LOSS_LOCAL_WEIGHTED], state)
             if round == spec.rounds:  # the last round evaluated every client: `local` is its evaluation

@@ -23,7 +23,10 @@ from fedbench.scenarios import Scenario
 from tests.algorithms.test_contract import CHANGES
 from tests.conftest import tiny_spec
 
-DRIFT = {"partition": "dirichlet", "alpha": 0.5, "num_clients": 4, "drift_every": 1}
+DRIFTING = {  # label banks that change every round: the ids name real drifts
+    "dataset": {"name": "synthetic_images", "size": 12, "train_samples": 600, "test_samples": 100},
+    "scenario": {"partition": "class_bank", "banks": 4, "num_clients": 4, "drift_every": 1},
+}
 LEAKY = f"{__name__}:CarelessDetector"
 
 
@@ -37,13 +40,12 @@ class CarelessDetector(FedAvg):
 
 
 def drift_spec(name: str):
-    """3 rounds, drift every round, 3 of 4 clients sampled (all 4 for CFL, which compares all of a cluster's
-    clients, and FeSEM, whose first round seeds a center per distribution), as bench/metrics_hash.py's drift
-    variant."""
+    """3 rounds, label banks drifting every round, 3 of 4 clients sampled (all 4 for CFL, which compares all of a
+    cluster's clients, and FeSEM, whose first round seeds a center per distribution)."""
     change = CHANGES.get(name, {})
     every = name in ("cfl", "fesem")
     algorithm = {**change.get("algorithm", {"name": name}), "client_fraction": 1.0 if every else 0.75}
-    return tiny_spec(**{**change, "rounds": 3, "eval_clients": "sampled", "algorithm": algorithm, "scenario": DRIFT})
+    return tiny_spec(**{**DRIFTING, **change, "rounds": 3, "eval_clients": "sampled", "algorithm": algorithm})
 
 
 def renamed(scenario: Scenario) -> Scenario:

@@ -29,7 +29,12 @@ METHODS_002 = {
 # suite -> profile -> (data configurations, runs)
 COUNTS = {
     "conditional_97": {"paper": (97, 97 * 8), "reduced": (8, 64), "smoke": (2, 16)},
-    "feroma_drift": {"paper": (36, 36 * 13 * 5), "reduced": (9, 3 * 13 * 3 + 6 * 3), "smoke": (1, 13)},
+    "feroma_drift": {
+        "paper": (36, 36 * 13 * 5),
+        "reduced": (9, 3 * 13 * 3 + 6 * 3),
+        "ranking": (9, 9 * 4 * 3),
+        "smoke": (1, 13),
+    },
     "client_scaling": {"paper": (16, 16 * 13 * 5), "reduced": (4, 4 * 13), "smoke": (2, 6)},
 }
 
@@ -44,7 +49,7 @@ def expanded(suite: str, profile: str):
 @pytest.mark.parametrize("suite, profile", [(s, p) for s, profiles in COUNTS.items() for p in profiles])
 def test_every_profile_of_every_suite_loads_with_its_stated_counts(suite, profile):
     task, specs = expanded(suite, profile)
-    assert set(task.profiles) == {"paper", "reduced", "smoke"}
+    assert set(task.profiles) == set(COUNTS[suite])
     assert task.name == (suite if profile == "paper" else f"{suite}-{profile}")
     assert (count_data_configurations(specs), len(specs)) == COUNTS[suite][profile]
     assert task.reference  # the published tables come with every profile, for its report
