@@ -23,51 +23,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
 from fedbench.core import metrics as M
-
-RECOVERY_MARGIN = 0.01
-"""A client has recovered from a drift when its local accuracy is within this of its accuracy before the drift."""
-
-
-@dataclass(frozen=True)
-class DriftEvent:
-    """A client whose distribution changed between two of its evaluated rounds."""
-
-    client: int
-    round: int
-    before: float
-    """Its accuracy at its previous evaluated round, on the distribution it held then."""
-    after: float
-    """Its accuracy at the round it drifted, on the new distribution."""
-    recovery_rounds: int | None
-    """Evaluated rounds until it was back within the margin; None: not by the time it drifted again or the run ended."""
-
-
-def drift_events(table: Mapping[str, np.ndarray], margin: float = RECOVERY_MARGIN) -> list[DriftEvent]:
-    """Every drift event in a run's per-client rows (clients with an unknown distribution, -1, have none)."""
-    events = []
-    rounds, clients = np.asarray(table["round"]), np.asarray(table["client"])
-    for client in np.unique(clients):
-        rows = np.flatnonzero(clients == client)
-        rows = rows[np.argsort(rounds[rows], kind="stable")]
-        held = np.asarray(table["distribution"])[rows]
-        accuracy = np.asarray(table["acc_local"], dtype=float)[rows]
-        for i in range(1, len(rows)):
-            if held[i] == held[i - 1] or held[i] < 0 or held[i - 1] < 0:
-                continue
-            recovered = None
-            for j in range(i, len(rows)):
-                if held[j] != held[i]:  # drifted again first
-                    break
-                if accuracy[j] >= accuracy[i - 1] - margin:
-                    recovered = j - i
-                    break
-            events.append(DriftEvent(int(client), int(rounds[rows[i]]), accuracy[i - 1], accuracy[i], recovered))
-    return sorted(events, key=lambda e: (e.round, e.client))
+from fedbench.core.drift import drift_events
 
 
 def round_drift_metrics(table: Mapping[str, np.ndarray], round: int) -> dict[str, float]:

@@ -74,7 +74,7 @@ def store_per_client(
             without += 1
             continue
         parts.append(rows.assign(**run_description(run, run_group, run_configuration, fields)))
-        measured = measured or [str(c) for c in rows.columns]
+        measured += [str(c) for c in rows.columns if str(c) not in measured]  # older runs lack newer columns
     columns = ["run_hash", "seed", "group", "configuration", *fields, *(measured or ["round", "client"])]
     table = pd.concat(parts, ignore_index=True)[columns] if parts else pd.DataFrame(columns=columns)
     return PerClientRuns(table.sort_values(["run_hash", "round", "client"]).reset_index(drop=True), without, fields)

@@ -92,6 +92,7 @@ def plot_experiment(
         ConfigError: unknown experiment, no finished run, a metric no finished run reports per round, or a
             group-by name that is no RunSpec field.
     """
+    from fedbench.tracking.drift_plots import aligned_on_drifts, draw_aligned, drift_rounds, mark_drifts
     from fedbench.tracking.mlflow_store import MlflowStore
 
     store = MlflowStore(uri)
@@ -124,12 +125,16 @@ def plot_experiment(
     low, high = (heatmap_table(labels, values, bound) for bound in interval_bounds())
     plots = Plots(curves, heatmap, heatmap_metric, failed_runs(runs))
     out.mkdir(parents=True, exist_ok=True)
+    clients = per_client_table(store, experiment, group_by)
+    drifted = drift_rounds(clients)
     curves_figure = draw_curves(
         curves,
-        f"{M.display_name(metric)} per round, mean over seeds (band: its 95% interval)",
+        f"{M.display_name(metric)} per round, mean over seeds (band: its 95% interval)"
+        + ("; dotted: rounds where clients drifted" if drifted else ""),
         M.display_name(metric),
         M.value_range(metric),
     )
+    mark_drifts(curves_figure, list(dict.fromkeys(curves["group"])), drifted)
     plots.files = save(curves_figure, out / f"curves_{metric}", formats, dpi)
     if len(heatmap.columns) > 1:  # one group is one column: the leaderboard says it better than a strip of colour
         versus = versus_best(labels.assign(value=values.to_numpy()), M.better(heatmap_metric))
@@ -142,7 +147,15 @@ def plot_experiment(
             marks=marks,
         )
         plots.files += save(heatmap_figure, out / f"heatmap_{heatmap_metric.replace('.', '_')}", formats, dpi)
-    plots.files += client_figures(store, experiment, out, group_by, formats, dpi)
+    plots.files += client_figures(clients, out, formats, dpi)
+    aligned = aligned_on_drifts(clients)
+    if not aligned.empty:
+        figure = draw_aligned(
+            aligned,
+            "local test accuracy of the clients that drifted, by rounds since their drift: mean over drifts (every "
+            "client and seed), band from the 25th to the 75th percentile",
+        )
+        plots.files += save(figure, out / "drift_aligned_acc_local", formats, dpi)
     parent = store.sweep_parent(experiment)
     plots.parent_run_id = parent.run_id if parent is not None else None
     if log_artifacts and plots.parent_run_id is not None:
@@ -150,20 +163,26 @@ def plot_experiment(
     return plots
 
 
-def client_figures(
-    store: RunStore, experiment: str, out: Path, group_by: Sequence[str], formats: Sequence[str], dpi: int
-) -> list[Path]:
-    """The per-client figures (`fedbench.tracking.client_plots`), where the runs kept per-client results."""
-    from fedbench.tracking.client_plots import draw_client_distribution, draw_client_map
+def per_client_table(store: RunStore, experiment: str, group_by: Sequence[str]) -> pd.DataFrame:
+    """The runs' per-client rows, their groups and configurations named as the figures name them (empty where the
+    runs kept none)."""
     from fedbench.tracking.per_client import store_per_client
 
     runs = store_per_client(store, experiment, group_by)
     table = runs.table
     if table.empty:
-        return []
-    table = table.assign(
+        return table
+    return table.assign(
         group=for_figures(table["group"], runs.fields), configuration=for_figures(table["configuration"], runs.fields)
     )
+
+
+def client_figures(table: pd.DataFrame, out: Path, formats: Sequence[str], dpi: int) -> list[Path]:
+    """The per-client figures (`fedbench.tracking.client_plots`), where the runs kept per-client results."""
+    from fedbench.tracking.client_plots import draw_client_distribution, draw_client_map
+
+    if table.empty:
+        return []
     seeds = table.groupby(["group", "configuration"])["run_hash"].nunique().max()
     over = f"{seeds} seeds pooled" if seeds > 1 else "one seed"
     distribution = draw_client_distribution(

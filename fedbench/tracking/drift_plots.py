@@ -1,0 +1,98 @@
+"""Figures of drift, as a reader of a drift paper looks for them: accuracy aligned on drift events (rounds since the
+drift on the x axis, one line per method, a band over clients and seeds), and the rounds where clients drifted, for
+the accuracy-per-round curves to mark.
+
+Drift events are read from the runs' per-client rows by `fedbench.core.drift`, as the runs' drift metrics are.
+Drawn on an Agg canvas without pyplot, as every fedbench figure is.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from fedbench.core.drift import drift_events
+from fedbench.tracking.plots import colours, fitted
+
+BEFORE = -1
+"""The x of a client's accuracy at its last evaluated round before the drift."""
+
+
+def aligned_on_drifts(table: pd.DataFrame) -> pd.DataFrame:
+    """Every drift event's accuracies by rounds since the drift (-1: before it, 0: the round it drifted, then each
+    evaluated round while the client held the new distribution), with its run's group and configuration: one row per
+    (event, offset). Empty where no run's clients drifted (or the runs kept no distribution ids)."""
+    rows = []
+    if "distribution" not in table:
+        return pd.DataFrame(columns=["group", "configuration", "run_hash", "offset", "accuracy"])
+    for (run, group, configuration), run_rows in table.groupby(["run_hash", "group", "configuration"], sort=True):
+        arrays = {c: run_rows[c].to_numpy() for c in ("round", "client", "distribution", "acc_local")}
+        arrays["distribution"] = np.nan_to_num(arrays["distribution"].astype(float), nan=-1).astype(int)
+        for event in drift_events(arrays):
+            for offset, accuracy in enumerate((event.before, *event.since), start=BEFORE):
+                rows.append((group, configuration, run, offset, accuracy))
+    return pd.DataFrame(rows, columns=["group", "configuration", "run_hash", "offset", "accuracy"])
+
+
+def drift_rounds(table: pd.DataFrame) -> dict[str, list[int]]:
+    """Group -> the rounds at which some client of some run of it drifted."""
+    aligned = {}
+    if "distribution" not in table:
+        return aligned
+    for (group, _), run_rows in table.groupby(["group", "run_hash"], sort=True):
+        arrays = {c: run_rows[c].to_numpy() for c in ("round", "client", "distribution", "acc_local")}
+        arrays["distribution"] = np.nan_to_num(arrays["distribution"].astype(float), nan=-1).astype(int)
+        aligned.setdefault(group, set()).update(e.round for e in drift_events(arrays))
+    return {group: sorted(rounds) for group, rounds in aligned.items() if rounds}
+
+
+def draw_aligned(aligned: pd.DataFrame, title: str):
+    """One panel per group, one line per configuration: the mean accuracy of the drifted clients at each number of
+    rounds since their drift, shaded between its 25th and 75th percentiles over clients and seeds; the dashed line
+    at 0 is the round of the drift."""
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
+
+    groups = sorted(aligned["group"].unique())
+    configurations = sorted(aligned["configuration"].unique())
+    palette = dict(zip(configurations, colours(len(configurations)), strict=True))
+    cols = min(3, len(groups))
+    rows = math.ceil(len(groups) / cols)
+    fig = Figure(figsize=(5.0 * cols, 3.6 * rows + 0.4 + 0.25 * len(configurations)), layout="constrained")
+    axes = np.atleast_1d(fig.subplots(rows, cols, sharex=True, sharey=True, squeeze=False)).ravel()
+    for ax, group in zip(axes, groups, strict=False):
+        panel = aligned[aligned["group"] == group]
+        for configuration in configurations:
+            line = panel[panel["configuration"] == configuration]
+            if line.empty:
+                continue
+            stats = line.groupby("offset")["accuracy"].agg(
+                mean="mean", low=lambda v: v.quantile(0.25), high=lambda v: v.quantile(0.75), n="count"
+            )
+            x = stats.index.to_numpy()
+            ax.plot(x, stats["mean"], marker="o", markersize=3, color=palette[configuration], label=configuration)
+            ax.fill_between(x, stats["low"], stats["high"], color=palette[configuration], alpha=0.2, linewidth=0)
+        ax.axvline(0, color="grey", linestyle="--", linewidth=1)
+        ax.set_title(group, fontsize=9)
+        ax.set_xlabel("rounds since the drift (-1: before it)")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_ylim(-0.02, 1.02)
+        ax.grid(alpha=0.3)
+    for ax in axes[len(groups) :]:
+        ax.set_visible(False)
+    for ax in axes[::cols]:
+        ax.set_ylabel("local test accuracy of drifted clients")
+    handles, names = axes[0].get_legend_handles_labels()
+    fig.legend(handles, names, loc="outside lower center", fontsize=8, ncols=min(3, max(1, len(names))))
+    fig.suptitle(fitted(title, fig), fontsize=10)
+    return fig
+
+
+def mark_drifts(fig, groups: list[str], rounds: dict[str, list[int]]) -> None:
+    """Dotted vertical lines at each panel's drift rounds, on a figure with one panel per group in `groups`'
+    order (`plots.draw_curves`)."""
+    for ax, group in zip(fig.axes, groups, strict=False):
+        for round in rounds.get(group, []):
+            ax.axvline(round, color="black", linestyle=":", linewidth=0.8, alpha=0.6)
