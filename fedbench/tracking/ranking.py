@@ -120,7 +120,10 @@ def rank_runs(
     finished = latest_finished(runs)
     if not is_metric(metric) or metric not in finished or finished[metric].isna().all():
         raise ConfigError("--metric", metric, "a metric the finished runs report")
-    scenario, method = group_and_configuration(finished, across)
+    try:
+        scenario, method = group_and_configuration(finished, across)
+    except ConfigError as exc:  # the leaderboard's option is --group-by; ranking's is --across
+        raise ConfigError("--across", exc.value, exc.allowed) from exc
     frame = pd.DataFrame({"scenario": scenario, "method": method, "value": finished[metric].astype(float)})
     frame = frame.dropna(subset=["value"])
     frame, left_out = common_methods(frame)

@@ -188,6 +188,8 @@ def test_methods_missing_from_a_scenario_are_left_out_and_said():
         rank_runs(runs_of({("s0", "a"): [0.5], ("s0", "b"): [0.6]}), "final.acc_test_time")
     with pytest.raises(ConfigError, match="--metric"):
         rank_runs(runs_of(table), "final.acc_nothing")
+    with pytest.raises(ConfigError, match="--across: got 'nothing'"):
+        rank_runs(runs_of(table), "final.acc_test_time", across=["nothing"])
 
 
 def write_ranking_text(ranking) -> str:
