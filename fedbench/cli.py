@@ -578,9 +578,7 @@ def add_sweep_parser(sub) -> None:
 def add_leaderboard_parser(sub) -> None:
     board = sub.add_parser("leaderboard", help="rank configurations from the runs recorded in MLflow")
     add_experiment_arguments(board)
-    ranked = M.FINAL_PREFIX + M.ACC_LOCAL_MEAN
-    board.add_argument("--metric", default=ranked, help=f"metric to rank by (default {ranked})")
-    board.add_argument("--mode", choices=["max", "min"], default="max", help="whether larger metric values are better")
+    add_metric_options(board, "metric to rank by")
     board.add_argument(
         "--group-by",
         default="dataset,scenario",
@@ -603,9 +601,7 @@ def add_rank_parser(sub) -> None:
         "the aggregate score and probabilities of improvement with intervals",
     )
     add_experiment_arguments(rank)
-    ranked = M.FINAL_PREFIX + M.ACC_LOCAL_MEAN
-    rank.add_argument("--metric", default=ranked, help=f"final metric to rank by (default {ranked})")
-    rank.add_argument("--mode", choices=["max", "min"], default="max", help="whether larger metric values are better")
+    add_metric_options(rank, "final metric to rank by")
     rank.add_argument(
         "--across",
         default="dataset,scenario",
@@ -759,6 +755,13 @@ def add_task_arguments(parser: argparse.ArgumentParser, example: str = "tasks/qu
     parser.add_argument("task", help=f"task YAML file, e.g. {example}")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a field (repeatable)")
     add_profile_option(parser)
+
+
+def add_metric_options(parser: argparse.ArgumentParser, what: str) -> None:
+    """`--metric` (default final.acc_local_mean) and `--mode`, as the commands that read a final metric take them."""
+    default = M.FINAL_PREFIX + M.ACC_LOCAL_MEAN
+    parser.add_argument("--metric", default=default, help=f"{what} (default {default})")
+    parser.add_argument("--mode", choices=["max", "min"], default="max", help="whether larger metric values are better")
 
 
 def add_experiment_arguments(parser: argparse.ArgumentParser) -> None:

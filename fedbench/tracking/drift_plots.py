@@ -8,13 +8,11 @@ Drawn on an Agg canvas without pyplot, as every fedbench figure is.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pandas as pd
 
 from fedbench.core.drift import drift_events
-from fedbench.tracking.plots import colours, fitted
+from fedbench.tracking.plots import colours, fitted, panel_grid
 
 BEFORE = -1
 """The x of a client's accuracy at its last evaluated round before the drift."""
@@ -28,9 +26,7 @@ def aligned_on_drifts(table: pd.DataFrame) -> pd.DataFrame:
     if "distribution" not in table:
         return pd.DataFrame(columns=["group", "configuration", "run_hash", "offset", "accuracy"])
     for (run, group, configuration), run_rows in table.groupby(["run_hash", "group", "configuration"], sort=True):
-        arrays = {c: run_rows[c].to_numpy() for c in ("round", "client", "distribution", "acc_local")}
-        arrays["distribution"] = np.nan_to_num(arrays["distribution"].astype(float), nan=-1).astype(int)
-        for event in drift_events(arrays):
+        for event in run_events(run_rows):
             for offset, accuracy in enumerate((event.before, *event.since), start=BEFORE):
                 rows.append((group, configuration, run, offset, accuracy))
     return pd.DataFrame(rows, columns=["group", "configuration", "run_hash", "offset", "accuracy"])
@@ -42,26 +38,27 @@ def drift_rounds(table: pd.DataFrame) -> dict[str, list[int]]:
     if "distribution" not in table:
         return aligned
     for (group, _), run_rows in table.groupby(["group", "run_hash"], sort=True):
-        arrays = {c: run_rows[c].to_numpy() for c in ("round", "client", "distribution", "acc_local")}
-        arrays["distribution"] = np.nan_to_num(arrays["distribution"].astype(float), nan=-1).astype(int)
-        aligned.setdefault(group, set()).update(e.round for e in drift_events(arrays))
+        aligned.setdefault(group, set()).update(e.round for e in run_events(run_rows))
     return {group: sorted(rounds) for group, rounds in aligned.items() if rounds}
+
+
+def run_events(rows: pd.DataFrame) -> list:
+    """One run's drift events from its rows of the long per-client table (a missing distribution reads as -1)."""
+    arrays = {c: rows[c].to_numpy() for c in ("round", "client", "distribution", "acc_local")}
+    arrays["distribution"] = np.nan_to_num(arrays["distribution"].astype(float), nan=-1).astype(int)
+    return drift_events(arrays)
 
 
 def draw_aligned(aligned: pd.DataFrame, title: str):
     """One panel per group, one line per configuration: the mean accuracy of the drifted clients at each number of
     rounds since their drift, shaded between its 25th and 75th percentiles over clients and seeds; the dashed line
     at 0 is the round of the drift."""
-    from matplotlib.figure import Figure
     from matplotlib.ticker import MaxNLocator
 
     groups = sorted(aligned["group"].unique())
     configurations = sorted(aligned["configuration"].unique())
     palette = dict(zip(configurations, colours(len(configurations)), strict=True))
-    cols = min(3, len(groups))
-    rows = math.ceil(len(groups) / cols)
-    fig = Figure(figsize=(5.0 * cols, 3.6 * rows + 0.4 + 0.25 * len(configurations)), layout="constrained")
-    axes = np.atleast_1d(fig.subplots(rows, cols, sharex=True, sharey=True, squeeze=False)).ravel()
+    fig, axes, cols = panel_grid(len(groups), len(configurations))
     for ax, group in zip(axes, groups, strict=False):
         panel = aligned[aligned["group"] == group]
         for configuration in configurations:

@@ -270,17 +270,13 @@ def draw_curves(curves: pd.DataFrame, title: str, ylabel: str, bounds: tuple[flo
     """One panel per group, one line per configuration (same colour in every panel), shaded over the mean's 95%
     interval (`fedbench.tracking.intervals`; none for one seed) clipped to the metric's `bounds` (with two seeds
     the interval of an accuracy near 0 reaches far below it)."""
-    from matplotlib.figure import Figure
     from matplotlib.ticker import MaxNLocator
 
     groups = list(dict.fromkeys(curves["group"]))
     configurations = list(dict.fromkeys(sorted(curves["configuration"])))
     shown = dict(zip(configurations, readable(configurations), strict=True))
     palette = colours(len(configurations))
-    cols = min(3, len(groups))
-    rows = math.ceil(len(groups) / cols)
-    fig = Figure(figsize=(5.0 * cols, 3.6 * rows + 0.4 + 0.25 * len(configurations)), layout="constrained")
-    axes = np.atleast_1d(fig.subplots(rows, cols, sharex=True, sharey=True, squeeze=False)).ravel()
+    fig, axes, cols = panel_grid(len(groups), len(configurations))
     for ax, group in zip(axes, groups, strict=False):
         panel = curves[curves["group"] == group]
         for i, configuration in enumerate(configurations):
@@ -312,6 +308,17 @@ def draw_curves(curves: pd.DataFrame, title: str, ylabel: str, bounds: tuple[flo
     )
     fig.suptitle(fitted(title, fig), fontsize=10)
     return fig
+
+
+def panel_grid(panels: int, lines: int):
+    """A figure of `panels` panels sharing their axes, three to a row, with room below for a legend of `lines`
+    entries: (figure, the axes in reading order, columns)."""
+    from matplotlib.figure import Figure
+
+    cols = min(3, panels)
+    rows = math.ceil(panels / cols)
+    fig = Figure(figsize=(5.0 * cols, 3.6 * rows + 0.4 + 0.25 * lines), layout="constrained")
+    return fig, np.atleast_1d(fig.subplots(rows, cols, sharex=True, sharey=True, squeeze=False)).ravel(), cols
 
 
 def draw_heatmap(
