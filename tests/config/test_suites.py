@@ -33,6 +33,7 @@ COUNTS = {
         "paper": (36, 36 * 13 * 5),
         "reduced": (9, 3 * 13 * 3 + 6 * 3),
         "ranking": (9, 9 * 4 * 3),
+        "drift": (2, 2 * 4 * 3),
         "smoke": (1, 13),
     },
     "client_scaling": {"paper": (16, 16 * 13 * 5), "reduced": (4, 4 * 13), "smoke": (2, 6)},
