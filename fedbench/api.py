@@ -74,7 +74,7 @@ def run(
     Args:
         task_or_spec: a task file path, a task mapping, a TaskSpec, or a single RunSpec.
         overrides: `key.path=value` texts, as `fedbench run --set` takes them.
-        backend: `serial` or `ray` (`resources.backend`); None keeps the task's.
+        backend: a registered backend (`serial`, `ray`; `resources.backend`); None keeps the task's.
         track: False runs without recording to MLflow (and so skips nothing).
         rerun: run the finished runs again too (`--rerun`), every run from round 1; a single RunSpec always runs.
         checkpoint_every: rounds between two checkpoints of a run, under `results/checkpoints/<task>/<run hash>/`

@@ -484,7 +484,9 @@ def build_parser() -> argparse.ArgumentParser:
 def add_run_parser(sub) -> None:
     run = sub.add_parser("run", help="run every RunSpec of a task, one after another, and print a results table")
     add_task_arguments(run)
-    run.add_argument("--backend", choices=["serial", "ray"], default=None, help="where client jobs run")
+    run.add_argument(
+        "--backend", default=None, help="where client jobs run: a registered backend (serial, ray); resources.backend"
+    )
     run.add_argument(
         "--dry-run",
         action="store_true",

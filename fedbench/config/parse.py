@@ -17,7 +17,7 @@ from typing import Any
 from fedbench.core.errors import ConfigError
 from fedbench.core.fields import coerce, resolve_params, type_hints, without_later_defaults
 from fedbench.core.registry import ALGORITHMS
-from fedbench.core.runspec import INLINE, Component, DatasetSpec, RunSpec, plain
+from fedbench.core.runspec import INLINE, REGISTERED_NAME, Component, DatasetSpec, RunSpec, plain
 
 
 def parse_run(raw: Any) -> RunSpec:
@@ -75,6 +75,10 @@ def parse_spec(cls: type, raw: Any, path: str) -> Any:
 
 
 def _parse_value(f: dataclasses.Field, annotation: Any, value: Any, path: str) -> Any:
+    if REGISTERED_NAME in f.metadata:
+        name = coerce(path, value, str)
+        f.metadata[REGISTERED_NAME].get(name, field=path)  # an unknown name: the error lists the known ones
+        return name
     if "registry" in f.metadata:
         if typing.get_origin(annotation) is tuple:
             if not isinstance(value, (list, tuple)):

@@ -27,7 +27,7 @@ T = TypeVar("T")
 
 
 class Registry:
-    """A name -> object mapping for one kind of thing (dataset, model, algorithm, partition).
+    """A name -> object mapping for one kind of thing (dataset, model, algorithm, partition, backend).
 
     Args:
         kind: what the entries are, in messages (`algorithm`); the entry-point group is `fedbench.<kind>s`.
@@ -147,9 +147,11 @@ MODELS = Registry("model", "fedbench.models")
 ALGORITHMS = Registry("algorithm", "fedbench.algorithms", base="fedbench.algorithms.base:Algorithm")
 PARTITIONS = Registry("partition", "fedbench.scenarios", base="fedbench.scenarios.partition:Partition")
 SHIFTS = Registry("shift", "fedbench.scenarios", base="fedbench.scenarios.shifts:Shift")
+BACKENDS = Registry("backend", "fedbench.runtime.backends")
 
 register_dataset = DATASETS.register
 register_model = MODELS.register
 register_algorithm = ALGORITHMS.register
 register_partition = PARTITIONS.register
 register_shift = SHIFTS.register
+register_backend = BACKENDS.register

@@ -28,7 +28,7 @@ from typing import Any, ClassVar, Literal
 import yaml
 
 from fedbench.core.errors import ConfigError
-from fedbench.core.registry import ALGORITHMS, DATASETS, MODELS, PARTITIONS, SHIFTS, Registry
+from fedbench.core.registry import ALGORITHMS, BACKENDS, DATASETS, MODELS, PARTITIONS, SHIFTS, Registry
 from fedbench.core.types import OptimizerSpec
 
 Params = tuple[tuple[str, Any], ...]
@@ -46,6 +46,11 @@ def component(registry: Registry, skip: int = 0, inline: bool = False) -> dict[s
     """Field metadata of a registered component: its registry, and how many leading positional parameters of
     the registered callable are not user parameters (a model's `input_shape, num_classes`)."""
     return {"registry": registry, "skip": skip, INLINE: inline}
+
+
+REGISTERED_NAME = "registered_name"
+"""Field metadata key: a plain string that must name an entry of this registry (`resources.backend`); the entry
+takes no parameters, so the field holds the name alone."""
 
 
 @dataclass(frozen=True)
@@ -173,7 +178,8 @@ class ScenarioSpec:
 class ResourceSpec:
     """Where a run executes. Does not change what it computes, so it is not part of the run id."""
 
-    backend: Literal["serial", "ray"] = "serial"
+    backend: str = field(default="serial", metadata={REGISTERED_NAME: BACKENDS})
+    """Where client jobs run: a registered backend (`fedbench.runtime.backends`): `serial`, `ray`."""
     client_cpus: float = 1.0
     """CPUs a client worker reserves (Ray's scheduling); its jobs run on one torch thread whatever this says, so
     that the numbers do not depend on it (results differ with the thread count)."""

@@ -52,7 +52,7 @@ if TYPE_CHECKING:
 
 
 class Federation:
-    """Runs one RunSpec on the serial or the ray backend and reports to callbacks."""
+    """Runs one RunSpec on a registered backend (`fedbench.runtime.backends`) and reports to callbacks."""
 
     def __init__(
         self,
@@ -66,8 +66,8 @@ class Federation:
         """Args:
         spec: the run.
         callbacks: called at run start, after every round and at run end.
-        backend: `serial` or `ray`; None uses `spec.resources.backend`.
-        pool: a `RayWorkerPool` shared with other runs (ray backend); None starts one for this run.
+        backend: a registered backend's name; None uses `spec.resources.backend`.
+        pool: a `RayWorkerPool` shared with other runs (a backend that `uses_ray`); None starts one for this run.
         gpu_check: told where the workers train once they have started, before the first round, to warn of
             workers sharing a GPU without MPS (a command's runs share one, so it warns once).
         checkpoints: where the run writes a checkpoint every few rounds and, when it finds one of this run

@@ -179,8 +179,6 @@ class RayBackend:
     computed alone, and results come back in the same order.
     """
 
-    name = "ray"
-
     def __init__(
         self,
         dataset: BaseDataset,

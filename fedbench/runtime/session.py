@@ -1,8 +1,8 @@
 """Running several RunSpecs one after another, as `fedbench run` does with a task's runs.
 
-Runs on the ray backend share one pool of client actors (started once, not per run, since starting a
-Python process with torch costs seconds); the pool is replaced after a failed run, so a crashed actor
-cannot take later runs down with it. Workers that share a GPU without MPS are warned of once, as the first
+Runs on a backend of Ray actors (`BackendKind.uses_ray`) share one pool of client actors (started once, not per run,
+since starting a Python process with torch costs seconds); the pool is replaced after a failed run, so a crashed
+actor cannot take later runs down with it. Workers that share a GPU without MPS are warned of once, as the first
 run that has them starts its rounds. A Ray started here is shut down here, one left running by the
 caller is left running.
 """
@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from fedbench.core import timeline
 from fedbench.core.callbacks import Callback, RunResult
 from fedbench.core.runspec import RunSpec
-from fedbench.runtime.backends import check_serial_fits
+from fedbench.runtime.backends import backend_kind
 from fedbench.runtime.checkpoint import CheckpointFolder
 from fedbench.runtime.federation import Federation
 from fedbench.runtime.gpu_sharing import SharedGpuCheck
@@ -33,28 +33,25 @@ def run_specs(
     that says False (another process trains it: `run_lock`)."""
     ray_started_here, pools = False, None
     results, gpu_check = [], SharedGpuCheck()
+    kinds = {spec.resources: backend_kind(spec.resources.backend) for spec in specs}
     try:
-        for resources in {spec.resources for spec in specs if spec.resources.backend == "serial"}:
-            check_serial_fits(resources)
-        on_ray = {spec.resources for spec in specs if spec.resources.backend == "ray"}
-        if on_ray:
+        if any(kind.uses_ray for kind in kinds.values()):
             import ray
 
             from fedbench.runtime.ray_pool import ReusedPool, ensure_ray
-            from fedbench.runtime.ray_resources import check_worker_fits, node_resources
 
             ray_started_here = not ray.is_initialized()
             ensure_ray()
             timeline.mark("ray_started")
-            for resources in on_ray:  # before the first run: a worker no node can hold would wait forever
-                check_worker_fits(resources, node_resources())
             pools = ReusedPool()
+        for resources, kind in kinds.items():  # before the first run: a worker no node can hold would wait forever
+            kind.check_fits(resources)
         for i, spec in enumerate(specs, 1):
             with claim(spec) as mine:
                 if not mine:
                     continue
                 pool = None
-                if spec.resources.backend == "ray":
+                if kinds[spec.resources].uses_ray:
                     assert pools is not None  # made above, before the first of the task's Ray runs
                     pool = pools.for_run(spec, max(s.scenario.num_clients for s in specs))
                 result = Federation(

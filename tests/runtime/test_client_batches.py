@@ -10,7 +10,7 @@ from fedbench.algorithms import make_algorithm
 from fedbench.core.types import Payload
 from fedbench.data import load_dataset
 from fedbench.runtime import Federation
-from fedbench.runtime.backends import SerialBackend
+from fedbench.runtime.backends.serial import SerialBackend
 from fedbench.runtime.evaluation import EVALUATE
 from fedbench.runtime.jobs import FIT
 from fedbench.runtime.state_store import StateStore

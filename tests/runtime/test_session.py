@@ -35,9 +35,9 @@ def test_a_serial_run_asking_for_gpus_this_process_lacks_is_refused_before_any_r
         run_specs(specs, lambda i, spec: [Ended(i, seen)])
     assert err.value.field == "resources.client_gpus" and seen == []  # not even the first run started
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)  # a machine with one GPU holds the request
-    from fedbench.runtime.backends import check_serial_fits
+    from fedbench.runtime.backends.serial import SerialBackend
 
-    check_serial_fits(specs[1].resources)
+    SerialBackend.check_fits(specs[1].resources)
 
 
 def test_workers_sharing_a_gpu_without_mps_are_warned_of_once_before_the_first_round(monkeypatch):
@@ -45,7 +45,7 @@ def test_workers_sharing_a_gpu_without_mps_are_warned_of_once_before_the_first_r
     reports); the warning comes as the first run's workers start, once for the whole command."""
     import warnings
 
-    from fedbench.runtime.backends import SerialBackend
+    from fedbench.runtime.backends.serial import SerialBackend
     from fedbench.runtime.gpu_sharing import SharedGpuWarning
 
     shared = [{"node": "local", "gpu_ids": "0", "device": "cuda", "pid": str(pid), "mps": "no"} for pid in (11, 12)]
