@@ -37,9 +37,15 @@ ONLY_IN = {
 }
 """A third-party framework -> the only packages that import it."""
 
-RUNTIME_SEES_OF_ALGORITHMS = ("fedbench.algorithms", "fedbench.algorithms.base", "fedbench.algorithms.capabilities")
+RUNTIME_SEES_OF_ALGORITHMS = (
+    "fedbench.algorithms",
+    "fedbench.algorithms.base",
+    "fedbench.algorithms.capabilities",
+    "fedbench.algorithms.functional_fit",
+)
 """The runtime never knows which algorithm it runs: of the algorithms it imports only the registry's entry point
-(`make_algorithm`), the core and the capabilities, never a method's module."""
+(`make_algorithm`), the core and the capabilities (`FunctionalFit` in a module of its own, as its defaults use the
+core's `counted`), never a method's module."""
 
 
 @dataclass(frozen=True)

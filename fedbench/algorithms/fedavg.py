@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Generic
 
 from fedbench.algorithms.base import (
     Algorithm,
@@ -10,33 +11,30 @@ from fedbench.algorithms.base import (
     GlobalModelAtTestTime,
     UplinkAverage,
     average_uplinks,
-    counted,
     with_global_model,
 )
 from fedbench.algorithms.capabilities import ClientStateT, StateT, StreamedAggregation, SystemVote
+from fedbench.algorithms.functional_fit import FunctionalFit
 from fedbench.core.registry import register_algorithm
-from fedbench.core.types import ClientResult, Metrics, Payload, RoundContext
-from fedbench.training import ClientData, get_weights, train_local
+from fedbench.core.types import ClientResult, Payload
 
 
 class FedAvgTraining(
+    FunctionalFit[ClientStateT],
     Algorithm[ConfigT, StateT, ClientStateT],
     StreamedAggregation[StateT],
     SystemVote[StateT, ClientStateT],
+    Generic[
+        ConfigT, StateT, ClientStateT
+    ],  # in the order of Algorithm's, which FunctionalFit's first place would change
 ):
-    """FedAvg's rounds: every sampled client trains the global model locally; the server averages by sample count.
+    """FedAvg's rounds: every sampled client trains the global model locally (`FunctionalFit`'s defaults, so the
+    batched backend trains many clients at once); the server averages by sample count.
     FedAvg adds its test-time rule; a method without one (FedRep, whose heads stay on the clients) builds on this.
 
     Generic in all three types, as the methods built on it keep its hooks with states of their own: its server half
     reads and replaces the state's `global_model` (a `GlobalState` or a subclass; a method whose state holds no global
     model, CFL or FeSEM, overrides every hook that would), its client half passes the client state through."""
-
-    def client_update(
-        self, payload: Payload, state: ClientStateT, data: ClientData, ctx: RoundContext
-    ) -> tuple[Payload, ClientStateT, Metrics]:
-        model = self.model_with(payload.weights)
-        metrics = train_local(model, data, ctx)
-        return counted(get_weights(model), data.num_train), state, metrics
 
     def aggregate(self, round: int, state: StateT, results: Sequence[ClientResult]) -> StateT:
         return with_global_model(state, Payload(average_uplinks(results)))

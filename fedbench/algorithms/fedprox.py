@@ -4,33 +4,38 @@ objective adds the proximal term mu/2 ||w - w_global||^2, keeping local models n
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TypeVar
 
 import torch
-from torch import nn
 
-from fedbench.algorithms.base import AlgorithmConfig, counted
+from fedbench.algorithms.base import AlgorithmConfig
 from fedbench.algorithms.capabilities import ClientStateT, StateT
 from fedbench.algorithms.fedavg import FedAvg
 from fedbench.core.errors import ConfigError
 from fedbench.core.registry import register_algorithm
-from fedbench.core.types import Metrics, Payload, RoundContext
-from fedbench.training import ClientData, TrainHooks, get_weights, train_local
+from fedbench.training.functional import penalty_as_extra_loss
 from fedbench.training.loop import ExtraLoss
 
 
+@dataclass(frozen=True)
+class ProximalPenalty:
+    """mu/2 * sum over the given parameters of ||w - anchor||^2 (Li et al. 2020, eq. 2), a pure function of the
+    weights (`FunctionalFit.fit_penalty`), so the batched backend can take it under `vmap`."""
+
+    mu: float
+
+    def __call__(self, params: Mapping[str, torch.Tensor], anchors: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        squares = [((p - anchors[name]) ** 2).sum() for name, p in params.items()]
+        return 0.5 * self.mu * torch.stack(squares).sum()
+
+
 def proximal_term(mu: float, anchor: dict[str, torch.Tensor]) -> ExtraLoss:
-    """`extra_loss` hook: mu/2 * sum over trainable parameters of ||w - anchor||^2 (Li et al. 2020, eq. 2).
-
-    Buffers (normalisation statistics) are not weights of the objective and are left out.
+    """`extra_loss` hook: `ProximalPenalty(mu)` over the trainable parameters, towards `anchor` (Ditto's and
+    pFedMe's inner problems). Buffers (normalisation statistics) are not weights of the objective and are left out.
     """
-
-    def extra_loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
-        squares = [((p - anchor[name]) ** 2).sum() for name, p in model.named_parameters() if p.requires_grad]
-        return 0.5 * mu * torch.stack(squares).sum()
-
-    return extra_loss
+    return penalty_as_extra_loss(ProximalPenalty(mu), anchor)
 
 
 ProxConfigT = TypeVar("ProxConfigT", bound="FedProx.Config")
@@ -53,10 +58,6 @@ class FedProx(FedAvg[ProxConfigT, StateT, ClientStateT]):
             if self.mu < 0:
                 raise ConfigError("mu", self.mu, "a number >= 0")
 
-    def client_update(
-        self, payload: Payload, state: ClientStateT, data: ClientData, ctx: RoundContext
-    ) -> tuple[Payload, ClientStateT, Metrics]:
-        model = self.model_with(payload.weights)
-        anchor = {name: p.detach().clone().to(ctx.device) for name, p in model.named_parameters()}
-        metrics = train_local(model, data, ctx, TrainHooks(extra_loss=proximal_term(self.config.mu, anchor)))
-        return counted(get_weights(model), data.num_train), state, metrics
+    def fit_penalty(self) -> ProximalPenalty:
+        """Every local batch loss gains the proximal term towards the round's global model (Li et al. 2020, eq. 2)."""
+        return ProximalPenalty(self.config.mu)

@@ -13,9 +13,10 @@ from dataclasses import dataclass
 from torch import nn
 
 from fedbench.algorithms.base import Algorithm, AlgorithmConfig
+from fedbench.algorithms.functional_fit import FunctionalFit
 from fedbench.core.registry import register_algorithm
 from fedbench.core.types import Arrays, Metrics, Payload, RoundContext
-from fedbench.training import ClientData, evaluate, get_weights, train_local
+from fedbench.training import ClientData, evaluate
 
 
 @dataclass(frozen=True)
@@ -31,7 +32,7 @@ class LocalClientState:
 
 
 @register_algorithm("local")
-class Local(Algorithm[AlgorithmConfig, LocalState, LocalClientState]):
+class Local(FunctionalFit[LocalClientState], Algorithm[AlgorithmConfig, LocalState, LocalClientState]):
     """Clients start from the run's seeded initial model (rebuilt locally from the shared seed, so no
     download is needed) and keep training their own copy, which lives in the client state."""
 
@@ -47,12 +48,13 @@ class Local(Algorithm[AlgorithmConfig, LocalState, LocalClientState]):
     def evaluation_payloads(self, state: LocalState, clients: Sequence[int]) -> dict[int, Payload]:
         return {cid: Payload() for cid in clients}
 
-    def client_update(
-        self, payload: Payload, state: LocalClientState, data: ClientData, ctx: RoundContext
-    ) -> tuple[Payload, LocalClientState, Metrics]:
-        model = self.own_model(state)
-        metrics = train_local(model, data, ctx)
-        return Payload(), LocalClientState(get_weights(model)), metrics
+    def fit_start(self, payload: Payload, state: LocalClientState) -> Arrays:
+        """The client's own model, or the run's seeded initial model before its first job."""
+        return state.model if state.model is not None else self.initial_weights()
+
+    def fit_finish(self, state: LocalClientState, trained: Arrays, num_train: int) -> tuple[Payload, LocalClientState]:
+        """Nothing goes up; the trained model stays with the client."""
+        return Payload(), LocalClientState(trained)
 
     def client_evaluate(
         self, payload: Payload, state: LocalClientState, data: ClientData, ctx: RoundContext
@@ -61,4 +63,4 @@ class Local(Algorithm[AlgorithmConfig, LocalState, LocalClientState]):
 
     def own_model(self, state: LocalClientState) -> nn.Module:
         """The client's model: its own, or the run's seeded initial model before its first job."""
-        return self.model_with(state.model if state.model is not None else self.initial_weights())
+        return self.model_with(self.fit_start(Payload(), state))

@@ -29,7 +29,6 @@ from fedbench.algorithms.base import (
     NoClientState,
     cluster_averages,
     cluster_section,
-    counted,
     reported_cluster,
 )
 from fedbench.algorithms.capabilities import (
@@ -40,9 +39,10 @@ from fedbench.algorithms.capabilities import (
     TestTimeAssignment,
     TrainedOn,
 )
+from fedbench.algorithms.functional_fit import FunctionalFit
 from fedbench.core.registry import register_algorithm
-from fedbench.core.types import ClientResult, Metrics, Payload, RoundContext
-from fedbench.training import ClientData, get_weights, train_local
+from fedbench.core.types import ClientResult, Payload, RoundContext
+from fedbench.training import ClientData
 
 
 @dataclass(frozen=True)
@@ -57,13 +57,14 @@ class OracleState:
 
 @register_algorithm("oracle")
 class Oracle(
+    FunctionalFit[NoClientState],
     Algorithm[AlgorithmConfig, OracleState, NoClientState],
     DescribedRound[OracleState, NoClientState],
     TestTimeAssignment[OracleState],
     SystemVote[OracleState, NoClientState],
     ReadsGroundTruth,
 ):
-    """FedAvg per ground-truth cluster."""
+    """FedAvg per ground-truth cluster: a client trains its cluster's model (`FunctionalFit`'s defaults)."""
 
     State = OracleState
     picks_by_description = True  # a test client tells its distribution id
@@ -117,13 +118,6 @@ class Oracle(
     ) -> tuple[Payload, NoClientState]:
         """The id of the distribution the client holds this round."""
         return Payload(extras=cluster_section(ground_truth(ctx))), state
-
-    def client_update(
-        self, payload: Payload, state: NoClientState, data: ClientData, ctx: RoundContext
-    ) -> tuple[Payload, NoClientState, Metrics]:
-        model = self.model_with(payload.weights)
-        metrics = train_local(model, data, ctx)
-        return counted(get_weights(model), data.num_train), state, metrics
 
     def client_describe(self, payload: Payload, data: ClientData, ctx: RoundContext) -> Payload:
         return Payload(extras=cluster_section(ground_truth(ctx)))

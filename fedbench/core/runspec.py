@@ -179,13 +179,18 @@ class ResourceSpec:
     """Where a run executes. Does not change what it computes, so it is not part of the run id."""
 
     backend: str = field(default="serial", metadata={REGISTERED_NAME: BACKENDS})
-    """Where client jobs run: a registered backend (`fedbench.runtime.backends`): `serial`, `ray`."""
+    """Where client jobs run: a registered backend (`fedbench.runtime.backends`): `serial` (this process), `ray` (a
+    pool of Ray actors), `batched` (those actors, training many clients of a FedAvg-family method in one vectorised
+    pass: docs/backends.md)."""
     client_cpus: float = 1.0
     """CPUs a client worker reserves (Ray's scheduling); its jobs run on one torch thread whatever this says, so
     that the numbers do not depend on it (results differ with the thread count)."""
     client_gpus: float = 0.0
     num_workers: int | None = None
     """Client workers in the Ray pool; None: as many as the free CPUs (and GPU fractions) allow."""
+    clients_per_pass: int | None = None
+    """The batched backend's clients per vectorised pass (bounded by the device's memory); None: all of a round's
+    sampled clients in one pass. A run's numbers depend on it (docs/backends.md), not on `num_workers`."""
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.client_cpus) and self.client_cpus > 0):  # NaN compares False with everything
@@ -194,6 +199,10 @@ class ResourceSpec:
             raise ConfigError("client_gpus", self.client_gpus, "a finite number >= 0 (a fraction of a GPU is allowed)")
         if self.num_workers is not None and self.num_workers < 1:
             raise ConfigError("num_workers", self.num_workers, "an integer >= 1, or null for as many as fit")
+        if self.clients_per_pass is not None and self.clients_per_pass < 1:
+            raise ConfigError(
+                "clients_per_pass", self.clients_per_pass, "an integer >= 1, or null for all of a round's"
+            )
 
 
 MAX_ROUNDS = 100_000

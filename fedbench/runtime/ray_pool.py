@@ -240,7 +240,7 @@ class RayBackend:
                 idle = self._after_death(worker, exc, pending, queue, idle, lost, job, round)
                 continue
             del pending[done]
-            results = results if len(clients) > 1 else [results]
+            results = results if isinstance(results, list) else [results]  # `run` returns one, `jobs` a list
             for i, cid in enumerate(clients):
                 finished[cid] = results[i]
                 if state_refs is not None:  # stored only now: a dead worker's must not replace the last good state
@@ -291,13 +291,27 @@ class RayBackend:
                 return worker.run.remote(*args), None
             result_ref, state_ref = worker.run.options(num_returns=2).remote(*args)
             return result_ref, [state_ref]
+        return self._submit_together(worker.jobs, job, round, clients, payloads, shipped, store)
+
+    def _submit_together(
+        self,
+        method: Any,
+        job: Job,
+        round: int,
+        clients: list[int],
+        payloads: Mapping[int, Payload],
+        shipped: dict,
+        store: StateStore,
+    ) -> tuple[ray.ObjectRef, list | None]:
+        """One call of `method` (a worker's `jobs` or `fit_together`) for several clients: each distinct payload
+        once, then each client's state."""
         slot_of: dict[int, int] = {}  # id(payload) -> its place among the call's distinct payloads
         slots = [slot_of.setdefault(id(payloads[cid]), len(slot_of)) for cid in clients]
         distinct = [shipped[key] for key in slot_of]
         args = (job, round, clients, slots, *distinct, *(store.get(cid) for cid in clients))
         if not job.keeps_state:
-            return worker.jobs.remote(*args), None
-        result_ref, *state_refs = worker.jobs.options(num_returns=1 + len(clients)).remote(*args)
+            return method.remote(*args), None
+        result_ref, *state_refs = method.options(num_returns=1 + len(clients)).remote(*args)
         return result_ref, state_refs
 
     def _after_death(

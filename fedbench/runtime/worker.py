@@ -15,21 +15,23 @@ import os
 import time
 import warnings
 from collections.abc import Callable, Iterator
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import torch
 
 from fedbench.algorithms import make_algorithm
 from fedbench.algorithms.capabilities import ReadsGroundTruth
+from fedbench.algorithms.functional_fit import FunctionalFit
 from fedbench.core import timeline
 from fedbench.core.runspec import RunSpec
-from fedbench.core.types import Payload, RoundContext, derive_seed
+from fedbench.core.types import ClientResult, Payload, RoundContext, derive_seed
 from fedbench.data import BaseDataset, normalization_values
 from fedbench.runtime.allocator import keep_freed_memory
 from fedbench.runtime.jobs import Job
 from fedbench.runtime.placement import WorkerPlace, worker_place
 from fedbench.scenarios import ClientView, Scenario
 from fedbench.training import ClientData, materialize
+from fedbench.training.functional import ClientRng, functional_model_problem, train_together
 from fedbench.training.loop import make_optimizer
 
 T = TypeVar("T")
@@ -63,6 +65,16 @@ def torch_job_scope(seed: int, threads: int, device: str = "cpu") -> Iterator[No
             yield
     finally:
         torch.set_num_threads(previous)
+
+
+def trains_together(algorithm: object, architecture: torch.nn.Module) -> bool:
+    """Whether a worker can train several of `algorithm`'s clients in one vectorised pass: its fit is the declared
+    one (`FunctionalFit.fits_functionally`) and the model's training step is a pure function of its weights."""
+    return (
+        isinstance(algorithm, FunctionalFit)
+        and type(algorithm).fits_functionally()
+        and functional_model_problem(architecture) is None
+    )
 
 
 def client_device(client_gpus: float) -> str:
@@ -102,6 +114,7 @@ class ClientWorker:
         self.normalization = normalization_values(spec.normalize, dataset)
         keep_freed_memory()
         self._warm_up()
+        self._architecture: torch.nn.Module | None = None  # built by the run's first `fit_together`
         timeline.mark("worker_warm", device=self.device)
         return {**worker_place(self.device), "numerics": numerics(self.device)}
 
@@ -163,6 +176,55 @@ class ClientWorker:
         if not job.keeps_state:
             return outputs
         return [[result for result, _ in outputs], *(state for _, state in outputs)]
+
+    def vectorises_fits(self) -> bool:
+        """Whether `fit_together` trains this run's clients in a vectorised pass (`trains_together`). Builds, once per
+        run, the model the pass calls with each client's weights."""
+        if self._architecture is None:
+            with torch_job_scope(0, self.threads, self.device):  # its initial weights are never read
+                self._architecture = self.algorithm.builder()
+        return trains_together(self.algorithm, self._architecture)
+
+    def fit_together(
+        self, job: Job, round: int, client_ids: list[int], payload_slots: list[int], *objects: Any
+    ) -> list:
+        """Several clients' FIT jobs in one vectorised pass (`train_together`), where the method and the model allow
+        it (`trains_together`); else one after another as `jobs` runs them. Takes and returns what `jobs` does.
+
+        Each client's result carries an equal share of the pass's seconds as its compute time. The model the pass calls
+        with each client's weights is built once per run.
+        """
+        if not self.vectorises_fits():
+            return self.jobs(job, round, client_ids, payload_slots, *objects)
+        assert self._architecture is not None  # built by vectorises_fits
+        algorithm = cast(FunctionalFit, self.algorithm)
+        start = time.perf_counter()
+        states = [
+            self.algorithm.ClientState() if state is None else state
+            for state in objects[len(objects) - len(client_ids) :]
+        ]
+        views = [self.scenario.view(round, cid) for cid in client_ids]
+        datas = [
+            materialize(self.dataset, v, self.scenario.input_shape, normalization=self.normalization) for v in views
+        ]
+        seeds = [derive_seed(self.spec.seed, round, cid, job.name) for cid in client_ids]
+        with torch_job_scope(seeds[0], self.threads, self.device):
+            trained = train_together(
+                self._architecture,
+                [algorithm.fit_start(objects[slot], state) for slot, state in zip(payload_slots, states, strict=True)],
+                datas,
+                [self._context(round, cid, view) for cid, view in zip(client_ids, views, strict=True)],
+                [ClientRng(seed, torch.device(self.device)) for seed in seeds],
+                algorithm.fit_penalty(),
+            )
+        seconds = (time.perf_counter() - start) / len(client_ids)
+        timeline.mark("job", kind="fit_together", clients=len(client_ids), seconds=seconds * len(client_ids))
+        results, new_states = [], []
+        for cid, state, data, (weights, metrics) in zip(client_ids, states, datas, trained, strict=True):
+            uplink, new_state = algorithm.fit_finish(state, weights, data.num_train)
+            results.append(ClientResult(cid, uplink, metrics, seconds))
+            new_states.append(new_state)
+        return [results, *new_states]
 
     def train_samples(self, round: int, client_id: int) -> int:
         """How many training rows the client holds in `round`."""

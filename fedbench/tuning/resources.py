@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from fedbench.core.runspec import RunSpec
+from fedbench.runtime.backends import backend_kind
 from fedbench.runtime.ray_resources import check_fits, check_worker_fits, cluster_total
 
 if TYPE_CHECKING:
@@ -24,9 +25,11 @@ DEFAULT_WORKERS_PER_TRIAL = 1
 
 
 def for_trial(spec: RunSpec) -> RunSpec:
-    """The spec as a trial runs it: on the ray backend with an explicit worker count (one per bundle)."""
+    """The spec as a trial runs it: on Ray actors (its own backend where that uses Ray, the batched one; else the ray
+    backend) with an explicit worker count (one per bundle)."""
     workers = min(spec.resources.num_workers or DEFAULT_WORKERS_PER_TRIAL, spec.scenario.num_clients)
-    return spec.replace(resources=dataclasses.replace(spec.resources, backend="ray", num_workers=workers))
+    backend = spec.resources.backend if backend_kind(spec.resources.backend).uses_ray else "ray"
+    return spec.replace(resources=dataclasses.replace(spec.resources, backend=backend, num_workers=workers))
 
 
 def trial_workers(spec: RunSpec) -> int:

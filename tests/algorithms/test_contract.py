@@ -1,5 +1,6 @@
 """Contract: every registered algorithm runs 2 rounds on a tiny scenario on the serial backend, and every other
-registered backend gives it the same history (the ray backend bit for bit)."""
+registered backend gives it the same history: bit for bit where the backend is `exact` (ray), within the numeric
+contract otherwise (batched: `training.functional.RUN_TOLERANCE`; bytes exactly)."""
 
 import functools
 
@@ -10,7 +11,9 @@ from fedbench.core.callbacks import RunResult
 from fedbench.core.registry import ALGORITHMS, BACKENDS
 from fedbench.core.runspec import RunSpec
 from fedbench.runtime import run_spec
+from fedbench.runtime.backends import backend_kind
 from fedbench.runtime.session import run_specs
+from fedbench.training.functional import RUN_TOLERANCE
 from tests.conftest import tiny_spec
 
 CHANGES = {
@@ -55,9 +58,25 @@ def backend_runs(backend: str) -> dict[str, RunResult]:
 
 @pytest.mark.ray
 @pytest.mark.slow
-@pytest.mark.parametrize("backend", [b for b in BACKENDS.names() if b != "serial"])
+@pytest.mark.filterwarnings("ignore:resources.backend is batched")  # said of each method that trains one at a time
+@pytest.mark.parametrize(
+    "backend", [b for b in BACKENDS.names() if b not in ("serial", "auto")]
+)  # auto: ray or batched
 @pytest.mark.parametrize("name", ALGORITHMS.names())
 def test_every_backend_gives_every_algorithm_the_serial_history(ray_session, backend, name):
     result = backend_runs(backend)[name]
     assert result.status == "FINISHED", result.reason
-    assert deterministic(result.history) == deterministic(serial_run(name).history)
+    expected = deterministic(serial_run(name).history)
+    if not backend_kind(backend).exact:
+        expected = [{k: within_contract(k, v) for k, v in record.items()} for record in expected]
+    assert deterministic(result.history) == expected
+
+
+def within_contract(key: str, value: object) -> object:
+    """What an inexact backend must give for the serial value of metric `key`: bytes exactly, accuracies within
+    RUN_TOLERANCE, every other number (losses, a method's own: CFL's update norms) relatively so."""
+    if key.startswith("comm_") or not isinstance(value, float):
+        return value
+    if key.startswith("acc_"):
+        return pytest.approx(value, abs=RUN_TOLERANCE, nan_ok=True)
+    return pytest.approx(value, rel=RUN_TOLERANCE, nan_ok=True)

@@ -52,6 +52,11 @@ class BackendKind(Protocol):
         """Its workers are Ray actors: the session starts Ray and a task's runs share one `RayWorkerPool`."""
         ...
 
+    @property
+    def exact(self) -> bool:
+        """Its runs give the serial backend's numbers bit for bit; else within `training.functional`'s tolerance."""
+        ...
+
     def check_fits(self, resources: ResourceSpec) -> None:
         """Raise ConfigError, before any run starts, where `resources` cannot be given here (GPUs this machine or
         cluster lacks); called once Ray is up for a kind that `uses_ray`."""

@@ -19,6 +19,7 @@ class RayActors:
     """The `BackendKind` of `ray_pool.RayBackend`."""
 
     uses_ray = True
+    exact = True
 
     def check_fits(self, resources: ResourceSpec) -> None:
         """A worker no node can hold would wait forever: refused before the first run."""

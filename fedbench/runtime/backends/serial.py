@@ -25,6 +25,7 @@ class SerialBackend:
     """Runs every job in the driver process, in client-id order. The class is its own `BackendKind`."""
 
     uses_ray: ClassVar[bool] = False
+    exact: ClassVar[bool] = True
 
     def __init__(self, dataset: BaseDataset, scenario: Scenario, spec: RunSpec, pool: RayWorkerPool | None = None):
         """`pool` is never used: a serial run has no Ray actors."""
