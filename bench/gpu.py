@@ -7,7 +7,10 @@ One command on a lent GPU machine, a few minutes:
    first without MPS, then with an MPS control daemon this script starts (and stops at the end), beside a
    hand-written sequential loop in one process with all data on the GPU (the same partition, model code, batches
    and optimizer; bench/handwritten_fedavg.py's LeNet-5).
-2. An 8-trial sweep (fedavg and fedprox x 4 seeds, 3 rounds x 1 epoch, 2 workers x 0.125 GPU per trial, 4 trials
+2. The batched backend (issue 46): one worker on the whole GPU training every client of a round in one vectorised
+   pass, at each `--batched` client count, beside the same run with clients one after another (one worker, the ray
+   backend), and both on CPU at `--clients`; GPU memory per client, accuracy against the per-client run.
+3. An 8-trial sweep (fedavg and fedprox x 4 seeds, 3 rounds x 1 epoch, 2 workers x 0.125 GPU per trial, 4 trials
    at once) under MPS, with Tune's actor reuse (fedbench's default: a trial's process and its client workers serve
    the next trial) and without it (each trial a new process with new workers); every trial's start-up split into
    phases from the FEDBENCH_TIMELINE marks of all processes (trial process start, dataset and scenario, worker
@@ -15,9 +18,11 @@ One command on a lent GPU machine, a few minutes:
 The runs and sweeps share one local Ray in this process (its start is not in any number); the hand-written loop is a
 subprocess, so that no CUDA context of this process outlives it. Without CUDA the script runs on a simulated GPU
 (Ray's GPU resource, clients training on CPU) and skips MPS: a check of the script, not a measurement.
-Targets (issue 28): 16 workers x 0.0625 under MPS at most 0.5 s a steady round; the sweep at most 25 s.
+Targets (issue 28): 16 workers x 0.0625 under MPS at most 0.5 s a steady round; the sweep at most 25 s. Issue 46:
+a batched 20-client round at most 0.25 s, a 100-client one at most 0.4 s, accuracy within 0.01 of the per-client run.
 
     FEDBENCH_DATA=/path/to/data python bench/gpu.py [--out bench/results] [--rounds 4] [--workers 1,8,16]
+        [--batched 20,100]
 
 Writes gpu.json and gpu.md in --out.
 """
@@ -48,6 +53,8 @@ sys.path.insert(0, str(REPO))
 TASK = BENCH / "tasks" / "cli_overhead.yaml"
 MPS_ENV = {"CUDA_MPS_PIPE_DIRECTORY": "/tmp/nvidia-mps", "CUDA_MPS_LOG_DIRECTORY": "/tmp/nvidia-mps-log"}
 TARGET_ROUND_S, TARGET_SWEEP_S = 0.5, 25.0
+TARGET_BATCHED_S = {20: 0.25, 100: 0.4}
+"""Issue 46: a steady round of the batched backend on one H200, by client count."""
 TRIAL_PHASES = {
     "run_started": "imports, client workers asked for",
     "dataset_loaded": "dataset loaded",
@@ -65,11 +72,20 @@ def task_dict(args, **changes) -> dict:
     return task
 
 
-def spec_for(args, workers: int):
+def spec_for(args, workers: int, backend: str = "ray", clients: int | None = None, gpus: bool = True):
+    """The workload on `workers` workers sharing the GPU (`gpus`; else on CPU) at `clients` clients (default
+    `--clients`)."""
     from fedbench.config.task import task_from_dict
 
-    resources = {"backend": "ray", "client_cpus": args.client_cpus, "client_gpus": 1 / workers, "num_workers": workers}
-    return task_from_dict(task_dict(args, resources=resources), default_name="gpu_bench").expand()[0]
+    resources = {
+        "backend": backend,
+        "client_cpus": args.client_cpus,
+        "client_gpus": 1 / workers if gpus else 0,
+        "num_workers": workers,
+    }
+    task = task_dict(args, resources=resources)
+    task["scenario"]["num_clients"] = clients or args.clients
+    return task_from_dict(task, default_name="gpu_bench").expand()[0]
 
 
 # ---- CUDA MPS ----
@@ -119,12 +135,12 @@ def stop_mps() -> None:
 # ---- 1. steady rounds ----
 
 
-def one_run(args, workers: int) -> dict:
-    """One fedbench run with `workers` workers sharing the GPU, in this process's Ray."""
+def one_run(args, workers: int, backend: str = "ray", clients: int | None = None, gpus: bool = True) -> dict:
+    """One fedbench run with `workers` workers sharing the GPU (on CPU where not `gpus`), in this process's Ray."""
     from fedbench.core import metrics as M
     from fedbench.runtime.session import run_specs
 
-    spec = spec_for(args, workers)
+    spec = spec_for(args, workers, backend, clients, gpus)
     began = time.time()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -134,6 +150,9 @@ def one_run(args, workers: int) -> dict:
     peaks = [record[M.GPU_PEAK_MB] for record in result.history if M.GPU_PEAK_MB in record]
     return {
         "workers": workers,
+        "backend": backend,
+        "clients": spec.scenario.num_clients,
+        "on_gpu": gpus,
         "status": result.status,
         "reason": result.reason,
         "t_start": began,
@@ -436,6 +455,8 @@ def report(data: dict) -> list[str]:
         ]
     ]
     for run in data["runs"]:
+        if run.get("backend", "ray") != "ray" or run.get("clients", data["clients"]) != data["clients"]:
+            continue  # the batched rows and their per-client references have a table of their own
         ratio = run["steady_round_s"] / hand if hand and run["steady_round_s"] else None
         rows.append(
             [
@@ -460,6 +481,7 @@ def report(data: dict) -> list[str]:
         ],
         rows,
     )
+    lines += batched_report(data, hand)
     warned = sorted({w for run in data["runs"] for w in run["warnings"]})
     lines += ["", "Shared-GPU warning printed: " + ("; ".join(f"`{w}`" for w in warned) if warned else "none"), ""]
     lines += [
@@ -509,6 +531,71 @@ def report(data: dict) -> list[str]:
     return lines + [""]
 
 
+def batched_report(data: dict, hand: float | None) -> list[str]:
+    """The batched backend's rows: each beside the per-client run (1 worker, the ray backend) at its client count."""
+    batched = [run for run in data["runs"] if run.get("backend") == "batched"]
+    if not batched:
+        return []
+    lines = [
+        "",
+        "## Many clients in one pass (the batched backend)",
+        "",
+        "One worker holding the whole GPU trains every client of a round in one vectorised pass (`resources.backend: "
+        "batched`, docs/backends.md), beside the same run on the ray backend (one worker, clients one after another) "
+        f"at the same client count. Targets: a steady 20-client round <= {TARGET_BATCHED_S[20]} s, a 100-client round "
+        f"<= {TARGET_BATCHED_S[100]} s, accuracy within 0.01 of the per-client run.",
+        "",
+    ]
+    rows = []
+    for run in batched:
+        reference = next(
+            (
+                r
+                for r in data["runs"]
+                if r.get("backend") == "ray" and r["workers"] == 1 and r.get("clients") == run["clients"]
+                and r.get("on_gpu", True) == run["on_gpu"] and not r.get("mps")
+            ),
+            None,
+        )  # fmt: skip
+        per_client = reference["steady_round_s"] if reference else None
+        gap = (
+            abs(run["accuracy"] - reference["accuracy"])
+            if reference and run["accuracy"] is not None and reference["accuracy"] is not None
+            else None
+        )
+        rows.append(
+            [
+                run["clients"],
+                "GPU" if run["on_gpu"] else "CPU",
+                cell(run["steady_round_s"]),
+                cell(per_client),
+                cell(per_client / run["steady_round_s"] if per_client and run["steady_round_s"] else None),
+                cell(hand / run["steady_round_s"] if hand and run["steady_round_s"] and run["on_gpu"] else None),
+                cell(run["accuracy"], 3),
+                cell(gap, 4),
+                cell(run["gpu_peak_mb"], 0),
+                cell(run["gpu_peak_mb"] / run["clients"] if run["gpu_peak_mb"] else None, 1),
+                run["status"] if run["status"] != "FINISHED" else "",
+            ]
+        )
+    return lines + markdown_table(
+        [
+            "clients",
+            "device",
+            "steady round s, one pass",
+            "s, one by one (1 worker)",
+            "speed-up",
+            "vs hand-written loop",
+            "accuracy",
+            "|accuracy - one by one|",
+            "peak GPU MiB",
+            "MiB per client",
+            "",
+        ],
+        rows,
+    )
+
+
 def commit() -> str:
     out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True)
     return out.stdout.strip() or "unknown"
@@ -522,7 +609,8 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=20)
     parser.add_argument("--workers", default="1,8,16")
     parser.add_argument("--client-cpus", type=float, default=1.0)
-    parser.add_argument("--sweep-trials", type=int, default=8)
+    parser.add_argument("--batched", default="20,100", help="client counts of the batched rows ('' for none)")
+    parser.add_argument("--sweep-trials", type=int, default=8, help="0: no sweep")
     parser.add_argument("--sweep-concurrent", type=int, default=4)
     parser.add_argument("--handwritten", type=Path, help=argparse.SUPPRESS)  # the subprocess of the hand-written loop
     args = parser.parse_args()
@@ -570,6 +658,16 @@ def main() -> None:
     workers = [int(n) for n in args.workers.split(",")]
     data["mps_started"] = False
     try:
+        for clients in [int(n) for n in args.batched.split(",") if n]:  # before MPS: one process on the GPU
+            for backend in ("batched", "ray"):
+                run = {**one_run(args, 1, backend, clients), "mps": False}
+                data["runs"].append(run)
+                print({k: v for k, v in run.items() if k not in ("round_s",)}, flush=True)
+                save()
+        if args.batched:  # the row on CPU: the batched pass against clients one by one, on one CPU worker each
+            for backend in ("batched", "ray"):
+                data["runs"].append({**one_run(args, 1, backend, gpus=False), "mps": False})
+                save()
         for mps in (False, True):
             if mps:
                 if not cuda:
@@ -591,7 +689,7 @@ def main() -> None:
 
         # the migrated MLflow store every sweep's fresh store copies, made before timing (as by any earlier run)
         template()
-        for reuse in (True, False):
+        for reuse in (True, False) if args.sweep_trials else ():
             sweep = one_sweep(args, work, reuse, timeline)
             data["sweeps"].append(sweep)
             print({k: v for k, v in sweep.items() if k != "trials_detail"}, flush=True)

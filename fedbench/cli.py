@@ -204,7 +204,7 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
         title = f"{experiment}: {metric}, mean ± std over seeds, ranked per group"
         console.print(to_table(Leaderboard(board, failed, metric), title))
         for run, reason in failed.itertuples(index=False):
-            console.print(f"[red]failed[/] {escape(str(run))}: {escape(str(reason))}")
+            console.print(f"[red]not finished[/] {escape(str(run))}: {escape(str(reason))}")
     console.print("written: " + escape(", ".join(str(p) for p in board.attrs["files"])))
     return 0
 

@@ -273,13 +273,22 @@ def failed_runs(runs: pd.DataFrame) -> pd.DataFrame:
     if RUN_HASH in runs:
         finished = set(runs.loc[runs[STATUS] == FINISHED, RUN_HASH])
         failed = failed[~failed[RUN_HASH].isin(finished)]
+    recorded = failed.get(tag(FAILURE_REASON_TAG), pd.Series(index=failed.index, dtype=object))
     return pd.DataFrame(
         {
             "run": failed.get(RUN_LABEL, pd.Series(dtype=str)),
             "status": failed[STATUS],
-            "reason": failed.get(tag(FAILURE_REASON_TAG), pd.Series(dtype=str)),
+            "reason": recorded.where(recorded.notna(), failed[STATUS].map(UNRECORDED_REASONS)),
         }
     ).reset_index(drop=True)
+
+
+UNRECORDED_REASONS = {
+    "RUNNING": "not finished: still running, or its process ended without recording why",
+    "KILLED": "killed before it finished",
+    "FAILED": "failed without a recorded reason",
+}
+"""What a run that did not finish says where it recorded no reason (a run in progress has none yet)."""
 
 
 def write_leaderboard(board: Leaderboard, path: Path, fmt: str) -> Path:
@@ -306,7 +315,8 @@ def to_markdown(board: Leaderboard) -> str:
         lines.append("| " + " | ".join(map(str, cells)) + " |")
     lines += ["", STD_NOTE + ".", INTERVAL_NOTE + ".", TIE_NOTE + "."]
     if len(board.failed):
-        lines += ["", "Failed runs:", ""] + [f"- {r.run}: {r.reason}" for r in board.failed.itertuples(index=False)]
+        lines += ["", "Runs that did not finish:", ""]
+        lines += [f"- {r.run}: {r.reason}" for r in board.failed.itertuples(index=False)]
     return "\n".join(lines) + "\n"
 
 

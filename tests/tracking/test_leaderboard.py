@@ -496,3 +496,18 @@ def test_tie_marks_correct_for_the_number_of_comparisons_and_say_how_many_seeds_
     interval = board.loc["close", ["ci_low", "ci_high"]].to_numpy(dtype=float)
     half = stats.t.ppf(0.975, 2) * np.std(close, ddof=1) / np.sqrt(3)
     assert interval == pytest.approx([0.885 - half, 0.885 + half]) and board.loc["close", "ci_kind"] == "t"
+
+
+def test_a_run_still_in_progress_is_listed_as_not_finished_not_as_failed_with_no_reason():
+    from fedbench.tracking.leaderboard import failed_runs
+    from fedbench.tracking.store import RUN_HASH, RUN_LABEL, STATUS
+
+    runs = pd.DataFrame(
+        {STATUS: ["RUNNING", "FINISHED", "KILLED"], RUN_LABEL: ["a-s1", "a-s2", "b-s1"], RUN_HASH: ["h1", "h2", "h3"]}
+    )
+    listed = failed_runs(runs)
+    assert list(listed["run"]) == ["a-s1", "b-s1"]
+    assert (
+        listed["reason"][0].startswith("not finished: still running")
+        and listed["reason"][1] == "killed before it finished"
+    )
