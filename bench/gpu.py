@@ -455,7 +455,7 @@ def report(data: dict) -> list[str]:
         ]
     ]
     for run in data["runs"]:
-        if run.get("backend", "ray") != "ray" or run.get("clients", data["clients"]) != data["clients"]:
+        if run.get("batched_section"):
             continue  # the batched rows and their per-client references have a table of their own
         ratio = run["steady_round_s"] / hand if hand and run["steady_round_s"] else None
         rows.append(
@@ -484,6 +484,29 @@ def report(data: dict) -> list[str]:
     lines += batched_report(data, hand)
     warned = sorted({w for run in data["runs"] for w in run["warnings"]})
     lines += ["", "Shared-GPU warning printed: " + ("; ".join(f"`{w}`" for w in warned) if warned else "none"), ""]
+    lines += sweep_report(data)
+    costs = data.get("process_costs", {})
+    if costs:
+        labels = list(next(iter(costs.values())))
+        lines += [
+            "",
+            "## What one new process costs",
+            "",
+            "Each a fresh Python process from launch to exit, one at a time on the idle machine.",
+            "",
+        ]
+        lines += markdown_table(
+            ["process", *(f"s, {name}" for name in costs)],
+            [[label, *(cell(c.get(label)) for c in costs.values())] for label in labels],
+        )
+    return lines + [""]
+
+
+def sweep_report(data: dict) -> list[str]:
+    """The sweep's start-up phases, with and without Tune's actor reuse; nothing where no sweep ran."""
+    if not data["sweeps"]:
+        return []
+    lines: list[str] = []
     lines += [
         "## The 8-trial sweep",
         "",
@@ -510,25 +533,11 @@ def report(data: dict) -> list[str]:
         ("rounds_s_sum", "all trials' rounds s"),
     ]
     sweeps = data["sweeps"]
-    costs = data.get("process_costs", {})
     lines += markdown_table(
         ["", *("with worker reuse" if s["reuse"] else "without reuse" for s in sweeps)],
         [[label, *(cell(s.get(key)) for s in sweeps)] for key, label in keys],
     )
-    if costs:
-        labels = list(next(iter(costs.values())))
-        lines += [
-            "",
-            "## What one new process costs",
-            "",
-            "Each a fresh Python process from launch to exit, one at a time on the idle machine.",
-            "",
-        ]
-        lines += markdown_table(
-            ["process", *(f"s, {name}" for name in costs)],
-            [[label, *(cell(c.get(label)) for c in costs.values())] for label in labels],
-        )
-    return lines + [""]
+    return lines
 
 
 def batched_report(data: dict, hand: float | None) -> list[str]:
@@ -552,8 +561,8 @@ def batched_report(data: dict, hand: float | None) -> list[str]:
             (
                 r
                 for r in data["runs"]
-                if r.get("backend") == "ray" and r["workers"] == 1 and r.get("clients") == run["clients"]
-                and r.get("on_gpu", True) == run["on_gpu"] and not r.get("mps")
+                if r.get("batched_section") and r["backend"] == "ray" and r["clients"] == run["clients"]
+                and r["on_gpu"] == run["on_gpu"]
             ),
             None,
         )  # fmt: skip
@@ -587,7 +596,7 @@ def batched_report(data: dict, hand: float | None) -> list[str]:
             "speed-up",
             "vs hand-written loop",
             "accuracy",
-            "|accuracy - one by one|",
+            "accuracy gap to one by one",
             "peak GPU MiB",
             "MiB per client",
             "",
@@ -660,13 +669,13 @@ def main() -> None:
     try:
         for clients in [int(n) for n in args.batched.split(",") if n]:  # before MPS: one process on the GPU
             for backend in ("batched", "ray"):
-                run = {**one_run(args, 1, backend, clients), "mps": False}
+                run = {**one_run(args, 1, backend, clients), "mps": False, "batched_section": True}
                 data["runs"].append(run)
                 print({k: v for k, v in run.items() if k not in ("round_s",)}, flush=True)
                 save()
         if args.batched:  # the row on CPU: the batched pass against clients one by one, on one CPU worker each
             for backend in ("batched", "ray"):
-                data["runs"].append({**one_run(args, 1, backend, gpus=False), "mps": False})
+                data["runs"].append({**one_run(args, 1, backend, gpus=False), "mps": False, "batched_section": True})
                 save()
         for mps in (False, True):
             if mps:

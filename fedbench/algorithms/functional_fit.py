@@ -12,7 +12,7 @@ from __future__ import annotations
 from abc import ABC
 from typing import Generic, cast
 
-from fedbench.algorithms.base import counted
+from fedbench.algorithms.base import Algorithm, counted
 from fedbench.algorithms.capabilities import ClientStateT, HoldsModels
 from fedbench.core.types import Arrays, Metrics, Payload, RoundContext
 from fedbench.training import ClientData, TrainHooks, get_weights, train_local
@@ -27,8 +27,10 @@ class FunctionalFit(ABC, Generic[ClientStateT]):
     @classmethod
     def fits_functionally(cls) -> bool:
         """Whether this class's fit is the declared one: a subclass that replaces `client_update` (MOON's
-        contrastive term, FedRep's frozen head) says no, and every backend runs its own `client_update`."""
-        return cls.client_update is FunctionalFit.client_update
+        contrastive term, FedRep's frozen head) or the model its weights load into (`model_with`) says no, and every
+        backend runs its own `client_update`."""
+        loads_into = next(k for k in cls.__mro__ if "model_with" in vars(k))  # the class defining it
+        return cls.client_update is FunctionalFit.client_update and loads_into is Algorithm
 
     def fit_start(self, payload: Payload, state: ClientStateT) -> Arrays:
         """The weights the client trains from (state_dict names): the downlinked model."""

@@ -176,7 +176,9 @@ class ScenarioSpec:
 
 @dataclass(frozen=True)
 class ResourceSpec:
-    """Where a run executes. Does not change what it computes, so it is not part of the run id."""
+    """Where a run executes. Not part of the run id: it does not change what a run computes, except on the batched
+    backend, whose vectorised passes sum in another order (within docs/backends.md's tolerance, and tagged on the
+    run as `clients.numerics`)."""
 
     backend: str = field(default="serial", metadata={REGISTERED_NAME: BACKENDS})
     """Where client jobs run: a registered backend (`fedbench.runtime.backends`): `serial` (this process), `ray` (a

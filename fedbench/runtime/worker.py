@@ -208,6 +208,8 @@ class ClientWorker:
             materialize(self.dataset, v, self.scenario.input_shape, normalization=self.normalization) for v in views
         ]
         seeds = [derive_seed(self.spec.seed, round, cid, job.name) for cid in client_ids]
+        if self.device == "cuda":
+            torch.cuda.reset_peak_memory_stats()
         with torch_job_scope(seeds[0], self.threads, self.device):
             trained = train_together(
                 self._architecture,
@@ -223,6 +225,8 @@ class ClientWorker:
         for cid, state, data, (weights, metrics) in zip(client_ids, states, datas, trained, strict=True):
             uplink, new_state = algorithm.fit_finish(state, weights, data.num_train)
             results.append(ClientResult(cid, uplink, metrics, seconds))
+            if self.device == "cuda":  # the pass's: every client of it held that much at once
+                results[-1].gpu_peak_bytes = torch.cuda.max_memory_reserved()
             new_states.append(new_state)
         return [results, *new_states]
 

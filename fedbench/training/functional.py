@@ -64,10 +64,14 @@ def penalty_as_extra_loss(penalty: Penalty, anchors: Mapping[str, Tensor]) -> Ex
 
 def functional_model_problem(model: nn.Module) -> str | None:
     """Why `model` cannot train in a vectorised pass, or None: a training step that changes buffers (BatchNorm's
-    running statistics) or draws random numbers (dropout) is no pure function of the weights and the batch."""
+    running statistics) or draws random numbers (dropout) is no pure function of the weights and the batch, and a
+    pass reads buffers from one model, not from each client's weights."""
     for name, module in model.named_modules():
         if isinstance(module, (nn.modules.batchnorm._BatchNorm, nn.modules.dropout._DropoutNd)):
             return f"its module {name or '(root)'} is a {type(module).__name__}"
+    persistent = list(model.state_dict().keys() - dict(model.named_parameters()).keys())
+    if persistent:
+        return f"it holds buffers ({', '.join(sorted(persistent))}) that would be one model's, not each client's"
     return None
 
 
@@ -127,28 +131,37 @@ def train_together(
     """
     device = torch.device(ctxs[0].device)
     on_device(model, device).train()
-    names = [name for name, _ in model.named_parameters()]
-    buffers = {name: b for name, b in model.named_buffers()}
-    params = {n: torch.stack([torch.from_numpy(np.array(s[n])) for s in starts]).to(device) for n in names}
-    anchors = {n: p.clone() for n, p in params.items()} if penalty is not None else {}
     schedules = [list(batch_indices(data.num_train, ctx)) for data, ctx in zip(datas, ctxs, strict=True)]
     steps = torch.tensor([len(s) for s in schedules], device=device)
     optimizer = FunctionalOptimizer(ctxs[0].optimizer, scheduled_lr(ctxs[0].optimizer, ctxs[0].round, ctxs[0].rounds))
-    opt_state = optimizer.init(params)
+    dtypes = {name: p.dtype for name, p in model.named_parameters()}
+    params: dict[str, Tensor] = {}
+    anchors: dict[str, Tensor] = {}
+    constants: dict[str, Tensor] = {}  # parameters the forward pass never reaches: torch.optim leaves them alone
 
     def client_loss(p: dict, a: dict, x: Tensor, y: Tensor, mask: Tensor) -> Tensor:
-        per_sample = F.cross_entropy(functional_call(model, (p, buffers), (x,)), y, reduction="none")
-        loss = (per_sample * mask).sum() / mask.sum().clamp(min=1.0)
+        per_sample = F.cross_entropy(functional_call(model, (p, constants), (x,)), y, reduction="none")
+        loss = torch.where(mask > 0, per_sample, 0.0).sum() / mask.sum().clamp(min=1.0)  # a padded row's NaN stays out
         return loss + penalty(p, a) if penalty is not None else loss
 
     step_all = vmap(grad_and_value(client_loss))
-    loss_sums = torch.zeros(len(starts), device=device)
+    loss_sums = torch.zeros(len(starts), dtype=torch.float64, device=device)  # as train_local's Python floats
     for t in range(int(steps.max().item()) if len(starts) else 0):
         x, y, mask = padded_batches(datas, schedules, rngs, t, ctxs[0].batch_size, device)
+        if t == 0:
+            unused = unreached_parameters(model, x[int(torch.argmax(steps))])
+            constants = {name: p.detach() for name, p in model.named_parameters() if name in unused}
+            params = {
+                n: torch.stack([torch.from_numpy(np.array(s[n])) for s in starts]).to(device, dtypes[n])
+                for n in dtypes
+                if n not in unused
+            }
+            anchors = {n: p.clone() for n, p in params.items()} if penalty is not None else {}
+            opt_state = optimizer.init(params)
         grads, losses = step_all(params, anchors, x, y, mask)
         active = steps > t
         params, opt_state = optimizer.step(params, grads, opt_state, t, active)
-        loss_sums += torch.where(active, losses, torch.zeros_like(losses))
+        loss_sums += torch.where(active, losses.double(), 0.0)
     totals = loss_sums.tolist()
     for c, total in enumerate(totals):
         if not math.isfinite(total):
@@ -170,6 +183,15 @@ def train_together(
         }
         trained.append((weights, metrics))
     return trained
+
+
+def unreached_parameters(model: nn.Module, x: Tensor) -> set[str]:
+    """Parameters that the forward pass of `x` does not reach (a head only some methods use): they get no gradient,
+    so torch.optim never steps them (weight decay and momentum included), where a functional gradient would be zero
+    and decay them."""
+    named = [(name, p) for name, p in model.named_parameters() if p.requires_grad]
+    grads = torch.autograd.grad(model(x).float().sum(), [p for _, p in named], allow_unused=True)
+    return {name for (name, _), g in zip(named, grads, strict=True) if g is None}
 
 
 def padded_batches(

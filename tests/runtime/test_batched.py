@@ -2,6 +2,7 @@
 per-client path does, up to summation order (`WEIGHT_TOLERANCE`), on clients of unequal sizes, with transforms that
 draw random numbers, under SGD with momentum and Adam with weight decay."""
 
+import numpy as np
 import pytest
 
 from fedbench.algorithms.functional_fit import FunctionalFit
@@ -123,3 +124,17 @@ def test_auto_trains_clients_together_only_where_they_train_on_gpus(monkeypatch)
     assert auto.uses_ray and not auto.exact
     assert auto(None, None, tiny_spec(resources={"backend": "auto", "client_gpus": 0.5})) == "batched"
     assert auto(None, None, tiny_spec(resources={"backend": "auto"})) == "ray"
+
+
+def test_parameters_the_forward_pass_never_reaches_stay_as_torch_optim_leaves_them():
+    """FedDRM's network under FedAvg: its client head gets no gradient, so weight decay must not shrink it."""
+    model = {"name": "feddrm_net", "backbone": "cnn", "hidden": 32, "num_clients": 4}
+    optimizer = {"name": "sgd", "lr": 0.05, "momentum": 0.9, "weight_decay": 0.01}
+    per_client, together = fits_both_ways(tiny_spec(model=model, optimizer=optimizer))
+    start = per_client[0][0].uplink.weights  # only to list the head's tensors
+    head = [k for k in start if k.startswith("client_head")]
+    assert head
+    for c in range(len(per_client[0])):
+        a, b = trained_weights(per_client, c), trained_weights(together, c)
+        assert weight_difference(a, b) <= WEIGHT_TOLERANCE
+        assert all(np.array_equal(a[k], b[k]) for k in head)
