@@ -1,6 +1,6 @@
 """Figures of drift, as a reader of a drift paper looks for them: accuracy aligned on drift events (rounds since the
-drift on the x axis, one line per method, a band over clients and seeds), and the rounds where clients drifted, for
-the accuracy-per-round curves to mark.
+drift on the x axis, one line per method, the 95% interval of its mean over clients and seeds), and the rounds
+where clients drifted, for the accuracy-per-round curves to mark.
 
 Drift events are read from the runs' per-client rows by `fedbench.core.drift`, as the runs' drift metrics are.
 Drawn on an Agg canvas without pyplot, as every fedbench figure is.
@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from fedbench.core.drift import drift_events
+from fedbench.tracking.intervals import mean_interval
 from fedbench.tracking.plots import colours, fitted, panel_grid
 
 BEFORE = -1
@@ -51,38 +52,47 @@ def run_events(rows: pd.DataFrame) -> list:
 
 def draw_aligned(aligned: pd.DataFrame, title: str):
     """One panel per group, one line per configuration: the mean accuracy of the drifted clients at each number of
-    rounds since their drift, shaded between its 25th and 75th percentiles over clients and seeds; the dashed line
-    at 0 is the round of the drift."""
+    rounds since their drift, shaded over the 95% interval of that mean over drifts (every client and seed:
+    `intervals.mean_interval`); the dashed line at 0 is the round of the drift. The y axis spans the data, where
+    the differences between methods are."""
     from matplotlib.ticker import MaxNLocator
 
     groups = sorted(aligned["group"].unique())
     configurations = sorted(aligned["configuration"].unique())
     palette = dict(zip(configurations, colours(len(configurations)), strict=True))
     fig, axes, cols = panel_grid(len(groups), len(configurations))
+    lowest = 1.0
     for ax, group in zip(axes, groups, strict=False):
         panel = aligned[aligned["group"] == group]
         for configuration in configurations:
             line = panel[panel["configuration"] == configuration]
             if line.empty:
                 continue
-            stats = line.groupby("offset")["accuracy"].agg(
-                mean="mean", low=lambda v: v.quantile(0.25), high=lambda v: v.quantile(0.75), n="count"
-            )
-            x = stats.index.to_numpy()
-            ax.plot(x, stats["mean"], marker="o", markersize=3, color=palette[configuration], label=configuration)
-            ax.fill_between(x, stats["low"], stats["high"], color=palette[configuration], alpha=0.2, linewidth=0)
+            by_offset = line.groupby("offset")["accuracy"]
+            x = np.array(sorted(by_offset.groups))
+            means = by_offset.mean().loc[x].to_numpy()
+            bounds = [mean_interval(by_offset.get_group(offset).tolist()) for offset in x]
+            low = np.array([b.low if np.isfinite(b.low) else m for b, m in zip(bounds, means, strict=True)])
+            high = np.array([b.high if np.isfinite(b.high) else m for b, m in zip(bounds, means, strict=True)])
+            ax.plot(x, means, marker="o", markersize=3, color=palette[configuration], label=configuration)
+            ax.fill_between(x, low, np.minimum(high, 1.0), color=palette[configuration], alpha=0.2, linewidth=0)
+            lowest = min(lowest, float(np.nanmin(low)))
         ax.axvline(0, color="grey", linestyle="--", linewidth=1)
         ax.set_title(group, fontsize=9)
         ax.set_xlabel("rounds since the drift (-1: before it)")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.set_ylim(-0.02, 1.02)
         ax.grid(alpha=0.3)
+    for ax in axes[: len(groups)]:
+        ax.set_ylim(max(0.0, lowest - 0.05 * (1.0 - lowest) - 0.01), 1.005)
     for ax in axes[len(groups) :]:
         ax.set_visible(False)
     for ax in axes[::cols]:
         ax.set_ylabel("local test accuracy of drifted clients")
-    handles, names = axes[0].get_legend_handles_labels()
-    fig.legend(handles, names, loc="outside lower center", fontsize=8, ncols=min(3, max(1, len(names))))
+    legend = {}
+    for ax in axes:  # every configuration, whichever panels it appears in
+        for handle, name in zip(*ax.get_legend_handles_labels(), strict=True):
+            legend.setdefault(name, handle)
+    fig.legend(list(legend.values()), list(legend), loc="outside lower center", fontsize=8, ncols=min(4, len(legend)))
     fig.suptitle(fitted(title, fig), fontsize=10)
     return fig
 

@@ -153,7 +153,7 @@ def plot_experiment(
         figure = draw_aligned(
             aligned,
             "local test accuracy of the clients that drifted, by rounds since their drift: mean over drifts (every "
-            "client and seed), band from the 25th to the 75th percentile",
+            "client and seed), band: its 95% interval",
         )
         plots.files += save(figure, out / "drift_aligned_acc_local", formats, dpi)
     parent = store.sweep_parent(experiment)
