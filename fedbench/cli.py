@@ -550,7 +550,8 @@ def add_sweep_parser(sub) -> None:
     sweep.add_argument(
         "--metric",
         default=None,
-        help=f"metric to optimise (with --search or --scheduler), e.g. {M.FINAL_PREFIX}{M.ACC_TEST_TIME}",
+        help=f"metric to optimise (with --search or --scheduler), or whose seeds --detect counts, e.g. "
+        f"{M.FINAL_PREFIX}{M.ACC_TEST_TIME}",
     )
     sweep.add_argument("--mode", choices=["max", "min"], default="max", help="whether larger metric values are better")
     sweep.add_argument(

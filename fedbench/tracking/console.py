@@ -137,7 +137,7 @@ def results_table(
     mean's 95% interval, the worst client's accuracy, the costs and n. A run hash counts once."""
     import pandas as pd  # not for a dry run's tables
 
-    from fedbench.tracking.intervals import mean_interval
+    from fedbench.tracking.intervals import mean_interval, natural_bounds
     from fedbench.tracking.leaderboard import INTERVAL_NOTE, STD_NOTE, label_runs, readable, varying_params
 
     finished = list({r.spec.run_hash: r for r in results if r.status == "FINISHED"}.values())
@@ -168,7 +168,7 @@ def results_table(
 
     def ranked_stat(runs: list[RunResult]) -> str:
         """The ranked metric's mean ± std and, below it, its mean's 95% interval."""
-        interval = mean_interval(list(values(runs, metric)))
+        interval = mean_interval(list(values(runs, metric)), bounds=natural_bounds(metric))
         bounds = "" if np.isnan(interval.low) else f"\n[{interval.low:.3f}, {interval.high:.3f}]"
         return stat(runs, metric) + bounds
 

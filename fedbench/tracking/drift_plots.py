@@ -71,11 +71,11 @@ def draw_aligned(aligned: pd.DataFrame, title: str):
             by_offset = line.groupby("offset")["accuracy"]
             x = np.array(sorted(by_offset.groups))
             means = by_offset.mean().loc[x].to_numpy()
-            bounds = [mean_interval(by_offset.get_group(offset).tolist()) for offset in x]
+            bounds = [mean_interval(by_offset.get_group(offset).tolist(), bounds=(0.0, 1.0)) for offset in x]
             low = np.array([b.low if np.isfinite(b.low) else m for b, m in zip(bounds, means, strict=True)])
             high = np.array([b.high if np.isfinite(b.high) else m for b, m in zip(bounds, means, strict=True)])
             ax.plot(x, means, marker="o", markersize=3, color=palette[configuration], label=configuration)
-            ax.fill_between(x, low, np.minimum(high, 1.0), color=palette[configuration], alpha=0.2, linewidth=0)
+            ax.fill_between(x, low, high, color=palette[configuration], alpha=0.2, linewidth=0)
             lowest = min(lowest, float(np.nanmin(low)))
         ax.axvline(0, color="grey", linestyle="--", linewidth=1)
         ax.set_title(group, fontsize=9)

@@ -37,8 +37,22 @@ class Interval:
     kind: str
 
 
-def mean_interval(values: Sequence[float], confidence: float = CONFIDENCE) -> Interval:
-    """The `confidence` interval of the mean of `values` (one per seed); NaN bounds for fewer than two."""
+def natural_bounds(metric: str) -> tuple[float, float]:
+    """The values `metric` can take: [0, 1] for an accuracy or a share (`final.acc_test_time`, `unrecovered_share`),
+    unbounded otherwise (a loss, seconds, bytes, rounds)."""
+    name = metric.rsplit(".", 1)[-1]
+    return (0.0, 1.0) if name.startswith("acc") or name.endswith("_share") else (-math.inf, math.inf)
+
+
+def mean_interval(
+    values: Sequence[float], confidence: float = CONFIDENCE, bounds: tuple[float, float] = (-math.inf, math.inf)
+) -> Interval:
+    """The `confidence` interval of the mean of `values` (one per seed); NaN bounds for fewer than two.
+
+    Args:
+        bounds: the values the metric can take (`natural_bounds`): a t interval of accuracies near 1 would reach past
+            1, and is cut there.
+    """
     data = np.asarray([v for v in values if not math.isnan(v)], dtype=float)
     n = len(data)
     if n < 2:
@@ -59,7 +73,7 @@ def mean_interval(values: Sequence[float], confidence: float = CONFIDENCE) -> In
             rng=np.random.default_rng(BOOTSTRAP_SEED),
         )
         low, high = result.confidence_interval
-    return Interval(float(low), float(high), kind)
+    return Interval(max(float(low), bounds[0]), min(float(high), bounds[1]), kind)
 
 
 def holm(p_values: Sequence[float]) -> list[float]:

@@ -21,7 +21,7 @@ from rich.table import Table
 from fedbench.core import metrics as M
 from fedbench.core.errors import ConfigError, FedbenchError
 from fedbench.core.runspec import algorithm_defaults
-from fedbench.tracking.intervals import BOOTSTRAP_FROM, POWER, holm, mean_interval, seeds_needed
+from fedbench.tracking.intervals import BOOTSTRAP_FROM, POWER, holm, mean_interval, natural_bounds, seeds_needed
 from fedbench.tracking.store import (
     FINISHED,
     RUN_HASH,
@@ -165,7 +165,7 @@ def build_leaderboard(
     frame = pd.DataFrame({"group": group, "configuration": configuration, "value": finished[column].astype(float)})
     frame = frame.join(run_costs(finished))
     stats = frame.groupby(["group", "configuration"], sort=False)
-    table = seed_stats(stats)
+    table = seed_stats(stats, metric)
     for name in COSTS:
         table[name] = stats[name].mean().to_numpy()
     table["rank"] = table.groupby("group")["mean"].rank(ascending=(mode == "min"), method="min").astype("Int64")
@@ -252,12 +252,14 @@ INTERVAL_NOTE = (
 """How a mean's interval is made, said wherever one is shown."""
 
 
-def seed_stats(groups) -> pd.DataFrame:
+def seed_stats(groups, metric: str) -> pd.DataFrame:
     """Mean, sample std (ddof 1; 0 for a single seed), n and the mean's 95% interval (`ci_low`, `ci_high`,
-    `ci_kind`: `fedbench.tracking.intervals.mean_interval`) of the `value` column of each group of seeds."""
+    `ci_kind`: `fedbench.tracking.intervals.mean_interval`, within `metric`'s natural bounds) of the `value` column
+    of each group of seeds."""
     table = groups["value"].agg(mean="mean", std="std", n="count").reset_index()
     table.loc[table["n"] == 1, "std"] = 0.0
-    intervals = [mean_interval(list(values)) for _, values in groups["value"]]
+    bounds = natural_bounds(metric)
+    intervals = [mean_interval(list(values), bounds=bounds) for _, values in groups["value"]]
     table["ci_low"] = [i.low for i in intervals]
     table["ci_high"] = [i.high for i in intervals]
     table["ci_kind"] = [i.kind for i in intervals]

@@ -29,7 +29,7 @@ from rich.table import Table
 
 from fedbench.core import metrics as M
 from fedbench.core.errors import ConfigError
-from fedbench.tracking.intervals import mean_interval
+from fedbench.tracking.intervals import mean_interval, natural_bounds
 from fedbench.tracking.leaderboard import (
     TIE_ALPHA,
     failed_runs,
@@ -116,13 +116,13 @@ def plot_experiment(
         }
     )
     histories = {run_id: metric_history(store, run_id, metric) for run_id in labels["run_id"]}
-    curves = curve_table(labels, histories)
+    curves = curve_table(labels, histories, metric)
     heatmap_metric = M.FINAL_PREFIX + metric
     if heatmap_metric not in finished or finished[heatmap_metric].isna().all():
         heatmap_metric = metric
     values = finished[heatmap_metric].astype(float)
     heatmap = heatmap_table(labels, values)
-    low, high = (heatmap_table(labels, values, bound) for bound in interval_bounds())
+    low, high = (heatmap_table(labels, values, bound) for bound in interval_bounds(heatmap_metric))
     plots = Plots(curves, heatmap, heatmap_metric, failed_runs(runs))
     out.mkdir(parents=True, exist_ok=True)
     clients = per_client_table(store, experiment, group_by)
@@ -237,15 +237,15 @@ def metric_history(store: RunStore, run_id: str, metric: str) -> pd.Series:
     return pd.Series({m.step: m.value for m in history}, dtype=float)
 
 
-def curve_table(labels: pd.DataFrame, histories: dict[str, pd.Series]) -> pd.DataFrame:
-    """Mean, std and n over a configuration's seeds, per group and round."""
+def curve_table(labels: pd.DataFrame, histories: dict[str, pd.Series], metric: str) -> pd.DataFrame:
+    """Mean, std, n and the mean's interval over a configuration's seeds, per group and round, of `metric`."""
     rows = [
         {"group": r.group, "configuration": r.configuration, "round": int(step), "value": value}
         for r in labels.itertuples(index=False)
         for step, value in histories[r.run_id].items()
     ]
     frame = pd.DataFrame(rows, columns=["group", "configuration", "round", "value"])
-    return seed_stats(frame.groupby(["group", "configuration", "round"], sort=True))
+    return seed_stats(frame.groupby(["group", "configuration", "round"], sort=True), metric)
 
 
 def heatmap_table(labels: pd.DataFrame, values: pd.Series, statistic="mean") -> pd.DataFrame:
@@ -388,9 +388,11 @@ def short(value: float) -> str:
     return f"{value:.3f}" if abs(value) < 1000 else f"{value:.3g}"
 
 
-def interval_bounds():
-    """The functions of a cell's seed values giving its mean's 95% interval's lower and upper bounds."""
-    return (lambda v: mean_interval(list(v)).low), (lambda v: mean_interval(list(v)).high)
+def interval_bounds(metric: str):
+    """The functions of a cell's seed values giving its mean's 95% interval's lower and upper bounds, within
+    `metric`'s natural bounds."""
+    bounds = natural_bounds(metric)
+    return (lambda v: mean_interval(list(v), bounds=bounds).low), (lambda v: mean_interval(list(v), bounds=bounds).high)
 
 
 def cell_mark(mark: str) -> str:

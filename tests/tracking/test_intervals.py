@@ -2,6 +2,7 @@
 cases whose answer is known by construction."""
 
 import itertools
+import math
 
 import numpy as np
 import pytest
@@ -80,3 +81,14 @@ def test_holm_rejects_exactly_what_the_step_down_procedure_rejects():
                 break
             rejected.add(int(index))
         assert {i for i, q in enumerate(holm(p)) if q <= 0.05} == rejected
+
+
+def test_an_accuracys_interval_stops_at_one_and_a_losss_does_not():
+    from fedbench.tracking.intervals import natural_bounds
+
+    accuracies = [0.999, 0.97, 0.995]  # t at 3 seeds reaches past 1
+    assert mean_interval(accuracies).high > 1.0
+    cut = mean_interval(accuracies, bounds=natural_bounds("final.acc_test_time"))
+    assert cut.high == 1.0 and cut.low == mean_interval(accuracies).low
+    assert natural_bounds("final.unrecovered_share") == (0.0, 1.0)
+    assert natural_bounds("final.recovery_rounds") == natural_bounds("loss_local_weighted") == (-math.inf, math.inf)

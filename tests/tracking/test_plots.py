@@ -266,7 +266,7 @@ def test_heatmap_cells_carry_the_leaderboards_marks_best_and_ties():
     )
     values = pd.Series([0.90, 0.91, 0.92, 0.10, 0.12, 0.11, 0.5, 0.6, 0.55])
     marks = {key: v.mark for key, v in versus_best(labels.assign(value=values), "max").items()}
-    low, high = (heatmap_table(labels, values, bound) for bound in interval_bounds())
+    low, high = (heatmap_table(labels, values, bound) for bound in interval_bounds("final.acc_local_mean"))
     figure = draw_heatmap(heatmap_table(labels, values), (low, high), "t", "group", marks)
     cells = {t.get_text() for t in figure.axes[0].texts}
     # each mean with its 95% t interval (3 seeds: mean ± 4.303 x std / sqrt 3); b is clearly worse: no mark
