@@ -36,7 +36,7 @@ from typing import Any
 from fedbench.core.cache import cache_dir
 from fedbench.core.errors import UnknownNameError
 from fedbench.core.fields import signature_fields
-from fedbench.core.registry import ALGORITHMS, DATASETS, MODELS, PARTITIONS, SHIFTS, Registry
+from fedbench.core.registry import ALGORITHMS, BACKENDS, DATASETS, MODELS, PARTITIONS, SHIFTS, Registry
 
 KINDS: dict[str, tuple[Registry, int]] = {
     "datasets": (DATASETS, 1),
@@ -44,6 +44,7 @@ KINDS: dict[str, tuple[Registry, int]] = {
     "algorithms": (ALGORITHMS, 0),
     "partitions": (PARTITIONS, 0),
     "shifts": (SHIFTS, 0),
+    "backends": (BACKENDS, 0),
 }
 """Kind -> (registry, leading positional parameters of the registered callable that are not user parameters)."""
 
@@ -129,6 +130,8 @@ def parameters(kind: str, name: str) -> list[Parameter]:
     """The user parameters of registered `name` of `kind`: its Config's fields or its callable's keywords."""
     registry, skip = KINDS[kind]
     entry = registry.get(name, field=kind)
+    if kind == "backends":  # set through `resources` (client_cpus, clients_per_pass...), not parameters of its own
+        return []
     target = getattr(entry, "Config", entry)
     docs = field_docs(target) if isinstance(target, type) else args_docs(target)
     out = []

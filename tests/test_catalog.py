@@ -87,3 +87,13 @@ import json
 from fedbench import catalog
 print(json.dumps([[e.name, e.summary, [p.name for p in e.parameters]] for e in catalog.load().entries("algorithms")]))
 """
+
+
+def test_backends_are_listed_as_methods_are_and_fedprox_says_it_trains_in_a_pass():
+    from fedbench.catalog import load
+
+    catalog = load()
+    assert {e.name for e in catalog.entries("backends")} >= {"serial", "ray", "batched", "auto"}
+    assert all(not e.parameters for e in catalog.entries("backends"))  # set through `resources`
+    assert "FunctionalFit" in catalog.entry("algorithms", "fedprox").capabilities
+    assert "FunctionalFit" not in catalog.entry("algorithms", "moon").capabilities  # its own client_update

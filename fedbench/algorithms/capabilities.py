@@ -260,10 +260,13 @@ CAPABILITIES: tuple[type, ...] = (
 
 
 def capabilities_of(cls: type) -> list[str]:
-    """The names of the capabilities an algorithm class has, in `CAPABILITIES` order (for `fedbench list`)."""
+    """The names of the capabilities an algorithm class has, in `CAPABILITIES` order, then `FunctionalFit` (for
+    `fedbench list`)."""
+    from fedbench.algorithms.functional_fit import FunctionalFit  # beside the core, whose `counted` it uses
+
     return [
         capability.__name__
         for capability in CAPABILITIES
         if issubclass(cls, capability)
         and (capability is not StreamedAggregation or (issubclass(cls, StreamedAggregation) and cls.streams()))
-    ]
+    ] + (["FunctionalFit"] if issubclass(cls, FunctionalFit) and cls.fits_functionally() else [])

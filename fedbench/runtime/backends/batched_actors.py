@@ -18,8 +18,11 @@ if TYPE_CHECKING:
 
 
 class BatchedActors(RayActors):
-    """The `BackendKind` of `batched.BatchedBackend`: Ray actors, checked as the ray backend's are; a vectorised
-    pass sums in another order than one client's training (`training.functional.WEIGHT_TOLERANCE`)."""
+    """The `batched` backend: the ray backend's actors, training the clients of a FedAvg-family method (`FunctionalFit`)
+    `resources.clients_per_pass` at a time in one vectorised pass; numbers within docs/backends.md's tolerance.
+
+    The `BackendKind` of `batched.BatchedBackend`, checked as the ray backend's are; a vectorised pass sums in another
+    order than one client's training (`training.functional.WEIGHT_TOLERANCE`)."""
 
     exact = False
 

@@ -16,7 +16,10 @@ if TYPE_CHECKING:
 
 
 class RayActors:
-    """The `BackendKind` of `ray_pool.RayBackend`."""
+    """The `ray` backend: client jobs on a pool of Ray actors (`resources.client_cpus` / `client_gpus` each), reused by
+    a task's runs; the serial backend's numbers bit for bit.
+
+    The `BackendKind` of `ray_pool.RayBackend`."""
 
     uses_ray = True
     exact = True

@@ -22,7 +22,9 @@ if TYPE_CHECKING:
 
 @register_backend("serial")
 class SerialBackend:
-    """Runs every job in the driver process, in client-id order. The class is its own `BackendKind`."""
+    """The `serial` backend (the default): every job in the driver process, in client-id order; the reference numbers.
+
+    The class is its own `BackendKind`."""
 
     uses_ray: ClassVar[bool] = False
     exact: ClassVar[bool] = True
