@@ -123,7 +123,7 @@ def test_list_shows_what_each_method_can_do_beyond_the_core(capsys):
     assert main(["list", "algorithms", "fedrep"]) == 0  # its heads stay on the clients: no test-time rule
     assert "capabilities: StreamedAggregation, SystemVote, PersonalModels" in capsys.readouterr().out
     assert main(["list", "algorithms", "local"]) == 0
-    assert "capabilities: none, the core only" in capsys.readouterr().out
+    assert "capabilities: FunctionalFit\n" in capsys.readouterr().out  # only the vectorised fit beyond the core
     assert main(["list", "algorithms", "gossip"]) == 0
     assert "capabilities: TestTimeAssignment, SystemVote, PersonalModels, PeerRelay" in capsys.readouterr().out
     assert main(["list", "algorithms"]) == 0
