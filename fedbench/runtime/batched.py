@@ -10,18 +10,14 @@ numbers are the same on any number of workers (but not bit for bit those of the 
 from __future__ import annotations
 
 import warnings
-from collections.abc import Mapping
-from typing import Any
 
 import ray
 
 from fedbench.core.runspec import RunSpec
-from fedbench.core.types import Payload
 from fedbench.data import BaseDataset
 from fedbench.runtime.jobs import FIT, Job
 from fedbench.runtime.placement import WorkerPlace
 from fedbench.runtime.ray_pool import RayBackend, RayWorkerPool
-from fedbench.runtime.state_store import StateStore
 from fedbench.scenarios import Scenario
 
 
@@ -57,16 +53,7 @@ class BatchedBackend(RayBackend):
             return min(self.pass_size or remaining, remaining)
         return super()._clients_per_call(job, remaining)
 
-    def _submit(
-        self,
-        worker: Any,
-        job: Job,
-        round: int,
-        clients: list[int],
-        payloads: Mapping[int, Payload],
-        shipped: dict,
-        store: StateStore,
-    ) -> tuple[ray.ObjectRef, list | None]:
+    def _worker_method(self, job: Job, clients: list[int]) -> str:
         if job is FIT and self.together:
-            return self._submit_together(worker.fit_together, job, round, clients, payloads, shipped, store)
-        return super()._submit(worker, job, round, clients, payloads, shipped, store)
+            return "fit_together"
+        return super()._worker_method(job, clients)

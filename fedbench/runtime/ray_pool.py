@@ -272,6 +272,10 @@ class RayBackend:
         by_balance = -(-remaining // (2 * JOBS_IN_FLIGHT * len(self.workers)))
         return max(1, min(by_time, by_balance))
 
+    def _worker_method(self, job: Job, clients: list[int]) -> str:
+        """The worker's method a call of `clients` goes to: `run` for one client, `jobs` for several."""
+        return "run" if len(clients) == 1 else "jobs"
+
     def _submit(
         self,
         worker: Any,
@@ -282,33 +286,19 @@ class RayBackend:
         shipped: dict,
         store: StateStore,
     ) -> tuple[ray.ObjectRef, list | None]:
-        """One call: `run` for one client, `jobs` for several. Returns the ref of its result(s) and, where the job
-        keeps state, a ref per new client state (each stays in the object store)."""
-        if len(clients) == 1:
+        """One call of the worker's method for `clients`. Returns the ref of its result(s) and, where the job keeps
+        state, a ref per new client state (each stays in the object store). `run` takes one client's payload and
+        state; a call of several clients takes each distinct payload once, then each client's state."""
+        name = self._worker_method(job, clients)
+        if name == "run":
             [cid] = clients
-            args = (job, round, cid, shipped[id(payloads[cid])], store.get(cid))
-            if not job.keeps_state:
-                return worker.run.remote(*args), None
-            result_ref, state_ref = worker.run.options(num_returns=2).remote(*args)
-            return result_ref, [state_ref]
-        return self._submit_together(worker.jobs, job, round, clients, payloads, shipped, store)
-
-    def _submit_together(
-        self,
-        method: Any,
-        job: Job,
-        round: int,
-        clients: list[int],
-        payloads: Mapping[int, Payload],
-        shipped: dict,
-        store: StateStore,
-    ) -> tuple[ray.ObjectRef, list | None]:
-        """One call of `method` (a worker's `jobs` or `fit_together`) for several clients: each distinct payload
-        once, then each client's state."""
-        slot_of: dict[int, int] = {}  # id(payload) -> its place among the call's distinct payloads
-        slots = [slot_of.setdefault(id(payloads[cid]), len(slot_of)) for cid in clients]
-        distinct = [shipped[key] for key in slot_of]
-        args = (job, round, clients, slots, *distinct, *(store.get(cid) for cid in clients))
+            args: tuple = (job, round, cid, shipped[id(payloads[cid])], store.get(cid))
+        else:
+            slot_of: dict[int, int] = {}  # id(payload) -> its place among the call's distinct payloads
+            slots = [slot_of.setdefault(id(payloads[cid]), len(slot_of)) for cid in clients]
+            distinct = [shipped[key] for key in slot_of]
+            args = (job, round, clients, slots, *distinct, *(store.get(cid) for cid in clients))
+        method = getattr(worker, name)
         if not job.keeps_state:
             return method.remote(*args), None
         result_ref, *state_refs = method.options(num_returns=1 + len(clients)).remote(*args)
