@@ -384,6 +384,14 @@ def _field_facts(cls: type) -> tuple[tuple[str, Any, Any, bool], ...]:
     )
 
 
+def quiet_defaults() -> dict[str, str]:
+    """RunSpec fields added after runs were recorded (`IDENTITY_UNLESS_DEFAULT`: the scored round, the test-time
+    protocol...) -> their default as a string: as the run hash leaves them out at their default, a configuration's
+    label does too, so that a grid setting one method's `scored_round` does not label every other method with
+    `scored_round=last`."""
+    return {f.name: str(f.default) for f in dataclasses.fields(RunSpec) if f.metadata == IDENTITY_UNLESS_DEFAULT}
+
+
 def algorithm_defaults(name: str) -> dict[str, Any]:
     """Algorithm `name`'s Config defaults as plain values, as the Config declares them: what a task need not write.
     A field whose declared default is None (the method then picks one itself, from its variant) stays None, so a

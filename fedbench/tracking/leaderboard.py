@@ -20,7 +20,7 @@ from rich.table import Table
 
 from fedbench.core import metrics as M
 from fedbench.core.errors import ConfigError, FedbenchError
-from fedbench.core.runspec import algorithm_defaults
+from fedbench.core.runspec import algorithm_defaults, quiet_defaults
 from fedbench.tracking.intervals import BOOTSTRAP_FROM, POWER, holm, mean_interval, natural_bounds, seeds_needed
 from fedbench.tracking.store import (
     FINISHED,
@@ -425,7 +425,9 @@ def label_runs(runs: pd.DataFrame, fields: list[str]) -> pd.Series:
 
     The algorithm reads as its name followed by the parameters that tell its runs apart: those set away from
     the method's default or varying among its own runs (`fedprox mu=0.1`, `feroma warmup_rounds=2,
-    scenario.alpha=0.1`). A parameter another algorithm has (missing for this run) is left out.
+    scenario.alpha=0.1`). A parameter another algorithm has (missing for this run) is left out, and so is a
+    protocol field at its default (`quiet_defaults`: `fedavg, scored_round=lowest_validation_loss` beside `ifca`)
+    unless nothing else would be left.
     """
     if not fields:
         return pd.Series("all", index=runs.index)
@@ -435,12 +437,14 @@ def label_runs(runs: pd.DataFrame, fields: list[str]) -> pd.Series:
         if ALGORITHM_PARAM in runs
         else {}
     )
-    return runs.apply(
-        lambda row: label(
-            {f: row[f] for f in fields if f not in own or f in telling.get(row.get(ALGORITHM_PARAM), own)}
-        ),
-        axis=1,
-    )
+    quiet = quiet_defaults()
+
+    def run_label(row: pd.Series) -> str:
+        shown = {f: row[f] for f in fields if f not in own or f in telling.get(row.get(ALGORITHM_PARAM), own)}
+        said = {f: v for f, v in shown.items() if not (f in quiet and str(v) == quiet[f])}
+        return label(said or shown)
+
+    return runs.apply(run_label, axis=1)
 
 
 ALGORITHM_PARAM = "algorithm.name"

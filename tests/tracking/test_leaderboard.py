@@ -142,6 +142,35 @@ def test_labels_show_only_what_varies_and_applies_to_each_algorithm():
     assert not board.table["configuration"].str.contains("nan").any()
 
 
+def test_a_protocol_field_at_its_default_is_left_out_of_labels_unless_nothing_else_tells_runs_apart():
+    """feroma_drift's ranking grid scores FedAvg at its lowest-validation-loss round and the others at the last
+    round (the default): the others read as their names, FedAvg with its scored round."""
+    runs = synthetic_runs(
+        [
+            {"run_hash": "a", "algorithm.name": "ifca", "scored_round": "last", "final.acc_local_mean": 0.8},
+            {"run_hash": "b", "algorithm.name": "fedavg", "scored_round": "lowest_validation_loss"},
+            {"run_hash": "c", "algorithm.name": "feroma", "scored_round": "last", "test_time": "index"},
+            {"run_hash": "d", "algorithm.name": "feroma", "scored_round": "last", "test_time": "own"},
+        ]
+    )
+    board = build_leaderboard(runs.fillna({"final.acc_local_mean": 0.5}), group_by=[])
+    assert sorted(board.table["configuration"]) == [
+        "fedavg, scored_round=lowest_validation_loss",
+        "feroma",
+        "feroma, test_time=index",
+        "ifca",
+    ]
+    # the same fields alone: the run at the defaults keeps them rather than reading as "all"
+    alone = synthetic_runs(
+        [
+            {"run_hash": "a", "algorithm.name": "fedavg", "scored_round": "last", "final.acc_local_mean": 0.8},
+            {"run_hash": "b", "algorithm.name": "fedavg", "scored_round": "lowest_validation_loss"},
+        ]
+    )
+    board = build_leaderboard(alone.fillna({"final.acc_local_mean": 0.5}), group_by=[])
+    assert sorted(board.table["configuration"]) == ["scored_round=last", "scored_round=lowest_validation_loss"]
+
+
 def test_a_metric_some_configurations_lack_is_shown_missing_not_a_crash():
     runs = synthetic_runs(
         [
