@@ -120,7 +120,15 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 def print_sweep(plan: SweepPlan, outcome: SweepOutcome) -> int:
     """What a sweep did, trial by trial and as a whole; the exit code: 130 interrupted, 1 a trial failed."""
     if outcome.resumed_done:
-        console.print(f"resumed: {outcome.resumed_done} trials were already done and were not run again")
+        console.print(
+            f"resumed: {outcome.resumed_done} trials were already done and were not run again"
+            + (
+                f"; the table below has this attempt's {len(outcome.results)}, "
+                f"`fedbench leaderboard --experiment {plan.task}` every one"
+                if outcome.results
+                else ""
+            )
+        )
     failed = print_results(outcome.results, plan)
     if outcome.reused:
         console.print(

@@ -1,5 +1,6 @@
 """Sweeps on Ray Tune: trials in their own placement groups, several at once, one MLflow child run each."""
 
+import io
 import os
 import signal
 import subprocess
@@ -9,7 +10,10 @@ import time
 import pandas as pd
 import pytest
 import yaml
+from rich.console import Console
 
+import fedbench.cli
+from fedbench.cli import print_sweep
 from fedbench.config import load_task
 from fedbench.tuning import make_plan, run_sweep
 from tests.conftest import TINY
@@ -114,7 +118,7 @@ def test_an_optuna_search_logs_one_child_per_sample_and_its_study_views_to_a_rea
 
 @pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
 def test_an_interrupted_sweep_resumes_without_running_or_logging_finished_trials_twice(
-    tmp_path, mlflow_store, ray_session, stop
+    tmp_path, mlflow_store, ray_session, stop, monkeypatch
 ):
     """Ctrl-C and SIGTERM to the sweep's process group (`kill -- -PGID`, what `timeout`, systemd and Slurm send) both
     stop the sweep gracefully within seconds, and `--resume` finishes it (issue 32, item 7). SIGTERM once made Ray's
@@ -157,6 +161,12 @@ def test_an_interrupted_sweep_resumes_without_running_or_logging_finished_trials
     assert (children["status"] == "FINISHED").all() and children["metrics.final.acc_local_mean"].notna().all()
     assert finished_before <= set(children["run_id"])  # trials done before the interrupt kept their runs
     assert len(outcome.results) == 6 - outcome.resumed_done  # and were not run again
+    said = io.StringIO()
+    monkeypatch.setattr(fedbench.cli, "console", Console(file=said, width=200))
+    print_sweep(plan, outcome)
+    # its table has this attempt's runs only: the console says so and where every run is
+    assert f"this attempt's {6 - outcome.resumed_done}" in said.getvalue()
+    assert "fedbench leaderboard --experiment sweep_test" in said.getvalue()
 
 
 def test_asha_schedules_on_the_per_round_metric_when_given_the_final_name(tmp_path, mlflow_store, ray_session):
