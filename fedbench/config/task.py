@@ -215,13 +215,7 @@ def run_name(spec: RunSpec, point: dict[str, Any]) -> str:
     for axis, value in point.items():
         if axis in ("seed", "seeds") or axis.split(".")[0] == "algorithm":
             continue
-        if isinstance(value, dict):  # a component (its name says it) or a section (its preset, else its values)
-            value = (
-                value.get("name")
-                or value.get("preset")
-                or "_".join(f"{initials(k)}{short(v)}" for k, v in value.items())
-            )
-        parts.append(short(value) if isinstance(value, str) else f"{initials(axis)}{short(value)}")
+        parts.append(short(value) if isinstance(value, (str, dict)) else f"{initials(axis)}{short(value)}")
     parts.append(f"s{spec.seed}")
     return re.sub(r"[^A-Za-z0-9._=+-]", "_", "-".join(parts))
 
@@ -232,7 +226,16 @@ def initials(path: str) -> str:
 
 
 def short(value: Any) -> str:
-    return "_".join(map(short, value)) if isinstance(value, (list, tuple)) else str(value)
+    """A grid value as part of a run's name: a list's items joined; a mapping (a component or a section) by its name
+    or preset, then its other entries as initials and values (`conditional/E2b_c3`, `piid_nc30_snoise_s0.5_tcnone`);
+    anything else as written."""
+    if isinstance(value, (list, tuple)):
+        return "_".join(map(short, value))
+    if isinstance(value, dict):
+        head = [str(value[key]) for key in ("name", "preset") if key in value][:1]
+        rest = [f"{initials(k)}{short(v)}" for k, v in value.items() if k not in ("name", "preset")]
+        return "_".join(head + rest)
+    return str(value)
 
 
 def resolve_run(raw: dict[str, Any]) -> RunSpec:

@@ -37,7 +37,6 @@ COUNTS = {
         "smoke": (1, 13),
     },
     "client_scaling": {"paper": (16, 16 * 13 * 5), "reduced": (4, 4 * 13), "smoke": (2, 6)},
-    "shift_mitigation": {"paper": (6, 6 * 3 * 3), "reduced": (6, 6 * 3 * 3), "smoke": (2, 6)},
 }
 
 

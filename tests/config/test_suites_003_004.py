@@ -20,7 +20,7 @@ FEDDRM, SHIFTS = "tasks/feddrm_lambda.yaml", "tasks/shift_mitigation.yaml"
         (FEDDRM, "reduced", 28),
         (FEDDRM, "smoke", 4),
         (SHIFTS, "paper", 54),
-        (SHIFTS, "reduced", 18),
+        (SHIFTS, "reduced", 54),
         (SHIFTS, "smoke", 6),
     ],
 )

@@ -286,6 +286,11 @@ def test_runs_are_named_by_what_varies_in_their_task():
     assert len(set(names)) == len(names)
     feroma = load_task("tasks/feroma_drift.yaml", ["seeds=[42]"]).expand()
     assert "feroma-feroma_label_skew_medium-de2-s42" in {s.label for s in feroma}
+    # a mapping on an axis reads as its preset (or name), then its other entries, nested ones included
+    e2b = {s.label for s in load_task("tasks/conditional_97.yaml").expand() if s.scenario.preset == "conditional/E2b"}
+    assert {"fedavg-mnist-conditional_E2b_c2-s0", "fedavg-fmnist-conditional_E2b_c4-s0"} <= e2b
+    shifts = {s.label for s in load_task("tasks/shift_mitigation.yaml", ["profile=reduced"]).expand()}
+    assert "made-piid_nc30_snoise_s0.5_tcmnone-s2" in shifts
     # the name is not part of what a run computes
     spec = feroma[0]
     assert spec.replace(run_name="other").run_hash == spec.run_hash
