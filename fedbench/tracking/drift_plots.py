@@ -17,6 +17,9 @@ from fedbench.tracking.plots import colours, fitted, panel_grid
 
 BEFORE = -1
 """The x of a client's accuracy at its last evaluated round before the drift."""
+MIN_DRIFTS = 3
+"""Fewest drifts behind a point of the aligned figure: few clients hold a distribution for long, and the mean of one
+or two of them at a late offset (whose interval cannot be drawn) would read as firmly as the rest."""
 
 
 def aligned_on_drifts(table: pd.DataFrame) -> pd.DataFrame:
@@ -52,8 +55,9 @@ def run_events(rows: pd.DataFrame) -> list:
 
 def draw_aligned(aligned: pd.DataFrame, title: str):
     """One panel per group, one line per configuration: the mean accuracy of the drifted clients at each number of
-    rounds since their drift, shaded over the 95% interval of that mean over drifts (every client and seed:
-    `intervals.mean_interval`); the dashed line at 0 is the round of the drift. The y axis spans the data, where
+    rounds since their drift that at least `MIN_DRIFTS` drifts reach (every drift where there are fewer), shaded over
+    the 95% interval of that mean over drifts (every client and seed: `intervals.mean_interval`); the dashed line at
+    0 is the round of the drift. The y axis spans the data, where
     the differences between methods are."""
     from matplotlib.ticker import MaxNLocator
 
@@ -69,7 +73,8 @@ def draw_aligned(aligned: pd.DataFrame, title: str):
             if line.empty:
                 continue
             by_offset = line.groupby("offset")["accuracy"]
-            x = np.array(sorted(by_offset.groups))
+            counts = by_offset.size()
+            x = np.array(sorted(counts.index[counts >= min(MIN_DRIFTS, counts.max())]))
             means = by_offset.mean().loc[x].to_numpy()
             bounds = [mean_interval(by_offset.get_group(offset).tolist(), bounds=(0.0, 1.0)) for offset in x]
             low = np.array([b.low if np.isfinite(b.low) else m for b, m in zip(bounds, means, strict=True)])
@@ -79,7 +84,7 @@ def draw_aligned(aligned: pd.DataFrame, title: str):
             lowest = min(lowest, float(np.nanmin(low)))
         ax.axvline(0, color="grey", linestyle="--", linewidth=1)
         ax.set_title(group, fontsize=9)
-        ax.set_xlabel("rounds since the drift (-1: before it)")
+        ax.set_xlabel(f"rounds since the drift (-1: before it; points of {MIN_DRIFTS}+ drifts)")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
     for ax in axes[: len(groups)]:

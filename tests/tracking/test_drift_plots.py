@@ -3,7 +3,7 @@
 import pandas as pd
 
 from fedbench.runtime import run_spec
-from fedbench.tracking.drift_plots import aligned_on_drifts, drift_rounds
+from fedbench.tracking.drift_plots import aligned_on_drifts, draw_aligned, drift_rounds
 from fedbench.tracking.mlflow_callback import MlflowCallback
 from fedbench.tracking.plots import plot_experiment
 from tests.conftest import tiny_spec
@@ -58,3 +58,16 @@ def test_the_per_client_export_carries_the_distribution_and_stage(mlflow_store):
     uri = f"sqlite:///{mlflow_store}"
     run_spec(tiny_spec(task="mixed", rounds=2), [MlflowCallback(uri)])
     assert {"distribution", "stage"} <= set(per_client_runs("mixed", uri).table)
+
+
+def test_the_aligned_figure_draws_only_offsets_enough_drifts_reach():
+    """Three drifts reach 1 round after the drift, one reaches 2: the line ends at 1. With a single drift in all,
+    its points are drawn."""
+    rows = [("g", "fedavg", f"r{i}", offset, 0.5) for i in range(3) for offset in (-1, 0, 1)]
+    rows.append(("g", "fedavg", "r0", 2, 0.9))
+    aligned = pd.DataFrame(rows, columns=["group", "configuration", "run_hash", "offset", "accuracy"])
+    [line] = draw_aligned(aligned, "t").axes[0].get_lines()[:1]
+    assert list(line.get_xdata()) == [-1, 0, 1]
+    single = aligned[aligned["run_hash"] == "r0"]
+    [line] = draw_aligned(single, "t").axes[0].get_lines()[:1]
+    assert list(line.get_xdata()) == [-1, 0, 1, 2]
