@@ -98,7 +98,7 @@ def run(
     from fedbench.core.runspec import RunSpec
     from fedbench.runtime.session import run_specs
     from fedbench.tracking.paths import tracking_uri
-    from fedbench.tracking.run_callbacks import check_tracking, run_callbacks
+    from fedbench.tracking.run_callbacks import TRACKING_IMPORTS, check_tracking, run_callbacks
 
     console = console or Console()
     single = isinstance(task_or_spec, RunSpec)
@@ -122,7 +122,7 @@ def run(
         f"tracking {tracking_uri() if track else 'off'}"
     )
     claims = RunClaims(track, started, console)
-    results = run_specs(specs, callbacks, folders, claims)
+    results = run_specs(specs, callbacks, folders, claims, prefetch=TRACKING_IMPORTS if track else ())
     if single and not results:
         raise FedbenchError(f"run {specs[0].label}: {claims.skipped[0]}")
     return results[0] if single else results

@@ -68,3 +68,41 @@ def test_the_driver_of_a_plain_run_imports_neither_tune_optuna_matplotlib_nor_sk
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout) == []
+
+
+NEW_MODULES = """
+import json, sys
+import fedbench.api, fedbench.runtime.session, fedbench.tracking.run_callbacks  # where api.run starts Ray from
+import ray
+from fedbench.runtime.ray_pool import ensure_ray
+before = set(sys.modules)
+if sys.argv[1] == "ray":
+    ensure_ray(num_cpus=1)
+    ray.shutdown()
+else:
+    for module in json.loads(sys.argv[1]):
+        __import__(module)
+print(json.dumps(sorted(set(sys.modules) - before)), file=sys.stderr)
+"""
+
+
+def modules_imported_by(what: str) -> set[str]:
+    env = {**__import__("os").environ, "RAY_AUTH_MODE": "disabled"}
+    proc = subprocess.run(
+        [sys.executable, "-c", NEW_MODULES, what], capture_output=True, text=True, timeout=300, env=env
+    )
+    assert proc.returncode == 0, proc.stderr
+    return set(json.loads(proc.stderr.strip().splitlines()[-1]))
+
+
+@pytest.mark.slow
+def test_ray_start_and_the_prefetched_tracking_imports_share_only_what_is_imported_before_the_thread():
+    """The session imports MLflow's client in a thread while Ray starts (`imported_beside`): the modules both would
+    import are imported first (`RAY_START_SHARES`), so that no module is ever imported by both threads at once."""
+    from fedbench.runtime.session import RAY_START_SHARES
+    from fedbench.tracking.run_callbacks import TRACKING_IMPORTS
+
+    by_ray = modules_imported_by("ray")
+    by_tracking = modules_imported_by(json.dumps(TRACKING_IMPORTS))
+    shared = {m.split(".")[0] for m in by_ray & by_tracking}
+    assert by_ray and by_tracking and shared <= set(RAY_START_SHARES)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
-import threading
 from collections.abc import Callable
 
 from rich.console import Console
@@ -26,18 +24,17 @@ def check_tracking(track: bool = True) -> None:
         check_tracking_uri(tracking_uri())
 
 
+TRACKING_IMPORTS = ("fedbench.tracking.mlflow_callback",)
+"""What a tracked run's callbacks import (MLflow's client: about a second), for the session to import while Ray starts
+(`runtime.session.imported_beside`)."""
+
+
 def run_callbacks(total: int, console: Console, track: bool = True) -> Callable[[int, RunSpec], list[Callback]]:
     """For the i-th of `total` runs (those that will run, counted after the finished ones are left out): MLflow
-    (unless `track` is off), a progress bar and a result line on `console`.
-
-    MLflow's client is imported in a thread from here on (a second of CPU that ran after Ray's start, before the
-    first run's workers could load), so that it overlaps the session's start of Ray, which mostly waits for Ray's
-    processes; the first run's `make` then waits for that import to end, and raises its error if it failed."""
-    if track:
-        threading.Thread(target=import_quietly, args=(MLFLOW_CALLBACK,), daemon=True).start()
+    (unless `track` is off), a progress bar and a result line on `console`."""
 
     def make(i: int, spec: RunSpec) -> list[Callback]:
-        from fedbench.tracking.mlflow_callback import MlflowCallback
+        from fedbench.tracking.mlflow_callback import MlflowCallback  # one of TRACKING_IMPORTS
 
         position = f"[{i}/{total}] "
         return [
@@ -47,14 +44,3 @@ def run_callbacks(total: int, console: Console, track: bool = True) -> Callable[
         ]
 
     return make
-
-
-MLFLOW_CALLBACK = "fedbench.tracking.mlflow_callback"
-
-
-def import_quietly(module: str) -> None:
-    """Import `module` ahead of its use; an error is left for the importer that needs it to raise."""
-    try:
-        importlib.import_module(module)
-    except Exception:  # noqa: S110 - raised again, with its traceback, by the import in `make`
-        pass

@@ -1,5 +1,7 @@
 """Several RunSpecs in a row: each with its own callbacks, a failed run does not stop the others."""
 
+import pytest
+
 from fedbench.core.callbacks import Callback
 from fedbench.runtime.session import run_specs
 from tests.conftest import tiny_spec
@@ -69,3 +71,25 @@ def test_workers_sharing_a_gpu_without_mps_are_warned_of_once_before_the_first_r
     assert [w.category for w in caught] == [SharedGpuWarning] and first.warned_by_round_one == 1
     assert "2 client workers share GPU 0 without CUDA MPS" in str(caught[0].message)
     assert results[0].tags["clients.device"] == "cuda: 4 clients on 2 workers (GPU 0, no MPS)"
+
+
+def test_modules_imported_beside_a_body_are_imported_by_its_end_and_a_failed_one_is_left_to_its_user(tmp_path):
+    import importlib
+    import sys
+
+    from fedbench.runtime.session import imported_beside
+
+    (tmp_path / "prefetched_ok.py").write_text("VALUE = 1\n")
+    (tmp_path / "prefetched_broken.py").write_text("raise ValueError('broken on import')\n")
+    sys.path.insert(0, str(tmp_path))
+    try:
+        with imported_beside(["prefetched_broken", "prefetched_ok"]):
+            pass
+        assert sys.modules["prefetched_ok"].VALUE == 1  # imported, the thread joined when the body ended
+        assert "prefetched_broken" not in sys.modules
+        with pytest.raises(ValueError, match="broken on import"):  # its user gets the error, with its traceback
+            importlib.import_module("prefetched_broken")
+    finally:
+        sys.path.remove(str(tmp_path))
+        for name in ("prefetched_ok", "prefetched_broken"):
+            sys.modules.pop(name, None)
