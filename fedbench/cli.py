@@ -123,8 +123,8 @@ def print_sweep(plan: SweepPlan, outcome: SweepOutcome) -> int:
         console.print(
             f"resumed: {outcome.resumed_done} trials were already done and were not run again"
             + (
-                f"; the table below has this attempt's {len(outcome.results)}, "
-                f"`fedbench leaderboard --experiment {plan.task}` every one"
+                f"; the tables below cover this attempt's {len(outcome.results)}, "
+                f"`fedbench leaderboard --experiment {escape(plan.task)}` every finished run of the experiment"
                 if outcome.results
                 else ""
             )

@@ -227,7 +227,7 @@ def initials(path: str) -> str:
 
 def short(value: Any) -> str:
     """A grid value as part of a run's name: a list's items joined; a mapping (a component or a section) by its name
-    or preset, then its other entries as initials and values (`conditional/E2b_c3`, `piid_nc30_snoise_s0.5_tcnone`);
+    or preset, then its other entries as initials and values (`conditional/E2b_c3`, `piid_nc30_snoise_s0.5_tcmnone`);
     anything else as written."""
     if isinstance(value, (list, tuple)):
         return "_".join(map(short, value))

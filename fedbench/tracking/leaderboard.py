@@ -442,7 +442,7 @@ def label_runs(runs: pd.DataFrame, fields: list[str]) -> pd.Series:
     def run_label(row: pd.Series) -> str:
         shown = {f: row[f] for f in fields if f not in own or f in telling.get(row.get(ALGORITHM_PARAM), own)}
         said = {f: v for f, v in shown.items() if not (f in quiet and str(v) == quiet[f])}
-        return label(said or shown)
+        return label(said if any(not pd.isna(v) for v in said.values()) else shown)
 
     return runs.apply(run_label, axis=1)
 

@@ -169,6 +169,18 @@ def test_a_protocol_field_at_its_default_is_left_out_of_labels_unless_nothing_el
     )
     board = build_leaderboard(alone.fillna({"final.acc_local_mean": 0.5}), group_by=[])
     assert sorted(board.table["configuration"]) == ["scored_round=last", "scored_round=lowest_validation_loss"]
+    # a run from before a field (NaN there) with the other at its default: the default is said, not "all"
+    older = synthetic_runs(
+        [
+            {"run_hash": "a", "scored_round": "last", "final.acc_local_mean": 0.8},
+            {"run_hash": "b", "scored_round": "lowest_validation_loss", "test_time": "index"},
+        ]
+    )
+    board = build_leaderboard(older.fillna({"final.acc_local_mean": 0.5}), group_by=[])
+    assert sorted(board.table["configuration"]) == [
+        "scored_round=last",
+        "scored_round=lowest_validation_loss, test_time=index",
+    ]
 
 
 def test_a_metric_some_configurations_lack_is_shown_missing_not_a_crash():
