@@ -84,7 +84,7 @@ def draw_aligned(aligned: pd.DataFrame, title: str):
             lowest = min(lowest, float(np.nanmin(low)))
         ax.axvline(0, color="grey", linestyle="--", linewidth=1)
         ax.set_title(group, fontsize=9)
-        ax.set_xlabel(f"rounds since the drift (-1: before it); points of {MIN_DRIFTS}+ drifts, or of all if fewer")
+        ax.set_xlabel("rounds since the drift (-1: before it)")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
     for ax in axes[: len(groups)]:

@@ -92,7 +92,7 @@ def plot_experiment(
         ConfigError: unknown experiment, no finished run, a metric no finished run reports per round, or a
             group-by name that is no RunSpec field.
     """
-    from fedbench.tracking.drift_plots import aligned_on_drifts, draw_aligned, drift_rounds, mark_drifts
+    from fedbench.tracking.drift_plots import MIN_DRIFTS, aligned_on_drifts, draw_aligned, drift_rounds, mark_drifts
     from fedbench.tracking.mlflow_store import MlflowStore
 
     store = MlflowStore(uri)
@@ -153,7 +153,7 @@ def plot_experiment(
         figure = draw_aligned(
             aligned,
             "local test accuracy of the clients that drifted, by rounds since their drift: mean over drifts (every "
-            "client and seed), band: its 95% interval",
+            f"client and seed), band: its 95% interval; a point where {MIN_DRIFTS}+ drifts reach it (all, if fewer)",
         )
         plots.files += save(figure, out / "drift_aligned_acc_local", formats, dpi)
     parent = store.sweep_parent(experiment)
