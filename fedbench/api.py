@@ -536,7 +536,8 @@ def export(
         task_or_experiment: an MLflow experiment name or a task, as `leaderboard` takes it.
         fmt: `csv` or `parquet`.
         group_by: the fields whose values form the `group` column, as a list or comma-separated.
-        out: the file to write; None: `results/exports/<experiment>-rounds.<fmt>` (`-clients.<fmt>` per client).
+        out: the file to write, as CSV or parquet by its suffix where it has one of those, else as `fmt`; None:
+            `results/exports/<experiment>-rounds.<fmt>` (`-clients.<fmt>` per client).
         uri: the MLflow tracking URI; None: where `fedbench run` records.
         per_client: one row per (run, round, client): `acc_local`, `test_samples`, `train_samples` and
             `train_loss` (NaN where the client did not train that round).
@@ -558,7 +559,7 @@ def export(
     else:
         table, kind = long_metrics(experiment, uri or tracking_uri(), field_list(group_by)), "rounds"
     path = Path(out) if out else results_path("exports", f"{experiment}-{kind}.{fmt}")
-    table.attrs["path"] = write_table(table, path)
+    table.attrs["path"] = write_table(table, path, fmt)
     return table
 
 

@@ -59,11 +59,12 @@ def run_description(run: pd.Series, group: str, configuration: str, fields: Sequ
     }
 
 
-def write_table(table: pd.DataFrame, path: Path) -> Path:
-    """Save as CSV or parquet (by the suffix), column names with dots replaced by underscores."""
+def write_table(table: pd.DataFrame, path: Path, fmt: str = "csv") -> Path:
+    """Save as CSV or parquet, column names with dots replaced by underscores: the format the path's suffix names
+    where it is `.csv` or `.parquet`, else `fmt` (`--format parquet --out table` writes parquet, not CSV)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     table = table.rename(columns=lambda c: c.replace(".", "_"))
-    if path.suffix == ".parquet":
+    if {".csv": "csv", ".parquet": "parquet"}.get(path.suffix, fmt) == "parquet":
         table.to_parquet(path, index=False)
     else:
         table.to_csv(path, index=False)

@@ -60,3 +60,12 @@ def test_the_per_client_export_holds_every_clients_numbers_each_evaluated_round(
     written = pd.read_parquet(isolated_results / "exports" / "clients-clients.parquet")
     assert len(written) == 2 * 2 * 4 and {"acc_local", "test_samples", "train_samples", "train_loss"} <= set(written)
     assert "16 rows (2 runs, 4 clients)" in capsys.readouterr().out
+
+
+def test_the_format_asked_for_is_written_where_the_out_file_has_no_table_suffix(tmp_path):
+    from fedbench.tracking.export import write_table
+
+    table = pd.DataFrame({"final.acc": [0.5, 0.75]})
+    pd.read_parquet(write_table(table, tmp_path / "rounds", "parquet"))  # --format parquet --out rounds
+    assert list(pd.read_csv(write_table(table, tmp_path / "rounds.csv", "parquet"))["final_acc"]) == [0.5, 0.75]
+    assert list(pd.read_parquet(write_table(table, tmp_path / "rounds.parquet"))["final_acc"]) == [0.5, 0.75]
