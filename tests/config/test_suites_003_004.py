@@ -17,7 +17,7 @@ FEDDRM, SHIFTS = "tasks/feddrm_lambda.yaml", "tasks/shift_mitigation.yaml"
     "path, profile, runs",
     [
         (FEDDRM, "paper", 28),
-        (FEDDRM, "reduced", 28),
+        (FEDDRM, "reduced", 84),
         (FEDDRM, "smoke", 4),
         (SHIFTS, "paper", 54),
         (SHIFTS, "reduced", 54),
