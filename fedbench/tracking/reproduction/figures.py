@@ -98,8 +98,8 @@ def comparison_figure(result: TableResult):
             Line2D([], [], color="grey", marker="D", markerfacecolor="none", linestyle="none"),
         ]
         names += ["ours (mean ± std)", "published"]
-    fig.legend(handles, names, loc="outside right upper", fontsize=8)
-    ax.set_title(fitted(heading(result), fig), fontsize=10)
+    fig.legend(handles, names, loc="outside lower center", fontsize=8, ncols=legend_columns(fig, len(names)))
+    fig.suptitle(fitted(heading(result), fig), fontsize=10)  # the figure's width: a legend beside it would cover it
     return fig
 
 
@@ -149,9 +149,14 @@ def line_figure(result: TableResult, axis: int):
     styles += [(":", "x", "full", f"{COST_HEADERS[cost]} per run (right axis)")] if cost else []
     handles += [Line2D([], [], color="grey", linestyle=ls, marker=m, fillstyle=f) for ls, m, f, _ in styles]
     names += [name for *_, name in styles]
-    fig.legend(handles, names, loc="outside lower center", fontsize=8, ncols=min(4, len(names)))
+    fig.legend(handles, names, loc="outside lower center", fontsize=8, ncols=legend_columns(fig, len(names)))
     fig.suptitle(fitted(f"{heading(result)} along {ref.columns[axis]}", fig), fontsize=10)
     return fig
+
+
+def legend_columns(fig, entries: int) -> int:
+    """As many legend entries side by side as the figure's width holds (about 1.6 inches each)."""
+    return max(1, min(entries, int(fig.get_figwidth() / 1.6)))
 
 
 def heading(result: TableResult) -> str:
