@@ -38,15 +38,24 @@ from fedbench.core.errors import UnknownNameError
 from fedbench.core.fields import signature_fields
 from fedbench.core.registry import ALGORITHMS, BACKENDS, DATASETS, MODELS, PARTITIONS, SHIFTS, Registry
 
-KINDS: dict[str, tuple[Registry, int]] = {
-    "datasets": (DATASETS, 1),
-    "models": (MODELS, 2),
-    "algorithms": (ALGORITHMS, 0),
-    "partitions": (PARTITIONS, 0),
-    "shifts": (SHIFTS, 0),
-    "backends": (BACKENDS, 0),
+
+@dataclass(frozen=True)
+class Kind:
+    registry: Registry
+    skip: int = 0
+    """Leading positional parameters of the registered callable that are not user parameters."""
+    set_through: str = ""
+    """Where a task sets this kind's options when its entries take no parameters of their own."""
+
+
+KINDS: dict[str, Kind] = {
+    "datasets": Kind(DATASETS, skip=1),
+    "models": Kind(MODELS, skip=2),
+    "algorithms": Kind(ALGORITHMS),
+    "partitions": Kind(PARTITIONS),
+    "shifts": Kind(SHIFTS),
+    "backends": Kind(BACKENDS, set_through="resources (client_cpus, client_gpus, clients_per_pass)"),
 }
-"""Kind -> (registry, leading positional parameters of the registered callable that are not user parameters)."""
 
 
 @dataclass(frozen=True)
@@ -71,6 +80,8 @@ class Listed:
     files: str = ""
     """A dataset's files: where they are found now (`fedbench.core.data_files.files_status` of `layouts`), filled in
     when listed, never cached; empty for other kinds."""
+    set_through: str = ""
+    """Where a task sets this entry's options when it takes no parameters of its own (`Kind.set_through`)."""
 
 
 @dataclass(frozen=True)
@@ -93,7 +104,7 @@ class Catalog:
         """Entry `name` of `kind`; an unknown name raises as the registry does, naming `list KIND`."""
         if name in self.own[kind]:
             return self.own[kind][name]
-        KINDS[kind][0].get(name, field=f"list {kind}")
+        KINDS[kind].registry.get(name, field=f"list {kind}")
         return _listed(kind, name)
 
 
@@ -101,9 +112,7 @@ def load() -> Catalog:
     """The catalog: fedbench's own entries from the cache file of the current sources and entry points, else
     built (importing every registered module) and written there."""
     installed = importlib.metadata.entry_points()
-    declared = {
-        kind: {ep.name for ep in installed.select(group=registry.group)} for kind, (registry, _) in KINDS.items()
-    }
+    declared = {kind: {ep.name for ep in installed.select(group=k.registry.group)} for kind, k in KINDS.items()}
     path = cache_dir() / "catalog" / f"{_digest(declared)}.json"
     try:
         raw = json.loads(path.read_text())
@@ -128,14 +137,13 @@ def summary(obj: Any) -> str:
 
 def parameters(kind: str, name: str) -> list[Parameter]:
     """The user parameters of registered `name` of `kind`: its Config's fields or its callable's keywords."""
-    registry, skip = KINDS[kind]
-    entry = registry.get(name, field=kind)
-    if kind == "backends":  # set through `resources` (client_cpus, clients_per_pass...), not parameters of its own
+    entry = KINDS[kind].registry.get(name, field=kind)
+    if KINDS[kind].set_through:
         return []
     target = getattr(entry, "Config", entry)
     docs = field_docs(target) if isinstance(target, type) else args_docs(target)
     out = []
-    for field, (annotation, default) in signature_fields(target, skip).items():
+    for field, (annotation, default) in signature_fields(target, KINDS[kind].skip).items():
         shown = "required" if default in (inspect.Parameter.empty, dataclasses.MISSING) else repr(default)
         out.append(Parameter(field, _type_name(annotation), shown, docs.get(field, "")))
     return out
@@ -192,7 +200,7 @@ def _type_name(annotation: Any) -> str:
 
 
 def _listed(kind: str, name: str) -> Listed:
-    entry = KINDS[kind][0].get(name, field=kind)
+    entry = KINDS[kind].registry.get(name, field=kind)
     abilities = ()
     if kind == "algorithms":
         from fedbench.algorithms.capabilities import capabilities_of
@@ -216,9 +224,9 @@ def _build(declared: dict[str, set[str]]) -> dict[str, Any]:
                 list(item.capabilities),
                 [list(layout) for layout in item.layouts],
             ]
-            for item in (_listed(kind, name) for name in registry.names() if name not in declared[kind])
+            for item in (_listed(kind, name) for name in k.registry.names() if name not in declared[kind])
         ]
-        for kind, (registry, _) in KINDS.items()
+        for kind, k in KINDS.items()
     }
     return {"kinds": kinds, "presets": [[name, summary(fn)] for name, fn in sorted(PRESETS.items())]}
 

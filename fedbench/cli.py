@@ -389,9 +389,8 @@ def cmd_list(args: argparse.Namespace) -> int:
             table.add_column(column, overflow="fold")
         for p in entry.parameters:
             table.add_row(p.name, escape(p.type), escape(p.default), escape(p.doc))
-        console.print(
-            table if entry.parameters else f"{kind[:-1]} {args.name}: {escape(entry.summary)} (no parameters)"
-        )
+        none = f"set through {entry.set_through} in a task" if entry.set_through else "no parameters"
+        console.print(table if entry.parameters else f"{kind[:-1]} {args.name}: {escape(entry.summary)} ({none})")
         if kind == "algorithms":
             console.print(f"capabilities: {', '.join(entry.capabilities) or 'none, the core only'}")
         if kind == "datasets":
@@ -399,9 +398,11 @@ def cmd_list(args: argparse.Namespace) -> int:
         return 0
     presets = listing.pop("presets", None)
     for kind, entries in listing.items():
-        table = Table(title=f"{kind} (fedbench list {kind} NAME: its parameters)", title_justify="left")
+        settings = entries[0].set_through if entries else ""
+        guide = f"set through {settings} in a task" if settings else f"fedbench list {kind} NAME: its parameters"
+        table = Table(title=f"{kind} ({guide})", title_justify="left")
         extra = {"algorithms": ("capabilities",), "datasets": ("files",)}.get(kind, ())
-        columns = ("name", "parameters", *extra, "what it is")
+        columns = ("name", *(() if settings else ("parameters",)), *extra, "what it is")
         for column in columns:
             table.add_column(column, overflow="fold")
         for entry in entries:
@@ -411,7 +412,7 @@ def cmd_list(args: argparse.Namespace) -> int:
             }
             table.add_row(
                 entry.name,
-                escape(", ".join(p.name for p in entry.parameters)),
+                *(() if settings else (escape(", ".join(p.name for p in entry.parameters)),)),
                 *cells.get(kind, ()),
                 escape(entry.summary),
             )

@@ -18,7 +18,7 @@ from fedbench.scenarios.presets import PRESETS
 
 def live(kind: str) -> list[catalog.Listed]:
     """Every entry of `kind` as the registry and its sources give it now, without the cache."""
-    registry = catalog.KINDS[kind][0]
+    registry = catalog.KINDS[kind].registry
     abilities = (lambda entry: tuple(capabilities_of(entry))) if kind == "algorithms" else (lambda entry: ())
     return [
         catalog.Listed(
@@ -95,5 +95,10 @@ def test_backends_are_listed_as_methods_are_and_fedprox_says_it_trains_in_a_pass
     catalog = load()
     assert {e.name for e in catalog.entries("backends")} >= {"serial", "ray", "batched", "auto"}
     assert all(not e.parameters for e in catalog.entries("backends"))  # set through `resources`
+    from fedbench import api
+
+    [batched] = api.listing("backends", "batched")["backends"]
+    assert batched.set_through.startswith("resources")  # `list` says where, instead of "no parameters"
+    assert not any(e.set_through for e in api.listing("shifts")["shifts"])
     assert "FunctionalFit" in catalog.entry("algorithms", "fedprox").capabilities
     assert "FunctionalFit" not in catalog.entry("algorithms", "moon").capabilities  # its own client_update

@@ -5,6 +5,7 @@ times are taken: an import that creeps back onto one of these paths fails here w
 """
 
 import json
+import os
 import subprocess
 import sys
 
@@ -87,7 +88,7 @@ print(json.dumps(sorted(set(sys.modules) - before)), file=sys.stderr)
 
 
 def modules_imported_by(what: str) -> set[str]:
-    env = {**__import__("os").environ, "RAY_AUTH_MODE": "disabled"}
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
     proc = subprocess.run(
         [sys.executable, "-c", NEW_MODULES, what], capture_output=True, text=True, timeout=300, env=env
     )

@@ -57,8 +57,7 @@ def draw_aligned(aligned: pd.DataFrame, title: str):
     """One panel per group, one line per configuration: the mean accuracy of the drifted clients at each number of
     rounds since their drift that at least `MIN_DRIFTS` drifts reach (every drift where there are fewer), shaded over
     the 95% interval of that mean over drifts (every client and seed: `intervals.mean_interval`); the dashed line at
-    0 is the round of the drift. The y axis spans the data, where
-    the differences between methods are."""
+    0 is the round of the drift. The y axis spans the data, where the differences between methods are."""
     from matplotlib.ticker import MaxNLocator
 
     groups = sorted(aligned["group"].unique())
