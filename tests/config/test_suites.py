@@ -28,7 +28,7 @@ METHODS_002 = {
 
 # suite -> profile -> (data configurations, runs)
 COUNTS = {
-    "conditional_97": {"paper": (97, 97 * 8), "reduced": (8, 64), "smoke": (2, 16)},
+    "conditional_97": {"paper": (97, 97 * 8), "reduced": (8, 64), "mnist": (20, 20 * 8 * 3), "smoke": (2, 16)},
     "feroma_drift": {
         "paper": (36, 36 * 13 * 5),
         "reduced": (9, 3 * 13 * 3 + 6 * 3),
@@ -93,6 +93,22 @@ def test_conditional_97_reduced_is_e1_on_mnist_and_fmnist_at_k_2_and_5_rich_and_
         for s in specs
     } == {(d, k, n) for d in ("mnist", "fmnist") for k in (2, 5) for n in (5, 20)}
     assert {s.algorithm.name for s in specs} == METHODS_001
+
+
+def test_conditional_97_mnist_runs_the_papers_rounds_over_every_28x28_cell_of_tables_i_ii_and_iv():
+    _, specs = expanded("conditional_97", "mnist")
+    assert {s.rounds for s in specs} == {20} and {s.seed for s in specs} == {0, 1, 2}
+    assert {s.algorithm.name for s in specs} == METHODS_001
+    ran = {(s.scenario.preset, s.dataset.name, s.scenario.num_clients) for s in specs}
+    published = [
+        dict(cell.where)
+        for table in load_task("tasks/conditional_97.yaml").reference
+        if table.source.startswith(("001 Table I ", "001 Table IV"))
+        for cell in table.cells
+        if dict(cell.where)["dataset.name"] in ("mnist", "fmnist", "mixture")
+    ]
+    assert len(published) == 8 * 8 + 3 * 4  # Table IV's 28x28 half; Table I's E2b, E3a and E4a rows
+    assert all((w["scenario.preset"], w["dataset.name"], w["scenario.num_clients"]) in ran for w in published)
 
 
 @pytest.mark.filterwarnings("ignore::UserWarning")
