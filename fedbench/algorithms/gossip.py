@@ -18,11 +18,18 @@ aggregation weights" (the contrast with DAC, Sec. II). Where it is silent, fedbe
 Round 1 exchanges nothing: every client holds the run's seeded initial model. Later, two clients that have
 both never trained (possible with client_fraction < 1) hold the same model too and skip the exchange; otherwise
 each partner sends exactly one model, metered as one transfer.
+
+What a client's local accuracy measures (`evaluated`), where 001 is silent: the model it trained this round
+(fedbench's default), or that model averaged with its next partner's. The second is where a round that trains
+first and exchanges after ends: the same sequence of exchanges and trainings, read between an exchange and the
+next training instead of after the training (docs/methods.md, Gossip).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 
@@ -30,7 +37,7 @@ from fedbench.algorithms.base import AlgorithmConfig
 from fedbench.algorithms.peer_relay import Decentralized, DecentralizedClientState, DecentralizedState
 from fedbench.core.registry import register_algorithm
 from fedbench.core.types import Arrays, Metrics, Payload, RoundContext, derive_seed
-from fedbench.training import ClientData, average_weights, get_weights, train_local
+from fedbench.training import ClientData, average_weights, evaluate, get_weights, train_local
 
 
 def random_pairs(seed: int, round: int, clients: Sequence[int]) -> list[tuple[int, int]]:
@@ -42,8 +49,15 @@ def random_pairs(seed: int, round: int, clients: Sequence[int]) -> list[tuple[in
 
 
 @register_algorithm("gossip")
-class Gossip(Decentralized[AlgorithmConfig, DecentralizedClientState]):
+class Gossip(Decentralized["Gossip.Config", DecentralizedClientState]):
     """Each round: random pairs exchange their models, both average them 1/2-1/2, then train locally."""
+
+    @dataclass(frozen=True)
+    class Config(AlgorithmConfig):
+        evaluated: Literal["trained", "mixed"] = "trained"
+        """The model local accuracy measures. trained: the client's model after this round's training.
+        mixed: that model averaged with its partner's under the next round's pairs, where a train-then-exchange
+        round ends; 001 Sec. IV-C does not say which it reports (docs/methods.md, Gossip)."""
 
     # -- server half ---------------------------------------------------------------------------------
     def configure(self, round: int, state: DecentralizedState, sampled: Sequence[int]) -> dict[int, Payload]:
@@ -55,6 +69,17 @@ class Gossip(Decentralized[AlgorithmConfig, DecentralizedClientState]):
                 downlinks[a] = Payload(peers={b: self.sent(state, b)})
                 downlinks[b] = Payload(peers={a: self.sent(state, a)})
         return downlinks
+
+    def evaluation_payloads(self, state: DecentralizedState, clients: Sequence[int]) -> dict[int, Payload]:
+        """Nothing where a client evaluates its trained model; with `evaluated: mixed`, each client its partner's
+        model under the pairs of the round after the last one (a client left without a partner, nothing)."""
+        if self.config.evaluated == "trained":
+            return super().evaluation_payloads(state, clients)
+        payloads = {cid: Payload() for cid in clients}
+        for a, b in random_pairs(self.seed, state.round + 1, clients):
+            payloads[a] = Payload(peers={b: self.sent(state, b)})
+            payloads[b] = Payload(peers={a: self.sent(state, a)})
+        return payloads
 
     # -- client half ---------------------------------------------------------------------------------
     def mix(self, payload: Payload, state: DecentralizedClientState) -> Arrays:
@@ -70,3 +95,9 @@ class Gossip(Decentralized[AlgorithmConfig, DecentralizedClientState]):
         metrics = train_local(model, data, ctx)
         weights = get_weights(model)
         return Payload(weights), DecentralizedClientState(weights), metrics
+
+    def client_evaluate(
+        self, payload: Payload, state: DecentralizedClientState, data: ClientData, ctx: RoundContext
+    ) -> Metrics:
+        """The client's model, averaged with the partner's the payload carries (`evaluated: mixed`)."""
+        return evaluate(self.model_with(self.mix(payload, state)), data, device=ctx.device)

@@ -42,6 +42,9 @@ class DecentralizedState:
 
     initial: Payload
     parked: dict[int, Payload] = field(default_factory=dict)
+    round: int = 0
+    """The last round aggregated (0 before the first): what a method that evaluates after the next exchange
+    (Gossip's `evaluated: mixed`) pairs clients by."""
 
 
 @dataclass(frozen=True)
@@ -75,7 +78,8 @@ class Decentralized(
 
     def aggregate(self, round: int, state: DecentralizedState, results: Sequence[ClientResult]) -> DecentralizedState:
         """Nothing is aggregated: every uplink is parked under its client's id."""
-        return dataclasses.replace(state, parked={**state.parked, **{r.client_id: r.uplink for r in results}})
+        parked = {**state.parked, **{r.client_id: r.uplink for r in results}}
+        return dataclasses.replace(state, parked=parked, round=round)
 
     def sent(self, state: DecentralizedState, sender: int) -> Payload:
         """What `sender` sends a peer: the `SHARED` sections of its parked uplink (the initial model if it never

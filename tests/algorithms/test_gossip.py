@@ -110,3 +110,37 @@ def test_whole_run_reports_system_and_test_time_accuracy():
     assert 0.3 < final[M.FINAL_PREFIX + M.ACC_LOCAL_MEAN] <= 1.0
     assert 0.0 < final[M.FINAL_PREFIX + M.ACC_SYSTEM] <= 1.0
     assert 0.0 < final[M.FINAL_PREFIX + M.ACC_TEST_TIME] <= 1.0
+
+
+def test_mixed_evaluation_sends_each_client_its_next_partners_model():
+    alg = make_algorithm(
+        tiny_spec(algorithm={"name": "gossip", "evaluated": "mixed"}, scenario={"partition": "iid", "num_clients": 6}),
+        (1, 8, 8),
+        10,
+    )
+    trained = {cid: counted({k: v + cid for k, v in alg.initial_weights().items()}, 10) for cid in range(6)}
+    state = dataclasses.replace(alg.init_state(), parked=trained, round=4)
+    payloads = alg.evaluation_payloads(state, list(range(6)))
+    for a, b in random_pairs(alg.seed, 5, range(6)):  # the pairs of the round after the last one aggregated
+        assert payloads[a].peers[b].weights is trained[b].weights and list(payloads[b].peers) == [a]
+    assert all(p.is_empty for p in gossip(6).evaluation_payloads(state, list(range(6))).values())  # trained: none
+
+
+def test_mixed_evaluation_reads_the_same_training_between_an_exchange_and_the_next_training():
+    """Disjoint label groups (001 E1, K = 2): the run trains exactly as with `trained` (same losses and bytes), and
+    a model averaged with a partner that may hold the other classes scores lower on the client's own labels."""
+
+    def run(evaluated: str):
+        spec = tiny_spec(
+            algorithm={"name": "gossip", "evaluated": evaluated},
+            rounds=3,
+            scenario={"partition": "class_clusters", "clusters": 2, "num_clients": 6},
+        )
+        result = run_spec(spec)
+        assert result.status == "FINISHED", result.reason
+        return result
+
+    trained, mixed = run("trained"), run("mixed")
+    for key in (M.TRAIN_LOSS_MEAN, M.COMM_UP_BYTES):
+        assert [r[key] for r in trained.history] == [r[key] for r in mixed.history]
+    assert mixed.final[M.FINAL_PREFIX + M.ACC_LOCAL_MEAN] < trained.final[M.FINAL_PREFIX + M.ACC_LOCAL_MEAN] - 0.02
