@@ -35,6 +35,7 @@ import numpy as np
 
 from fedbench.algorithms.base import AlgorithmConfig
 from fedbench.algorithms.peer_relay import Decentralized, DecentralizedClientState, DecentralizedState
+from fedbench.core.fields import added_later
 from fedbench.core.registry import register_algorithm
 from fedbench.core.types import Arrays, Metrics, Payload, RoundContext, derive_seed
 from fedbench.training import ClientData, average_weights, evaluate, get_weights, train_local
@@ -49,6 +50,7 @@ def random_pairs(seed: int, round: int, clients: Sequence[int]) -> list[tuple[in
 
 
 @register_algorithm("gossip")
+@added_later("evaluated")  # runs recorded before it keep their run hash
 class Gossip(Decentralized["Gossip.Config", DecentralizedClientState]):
     """Each round: random pairs exchange their models, both average them 1/2-1/2, then train locally."""
 

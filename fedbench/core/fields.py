@@ -34,11 +34,13 @@ def added_later(*names: str) -> Callable[[Any], Any]:
 
 
 def without_later_defaults(params: tuple[tuple[str, Any], ...], entry: Any, skip: int) -> tuple[tuple[str, Any], ...]:
-    """`params` less the options `added_later` to `entry` that are at their default."""
+    """`params` less the options `added_later` to `entry` that are at their default (an entry with a `Config`,
+    an algorithm, declares its options there)."""
     later = getattr(entry, ADDED_LATER, ())
     if not later:
         return params
-    defaults = {name: default for name, (_, default) in signature_fields(entry, skip).items()}
+    options = getattr(entry, "Config", entry)
+    defaults = {name: default for name, (_, default) in signature_fields(options, skip).items()}
     return tuple((k, v) for k, v in params if not (k in later and v == defaults[k]))
 
 

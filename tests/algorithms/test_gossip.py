@@ -144,3 +144,8 @@ def test_mixed_evaluation_reads_the_same_training_between_an_exchange_and_the_ne
     for key in (M.TRAIN_LOSS_MEAN, M.COMM_UP_BYTES):
         assert [r[key] for r in trained.history] == [r[key] for r in mixed.history]
     assert mixed.final[M.FINAL_PREFIX + M.ACC_LOCAL_MEAN] < trained.final[M.FINAL_PREFIX + M.ACC_LOCAL_MEAN] - 0.02
+
+
+def test_evaluated_at_its_default_leaves_the_run_hash_of_runs_recorded_before_it():
+    assert dict(tiny_spec(algorithm="gossip").algorithm.params) == {"client_fraction": 1.0}  # as before the option
+    assert dict(tiny_spec(algorithm={"name": "gossip", "evaluated": "mixed"}).algorithm.params)["evaluated"] == "mixed"
