@@ -696,14 +696,12 @@ def listing(kind: str | None = None, name: str | None = None) -> dict[str, list[
             from fedbench.core.data_files import files_status
 
             entry = dataclasses.replace(entry, files=files_status(entry.layouts))
-        return {kinds[0]: [dataclasses.replace(entry, set_through=catalog.KINDS[kinds[0]].set_through)]}
+        return {kinds[0]: [entry]}
     entries = {k: listed.entries(k) for k in kinds}
     if "datasets" in entries:  # where the files are is a fact of this machine, now: looked up, not cached
         from fedbench.core.data_files import files_status
 
         entries["datasets"] = [dataclasses.replace(e, files=files_status(e.layouts)) for e in entries["datasets"]]
-    for k in kinds:
-        entries[k] = [dataclasses.replace(e, set_through=catalog.KINDS[k].set_through) for e in entries[k]]
     if not kind:
         entries["presets"] = [catalog.Listed(preset, text, ()) for preset, text in listed.presets]
     return entries

@@ -81,7 +81,8 @@ class Listed:
     """A dataset's files: where they are found now (`fedbench.core.data_files.files_status` of `layouts`), filled in
     when listed, never cached; empty for other kinds."""
     set_through: str = ""
-    """Where a task sets this entry's options when it takes no parameters of its own (`Kind.set_through`)."""
+    """Where a task sets this entry's options when it takes no parameters of its own: its kind's, filled in when
+    the entry is made (cached or not), as it is a fact of the kind, not of the entry."""
 
 
 @dataclass(frozen=True)
@@ -121,7 +122,14 @@ def load() -> Catalog:
         _write(path, raw)
     own = {
         kind: {
-            name: Listed(name, text, tuple(Parameter(*p) for p in params), tuple(abilities), tuple(map(tuple, layouts)))
+            name: Listed(
+                name,
+                text,
+                tuple(Parameter(*p) for p in params),
+                tuple(abilities),
+                tuple(map(tuple, layouts)),
+                set_through=KINDS[kind].set_through,
+            )
             for name, text, params, abilities, layouts in rows
         }
         for kind, rows in raw["kinds"].items()
@@ -208,7 +216,9 @@ def _listed(kind: str, name: str) -> Listed:
         abilities = tuple(capabilities_of(entry))
     files = getattr(entry, "data_files", None) if kind == "datasets" else None
     layouts = files.layouts if files is not None else ()
-    return Listed(name, summary(entry), tuple(parameters(kind, name)), abilities, layouts)
+    return Listed(
+        name, summary(entry), tuple(parameters(kind, name)), abilities, layouts, set_through=KINDS[kind].set_through
+    )
 
 
 def _build(declared: dict[str, set[str]]) -> dict[str, Any]:

@@ -27,6 +27,7 @@ def live(kind: str) -> list[catalog.Listed]:
             tuple(catalog.parameters(kind, name)),
             abilities(registry.get(name)),
             getattr(getattr(registry.get(name), "data_files", None), "layouts", ()),  # a dataset's files
+            set_through=catalog.KINDS[kind].set_through,
         )
         for name in registry.names()
     ]
