@@ -71,7 +71,10 @@ class RunRecord:
     scenario_key: str
     fingerprint: str
     behaviour: str = ""
-    """`behaviour(spec)`; empty in a record written before it existed."""
+    """`behaviour(spec)`'s digest; empty in a record written before it existed."""
+    behaviour_metrics: tuple[str, ...] = ()
+    """The round metrics that digest covers, so that a metric added later (which the result does not report) leaves
+    it; empty in a record written before they were listed: then every metric BEHAVIOUR_KEYS names."""
 
 
 def fingerprint(scenario) -> str:
@@ -141,44 +144,55 @@ def first_that_reads(variants: list[dict]) -> RunSpec | str:
     return reason
 
 
-def behaviour(spec: RunSpec) -> str:
+def behaviour(spec: RunSpec, metrics: Sequence[str] = ()) -> tuple[str, tuple[str, ...]]:
     """What today's code computes for `spec`'s configuration: a digest of the status and the numbers of each
-    round of `probe_of(spec)` (accuracies and training loss: BEHAVIOUR_KEYS, so that a metric added later
-    leaves it). A change to the method, the training loop, the evaluation or the scoring changes it; one
-    configuration (its seeds pooled) has one. `unprobeable: <why>` where the stand-in cannot run it."""
+    round of `probe_of(spec)`, and the round metrics it covers: `metrics` where given (those a record lists),
+    else every accuracy and training loss the probe records (BEHAVIOUR_KEYS). A change to the method, the training
+    loop, the evaluation or the scoring changes it, a metric added later does not; one configuration (its seeds
+    pooled) has one. `unprobeable: <why>` where the stand-in cannot run it."""
     from fedbench.runtime import run_spec
 
     probe = first_that_reads(probe_variants(probe_of(spec)))
     if isinstance(probe, str):  # a configuration tied to its real data (a size the stand-in lacks): said, not hidden
-        return f"unprobeable: {probe}"[:200]
+        return f"unprobeable: {probe}"[:200], ()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the stand-in's short schedule makes methods warn (degenerate warm-ups)
         result = run_spec(probe)
-    history = [{k: v for k, v in sorted(record.items()) if k.startswith(BEHAVIOUR_KEYS)} for record in result.history]
+    digested = tuple(metrics) or tuple(sorted({k for r in result.history for k in r if k.startswith(BEHAVIOUR_KEYS)}))
+    history = [{k: v for k, v in sorted(record.items()) if k in digested} for record in result.history]
     text = json.dumps([result.status, result.reason, history], sort_keys=True)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+    return hashlib.sha256(text.encode()).hexdigest()[:16], digested
 
 
-def describe(spec: RunSpec, behaviours: dict[str, str] | None = None) -> RunRecord:
+def describe(
+    spec: RunSpec, behaviours: dict[str, tuple[str, tuple[str, ...]]] | None = None, metrics: Sequence[str] = ()
+) -> RunRecord:
     """`spec`'s record: its RunSpec (without the machine's data path), run hash, scenario key, fingerprint and
-    behaviour (taken from `behaviours`, keyed by the probe's own settings, where a run of the same configuration
-    computed it already: seeds share one probe)."""
+    behaviour over `metrics` (all it records where none are given; taken from `behaviours`, keyed by the probe's own
+    settings and those metrics, where a run of the same configuration computed it already: seeds share one probe)."""
     dataset = load_dataset(spec.dataset.name, spec.dataset.data_root, **spec.dataset.kwargs)
     scenario = build_scenario(dataset, spec.scenario, spec.seed, spec.rounds)
     plain = spec.to_dict()
     plain["dataset"] = {k: v for k, v in plain["dataset"].items() if k != "data_root"}
     stages = num_stages(spec.scenario, spec.rounds)
     behaviours = {} if behaviours is None else behaviours
-    key = json.dumps(probe_of(spec), sort_keys=True, default=str)
+    key = probe_key(spec, metrics)
     if key not in behaviours:
-        behaviours[key] = behaviour(spec)
+        behaviours[key] = behaviour(spec, metrics)
+    digest, digested = behaviours[key]
     return RunRecord(
         plain,
         spec.run_hash,
         scenario_key(dataset, spec.scenario, spec.seed, stages),
         fingerprint(scenario),
-        behaviours[key],
+        digest,
+        digested,
     )
+
+
+def probe_key(spec: RunSpec, metrics: Sequence[str] = ()) -> str:
+    """What a behaviour is cached by: the probe's settings and the metrics it digests."""
+    return json.dumps([probe_of(spec), list(metrics)], sort_keys=True, default=str)
 
 
 def head_commit() -> str:
@@ -199,7 +213,7 @@ def record(
     """Write the provenance of bench/results/`result` (made by `command` at `commit`, default HEAD) from `specs`
     into `folder`."""
     commit = commit or head_commit()
-    behaviours: dict[str, str] = {}
+    behaviours: dict[str, tuple[str, tuple[str, ...]]] = {}
     runs = [dataclasses.asdict(describe(spec, behaviours)) for spec in dict((s.run_hash, s) for s in specs).values()]
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{Path(result).with_suffix('').as_posix().replace('/', '-')}.json"
@@ -219,7 +233,7 @@ def check(path: Path, every_probe: bool = True) -> list[str]:
     fraction of the probes (a report's 32 probes are 8 methods on 4 scenarios)."""
     saved = json.loads(path.read_text())
     problems = []
-    behaviours: dict[str, str] = {}
+    behaviours: dict[str, tuple[str, tuple[str, ...]]] = {}
     probed: set[str] = set()
     for run in saved["runs"]:
         name = run["spec"].get("run_name") or run["run_hash"]
@@ -228,11 +242,11 @@ def check(path: Path, every_probe: bool = True) -> list[str]:
         except Exception as exc:  # the recorded configuration no longer reads: that is staleness too
             problems.append(f"{name}: today's code cannot read its RunSpec ({exc})")
             continue
-        method = method_of(run["spec"])
-        if not every_probe and method in probed:
-            now = describe(spec, {json.dumps(probe_of(spec), sort_keys=True, default=str): run.get("behaviour", "")})
+        method, metrics = method_of(run["spec"]), run.get("behaviour_metrics", [])
+        if not every_probe and method in probed:  # not probed: taken as recorded
+            now = describe(spec, {probe_key(spec, metrics): (run.get("behaviour", ""), tuple(metrics))}, metrics)
         else:
-            now = describe(spec, behaviours)
+            now = describe(spec, behaviours, metrics)
         probed.add(method)
         for field, label in (("run_hash", "run hash"), ("scenario_key", "scenario key"), ("fingerprint", "scenario")):
             if getattr(now, field) != run[field]:
@@ -266,9 +280,10 @@ def add_behaviours(path: Path) -> None:
     """Fill in the behaviour fingerprints of a provenance file recorded before they existed, with the code that is
     imported: run it from a checkout of the result's commit (PYTHONPATH) so that they describe that code."""
     saved = json.loads(path.read_text())
-    behaviours: dict[str, str] = {}
+    behaviours: dict[str, tuple[str, tuple[str, ...]]] = {}
     for run in saved["runs"]:
-        run["behaviour"] = describe(resolve_run(run["spec"]), behaviours).behaviour
+        now = describe(resolve_run(run["spec"]), behaviours)
+        run["behaviour"], run["behaviour_metrics"] = now.behaviour, list(now.behaviour_metrics)
     path.write_text(json.dumps(saved, indent=1) + "\n")
 
 

@@ -77,7 +77,26 @@ def test_the_behaviour_fingerprint_sees_a_change_to_a_method_that_leaves_its_run
             "test_time": "known",
         }
     )
-    today = provenance.behaviour(spec)
-    assert today == provenance.behaviour(spec) and not today.startswith("unprobeable")
+    today, metrics = provenance.behaviour(spec)
+    assert today == provenance.behaviour(spec)[0] and not today.startswith("unprobeable")
     monkeypatch.setattr(Oracle, "round_describe_payloads", lambda self, round, state, sampled: {})  # told late
-    assert provenance.behaviour(spec) != today
+    assert provenance.behaviour(spec, metrics)[0] != today
+
+
+def test_a_metric_added_later_leaves_the_behaviour_and_a_changed_one_does_not(tmp_path, monkeypatch):
+    """A result records the metrics its behaviour digests: a new round metric (issue 43's acc_drifted, say) does not
+    make every committed result stale, while changing one it digested still does."""
+    from fedbench.runtime import federation
+
+    path = provenance.record("tiny.md", "python bench/tiny.py", [tiny_spec(rounds=2)], folder=tmp_path)
+    digested = json.loads(path.read_text())["runs"][0]["behaviour_metrics"]
+    assert "acc_local_mean" in digested and all(m.startswith(provenance.BEHAVIOUR_KEYS) for m in digested)
+    drift_metrics = federation.round_drift_metrics
+    monkeypatch.setattr(
+        federation, "round_drift_metrics", lambda table, round: {**drift_metrics(table, round), "acc_added": 0.5}
+    )
+    assert provenance.check(path) == []
+    monkeypatch.setattr(
+        federation, "round_drift_metrics", lambda table, round: {**drift_metrics(table, round), "acc_local_mean": 0.5}
+    )
+    assert "the code computes other numbers" in provenance.check(path)[0]
