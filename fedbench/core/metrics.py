@@ -46,6 +46,10 @@ SCORED_ROUND = "round_scored"
 from the field, so that a run's table has one column of each."""
 ACC_TEST_TIME = "acc_test_time"
 """Mean accuracy over the test-time clients, each with the payload `assign` gave it (002 Sec. 3.3)."""
+ACC_TEST_TIME_INDEX = "acc_test_time_index"
+"""The same under the same-index association (test client i given training client i's personal model, what 002's
+baseline code scored), read beside a `test_time: known` run from the same final models (not metered as traffic,
+not counted as compute: the protocol does not run it); under `test_time: index` it is `acc_test_time`."""
 ACC_ASSOCIATION = "acc_association"
 """Share of test clients given the model of a training client holding their distribution (002 Sec. 5)."""
 ACC_ASSOCIATION_KNOWN = "acc_association_known"
@@ -101,7 +105,7 @@ FAILED_ROUND = "failed_round"
 """The round a FAILED run stopped in (its records cover the rounds before it)."""
 
 #: the test-time clients' metrics (002 Sec. 3.3), reported after the last round only
-TEST_TIME = (ACC_TEST_TIME, ACC_ASSOCIATION, ACC_ASSOCIATION_KNOWN)
+TEST_TIME = (ACC_TEST_TIME, ACC_TEST_TIME_INDEX, ACC_ASSOCIATION, ACC_ASSOCIATION_KNOWN)
 #: per-round keys whose run total is reported as `total.<key>`
 SUMMED = (
     TIME_CLIENT_COMPUTE_S,
@@ -124,6 +128,7 @@ LAST = (
     TRAIN_LOSS_MEAN,
     SCORED_ROUND,
     ACC_TEST_TIME,
+    ACC_TEST_TIME_INDEX,
     ACC_ASSOCIATION,
     ACC_ASSOCIATION_KNOWN,
     ACC_SYSTEM,
@@ -140,6 +145,7 @@ DISPLAY_NAMES = {
     TRAIN_LOSS_MEAN: "training loss (mean over clients)",
     LOSS_LOCAL_WEIGHTED: "local test (validation) loss (sample-weighted)",
     ACC_TEST_TIME: "test-time client accuracy",
+    ACC_TEST_TIME_INDEX: "test-time client accuracy, same-index association",
     ACC_ASSOCIATION: "test-time association accuracy",
     ACC_SYSTEM: "system accuracy (pooled test sets)",
     ACC_ROUTING: "routing accuracy",

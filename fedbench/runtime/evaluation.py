@@ -15,6 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from fedbench.algorithms.base import Algorithm
 from fedbench.algorithms.capabilities import (
     PersonalModels,
@@ -234,7 +236,33 @@ class Evaluation:
         if given:
             tested += self._run(KNOWN_TEST, round, {tid: personal[o] for tid, o in given.items()}, StateStore())
             matched.update({tid: TrainedOn(o) for tid, o in given.items()})
-        return test_time_metrics(sorted(tested, key=lambda r: r.client_id), matched, self.scenario, round)
+        record = test_time_metrics(sorted(tested, key=lambda r: r.client_id), matched, self.scenario, round)
+        if given:
+            record[M.ACC_TEST_TIME_INDEX] = self._same_index_reading(round, personal, given, tested, record)
+        return record
+
+    def _same_index_reading(
+        self,
+        round: int,
+        personal: dict[int, Payload],
+        given: dict[int, int],
+        tested: list[ClientResult],
+        record: dict[str, float],
+    ) -> float:
+        """`acc_test_time_index`: the test-time accuracy had each test client been given its own index's training
+        client's model (002's baseline code), beside a run whose association is another, so that one run answers
+        both protocols. Clients the run gave that model already, or none to give, keep their result; the others are
+        scored again with it, neither metered nor counted as the run's compute (the protocol does not do this)."""
+        if self.spec.test_time == "index":
+            return record[M.ACC_TEST_TIME]
+        again = {r.client_id: personal[r.client_id] for r in tested if r.client_id in personal}
+        again = {tid: model for tid, model in again.items() if given.get(tid) != tid}
+        if not again:
+            return record[M.ACC_TEST_TIME]
+        compute_s = self.compute_s
+        rescored = {r.client_id: r for r in self._run(KNOWN_TEST, round, again, StateStore(), downloaded=False)}
+        self.compute_s = compute_s
+        return float(np.mean([rescored.get(r.client_id, r).metrics[M.ACCURACY] for r in tested]))
 
     def _assigned(self, round: int, state: Any, test_ids: list[int]) -> tuple[list[ClientResult], dict[int, TrainedOn]]:
         """The method's own rule for `test_ids`: their results and what their models were trained on, where known."""

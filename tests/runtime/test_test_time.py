@@ -207,6 +207,17 @@ def test_the_index_association_gives_test_client_i_training_client_is_model_what
         final[M.ACC_TEST_TIME]
         != run_spec(tiny_spec(algorithm="marked", rounds=1, test_time="known")).final[M.FINAL_PREFIX + M.ACC_TEST_TIME]
     )
+    assert final[M.ACC_TEST_TIME_INDEX] == final[M.ACC_TEST_TIME]
+
+
+def test_a_known_association_run_also_reads_the_same_index_association_without_metering_it(monkeypatch):
+    """One run answers both protocols of 002 (issue 42): under `test_time: known`, `acc_test_time_index` is what the
+    same run scored under `index` gives, while the known reading, the traffic and the compute stay the run's own."""
+    known, _, _ = marked_run(monkeypatch, "known")
+    index, _, _ = marked_run(monkeypatch, "index")
+    assert known[M.ACC_TEST_TIME_INDEX] == pytest.approx(index[M.ACC_TEST_TIME])
+    assert known[M.ACC_TEST_TIME_INDEX] != pytest.approx(known[M.ACC_TEST_TIME])
+    assert known[M.COMM_EVAL_DOWN_BYTES] == index[M.COMM_EVAL_DOWN_BYTES]  # one model per test client, once
 
 
 def test_apfl_equals_fedavg_at_test_time_under_its_own_rule_and_not_under_the_known_association():
