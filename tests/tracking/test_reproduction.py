@@ -339,6 +339,8 @@ def test_a_test_time_tables_rows_say_how_their_test_clients_got_a_model(tmp_path
     assert test_time_protocol(tiny_spec(algorithm="feroma", test_time="known")) == "own match"
     assert test_time_protocol(tiny_spec(algorithm="ifca")) == "own rule (ensemble or global model)"
     assert test_time_protocol(tiny_spec(algorithm="local", test_time="known")) == "none (no test-time clients)"
+    index_reading = test_time_protocol(tiny_spec(algorithm="ifca", test_time="known"), "acc_test_time_index")
+    assert index_reading == "same-index client (002's baseline code)"  # a known run's same-index reading
     reference = [
         {
             **REFERENCE[0],

@@ -160,8 +160,9 @@ def _plain(value: Any) -> Any:
     return value if isinstance(value, (int, float, str)) or value is None else str(value)
 
 
-def test_time_protocol(spec: RunSpec) -> str:
-    """How `spec`'s test-time clients get a model, in the report's words (`RunSpec.test_time`)."""
+def test_time_protocol(spec: RunSpec, metric: str = M.ACC_TEST_TIME) -> str:
+    """How `spec`'s test-time clients get a model, in the report's words (`RunSpec.test_time`), for `metric`: the
+    same-index reading (`acc_test_time_index`) of a run given the known association is read as its name says."""
     from fedbench.algorithms.capabilities import TestTimeAssignment, gets_given_association
     from fedbench.core.registry import ALGORITHMS
 
@@ -169,19 +170,22 @@ def test_time_protocol(spec: RunSpec) -> str:
     if not issubclass(method, TestTimeAssignment):
         return "none (no test-time clients)"
     if gets_given_association(method, spec.test_time):
-        return (
-            "known association (002 App. E)" if spec.test_time == "known" else "same-index client (002's baseline code)"
-        )
+        if spec.test_time == "known" and metric != M.ACC_TEST_TIME_INDEX:
+            return "known association (002 App. E)"
+        return "same-index client (002's baseline code)"
     return "own match" if method.picks_by_description else "own rule (ensemble or global model)"
 
 
 def _protocols(members: dict, rows: list, metric: str) -> dict[tuple[Any, ...], str]:
     """Per row, the test-time protocol of its runs (several joined where they differ); empty unless `metric` is
     a test-time one."""
-    if M.canonical(metric).removeprefix(M.FINAL_PREFIX) not in M.TEST_TIME:
+    bare = M.canonical(metric).removeprefix(M.FINAL_PREFIX)
+    if bare not in M.TEST_TIME:
         return {}
     return {
-        r: " / ".join(dict.fromkeys(test_time_protocol(s) for (row, _), m in members.items() if row == r for s in m))
+        r: " / ".join(
+            dict.fromkeys(test_time_protocol(s, bare) for (row, _), m in members.items() if row == r for s in m)
+        )
         for r in rows
     }
 
