@@ -49,7 +49,8 @@ ACC_TEST_TIME = "acc_test_time"
 ACC_TEST_TIME_INDEX = "acc_test_time_index"
 """The same under the same-index association (test client i given training client i's personal model, what 002's
 baseline code scored), read beside a `test_time: known` run from the same final models (not metered as traffic,
-not counted as compute: the protocol does not run it); under `test_time: index` it is `acc_test_time`."""
+not counted as compute, as the protocol does not run it; the last round's wall time includes it); under
+`test_time: index` it is `acc_test_time`."""
 ACC_ASSOCIATION = "acc_association"
 """Share of test clients given the model of a training client holding their distribution (002 Sec. 5)."""
 ACC_ASSOCIATION_KNOWN = "acc_association_known"

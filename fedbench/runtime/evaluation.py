@@ -237,7 +237,7 @@ class Evaluation:
             tested += self._run(KNOWN_TEST, round, {tid: personal[o] for tid, o in given.items()}, StateStore())
             matched.update({tid: TrainedOn(o) for tid, o in given.items()})
         record = test_time_metrics(sorted(tested, key=lambda r: r.client_id), matched, self.scenario, round)
-        if given:
+        if personal:
             record[M.ACC_TEST_TIME_INDEX] = self._same_index_reading(round, personal, given, tested, record)
         return record
 
@@ -252,11 +252,15 @@ class Evaluation:
         """`acc_test_time_index`: the test-time accuracy had each test client been given its own index's training
         client's model (002's baseline code), beside a run whose association is another, so that one run answers
         both protocols. Clients the run gave that model already, or none to give, keep their result; the others are
-        scored again with it, neither metered nor counted as the run's compute (the protocol does not do this)."""
+        scored again with it, neither metered nor counted as the run's compute (the protocol does not do this; its
+        seconds stay in the last round's wall time)."""
         if self.spec.test_time == "index":
             return record[M.ACC_TEST_TIME]
-        again = {r.client_id: personal[r.client_id] for r in tested if r.client_id in personal}
-        again = {tid: model for tid, model in again.items() if given.get(tid) != tid}
+        again = {
+            r.client_id: personal[r.client_id]
+            for r in tested
+            if r.client_id in personal and given.get(r.client_id) != r.client_id
+        }
         if not again:
             return record[M.ACC_TEST_TIME]
         compute_s = self.compute_s

@@ -6,6 +6,7 @@ import pytest
 from fedbench.algorithms import Assignment
 from fedbench.algorithms.capabilities import TrainedOn
 from fedbench.algorithms.fedavg import FedAvg
+from fedbench.config.task import resolve_run
 from fedbench.core import metrics as M
 from fedbench.core.registry import ALGORITHMS
 from fedbench.core.types import Payload
@@ -218,6 +219,53 @@ def test_a_known_association_run_also_reads_the_same_index_association_without_m
     assert known[M.ACC_TEST_TIME_INDEX] == pytest.approx(index[M.ACC_TEST_TIME])
     assert known[M.ACC_TEST_TIME_INDEX] != pytest.approx(known[M.ACC_TEST_TIME])
     assert known[M.COMM_EVAL_DOWN_BYTES] == index[M.COMM_EVAL_DOWN_BYTES]  # one model per test client, once
+
+
+def unseen_run(test_time: str, unseen_rate: float) -> dict:
+    """IFCA's last record, one round on label skew whose test clients hold unseen distributions at `unseen_rate`."""
+    spec = resolve_run(
+        {
+            "task": "unseen",
+            "dataset": {"name": "synthetic_images", "train_samples": 1200, "test_samples": 300},
+            "model": "mlp",
+            "algorithm": "ifca",
+            "rounds": 1,
+            "local_steps": 1,
+            "test_time": test_time,
+            "scenario": {
+                "preset": "feroma/label_skew/medium",
+                "num_clients": 6,
+                "test_clients": {"unseen_rate": unseen_rate},
+            },
+        }
+    )
+    return run_spec(spec).history[-1]
+
+
+@pytest.mark.parametrize("unseen_rate", [0.5, 1.0])
+def test_the_same_index_reading_covers_test_clients_the_known_association_cannot_place(unseen_rate):
+    """A test client holding a distribution no training client had gets the method's own rule under `known`; the
+    same-index reading gives it its index's model as an `index` run does, also where no test client is placed."""
+    known, index = unseen_run("known", unseen_rate), unseen_run("index", unseen_rate)
+    assert known[M.ACC_TEST_TIME_INDEX] == index[M.ACC_TEST_TIME]
+
+
+def test_the_same_index_reading_is_not_counted_as_the_runs_compute(monkeypatch):
+    """Its jobs' seconds stay out of the run's client compute: with every known_test job reporting 1000 s, a known run
+    counts them once per test client, as an index run does, though it ran the job twice for some."""
+    from fedbench.core.types import ClientResult
+    from fedbench.runtime.evaluation import KnownTest
+
+    scored = KnownTest.run
+
+    def slow(self, worker, round, client_id, payload, state):
+        result = scored(self, worker, round, client_id, payload, state)
+        return ClientResult(result.client_id, result.uplink, result.metrics, 1000.0)
+
+    monkeypatch.setattr(KnownTest, "run", slow)
+    known, index = unseen_run("known", 0.0), unseen_run("index", 0.0)
+    assert known[M.ACC_TEST_TIME_INDEX] != known[M.ACC_TEST_TIME]  # some test clients were scored again
+    assert abs(known[M.TIME_CLIENT_COMPUTE_S] - index[M.TIME_CLIENT_COMPUTE_S]) < 500
 
 
 def test_apfl_equals_fedavg_at_test_time_under_its_own_rule_and_not_under_the_known_association():
