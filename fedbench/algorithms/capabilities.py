@@ -13,6 +13,8 @@ inheriting their type. The runtime asks `isinstance(algorithm, TestTimeAssignmen
   model, FedRep's head); for the vote each client uploads that part once, after the last round.
 - `PeerRelay`: a decentralized method simulated through the server as a relay (Gossip, DAC): its uplinks only
   park models there and are not metered; peers' payloads arrive in `Payload.peers`, charged to both ends.
+- `SecondReading`: the last round's local accuracy is also read a second way from the same models (Gossip: its
+  trained model, and that model mixed with its next partner's), so that one run answers both readings.
 - `ReadsGroundTruth`: the client half is told each client's true distribution id (`RoundContext.distribution_id`);
   an oracle's ceiling (001 Sec. IV-C). Every other method's jobs get -1, so a drift detector cannot become an
   oracle by accident.
@@ -226,6 +228,17 @@ class PersonalModels(ABC, Generic[ClientStateT]):
     def client_share(self, payload: Payload, state: ClientStateT) -> Payload:
         """What the client adds to its `system_payloads` entry (`payload`) to make its personal model: arrays it
         replaces or adds, section by section (FedRep: its head); empty where it adds nothing."""
+
+
+class SecondReading(ABC, Generic[StateT]):
+    """After the last round, local accuracy is read a second way beside the run's own, from the same models: where a
+    paper does not say which of two points it reports, one run answers both. Its evaluation jobs are not the
+    protocol's, so they are neither metered nor counted as compute."""
+
+    @abstractmethod
+    def second_reading(self, state: StateT, clients: Sequence[int]) -> tuple[str, dict[int, Payload]]:
+        """The metric the second reading's mean local accuracy is recorded as, and what each client evaluates with
+        for it (read by the method's `client_evaluate`, as a local evaluation's payload is)."""
 
 
 class PeerRelay:

@@ -22,7 +22,9 @@ each partner sends exactly one model, metered as one transfer.
 What a client's local accuracy measures (`evaluated`), where 001 is silent: the model it trained this round
 (fedbench's default), or that model averaged with its next partner's. The second is where a round that trains
 first and exchanges after ends: the same sequence of exchanges and trainings, read between an exchange and the
-next training instead of after the training (docs/methods.md, Gossip).
+next training instead of after the training (docs/methods.md, Gossip). After the last round a run reads the
+other one too (`SecondReading`: `acc_local_mean_mixed` beside a trained run, `acc_local_mean_trained` beside a mixed
+one), so one run answers both.
 """
 
 from __future__ import annotations
@@ -34,7 +36,9 @@ from typing import Literal
 import numpy as np
 
 from fedbench.algorithms.base import AlgorithmConfig
+from fedbench.algorithms.capabilities import SecondReading
 from fedbench.algorithms.peer_relay import Decentralized, DecentralizedClientState, DecentralizedState
+from fedbench.core import metrics as M
 from fedbench.core.fields import added_later
 from fedbench.core.registry import register_algorithm
 from fedbench.core.types import Arrays, Metrics, Payload, RoundContext, derive_seed
@@ -51,7 +55,7 @@ def random_pairs(seed: int, round: int, clients: Sequence[int]) -> list[tuple[in
 
 @register_algorithm("gossip")
 @added_later("evaluated")  # runs recorded before it keep their run hash
-class Gossip(Decentralized["Gossip.Config", DecentralizedClientState]):
+class Gossip(Decentralized["Gossip.Config", DecentralizedClientState], SecondReading[DecentralizedState]):
     """Each round: random pairs exchange their models, both average them 1/2-1/2, then train locally."""
 
     @dataclass(frozen=True)
@@ -73,10 +77,21 @@ class Gossip(Decentralized["Gossip.Config", DecentralizedClientState]):
         return downlinks
 
     def evaluation_payloads(self, state: DecentralizedState, clients: Sequence[int]) -> dict[int, Payload]:
-        """Nothing where a client evaluates its trained model; with `evaluated: mixed`, each client its partner's
-        model under the pairs of the round after the last one (a client left without a partner, nothing)."""
+        """Nothing where a client evaluates its trained model; with `evaluated: mixed`, its next partner's model."""
         if self.config.evaluated == "trained":
             return super().evaluation_payloads(state, clients)
+        return self.next_partners(state, clients)
+
+    def second_reading(self, state: DecentralizedState, clients: Sequence[int]) -> tuple[str, dict[int, Payload]]:
+        """The reading `evaluated` does not give: the mixed models beside a trained run, the trained ones (nothing
+        sent) beside a mixed run."""
+        if self.config.evaluated == "trained":
+            return M.ACC_LOCAL_MEAN_MIXED, self.next_partners(state, clients)
+        return M.ACC_LOCAL_MEAN_TRAINED, super().evaluation_payloads(state, clients)
+
+    def next_partners(self, state: DecentralizedState, clients: Sequence[int]) -> dict[int, Payload]:
+        """Each client its partner's model under the pairs of the round after the last one (a client left without a
+        partner, nothing)."""
         payloads = {cid: Payload() for cid in clients}
         for a, b in random_pairs(self.seed, state.round + 1, clients):
             payloads[a] = Payload(peers={b: self.sent(state, b)})

@@ -38,6 +38,12 @@ ACC_LOCAL_MIN = "acc_local_min"
 ACC_LOCAL_WEIGHTED = "acc_local_weighted"
 ACC_LOCAL_PI_WEIGHTED = "acc_local_pi_weighted"
 """Local accuracies weighted by each client's share pi_i of the training data (004's "average accuracy")."""
+ACC_LOCAL_MEAN_TRAINED = "acc_local_mean_trained"
+"""Gossip's last local accuracy (mean over clients) of each client's model after its training (`evaluated: trained`),
+also read beside an `evaluated: mixed` run (`SecondReading`); under `trained` it is `acc_local_mean`."""
+ACC_LOCAL_MEAN_MIXED = "acc_local_mean_mixed"
+"""The same of each client's model averaged with its next partner's (`evaluated: mixed`), also read beside a `trained`
+run, neither metered nor counted as its compute; under `mixed` it is `acc_local_mean`."""
 LOSS_LOCAL_WEIGHTED = "loss_local_weighted"
 """Local test (validation) loss over clients weighted by test-set size: Flower's distributed loss, by which 002's
 FedAvg picks the round it reports (`RunSpec.scored_round`)."""
@@ -125,6 +131,8 @@ LAST = (
     ACC_LOCAL_MIN,
     ACC_LOCAL_WEIGHTED,
     ACC_LOCAL_PI_WEIGHTED,
+    ACC_LOCAL_MEAN_TRAINED,
+    ACC_LOCAL_MEAN_MIXED,
     LOSS_LOCAL_WEIGHTED,
     TRAIN_LOSS_MEAN,
     SCORED_ROUND,
@@ -143,6 +151,8 @@ DISPLAY_NAMES = {
     ACC_LOCAL_MIN: "local test accuracy (worst client)",
     ACC_LOCAL_WEIGHTED: "local test accuracy (sample-weighted)",
     ACC_LOCAL_PI_WEIGHTED: "local test accuracy (pi-weighted)",
+    ACC_LOCAL_MEAN_TRAINED: "local test accuracy (mean), each client's trained model",
+    ACC_LOCAL_MEAN_MIXED: "local test accuracy (mean), each model mixed with its next partner's",
     TRAIN_LOSS_MEAN: "training loss (mean over clients)",
     LOSS_LOCAL_WEIGHTED: "local test (validation) loss (sample-weighted)",
     ACC_TEST_TIME: "test-time client accuracy",

@@ -20,6 +20,7 @@ import numpy as np
 from fedbench.algorithms.base import Algorithm
 from fedbench.algorithms.capabilities import (
     PersonalModels,
+    SecondReading,
     SystemVote,
     TestTimeAssignment,
     TrainedOn,
@@ -183,7 +184,20 @@ class Evaluation:
             record.update(self.system_accuracy(round, state, last))
         if self.scenario.test_clients and isinstance(self.algorithm, TestTimeAssignment):
             record.update(self.score_test_clients(round, state))
+        if isinstance(self.algorithm, SecondReading):
+            record.update(self.second_reading(round, state, list(last.payloads)))
         return record
+
+    def second_reading(self, round: int, state: Any, clients: list[int]) -> dict[str, float]:
+        """The method's second reading of the last round's local accuracy (`SecondReading`), beside the run: its
+        jobs are neither metered nor counted as the run's compute (their seconds stay in the round's wall time)."""
+        algorithm = self.algorithm
+        assert isinstance(algorithm, SecondReading)  # the caller asked
+        metric, payloads = algorithm.second_reading(state, clients)
+        compute_s = self.compute_s
+        results = self._run(EVALUATE, round, payloads, downloaded=False)
+        self.compute_s = compute_s
+        return {metric: evaluation_metrics(results)[M.ACC_LOCAL_MEAN]}
 
     def system_accuracy(self, round: int, state: Any, last: LocalResults) -> dict[str, float]:
         """`acc_system` (and `acc_routing`) from every training client's personal model. Where every client answers

@@ -144,6 +144,25 @@ def test_mixed_evaluation_reads_the_same_training_between_an_exchange_and_the_ne
     for key in (M.TRAIN_LOSS_MEAN, M.COMM_UP_BYTES):
         assert [r[key] for r in trained.history] == [r[key] for r in mixed.history]
     assert mixed.final[M.FINAL_PREFIX + M.ACC_LOCAL_MEAN] < trained.final[M.FINAL_PREFIX + M.ACC_LOCAL_MEAN] - 0.02
+    # each run reads the other's point after its last round, beside its own (SecondReading): one run answers both
+    assert trained.history[-1][M.ACC_LOCAL_MEAN_MIXED] == mixed.history[-1][M.ACC_LOCAL_MEAN]
+    assert mixed.history[-1][M.ACC_LOCAL_MEAN_TRAINED] == trained.history[-1][M.ACC_LOCAL_MEAN]
+    assert M.ACC_LOCAL_MEAN_MIXED not in trained.history[0]  # after the last round only
+
+
+def test_the_second_reading_is_not_metered(monkeypatch):
+    """The mixed reading beside a trained run sends each client its next partner's model, which the protocol never
+    does: the run's bytes are those of the same run without the reading."""
+    from fedbench.runtime.evaluation import Evaluation
+
+    spec = tiny_spec(
+        algorithm="gossip", rounds=2, scenario={"partition": "class_clusters", "clusters": 2, "num_clients": 6}
+    )
+    read = run_spec(spec).history[-1]
+    monkeypatch.setattr(Evaluation, "second_reading", lambda self, round, state, clients: {})
+    unread = run_spec(spec).history[-1]
+    assert M.ACC_LOCAL_MEAN_MIXED in read and M.ACC_LOCAL_MEAN_MIXED not in unread
+    assert {k: v for k, v in read.items() if "bytes" in k} == {k: v for k, v in unread.items() if "bytes" in k}
 
 
 def test_evaluated_at_its_default_leaves_the_run_hash_of_runs_recorded_before_it():
