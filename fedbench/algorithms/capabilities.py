@@ -231,9 +231,13 @@ class PersonalModels(ABC, Generic[ClientStateT]):
 
 
 class SecondReading(ABC, Generic[StateT]):
-    """After the last round, local accuracy is read a second way beside the run's own, from the same models: where a
-    paper does not say which of two points it reports, one run answers both. Its evaluation jobs are not the
-    protocol's, so they are neither metered nor counted as compute."""
+    """After the last round (from the models the run is scored with), local accuracy is read a second way beside the
+    run's own: where a paper does not say which of two points it reports, one run answers both, each recorded under
+    its own name. Its evaluation jobs are not the protocol's, so they are neither metered nor counted as compute."""
+
+    @abstractmethod
+    def first_reading(self) -> str:
+        """The name the run's own mean local accuracy (`acc_local_mean`) is also recorded under."""
 
     @abstractmethod
     def second_reading(self, state: StateT, clients: Sequence[int]) -> tuple[str, dict[int, Payload]]:

@@ -23,8 +23,7 @@ What a client's local accuracy measures (`evaluated`), where 001 is silent: the 
 (fedbench's default), or that model averaged with its next partner's. The second is where a round that trains
 first and exchanges after ends: the same sequence of exchanges and trainings, read between an exchange and the
 next training instead of after the training (docs/methods.md, Gossip). After the last round a run reads the
-other one too (`SecondReading`: `acc_local_mean_mixed` beside a trained run, `acc_local_mean_trained` beside a mixed
-one), so one run answers both.
+other one too (`SecondReading`), and records both as `acc_local_mean_trained` and `acc_local_mean_mixed`.
 """
 
 from __future__ import annotations
@@ -81,6 +80,10 @@ class Gossip(Decentralized["Gossip.Config", DecentralizedClientState], SecondRea
         if self.config.evaluated == "trained":
             return super().evaluation_payloads(state, clients)
         return self.next_partners(state, clients)
+
+    def first_reading(self) -> str:
+        """`evaluated`'s point: the trained or the mixed models."""
+        return M.ACC_LOCAL_MEAN_TRAINED if self.config.evaluated == "trained" else M.ACC_LOCAL_MEAN_MIXED
 
     def second_reading(self, state: DecentralizedState, clients: Sequence[int]) -> tuple[str, dict[int, Payload]]:
         """The reading `evaluated` does not give: the mixed models beside a trained run, the trained ones (nothing

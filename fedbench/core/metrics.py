@@ -40,10 +40,11 @@ ACC_LOCAL_PI_WEIGHTED = "acc_local_pi_weighted"
 """Local accuracies weighted by each client's share pi_i of the training data (004's "average accuracy")."""
 ACC_LOCAL_MEAN_TRAINED = "acc_local_mean_trained"
 """Gossip's last local accuracy (mean over clients) of each client's model after its training (`evaluated: trained`),
-also read beside an `evaluated: mixed` run (`SecondReading`); under `trained` it is `acc_local_mean`."""
+also read beside an `evaluated: mixed` run (`SecondReading`: neither metered nor counted as its compute, its seconds
+in the last round's wall time); under `trained` it is `acc_local_mean`."""
 ACC_LOCAL_MEAN_MIXED = "acc_local_mean_mixed"
 """The same of each client's model averaged with its next partner's (`evaluated: mixed`), also read beside a `trained`
-run, neither metered nor counted as its compute; under `mixed` it is `acc_local_mean`."""
+run; under `mixed` it is `acc_local_mean`."""
 LOSS_LOCAL_WEIGHTED = "loss_local_weighted"
 """Local test (validation) loss over clients weighted by test-set size: Flower's distributed loss, by which 002's
 FedAvg picks the round it reports (`RunSpec.scored_round`)."""

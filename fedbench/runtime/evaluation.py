@@ -185,19 +185,23 @@ class Evaluation:
         if self.scenario.test_clients and isinstance(self.algorithm, TestTimeAssignment):
             record.update(self.score_test_clients(round, state))
         if isinstance(self.algorithm, SecondReading):
-            record.update(self.second_reading(round, state, list(last.payloads)))
+            record.update(self.both_readings(round, state, last))
         return record
 
-    def second_reading(self, round: int, state: Any, clients: list[int]) -> dict[str, float]:
-        """The method's second reading of the last round's local accuracy (`SecondReading`), beside the run: its
-        jobs are neither metered nor counted as the run's compute (their seconds stay in the round's wall time)."""
+    def both_readings(self, round: int, state: Any, last: LocalResults) -> dict[str, float]:
+        """The last local accuracy under the name of its point, and the method's second reading (`SecondReading`),
+        beside the run: its jobs are neither metered nor counted as the run's compute (their seconds stay in the
+        round's wall time)."""
         algorithm = self.algorithm
         assert isinstance(algorithm, SecondReading)  # the caller asked
-        metric, payloads = algorithm.second_reading(state, clients)
+        metric, payloads = algorithm.second_reading(state, list(last.payloads))
         compute_s = self.compute_s
         results = self._run(EVALUATE, round, payloads, downloaded=False)
         self.compute_s = compute_s
-        return {metric: evaluation_metrics(results)[M.ACC_LOCAL_MEAN]}
+        return {
+            algorithm.first_reading(): evaluation_metrics(last.results)[M.ACC_LOCAL_MEAN],
+            metric: evaluation_metrics(results)[M.ACC_LOCAL_MEAN],
+        }
 
     def system_accuracy(self, round: int, state: Any, last: LocalResults) -> dict[str, float]:
         """`acc_system` (and `acc_routing`) from every training client's personal model. Where every client answers

@@ -145,24 +145,39 @@ def test_mixed_evaluation_reads_the_same_training_between_an_exchange_and_the_ne
         assert [r[key] for r in trained.history] == [r[key] for r in mixed.history]
     assert mixed.final[M.FINAL_PREFIX + M.ACC_LOCAL_MEAN] < trained.final[M.FINAL_PREFIX + M.ACC_LOCAL_MEAN] - 0.02
     # each run reads the other's point after its last round, beside its own (SecondReading): one run answers both
+    for key in (M.ACC_LOCAL_MEAN_TRAINED, M.ACC_LOCAL_MEAN_MIXED):  # each point under its own name in both runs
+        assert trained.history[-1][key] == mixed.history[-1][key]
     assert trained.history[-1][M.ACC_LOCAL_MEAN_MIXED] == mixed.history[-1][M.ACC_LOCAL_MEAN]
     assert mixed.history[-1][M.ACC_LOCAL_MEAN_TRAINED] == trained.history[-1][M.ACC_LOCAL_MEAN]
     assert M.ACC_LOCAL_MEAN_MIXED not in trained.history[0]  # after the last round only
 
 
-def test_the_second_reading_is_not_metered(monkeypatch):
+def test_the_second_reading_is_neither_metered_nor_counted_as_compute(monkeypatch):
     """The mixed reading beside a trained run sends each client its next partner's model, which the protocol never
-    does: the run's bytes are those of the same run without the reading."""
-    from fedbench.runtime.evaluation import Evaluation
+    does: the run's bytes are those of the same run without the reading, and with every evaluation job reporting
+    1000 s its client compute is too (7 clients at half participation: one is left without a partner)."""
+    from fedbench.core.types import ClientResult
+    from fedbench.runtime.evaluation import Evaluate, Evaluation
 
+    scored = Evaluate.run
+
+    def slow(self, worker, round, client_id, payload, state):
+        result = scored(self, worker, round, client_id, payload, state)
+        return ClientResult(result.client_id, result.uplink, result.metrics, 1000.0)
+
+    monkeypatch.setattr(Evaluate, "run", slow)
     spec = tiny_spec(
-        algorithm="gossip", rounds=2, scenario={"partition": "class_clusters", "clusters": 2, "num_clients": 6}
+        algorithm={"name": "gossip", "client_fraction": 0.5},
+        rounds=2,
+        scenario={"partition": "class_clusters", "clusters": 2, "num_clients": 7},
     )
     read = run_spec(spec).history[-1]
-    monkeypatch.setattr(Evaluation, "second_reading", lambda self, round, state, clients: {})
+    monkeypatch.setattr(Evaluation, "both_readings", lambda self, round, state, last: {})
     unread = run_spec(spec).history[-1]
     assert M.ACC_LOCAL_MEAN_MIXED in read and M.ACC_LOCAL_MEAN_MIXED not in unread
+    assert read[M.ACC_LOCAL_MEAN_TRAINED] == read[M.ACC_LOCAL_MEAN]
     assert {k: v for k, v in read.items() if "bytes" in k} == {k: v for k, v in unread.items() if "bytes" in k}
+    assert abs(read[M.TIME_CLIENT_COMPUTE_S] - unread[M.TIME_CLIENT_COMPUTE_S]) < 500
 
 
 def test_evaluated_at_its_default_leaves_the_run_hash_of_runs_recorded_before_it():
