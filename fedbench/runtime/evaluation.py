@@ -195,9 +195,7 @@ class Evaluation:
         algorithm = self.algorithm
         assert isinstance(algorithm, SecondReading)  # the caller asked
         metric, payloads = algorithm.second_reading(state, list(last.payloads))
-        compute_s = self.compute_s
-        results = self._run(EVALUATE, round, payloads, downloaded=False)
-        self.compute_s = compute_s
+        results = self._run(EVALUATE, round, payloads, beside=True)
         return {
             algorithm.first_reading(): evaluation_metrics(last.results)[M.ACC_LOCAL_MEAN],
             metric: evaluation_metrics(results)[M.ACC_LOCAL_MEAN],
@@ -281,9 +279,7 @@ class Evaluation:
         }
         if not again:
             return record[M.ACC_TEST_TIME]
-        compute_s = self.compute_s
-        rescored = {r.client_id: r for r in self._run(KNOWN_TEST, round, again, StateStore(), downloaded=False)}
-        self.compute_s = compute_s
+        rescored = {r.client_id: r for r in self._run(KNOWN_TEST, round, again, StateStore(), beside=True)}
         return float(np.mean([rescored.get(r.client_id, r).metrics[M.ACCURACY] for r in tested]))
 
     def _assigned(self, round: int, state: Any, test_ids: list[int]) -> tuple[list[ClientResult], dict[int, TrainedOn]]:
@@ -314,13 +310,17 @@ class Evaluation:
         payloads: Mapping[int, Payload],
         store: StateStore | None = None,
         downloaded: bool = True,
+        beside: bool = False,
     ) -> list[ClientResult]:
         """`job` for every client of `payloads`; where the payloads travel (`downloaded`; not where they stand for
-        what the server already holds, as for `SHARE`), metered on the evaluation channel."""
-        if downloaded:
+        what the server already holds, as for `SHARE`), metered on the evaluation channel, and the jobs' seconds
+        counted as the run's compute. A reading `beside` the protocol (one the protocol does not do) is neither:
+        its seconds stay in the round's wall time."""
+        if downloaded and not beside:
             self.meter.downlink(payloads, channel=M.COMM_EVAL_DOWN_BYTES)
         results = self.backend.run(job, round, payloads, self.store if store is None else store)
-        self.compute_s += sum(r.compute_s for r in results)
+        if not beside:
+            self.compute_s += sum(r.compute_s for r in results)
         return results
 
 
