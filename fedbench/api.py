@@ -1,7 +1,8 @@
 """fedbench from Python (a notebook), and what every `fedbench` command does: `run`, `sweep`, `leaderboard`, `rank`,
-`export`, `plot`, `report`, `ui`, `listing` and `show_scenario` do the work and return their results instead of
-printing tables. The command line only parses its arguments, calls these and prints what they return, so a command
-and its Python twin cannot drift apart (both skip finished runs, both write the leaderboard files).
+`export`, `bundle`, `unbundle`, `plot`, `report`, `ui`, `listing` and `show_scenario` do the work and return their
+results instead of printing tables. The command line only parses its arguments, calls these and prints what they
+return, so a command and its Python twin cannot drift apart (both skip finished runs, both write the leaderboard
+files).
 
 Overrides are `--set`'s: `overrides=["optimizer.lr=0.01"]` (values parsed as YAML), or keyword arguments
 with `__` for the dots, `optimizer__lr=0.01` (values taken as they are). Everything but fedbench's lightest
@@ -43,6 +44,7 @@ if TYPE_CHECKING:
     from fedbench.tracking.plots import Plots
     from fedbench.tracking.rank_report import RankedExperiment
     from fedbench.tracking.reproduction import Report
+    from fedbench.tracking.run_bundle import Bundled, Unbundled
     from fedbench.tracking.seeds_question import SeedsQuestion
     from fedbench.tracking.ui import UiServer
     from fedbench.tuning.plan import SweepPlan
@@ -561,6 +563,54 @@ def export(
     path = Path(out) if out else results_path("exports", f"{experiment}-{kind}.{fmt}")
     table.attrs["path"] = write_table(table, path, fmt)
     return table
+
+
+def bundle(task_or_experiment: TaskLike, *, out: str | os.PathLike, uri: str | None = None) -> Bundled:
+    """Write an experiment's finished runs to one file another store can take, as `fedbench bundle` does: a sweep
+    run on a GPU machine or a cluster, brought home; a long sweep's finished runs, resumed on another machine.
+
+    The bundle holds every FINISHED run and each sweep parent run with a FINISHED child, with their tags, params,
+    whole metric histories and artifacts, and names no path of this machine (`fedbench.tracking.run_bundle`).
+
+    Args:
+        task_or_experiment: an MLflow experiment name or a task, as `leaderboard` takes it.
+        out: the file to write, a name ending in `.tar.xz`.
+        uri: the MLflow tracking URI to read; None: where `fedbench run` records.
+
+    Returns:
+        The file written, the experiment and how many runs it holds.
+
+    Raises:
+        ConfigError: `out` does not end in `.tar.xz`, no such store or experiment, or it has no finished run.
+    """
+    from fedbench.tracking.paths import tracking_uri
+    from fedbench.tracking.run_bundle import write_bundle
+
+    return write_bundle(experiment_name(task_or_experiment), uri or tracking_uri(), out)
+
+
+def unbundle(path: str | os.PathLike, *, uri: str | None = None) -> Unbundled:
+    """Add the runs of a bundle (`bundle`) to a store, as `fedbench unbundle` does, each run once.
+
+    The experiment is created if needed; each run keeps its status, times, tags, params, metric histories and
+    artifacts. A run the store already holds (bundled before, or a FINISHED run of a run hash it holds FINISHED) is
+    left out; a sweep it already has keeps its latest parent run and gains the bundle's children, so that
+    `fedbench sweep --resume` there runs only the trials neither store finished.
+
+    Args:
+        path: the bundle, a `.tar.xz` written by `bundle`.
+        uri: the MLflow tracking URI to add to; None: where `fedbench run` records.
+
+    Returns:
+        The experiment, the store, and how many runs were added and how many were there already.
+
+    Raises:
+        ConfigError: no such file, or not a bundle (checked before the store is touched).
+    """
+    from fedbench.tracking.paths import tracking_uri
+    from fedbench.tracking.run_bundle import add_bundle
+
+    return add_bundle(path, uri or tracking_uri())
 
 
 def plot(

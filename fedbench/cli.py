@@ -1,7 +1,7 @@
 """The `fedbench` command: `run` a task's RunSpecs one after another, `sweep` them on Ray Tune, rank them
 (`leaderboard` per scenario, `rank` across scenarios), `plot` them and `report` them beside the published numbers
-from MLflow, `list` what is registered, `scenario show` the federation a task generates before spending compute on
-it.
+from MLflow, `bundle` an experiment's finished runs into one file and `unbundle` them into another store, `list` what
+is registered, `scenario show` the federation a task generates before spending compute on it.
 
 Here are the arguments and what each command prints, nothing else: each command calls its twin in
 `fedbench.api`, which notebooks call too, so that the two cannot come to behave differently.
@@ -297,6 +297,25 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bundle(args: argparse.Namespace) -> int:
+    """The experiment's finished runs (and their sweeps' parent runs) as one file another store can take."""
+    bundled = api.bundle(experiment_of(args), out=args.out)
+    console.print(
+        f"{api.runs_text(bundled.runs)} of experiment {escape(bundled.experiment)} written: {escape(str(bundled.path))}"
+    )
+    return 0
+
+
+def cmd_unbundle(args: argparse.Namespace) -> int:
+    """A bundle's runs added to the store `fedbench run` records to, each once."""
+    added = api.unbundle(args.bundle)
+    console.print(
+        f"{api.runs_text(added.added)} added to experiment {escape(added.experiment)} in {escape(added.uri)}; "
+        f"{added.already} already there"
+    )
+    return 0
+
+
 def cmd_plot(args: argparse.Namespace) -> int:
     from fedbench.tracking.plots import heatmap_console_table
 
@@ -480,6 +499,8 @@ def build_parser() -> argparse.ArgumentParser:
         add_rank_parser,
         add_compare_parser,
         add_export_parser,
+        add_bundle_parser,
+        add_unbundle_parser,
         add_plot_parser,
         add_report_parser,
         add_list_parser,
@@ -667,6 +688,26 @@ def add_export_parser(sub) -> None:
         "-clients.<format> with --per-client)",
     )
     export.set_defaults(func=cmd_export)
+
+
+def add_bundle_parser(sub) -> None:
+    bundle = sub.add_parser(
+        "bundle",
+        help="an experiment's finished runs (and their sweeps' parent runs) as one tar.xz that names no path of this "
+        "machine, for `fedbench unbundle` in another store",
+    )
+    add_experiment_arguments(bundle)
+    bundle.add_argument("--out", required=True, metavar="FILE.tar.xz", help="the bundle to write")
+    bundle.set_defaults(func=cmd_bundle)
+
+
+def add_unbundle_parser(sub) -> None:
+    unbundle = sub.add_parser(
+        "unbundle",
+        help="add a bundle's runs to the results store, each once; a sweep's trials count as done for --resume",
+    )
+    unbundle.add_argument("bundle", metavar="FILE.tar.xz", help="a bundle written by `fedbench bundle`")
+    unbundle.set_defaults(func=cmd_unbundle)
 
 
 def add_plot_parser(sub) -> None:
