@@ -316,6 +316,7 @@ def sweep(
     max_concurrent: int | None = None,
     address: str | None = None,
     resume: bool = False,
+    skip_finished: bool = False,
     max_failures: int | None = None,
     checkpoint_every: int | None = None,
     overrides: Sequence[str] = (),
@@ -333,6 +334,8 @@ def sweep(
         max_concurrent: trials at once (default: as resources allow).
         address: a Ray cluster (`auto` or HOST:PORT); None starts a local Ray.
         resume: continue the interrupted sweep of this task and configuration.
+        skip_finished: leave out the grid's configurations the store holds a finished run of, whatever recorded it
+            (another sweep, `run`, `unbundle`).
         max_failures: restarts of a trial whose process died (None: the task's `max_failures`, default 1).
         checkpoint_every: rounds between a trial's checkpoints, which Tune keeps and gives back to a trial it
             restarts (None: every 5; 0: none).
@@ -365,6 +368,7 @@ def sweep(
         max_concurrent=max_concurrent,
         address=address,
         resume=resume,
+        skip_finished=skip_finished,
         max_failures=max_failures,
         checkpoint_every=checkpoint_every,
     )
@@ -412,6 +416,7 @@ def execute_sweep(
     max_concurrent: int | None = None,
     address: str | None = None,
     resume: bool = False,
+    skip_finished: bool = False,
     max_failures: int | None = None,
     checkpoint_every: int | None = None,
 ) -> SweepOutcome:
@@ -428,6 +433,7 @@ def execute_sweep(
         max_concurrent=max_concurrent,
         address=address,
         resume=resume,
+        skip_finished=skip_finished,
         max_failures=max_failures,
         checkpoint_every=checkpoint_interval("--checkpoint-every", checkpoint_every),
     )

@@ -93,7 +93,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             else api.seeds_for(plan.specs, args.detect, spread=args.spread, metric=args.metric)
         )
         print_dry_run(task.name, plan.specs, args.all, "configurations")
-        print_cost(plan.specs, skips_finished=False, probe=args.probe)
+        print_cost(plan.specs, skips_finished=args.skip_finished, probe=args.probe)
         for line in question.lines() if question else []:
             console.print(escape(line))
         return 0
@@ -111,6 +111,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         max_concurrent=args.max_concurrent,
         address=args.address,
         resume=args.resume,
+        skip_finished=args.skip_finished,
         max_failures=args.max_failures,
         checkpoint_every=args.checkpoint_every,
     )
@@ -119,6 +120,11 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 def print_sweep(plan: SweepPlan, outcome: SweepOutcome) -> int:
     """What a sweep did, trial by trial and as a whole; the exit code: 130 interrupted, 1 a trial failed."""
+    if outcome.skipped_finished:
+        console.print(
+            f"skipped: the store already held a finished run of {outcome.skipped_finished} of the configurations "
+            "(--skip-finished)"
+        )
     if outcome.resumed_done:
         console.print(
             f"resumed: {outcome.resumed_done} trials were already done and were not run again"
@@ -589,6 +595,12 @@ def add_sweep_parser(sub) -> None:
     )
     sweep.add_argument(
         "--resume", action="store_true", help="continue the interrupted sweep of this task and configuration"
+    )
+    sweep.add_argument(
+        "--skip-finished",
+        action="store_true",
+        help="leave out the configurations the store holds a finished run of, whatever recorded it (another sweep, "
+        "`fedbench run`, `fedbench unbundle`): a grid partly run elsewhere goes on from there",
     )
     sweep.add_argument(
         "--max-failures",

@@ -60,7 +60,11 @@ class CostEstimate:
         to_train = self.planned - (self.finished if self.skips_finished else 0)
         said = f"store {store}: {self.finished} of {self.planned} runs finished already"
         if self.finished:
-            said += " (skipped)" if self.skips_finished else " (a new sweep trains them again; --resume skips its own)"
+            said += (
+                " (skipped)"
+                if self.skips_finished
+                else " (a new sweep trains them again: --skip-finished leaves them out, --resume its own)"
+            )
         lines = [said]
         if self.measured:
             cost = amount(self.cpu_s, "CPU") + (f" and {amount(self.gpu_s, 'GPU')}" if self.gpu_s else "")

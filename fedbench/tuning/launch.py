@@ -21,6 +21,7 @@ def execute_sweep(
     resume: bool = False,
     max_failures: int | None = None,
     checkpoint_every: int = CHECKPOINT_EVERY,
+    skip_finished: bool = False,
 ) -> SweepOutcome:
     """Run `plan` (see `run_sweep`; `max_failures` None: the task's); a search's best sample is also written as a
     task file (`best_task`), and Optuna's views of its study go on the parent run beside the leaderboard."""
@@ -32,6 +33,7 @@ def execute_sweep(
         resume=resume,
         max_failures=restarts,
         checkpoint_every=checkpoint_every,
+        skip_finished=skip_finished,
     )
     if outcome.best is not None:
         outcome.best_task = write_best_task(task, outcome.best, plan)

@@ -59,6 +59,9 @@ class SweepOutcome:
     storage: str
     results: list[RunResult] = field(default_factory=list)
     resumed_done: int = 0
+    skipped_finished: int = 0
+    """Configurations not run because the store held a finished run of them from elsewhere (`skip_finished`): another
+    sweep, `fedbench run`, or `fedbench unbundle`."""
     interrupted: bool = False
     best: dict[str, Any] | None = None
     best_value: float | None = None
@@ -78,8 +81,10 @@ def run_sweep(
     resume: bool = False,
     max_failures: int = DEFAULT_MAX_FAILURES,
     checkpoint_every: int = CHECKPOINT_EVERY,
+    skip_finished: bool = False,
 ) -> SweepOutcome:
     """Run the plan's trials on Tune, logging to MLflow from here; `resume` continues an interrupted sweep;
+    `skip_finished` leaves out the configurations the experiment holds a finished run of, whatever recorded it;
     a trial whose process dies is restarted up to `max_failures` times, from its last checkpoint (one every
     `checkpoint_every` rounds; 0: none)."""
     import ray
@@ -87,6 +92,10 @@ def run_sweep(
     from fedbench.runtime.ray_pool import ensure_ray
     from fedbench.runtime.ray_resources import node_resources
 
+    if skip_finished and plan.space is not None:
+        raise ConfigError(
+            "--skip-finished", True, "a grid sweep (a search draws its samples and answers repeats from the store)"
+        )
     check_max_failures("max_failures", max_failures)
     check_results_writable()
     uri = tracking_uri()
@@ -102,6 +111,7 @@ def run_sweep(
             check_trial_fits(for_trial(spec), node_resources(), driver_cpus or DRIVER_CPUS)
         runs = SweepRuns(uri, plan.task)
         parent, done = _parent_run(runs, plan, resume)
+        stored = finished_elsewhere(plan, uri, done) if skip_finished else set()
     except BaseException:
         if started_here:
             ray.shutdown()
@@ -109,13 +119,28 @@ def run_sweep(
     bridge = MlflowBridge(uri, plan.task, parent.run_id, plan.spec_of)
     storage = str(results_path("ray_results"))
     folder = tune_folder_name(plan.name, parent.attempt)
-    outcome = SweepOutcome(plan.name, parent.run_id, str(results_path("ray_results", folder)), resumed_done=len(done))
+    outcome = SweepOutcome(
+        plan.name,
+        parent.run_id,
+        str(results_path("ray_results", folder)),
+        resumed_done=len(done),
+        skipped_finished=len(stored),
+    )
     try:
         recorded: dict[str, float | None] = {}
         if plan.space is not None:
             recorded.update(finished_scores(plan.task, uri, plan.metric))
         tuner, ending = _tuner(
-            plan, done, recorded, max_concurrent, driver_cpus, bridge, storage, folder, max_failures, checkpoint_every
+            plan,
+            done | stored,
+            recorded,
+            max_concurrent,
+            driver_cpus,
+            bridge,
+            storage,
+            folder,
+            max_failures,
+            checkpoint_every,
         )
         if tuner is not None:
             with runs.heartbeat(parent.run_id), sigterm_as_ctrl_c():
@@ -188,6 +213,15 @@ def _parent_run(runs: SweepRuns, plan: SweepPlan, resume: bool) -> tuple[SweepPa
     done = runs.finished_trials(parent.run_id)
     runs.drop_unfinished_children(parent.run_id)
     return parent, done
+
+
+def finished_elsewhere(plan: SweepPlan, uri: str, done: set) -> set[str]:
+    """The run hashes of the plan's configurations the experiment holds a finished run of, beyond `done` (this
+    sweep's own): a grid partly run by another sweep or machine (`fedbench unbundle`) goes on from there."""
+    from fedbench.tracking.leaderboard import finished_run_hashes
+
+    stored = finished_run_hashes(plan.task, uri)
+    return {spec.run_hash for spec in plan.specs if spec.run_hash in stored} - done
 
 
 def _tuner(

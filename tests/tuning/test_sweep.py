@@ -295,3 +295,38 @@ def test_a_search_runs_references_scores_samples_over_seeds_and_never_trains_a_c
     assert trained["params.run_hash"].is_unique  # across both searches
     board = build_leaderboard(read_runs("sweep_test", f"sqlite:///{mlflow_store}"), group_by=[]).table
     assert set(board["n"]) == {2}  # every configuration counted once per seed
+
+
+def test_skip_finished_trains_only_what_the_store_holds_no_finished_run_of(
+    tmp_path, mlflow_store, ray_session, monkeypatch
+):
+    """A grid partly run elsewhere (here by `fedbench run`; from another machine, by `fedbench unbundle`) goes on
+    from there under --skip-finished, in a sweep of its own; a plain sweep would train it all again."""
+    import fedbench
+
+    plan = make_plan(load_task(write_task(tmp_path, grid={"algorithm": ["fedavg", "local"]})))
+    elsewhere, left = plan.specs
+    fedbench.run(elsewhere)
+    outcome = run_sweep(plan, max_concurrent=2, skip_finished=True)
+    assert outcome.skipped_finished == 1 and outcome.resumed_done == 0 and not outcome.interrupted
+    assert [r.spec.run_hash for r in outcome.results] == [left.run_hash]
+    said = io.StringIO()
+    monkeypatch.setattr(fedbench.cli, "console", Console(file=said, width=200))
+    print_sweep(plan, outcome)
+    assert "already held a finished run of 1 of the configurations" in said.getvalue()
+
+
+def test_skip_finished_is_refused_for_a_search_before_ray_starts(tmp_path):
+    from fedbench.core.errors import ConfigError
+    from fedbench.tuning import load_search_space
+
+    space_path = tmp_path / "space.yaml"
+    space_path.write_text(yaml.safe_dump(SPACE))
+    plan = make_plan(
+        load_task(write_task(tmp_path, grid={})),
+        load_search_space(space_path),
+        num_samples=2,
+        metric="final.acc_local_mean",
+    )
+    with pytest.raises(ConfigError, match="--skip-finished"):
+        run_sweep(plan, skip_finished=True)
