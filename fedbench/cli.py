@@ -309,6 +309,12 @@ def cmd_bundle(args: argparse.Namespace) -> int:
     console.print(
         f"{api.runs_text(bundled.runs)} of experiment {escape(bundled.experiment)} written: {escape(str(bundled.path))}"
     )
+    if bundled.unreadable:
+        console.print(
+            f"[yellow]warning: bundled without artifacts (per-client tables): the experiment's artifact folder "
+            f"{escape(bundled.unreadable)} is not on this machine (a store copied from another machine reads them "
+            "where that machine wrote them)[/]"
+        )
     return 0
 
 

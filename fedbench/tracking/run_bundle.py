@@ -70,6 +70,9 @@ class Bundled:
     path: Path
     experiment: str
     runs: int
+    unreadable: str | None = None
+    """The experiment's artifact location where it is a folder of this machine that does not exist, so that the runs
+    went without their artifacts (a store copied from another machine keeps the paths of the machine that wrote it)."""
 
 
 @dataclass(frozen=True)
@@ -92,7 +95,8 @@ def write_bundle(experiment: str, uri: str, out: str | os.PathLike) -> Bundled:
     if not path.name.endswith(SUFFIX) or path.name == SUFFIX:
         raise ConfigError("--out", str(out), f"a file name ending in {SUFFIX}")
     client = source_client(uri, experiment)
-    runs = bundled_runs(all_runs(client, client.get_experiment_by_name(experiment).experiment_id))
+    found = client.get_experiment_by_name(experiment)
+    runs = bundled_runs(all_runs(client, found.experiment_id))
     if not runs:
         raise ConfigError("--experiment", experiment, f"an experiment with finished runs to bundle (in {uri})")
     with tempfile.TemporaryDirectory() as folder:
@@ -104,7 +108,19 @@ def write_bundle(experiment: str, uri: str, out: str | os.PathLike) -> Bundled:
         for run in runs:
             download_artifacts(client, run.info.run_id, root / ARTIFACTS)
         pack(root, path)
-    return Bundled(path, experiment, len(runs))
+    return Bundled(path, experiment, len(runs), missing_folder(found.artifact_location))
+
+
+def missing_folder(location: str | None) -> str | None:
+    """`location` where it is a folder of this machine that does not exist, else None: MLflow lists no artifact there
+    rather than failing, so a store carried over from another machine would be bundled without them, unsaid."""
+    from urllib.parse import urlparse
+    from urllib.request import url2pathname
+
+    parsed = urlparse(location or "")
+    if parsed.scheme not in ("", "file") or not parsed.path or Path(url2pathname(parsed.path)).exists():
+        return None
+    return location
 
 
 def source_client(uri: str, experiment: str) -> PatientClient:

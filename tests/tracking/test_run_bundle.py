@@ -176,6 +176,17 @@ def test_a_sweeps_children_join_the_destinations_latest_parent_so_resume_skips_t
     assert runs.finished_trials(mine) == {"a", "b", "e"}
 
 
+def test_a_store_moved_from_where_it_wrote_its_artifacts_is_bundled_with_a_warning(tmp_path, migrated_store):
+    """MLflow lists no artifact under a location that does not exist, rather than failing: a store copied from the
+    machine that wrote it would go without its per-client tables, unsaid."""
+    uri = store(tmp_path / "there", migrated_store)
+    MlflowClient(uri).log_text(sweep_store(uri, {"a": "FINISHED"}), "a sweep's plot", "plots/note.txt")
+    assert api.bundle(EXPERIMENT, out=tmp_path / "here.tar.xz", uri=uri).unreadable is None
+    (tmp_path / "there").rename(tmp_path / "moved")
+    moved = api.bundle(EXPERIMENT, out=tmp_path / "moved.tar.xz", uri=f"sqlite:///{tmp_path / 'moved' / 'mlflow.db'}")
+    assert moved.runs == 2 and moved.unreadable is not None and str(tmp_path / "there") in moved.unreadable
+
+
 def test_a_run_without_a_run_hash_is_told_by_its_source_id(tmp_path, migrated_store):
     """A finished run fedbench did not write (no run hash to match) is still added once: by its id, as it came back
     home (the id is a run there) or went out again (the id is a `bundled_from` there)."""
