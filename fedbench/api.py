@@ -359,6 +359,7 @@ def sweep(
         max_concurrent=max_concurrent,
         max_failures=max_failures,
         checkpoint_every=checkpoint_every,
+        skip_finished=skip_finished,
         overrides=overrides,
         **fields,
     )
@@ -385,14 +386,16 @@ def plan_sweep(
     max_concurrent: int | None = None,
     max_failures: int | None = None,
     checkpoint_every: int | None = None,
+    skip_finished: bool = False,
     overrides: Sequence[str] = (),
     **fields: Any,
 ) -> tuple[TaskSpec, SweepPlan]:
     """The task and the sweep `sweep` would run (arguments as there), every input checked and no trial started:
-    what `fedbench sweep --dry-run` shows. `max_concurrent`, `max_failures` and `checkpoint_every` are checked, not
-    planned."""
+    what `fedbench sweep --dry-run` shows. `max_concurrent`, `max_failures`, `checkpoint_every` and `skip_finished`
+    are checked, not planned."""
     from fedbench.config.task import check_max_failures
     from fedbench.runtime.checkpoint import checkpoint_interval
+    from fedbench.tuning.plan import check_skip_finished
     from fedbench.tuning.plan import plan_sweep as make_plan
 
     if max_concurrent is not None and max_concurrent < 1:
@@ -402,6 +405,7 @@ def plan_sweep(
     if max_failures is not None:
         check_max_failures("--max-failures", max_failures)
     checkpoint_interval("--checkpoint-every", checkpoint_every)
+    check_skip_finished(skip_finished, search is not None)
     with warnings.catch_warnings():
         if search is not None:  # a search trains its samples, never the task's own run, and refuses a degenerate one
             warnings.simplefilter("ignore", DegenerateRunWarning)

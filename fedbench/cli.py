@@ -79,6 +79,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         max_concurrent=args.max_concurrent,
         max_failures=args.max_failures,
         checkpoint_every=args.checkpoint_every,
+        skip_finished=args.skip_finished,
         overrides=task_overrides(args),
     )
     space = plan.space

@@ -216,3 +216,11 @@ def plan_sweep(
     every problem is reported now (see `make_plan`)."""
     space = load_search_space(search) if isinstance(search, (str, os.PathLike)) else search
     return make_plan(task, space, num_samples, metric, mode, scheduler)
+
+
+def check_skip_finished(skip_finished: bool, search: bool) -> None:
+    """Refuse `--skip-finished` for a search: it draws its samples and answers repeats from the store already."""
+    if skip_finished and search:
+        raise ConfigError(
+            "--skip-finished", True, "a grid sweep (a search draws its samples and answers repeats from the store)"
+        )

@@ -38,7 +38,7 @@ from fedbench.tracking.leaderboard import finished_scores
 from fedbench.tracking.paths import check_results_writable, check_tracking_uri, results_path, tracking_uri
 from fedbench.tracking.sweep_runs import SweepParent, SweepRuns
 from fedbench.tuning.mlflow_bridge import MlflowBridge
-from fedbench.tuning.plan import GRID_KEY, SweepPlan, TrialSpecs
+from fedbench.tuning.plan import GRID_KEY, SweepPlan, TrialSpecs, check_skip_finished
 from fedbench.tuning.resources import DRIVER_CPUS, check_trial_fits, concurrency_note, for_trial, trials_at_once
 from fedbench.tuning.study_plots import study_journal
 
@@ -92,10 +92,7 @@ def run_sweep(
     from fedbench.runtime.ray_pool import ensure_ray
     from fedbench.runtime.ray_resources import node_resources
 
-    if skip_finished and plan.space is not None:
-        raise ConfigError(
-            "--skip-finished", True, "a grid sweep (a search draws its samples and answers repeats from the store)"
-        )
+    check_skip_finished(skip_finished, plan.space is not None)
     check_max_failures("max_failures", max_failures)
     check_results_writable()
     uri = tracking_uri()
