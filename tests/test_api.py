@@ -62,7 +62,9 @@ def test_sweep_goes_through_the_function_the_command_uses(tmp_path, monkeypatch,
 
     plans = []
 
-    def fake_run_sweep(plan, max_concurrent=None, address=None, resume=False, max_failures=None, checkpoint_every=None):
+    def fake_run_sweep(
+        plan, max_concurrent=None, address=None, resume=False, max_failures=None, checkpoint_every=None, **rest
+    ):
         plans.append((plan, max_concurrent, resume, max_failures, checkpoint_every))
         return SweepOutcome(plan.name, "parent", "storage")
 
