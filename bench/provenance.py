@@ -10,6 +10,11 @@ configuration draws other data, a changed behaviour that the code computes other
 its training or its evaluation that leaves the RunSpec alone), so the result no longer describes what the command
 computes and must be re-run. tests/test_committed_results.py runs it over every provenance file.
 
+A behaviour is compared by its numbers where the record keeps them (`behaviour_numbers`), within `BEHAVIOUR_RTOL`:
+the same code computes float32 numbers that differ in their last bits from one CPU to another (AVX-512 against
+AVX2: training losses 1e-8 apart, accuracies equal), which the digest alone (kept, and compared where a record
+has no numbers) cannot tell from a change of the code.
+
 A result that is known to be stale and is being re-run says so: its provenance file carries `"stale": "<why, and
 what re-runs it>"` and the result's first line a banner (`STALE_BANNER`); the test then checks that it really is
 stale and is marked, instead of failing.
@@ -55,6 +60,11 @@ PROBE_CLIENTS = 10
 PROBE_SAMPLES = 150
 """Training samples per client of the stand-in."""
 BEHAVIOUR_KEYS = ("acc_", "train_loss")
+BEHAVIOUR_RTOL = 1e-3
+"""How far (relative; 1e-6 absolute near zero) a probe's number may be from the recorded one and still be the same
+code's. The same code on other CPU kernels (AVX2 against AVX-512, or scalar ones) moved probes' training losses by
+1e-8 in their first round and by up to 2.4e-5 in the second where training amplifies it (FedAvgFT fine-tuning on
+scalar kernels); a change of a method moves accuracies by a test sample (1/300) or more and losses by far more."""
 """The round metrics a behaviour fingerprint digests (prefixes): the accuracies and losses results compare, not the
 timings, nor the byte counts (a change to how evaluation traffic is metered leaves the accuracies a result is
 about; a result's cost columns are re-measured whenever it is re-run)."""
@@ -75,6 +85,9 @@ class RunRecord:
     behaviour_metrics: tuple[str, ...] = ()
     """The round metrics that digest covers, so that a metric added later (which the result does not report) leaves
     it; empty in a record written before they were listed: then every metric BEHAVIOUR_KEYS names."""
+    behaviour_numbers: list = dataclasses.field(default_factory=list)
+    """What the digest is of: [status, reason, each round's digested metrics], compared within BEHAVIOUR_RTOL; empty
+    in a record written before they were kept (then the digest is compared)."""
 
 
 def fingerprint(scenario) -> str:
@@ -144,29 +157,47 @@ def first_that_reads(variants: list[dict]) -> RunSpec | str:
     return reason
 
 
-def behaviour(spec: RunSpec, metrics: Sequence[str] = ()) -> tuple[str, tuple[str, ...]]:
+Behaviour = tuple[str, tuple[str, ...], list]
+"""A probe's digest, the metrics it covers and its numbers (`behaviour`)."""
+
+
+def behaviour(spec: RunSpec, metrics: Sequence[str] = ()) -> Behaviour:
     """What today's code computes for `spec`'s configuration: a digest of the status and the numbers of each
     round of `probe_of(spec)`, and the round metrics it covers: `metrics` where given (those a record lists),
     else every accuracy and training loss the probe records (BEHAVIOUR_KEYS). A change to the method, the training
     loop, the evaluation or the scoring changes it, a metric added later does not; one configuration (its seeds
-    pooled) has one. `unprobeable: <why>` where the stand-in cannot run it."""
+    pooled) has one. `unprobeable: <why>` where the stand-in cannot run it. Returned with the numbers digested."""
     from fedbench.runtime import run_spec
 
     probe = first_that_reads(probe_variants(probe_of(spec)))
     if isinstance(probe, str):  # a configuration tied to its real data (a size the stand-in lacks): said, not hidden
-        return f"unprobeable: {probe}"[:200], ()
+        return f"unprobeable: {probe}"[:200], (), []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the stand-in's short schedule makes methods warn (degenerate warm-ups)
         result = run_spec(probe)
     digested = tuple(metrics) or tuple(sorted({k for r in result.history for k in r if k.startswith(BEHAVIOUR_KEYS)}))
     history = [{k: v for k, v in sorted(record.items()) if k in digested} for record in result.history]
-    text = json.dumps([result.status, result.reason, history], sort_keys=True)
-    return hashlib.sha256(text.encode()).hexdigest()[:16], digested
+    numbers = json.loads(json.dumps([result.status, result.reason, history], sort_keys=True))
+    return hashlib.sha256(json.dumps(numbers, sort_keys=True).encode()).hexdigest()[:16], digested, numbers
 
 
-def describe(
-    spec: RunSpec, behaviours: dict[str, tuple[str, tuple[str, ...]]] | None = None, metrics: Sequence[str] = ()
-) -> RunRecord:
+def same_numbers(then: object, now: object) -> bool:
+    """Whether two behaviours' numbers are the same code's: the same structure and texts, floats within
+    BEHAVIOUR_RTOL."""
+    if isinstance(then, float) or isinstance(now, float):
+        return (
+            isinstance(then, int | float)
+            and isinstance(now, int | float)
+            and bool(np.isclose(now, then, rtol=BEHAVIOUR_RTOL, atol=1e-6, equal_nan=True))
+        )
+    if isinstance(then, list) and isinstance(now, list):
+        return len(then) == len(now) and all(same_numbers(a, b) for a, b in zip(then, now, strict=True))
+    if isinstance(then, dict) and isinstance(now, dict):
+        return then.keys() == now.keys() and all(same_numbers(then[k], now[k]) for k in then)
+    return then == now
+
+
+def describe(spec: RunSpec, behaviours: dict[str, Behaviour] | None = None, metrics: Sequence[str] = ()) -> RunRecord:
     """`spec`'s record: its RunSpec (without the machine's data path), run hash, scenario key, fingerprint and
     behaviour over `metrics` (all it records where none are given; taken from `behaviours`, keyed by the probe's own
     settings and those metrics, where a run of the same configuration computed it already: seeds share one probe)."""
@@ -179,7 +210,7 @@ def describe(
     key = probe_key(spec, metrics)
     if key not in behaviours:
         behaviours[key] = behaviour(spec, metrics)
-    digest, digested = behaviours[key]
+    digest, digested, numbers = behaviours[key]
     return RunRecord(
         plain,
         spec.run_hash,
@@ -187,6 +218,7 @@ def describe(
         fingerprint(scenario),
         digest,
         digested,
+        numbers,
     )
 
 
@@ -213,7 +245,7 @@ def record(
     """Write the provenance of bench/results/`result` (made by `command` at `commit`, default HEAD) from `specs`
     into `folder`."""
     commit = commit or head_commit()
-    behaviours: dict[str, tuple[str, tuple[str, ...]]] = {}
+    behaviours: dict[str, Behaviour] = {}
     runs = [dataclasses.asdict(describe(spec, behaviours)) for spec in dict((s.run_hash, s) for s in specs).values()]
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{Path(result).with_suffix('').as_posix().replace('/', '-')}.json"
@@ -233,7 +265,7 @@ def check(path: Path, every_probe: bool = True) -> list[str]:
     fraction of the probes (a report's 32 probes are 8 methods on 4 scenarios)."""
     saved = json.loads(path.read_text())
     problems = []
-    behaviours: dict[str, tuple[str, tuple[str, ...]]] = {}
+    behaviours: dict[str, Behaviour] = {}
     probed: set[str] = set()
     for run in saved["runs"]:
         name = run["spec"].get("run_name") or run["run_hash"]
@@ -243,8 +275,10 @@ def check(path: Path, every_probe: bool = True) -> list[str]:
             problems.append(f"{name}: today's code cannot read its RunSpec ({exc})")
             continue
         method, metrics = method_of(run["spec"]), run.get("behaviour_metrics", [])
+        numbers = run.get("behaviour_numbers")
         if not every_probe and method in probed:  # not probed: taken as recorded
-            now = describe(spec, {probe_key(spec, metrics): (run.get("behaviour", ""), tuple(metrics))}, metrics)
+            recorded = (run.get("behaviour", ""), tuple(metrics), numbers or [])
+            now = describe(spec, {probe_key(spec, metrics): recorded}, metrics)
         else:
             now = describe(spec, behaviours, metrics)
         probed.add(method)
@@ -253,7 +287,10 @@ def check(path: Path, every_probe: bool = True) -> list[str]:
                 problems.append(f"{name}: {label} {run[field]} then, {getattr(now, field)} now")
         if not run.get("behaviour"):
             problems.append(f"{name}: no behaviour fingerprint recorded (re-record it at the result's commit)")
-        elif now.behaviour != run["behaviour"]:
+        elif numbers and not same_numbers(numbers, now.behaviour_numbers):
+            moved = f"behaviour numbers moved beyond {BEHAVIOUR_RTOL:g}"
+            problems.append(f"{name}: {moved} (the code computes other numbers)")
+        elif not numbers and now.behaviour != run["behaviour"]:
             problems.append(
                 f"{name}: behaviour {run['behaviour']} then, {now.behaviour} now (the code computes other numbers)"
             )
@@ -280,11 +317,29 @@ def add_behaviours(path: Path) -> None:
     """Fill in the behaviour fingerprints of a provenance file recorded before they existed, with the code that is
     imported: run it from a checkout of the result's commit (PYTHONPATH) so that they describe that code."""
     saved = json.loads(path.read_text())
-    behaviours: dict[str, tuple[str, tuple[str, ...]]] = {}
+    behaviours: dict[str, Behaviour] = {}
     for run in saved["runs"]:
         now = describe(resolve_run(run["spec"]), behaviours)
         run["behaviour"], run["behaviour_metrics"] = now.behaviour, list(now.behaviour_metrics)
+        run["behaviour_numbers"] = now.behaviour_numbers
     path.write_text(json.dumps(saved, indent=1) + "\n")
+
+
+def add_numbers(path: Path) -> list[str]:
+    """Keep, beside each record's digest, the numbers today's code computes for it (its listed metrics), so that
+    the check compares numbers within BEHAVIOUR_RTOL rather than digests of the last bits (which differ by CPU).
+    Meant for code that computes what the result's code did (its digests reproduced where they were made); returns
+    the runs whose digest this machine reproduces too, the rest differing in last bits only where that holds."""
+    saved = json.loads(path.read_text())
+    behaviours: dict[str, Behaviour] = {}
+    matched = []
+    for run in saved["runs"]:
+        now = describe(resolve_run(run["spec"]), behaviours, run.get("behaviour_metrics", []))
+        run["behaviour_numbers"] = now.behaviour_numbers
+        if now.behaviour == run.get("behaviour"):
+            matched.append(run["run_hash"])
+    path.write_text(json.dumps(saved, indent=1) + "\n")
+    return matched
 
 
 if __name__ == "__main__":
@@ -301,12 +356,20 @@ if __name__ == "__main__":
         metavar="FILE",
         help="fill in a provenance file's behaviour fingerprints (see add_behaviours)",
     )
+    parser.add_argument(
+        "--add-numbers",
+        metavar="FILE",
+        help="keep the numbers of a provenance file's behaviours, computed by today's code (see add_numbers)",
+    )
     cli = parser.parse_args()
     if cli.check:
         found = check(Path(cli.check))
         print("\n".join(found) or f"{cli.check}: matches today's code")
         raise SystemExit(1 if found else 0)
-    if cli.add_behaviours:
+    if cli.add_numbers:
+        same = add_numbers(Path(cli.add_numbers))
+        print(f"{cli.add_numbers}: numbers kept; {len(same)} run(s) reproduce their digest on this machine too")
+    elif cli.add_behaviours:
         add_behaviours(Path(cli.add_behaviours))
     else:
         print(record_report(cli.task, cli.profile))

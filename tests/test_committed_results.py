@@ -55,12 +55,43 @@ def test_the_check_names_a_run_whose_data_or_configuration_changed(tmp_path):
     drew_other_data = {**then, "fingerprint": "0" * 16}  # as if the generator had drawn other samples
     read_otherwise = {**then, "run_hash": "0" * 10}  # as if a field now meant something else
     stale.write_text(json.dumps({**saved, "runs": [drew_other_data, read_otherwise]}))
-    computed_otherwise = {**then, "behaviour": "0" * 16}  # as if a method's code had changed, its RunSpec not
-    stale.write_text(json.dumps({**saved, "runs": [drew_other_data, read_otherwise, computed_otherwise]}))
+    computed_otherwise = {**then, "behaviour_numbers": scaled(then["behaviour_numbers"], 1.01)}  # a method changed
+    digest_only = {k: v for k, v in then.items() if k != "behaviour_numbers"}  # a record from before numbers
+    digest_only["behaviour"] = "0" * 16
+    runs = [drew_other_data, read_otherwise, computed_otherwise, digest_only]
+    stale.write_text(json.dumps({**saved, "runs": runs}))
     problems = provenance.check(stale)
-    assert len(problems) == 3 and "scenario 0000000000000000 then" in problems[0]
+    assert len(problems) == 4 and "scenario 0000000000000000 then" in problems[0]
     assert "run hash 0000000000 then" in problems[1]
-    assert "behaviour 0000000000000000 then" in problems[2]
+    assert "behaviour numbers moved beyond 0.001" in problems[2]
+    assert "behaviour 0000000000000000 then" in problems[3]
+
+
+def scaled(numbers, factor: float):
+    """`numbers` (a behaviour's) with every float multiplied by `factor`."""
+    if isinstance(numbers, float):
+        return numbers * factor
+    if isinstance(numbers, list):
+        return [scaled(n, factor) for n in numbers]
+    if isinstance(numbers, dict):
+        return {k: scaled(v, factor) for k, v in numbers.items()}
+    return numbers
+
+
+def test_a_behaviour_is_the_same_codes_within_the_spread_of_another_cpu(tmp_path):
+    """The same code's float32 numbers differ in their last bits from one CPU to another (AVX-512 against AVX2:
+    training losses 1e-8 apart), which changes a digest: the numbers are compared within BEHAVIOUR_RTOL instead,
+    and a move of a percent, a test sample's worth of accuracy, is still caught."""
+    path = provenance.record("tiny.md", "python bench/tiny.py", [tiny_spec(rounds=2)], folder=tmp_path)
+    saved = json.loads(path.read_text())
+    then = saved["runs"][0]
+    assert then["behaviour_numbers"][0] == "FINISHED" and len(then["behaviour_numbers"][2]) == 2  # two rounds
+    other_cpu = {**then, "behaviour": "f" * 16, "behaviour_numbers": scaled(then["behaviour_numbers"], 1 + 2e-8)}
+    path.write_text(json.dumps({**saved, "runs": [other_cpu]}))
+    assert provenance.check(path) == []
+    changed = {**other_cpu, "behaviour_numbers": scaled(then["behaviour_numbers"], 1 + 1e-2)}
+    path.write_text(json.dumps({**saved, "runs": [changed]}))
+    assert "behaviour numbers moved" in provenance.check(path)[0]
 
 
 def test_the_behaviour_fingerprint_sees_a_change_to_a_method_that_leaves_its_runspec_alone(monkeypatch):
@@ -77,7 +108,7 @@ def test_the_behaviour_fingerprint_sees_a_change_to_a_method_that_leaves_its_run
             "test_time": "known",
         }
     )
-    today, metrics = provenance.behaviour(spec)
+    today, metrics, _ = provenance.behaviour(spec)
     assert today == provenance.behaviour(spec)[0] and not today.startswith("unprobeable")
     monkeypatch.setattr(Oracle, "round_describe_payloads", lambda self, round, state, sampled: {})  # told late
     assert provenance.behaviour(spec, metrics)[0] != today
