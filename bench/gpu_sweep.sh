@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# A task profile's sweep on a GPU machine for a fixed time, its finished runs returned as one bundle: how the runs of
-# bench/results/runs/ that name an NVIDIA H200 were made, and how a later session with such a machine goes on.
+# A task profile's sweep on a GPU machine for a fixed time, its finished runs returned as one bundle: the steps by which
+# bench/results/runs/'s H200 runs were made (there by hand, before this script), so that a later session with such a
+# machine goes on in one call.
 #
 #   bash bench/gpu_sweep.sh TASK PROFILE [DEADLINE_S] [TRIALS]      (from the repository root, OUT set to a folder)
 #
@@ -20,24 +21,29 @@ if ! python3 -c "import ray, mlflow, optuna" 2>/dev/null && [ -f .gpu/site.tar.x
   mkdir -p /tmp/fedbench-site && tar -xJf .gpu/site.tar.xz -C /tmp/fedbench-site
   export PYTHONPATH=$repo:/tmp/fedbench-site
 fi
-export FEDBENCH_DATA=${FEDBENCH_DATA:-$repo/.gpu/data} FEDBENCH_RESULTS=${FEDBENCH_RESULTS:-/tmp/fedbench-gpu-sweep}
+export FEDBENCH_DATA=${FEDBENCH_DATA:-$repo/.gpu/data} FEDBENCH_RESULTS=${FEDBENCH_RESULTS:-$(mktemp -d)}
 export PYTHONUNBUFFERED=1
-gpus=0
+gpus=0 sampler="" mps=""
 if command -v nvidia-smi >/dev/null; then
   gpus=$(python3 -c "print(1 / $trials)")
   export CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps CUDA_MPS_LOG_DIRECTORY=/tmp/nvidia-mps-log
   mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
-  pgrep -x nvidia-cuda-mps-control >/dev/null || nvidia-cuda-mps-control -d
+  pgrep -x nvidia-cuda-mps-control >/dev/null || { nvidia-cuda-mps-control -d && mps=started; }
   nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv -lms 2000 > "$out/nvidia-smi.csv" 2>&1 &
+  sampler=$!
 fi
 fedbench=(python3 -m fedbench)
 committed=bench/results/runs/$experiment.tar.xz
 {
   date -u; git -C "$repo" rev-parse HEAD 2>/dev/null; nproc
-  [ -f "$committed" ] && "${fedbench[@]}" unbundle "$committed"
+  if [ -f "$committed" ]; then "${fedbench[@]}" unbundle "$committed" || exit 1; fi
   timeout -s INT -k 60 "$deadline" "${fedbench[@]}" sweep "$task" --profile "$profile" --skip-finished \
     --set resources.client_cpus=0.5 --set resources.client_gpus="$gpus" --max-concurrent "$trials"
   echo "sweep ended: exit $?"
   "${fedbench[@]}" bundle "$task" --profile "$profile" --out "$out/$experiment.tar.xz"
 } > "$out/sweep.log" 2>&1
+status=$?
+[ -n "$sampler" ] && kill "$sampler"
+[ -n "$mps" ] && echo quit | nvidia-cuda-mps-control
 tail -n 3 "$out/sweep.log"
+exit $status

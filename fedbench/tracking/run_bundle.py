@@ -39,7 +39,7 @@ from fedbench.tracking.paths import store_missing
 from fedbench.tracking.patient_store import PatientClient
 from fedbench.tracking.store import RUN_HASH
 from fedbench.tracking.store_template import prepare_store
-from fedbench.tracking.tags import BUNDLED_FROM_TAG, LEASE_TAG, PARENT_RUN_TAG, SWEEP_TAG
+from fedbench.tracking.tags import BUNDLED_FROM_TAG, LEASE_TAG, PARENT_RUN_TAG, STOPPED_EARLY_TAG, SWEEP_TAG
 
 FORMAT, VERSION = "fedbench-run-bundle", 1
 """What `manifest.json` says a bundle is, and the layout's version (a later fedbench reads older versions)."""
@@ -52,6 +52,9 @@ DROPPED_TAGS = frozenset({LEASE_TAG, "mlflow.source.name", "mlflow.source.git.re
 script's path and the repository's location where MLflow's fluent API set them): they mean nothing in another store.
 fedbench's own runs carry no other `mlflow.*` tags than `mlflow.runName`, `mlflow.parentRunId` and a sweep parent's
 `mlflow.note.content`, which are kept."""
+PATH_PARAMS = frozenset({"dataset.data_root"})
+"""Params that say where a run's files were on the machine that ran it (not part of what the run computes): bundled
+blank, in the params and in the run's `runspec.yaml`."""
 RUN_NAME_TAG = "mlflow.runName"
 FINISHED, RUNNING = "FINISHED", "RUNNING"
 MAX_PARAMS, MAX_METRICS = 100, 1000
@@ -167,7 +170,7 @@ def run_record(client: PatientClient, experiment: str, run: Any) -> dict[str, An
         "start_time": run.info.start_time,
         "end_time": run.info.end_time,
         "tags": {k: v for k, v in sorted(run.data.tags.items()) if k not in DROPPED_TAGS},
-        "params": dict(sorted(run.data.params.items())),
+        "params": {k: "None" if k in PATH_PARAMS else v for k, v in sorted(run.data.params.items())},
         "metrics": {
             key: [[m.step, m.value, m.timestamp] for m in client.get_metric_history(run_id, key)]
             for key in sorted(run.data.metrics)
@@ -183,6 +186,19 @@ def download_artifacts(client: PatientClient, run_id: str, into: Path) -> None:
     target = into / run_id
     target.mkdir(parents=True)
     client.download_artifacts(run_id, "", str(target))
+    blank_data_root(target / "runspec.yaml")
+
+
+def blank_data_root(path: Path) -> None:
+    """The run's RunSpec file without the data folder of the machine that ran it (`PATH_PARAMS`)."""
+    import yaml
+
+    if not path.is_file():
+        return
+    spec = yaml.safe_load(path.read_text())
+    if isinstance(spec, dict) and isinstance(spec.get("dataset"), dict) and spec["dataset"].get("data_root"):
+        spec["dataset"]["data_root"] = None
+        path.write_text(yaml.safe_dump(spec, sort_keys=False))
 
 
 def pack(root: Path, out: Path) -> None:
@@ -276,11 +292,17 @@ class Destination:
         for run in runs:
             tags = run.data.tags
             there.known.update(filter(None, (run.info.run_id, tags.get(BUNDLED_FROM_TAG))))
-            if run.info.status == FINISHED and RUN_HASH in run.data.params:
-                there.finished_hashes.add(run.data.params[RUN_HASH])
+            if run.info.status == FINISHED and RUN_HASH in run.data.params and STOPPED_EARLY_TAG not in tags:
+                there.finished_hashes.add(run.data.params[RUN_HASH])  # as the leaderboard and --skip-finished count
             if SWEEP_TAG in tags:
                 there.latest_parent[tags[SWEEP_TAG]] = run.info.run_id
         return there
+
+    def took(self, run: dict[str, Any]) -> None:
+        """Count bundled run `run` as here now: a second run of its hash later in the same bundle is not added."""
+        self.known.add(run["run_id"])
+        if run["status"] == FINISHED and STOPPED_EARLY_TAG not in run["tags"] and RUN_HASH in run["params"]:
+            self.finished_hashes.add(run["params"][RUN_HASH])
 
     def holds(self, run: dict[str, Any]) -> bool:
         """Whether bundled run `run` is here already: its source id is, or it is FINISHED and so is its run hash."""
@@ -311,6 +333,7 @@ def add_bundle(path: str | os.PathLike, uri: str) -> Unbundled:
             elif not there.holds(run):
                 new_id = add_run(client, experiment_id, run, parents, Path(folder) / ARTIFACTS)
                 parents[run["run_id"]] = new_id
+                there.took(run)
                 added += 1
     return Unbundled(experiment, uri, added, len(runs) - added)
 

@@ -107,8 +107,9 @@ def run_sweep(
         for spec in plan.specs or (plan.spec_of({}),):
             check_trial_fits(for_trial(spec), node_resources(), driver_cpus or DRIVER_CPUS)
         runs = SweepRuns(uri, plan.task)
+        elsewhere = finished_elsewhere(plan, uri) if skip_finished else set()  # read before a parent run is made
         parent, done = _parent_run(runs, plan, resume)
-        stored = finished_elsewhere(plan, uri, done) if skip_finished else set()
+        stored = elsewhere - done
     except BaseException:
         if started_here:
             ray.shutdown()
@@ -212,13 +213,13 @@ def _parent_run(runs: SweepRuns, plan: SweepPlan, resume: bool) -> tuple[SweepPa
     return parent, done
 
 
-def finished_elsewhere(plan: SweepPlan, uri: str, done: set) -> set[str]:
-    """The run hashes of the plan's configurations the experiment holds a finished run of, beyond `done` (this
-    sweep's own): a grid partly run by another sweep or machine (`fedbench unbundle`) goes on from there."""
+def finished_elsewhere(plan: SweepPlan, uri: str) -> set[str]:
+    """The run hashes of the plan's configurations the experiment holds a finished run of, whatever recorded it: a
+    grid partly run by another sweep or machine (`fedbench unbundle`) goes on from there."""
     from fedbench.tracking.leaderboard import finished_run_hashes
 
     stored = finished_run_hashes(plan.task, uri)
-    return {spec.run_hash for spec in plan.specs if spec.run_hash in stored} - done
+    return {spec.run_hash for spec in plan.specs if spec.run_hash in stored}
 
 
 def _tuner(

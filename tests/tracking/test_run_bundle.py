@@ -20,7 +20,7 @@ from fedbench.cli import main
 from fedbench.core.errors import ConfigError
 from fedbench.runtime import run_spec
 from fedbench.tracking.mlflow_callback import MlflowCallback
-from fedbench.tracking.run_bundle import DROPPED_TAGS
+from fedbench.tracking.run_bundle import DROPPED_TAGS, PATH_PARAMS
 from fedbench.tracking.sweep_runs import SweepRuns
 from fedbench.tracking.tags import BUNDLED_FROM_TAG, LEASE_TAG, PARENT_RUN_TAG, SWEEP_TAG, TRIAL_KEY_TAG
 from tests.conftest import tiny_spec
@@ -38,12 +38,14 @@ def store(folder: Path, migrated_store: Path) -> str:
 
 @pytest.fixture(scope="module")
 def source(tmp_path_factory, migrated_store) -> tuple[str, Path]:
-    """A store holding two finished runs of a tiny task and one that diverged (FAILED), and the bundle of it."""
+    """A store holding three finished runs of a tiny task (their data folder inside it) and one that diverged
+    (FAILED), and the bundle of it."""
     root = tmp_path_factory.mktemp("bundle_source")
     uri = store(root / "results", migrated_store)
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("FEDBENCH_CACHE", str(root / "cache"))
-        specs = [tiny_spec(task=EXPERIMENT, seed=s) for s in (0, 1, 2)]
+        data = {"name": "digits", "data_root": str(root / "data")}  # a path of this machine, kept out of the bundle
+        specs = [tiny_spec(task=EXPERIMENT, seed=s, dataset=data) for s in (0, 1, 2)]
         specs.append(tiny_spec(task=EXPERIMENT, optimizer={"name": "sgd", "lr": 1.0e30, "momentum": 0.9}))
         statuses = [run_spec(spec, [MlflowCallback(uri)]).status for spec in specs]
     assert statuses == ["FINISHED", "FINISHED", "FINISHED", "FAILED"]
@@ -58,7 +60,8 @@ def runs_of(uri: str) -> list:
 
 
 def by_hash(uri: str) -> dict[str, tuple]:
-    """Each run hash's status, params, tags (less those a bundle drops or adds) and every metric's history."""
+    """Each run hash's status, params (those naming a path blank, as bundled), tags (less those a bundle drops or adds)
+    and every metric's history."""
     client = MlflowClient(uri)
     found = {}
     for run in runs_of(uri):
@@ -68,7 +71,8 @@ def by_hash(uri: str) -> dict[str, tuple]:
             for key in run.data.metrics
         }
         times = (run.info.start_time, run.info.end_time)
-        found[run.data.params["run_hash"]] = (run.info.status, times, run.data.params, tags, histories)
+        params = {k: "None" if k in PATH_PARAMS else v for k, v in run.data.params.items()}
+        found[run.data.params["run_hash"]] = (run.info.status, times, params, tags, histories)
     return found
 
 
